@@ -1,0 +1,2 @@
+#define GPUARR_IMPLEMENTATION
+#include "gpuarr.h"

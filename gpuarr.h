@@ -1,0 +1,3157 @@
+/*
+ * gpuarr.h -- arrays on the host, on CUDA GPUs and on OpenCL devices, with one C11 API.
+ *
+ * Version 0.1.0. MIT license: see the end of this file.
+ *
+ * =============================================================================================
+ * WHAT IT IS
+ * =============================================================================================
+ * A header-only library. It gives a C program (or a CUDA C++ .cu file) a registry of every
+ * device of every compiled-in backend -- the host always among them --, typed N-d arrays on any
+ * of them, conversions of those arrays between any two memory spaces with a dtype cast on the
+ * way, streams, events and per-thread device/stream scopes.
+ *
+ * Backends today: the host (always). The OpenCL and CUDA backends plug into the same backend
+ * table (see DESIGN.md) and are added by later releases.
+ *
+ * =============================================================================================
+ * HOW TO USE IT
+ * =============================================================================================
+ * Copy gpuarr.h and the backends/ folder into your project. In exactly ONE C (or C++) file:
+ *
+ *     #define GPUARR_IMPLEMENTATION
+ *     #include "gpuarr.h"
+ *
+ * Everywhere else include gpuarr.h as a normal header. Build with
+ *
+ *     cc -std=c11 app.c -lm -lpthread -ldl
+ *
+ * Defining GPUARR_IMPLEMENTATION after an earlier plain include in the same file still works
+ * (the implementation sits outside the include guard); defining it twice in one translation unit
+ * is harmless (the second is ignored). Do not compile the implementation with -ffast-math: the
+ * conversion rules below depend on IEEE NaN and infinity handling, and the header refuses to
+ * build that way.
+ *
+ * A minimal program:
+ *
+ *     gpuarr_init(NULL);                               // NULL = defaults
+ *     gpuarr_device dev;
+ *     gpuarr_device_find("any", &dev);                 // best GPU, else the host
+ *     double in[6] = {1, 2, 3, 4, 5, 6}, back[6];
+ *     int64_t shape[2] = {2, 3};
+ *     gpuarr_array a, b;
+ *     gpuarr_from_host(dev, in, 2, shape, &a);         // typed: picks F64 from `double *`
+ *     gpuarr_convert(a, dev, GPUARR_F32, &b);          // cast on the device
+ *     gpuarr_to_host(b, back, 6);                      // cast back into double
+ *     gpuarr_release(a); gpuarr_release(b);
+ *     gpuarr_shutdown();
+ *
+ * Every fallible call returns a gpuarr_result (0 = GPUARR_OK, negative = error). On an error,
+ * gpuarr_last_error() returns a message for the calling thread that names the function, the
+ * argument and the reason, e.g. "gpuarr_empty: shape[1] = -3: dimensions must be >= 0".
+ *
+ * =============================================================================================
+ * CONFIGURATION
+ * =============================================================================================
+ * Compile-time macros (define before including the implementation):
+ *   GPUARR_IMPLEMENTATION    compile the implementation into this translation unit
+ *   GPUARR_MALLOC(size)      replace malloc for every allocation the library makes; must be
+ *   GPUARR_FREE(ptr)         defined together with GPUARR_FREE (all or none, else #error)
+ *   GPUARR_API               storage/visibility of public functions (default: nothing = extern)
+ *   GPUARR_NO_CUDA           leave the CUDA backend out (when it exists)
+ *   GPUARR_NO_OPENCL         leave the OpenCL backend out (when it exists)
+ *
+ * Run-time: gpuarr_desc passed to gpuarr_init (zero or NULL = default for every field), then the
+ * environment for fields left zero:
+ *   GPUARR_DEVICES   device filter, comma separated: host, cuda, cuda:*, cuda:N, opencl,
+ *                    opencl:*, opencl:N. The host is always present. Default: every device.
+ *   GPUARR_LOG       off | error | warn | info | debug. Default: warn (to stderr unless a logger
+ *                    is given).
+ *   GPUARR_THREADS   host worker threads for large casts and copies, 1..256. Default: the number
+ *                    of online CPUs (at most 64). 1 = no worker threads.
+ * A malformed value makes gpuarr_init fail with GPUARR_ERROR_INVALID_ARGUMENT naming it.
+ *
+ * =============================================================================================
+ * DEVICES
+ * =============================================================================================
+ * gpuarr_init builds the registry once: the host first, then every device of every backend that
+ * is compiled in and present at run time, in a stable order. A backend whose library is missing
+ * at run time contributes zero devices; that is never an error. gpuarr_device_find accepts:
+ *   "host"       the host (also "cpu")
+ *   "cuda:N"     the N-th CUDA device, "opencl:N" the N-th OpenCL device (N counts every device
+ *                of that backend, before GPUARR_DEVICES filtering, so an index names the same
+ *                device whatever the filter)
+ *   "gpu"        the best GPU (most compute units x clock, then memory), else GPUARR_ERROR_NO_DEVICE
+ *   "any"        the best GPU, else the host
+ * A malformed spec is GPUARR_ERROR_INVALID_ARGUMENT; a well-formed spec naming no present device
+ * is GPUARR_ERROR_NO_DEVICE.
+ *
+ * =============================================================================================
+ * ARRAYS
+ * =============================================================================================
+ * An array is a C-contiguous block of `count` elements of one dtype on one device, with 0..8
+ * dimensions (0 dimensions = a scalar with count 1; any dimension may be 0 = an empty array).
+ * Handles are {uint32_t id} values made of a slot index and a generation counter: a released,
+ * stale or forged handle is detected (GPUARR_ERROR_INVALID_HANDLE), never dereferenced. Arrays
+ * are reference counted: gpuarr_retain adds a reference, gpuarr_release drops one and frees the
+ * memory with the last. Work still queued on a stream keeps the memory alive until it completes,
+ * so releasing early is always safe. Arrays are immutable once created: every operation makes a
+ * new array (or returns the same one, retained).
+ *
+ * Output handles are written only on success: on any error *out is left exactly as it was.
+ *
+ * =============================================================================================
+ * CONVERSION RULES (identical on every backend, bit for bit)
+ * =============================================================================================
+ *   - integer -> integer wraps modulo 2^bits (two's complement for signed targets);
+ *   - float -> integer truncates toward zero, saturates at the target's range, NaN -> 0;
+ *   - anything -> bool is (x != 0) (so NaN -> true, -0.0 -> false); bool -> anything is 0 or 1,
+ *     and a stored bool byte other than 0 counts as 1;
+ *   - to f16, bf16, f32 and f64 the result is correctly rounded, nearest-even, from the exact
+ *     source value (no double rounding, including i64/u64 -> bf16 and f64 -> f16);
+ *   - between float types -0.0, infinities and NaN are preserved. A NaN keeps its sign, gets
+ *     the quiet bit set and keeps the top bits of its payload (what x86 and ARM hardware do).
+ * gpuarr_convert(src, dev, dtype, &out) with dev = src's device and dtype = src's dtype (or 0)
+ * returns src itself, retained, without a copy. Otherwise the cast is done on the side of a
+ * transfer that makes it narrower: narrowing casts run before data leaves the source device,
+ * widening casts after it arrives. Large host casts and copies run on a small internal pool of
+ * worker threads (GPUARR_THREADS).
+ *
+ * =============================================================================================
+ * STREAMS, EVENTS AND SCOPES
+ * =============================================================================================
+ * A stream orders work on one device. gpuarr_convert is synchronous; gpuarr_convert_async
+ * enqueues the same work on a stream and returns at once: the result is ready when the stream
+ * (or an event recorded after it) is. An array produced on one stream and used on another is
+ * waited for automatically. The stream handle {0} means "the calling thread's current stream if
+ * it belongs to the device doing the work, else that device's default stream". On the host
+ * backend work runs to completion when it is enqueued, with the same API, ordering and errors.
+ * Steps that run on the host (host-side casts) wait for their input first.
+ *
+ * Each thread has a current device (initially the "any" device) and a current stream (initially
+ * none). GPUARR_WITH_DEVICE(dev) { ... } and GPUARR_WITH_STREAM(s) { ... } set them for the block
+ * and restore them when the block ends normally, by `continue` or by `break` (a `break` leaves
+ * the scope, not an enclosing loop). `return` and `goto` out of the block SKIP the restore: use
+ * GPUARR_SCOPED_DEVICE(dev); / GPUARR_SCOPED_STREAM(s); (GCC/Clang cleanup attribute in C, RAII
+ * in C++), which restore at the end of the enclosing block on every exit. If the device or
+ * stream is invalid the block does not run and gpuarr_last_error() says why.
+ *
+ * =============================================================================================
+ * THREAD SAFETY
+ * =============================================================================================
+ * gpuarr_init and gpuarr_shutdown are reference counted and may race each other from any number
+ * of threads; every other call must happen between a successful gpuarr_init and its matching
+ * gpuarr_shutdown. All other functions are thread-safe. gpuarr_last_error(), the current device
+ * and the current stream are per thread.
+ */
+#ifndef GPUARR_H_INCLUDED
+#define GPUARR_H_INCLUDED
+
+/* In strict ISO mode (-std=c11) glibc hides POSIX declarations the implementation needs. Asking
+   for them is harmless there; in GNU mode we leave the user's feature macros alone. */
+#if defined(GPUARR_IMPLEMENTATION) && defined(__STRICT_ANSI__) && !defined(_POSIX_C_SOURCE) && \
+    !defined(_GNU_SOURCE) && !defined(_XOPEN_SOURCE) && !defined(_DEFAULT_SOURCE)
+#define _POSIX_C_SOURCE 200809L
+#endif
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define GPUARR_VERSION_MAJOR 0
+#define GPUARR_VERSION_MINOR 1
+#define GPUARR_VERSION_PATCH 0
+#define GPUARR_VERSION_STRING "0.1.0"
+
+#define GPUARR_MAX_DIMS 8
+
+#ifndef GPUARR_API
+#define GPUARR_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * Results. X(NAME, value, description). 0 is success, errors are negative.
+ * ------------------------------------------------------------------------------------------- */
+#define GPUARR_RESULT_LIST(X)                                                                  \
+    X(OK, 0, "success")                                                                        \
+    X(ERROR_INVALID_ARGUMENT, -1, "invalid argument")                                          \
+    X(ERROR_INVALID_HANDLE, -2, "invalid, released or stale handle")                           \
+    X(ERROR_OUT_OF_MEMORY, -3, "out of memory")                                                \
+    X(ERROR_NO_DEVICE, -4, "no such device")                                                   \
+    X(ERROR_UNSUPPORTED, -5, "not supported by this device or build")                          \
+    X(ERROR_BACKEND, -6, "backend error")                                                      \
+    X(ERROR_NOT_INITIALIZED, -7, "gpuarr is not initialized")                                  \
+    X(ERROR_OVERFLOW, -8, "size or count overflow")                                            \
+    X(ERROR_TIMEOUT, -9, "timed out")                                                          \
+    X(ERROR_NOT_READY, -10, "work has not completed yet")
+
+typedef enum gpuarr_result {
+#define GPUARR__RESULT_ENUM(name, value, text) GPUARR_##name = value,
+    GPUARR_RESULT_LIST(GPUARR__RESULT_ENUM)
+#undef GPUARR__RESULT_ENUM
+    GPUARR_RESULT_COUNT = 11 /* number of codes; checked against the list in the implementation */
+} gpuarr_result;
+
+/* ---------------------------------------------------------------------------------------------
+ * Dtypes. One table; the dtype enum, names, sizes and the 13x13 host cast table are generated
+ * from it. Columns:
+ *   NAME   the enumerator (GPUARR_F32)       str    name string
+ *   store  C storage type                    size   bytes per element
+ *   kind   how values are written (internal) cat    the exact type values are read into
+ *   lo hi  range of the integer types (0 for the others)
+ * bool is stored as one byte; f16 and bf16 as their 16 bits (gpuarr_f16 / gpuarr_bf16 below).
+ * Every token is an enumerator, a type or a gpuarr__ name, so no user macro can change the
+ * table. The `c` parameter is passed through to M, so that the list can be crossed with itself.
+ * ------------------------------------------------------------------------------------------- */
+#define GPUARR__DTYPE_TABLE(M, c)                                                              \
+    M(c, GPUARR_BOOL, "bool", uint8_t, 1, gpuarr__k_bool, int32_t, 0, 1)                       \
+    M(c, GPUARR_I8, "i8", int8_t, 1, gpuarr__k_int, int32_t, INT8_MIN, INT8_MAX)               \
+    M(c, GPUARR_U8, "u8", uint8_t, 1, gpuarr__k_int, int32_t, 0, UINT8_MAX)                    \
+    M(c, GPUARR_I16, "i16", int16_t, 2, gpuarr__k_int, int32_t, INT16_MIN, INT16_MAX)          \
+    M(c, GPUARR_U16, "u16", uint16_t, 2, gpuarr__k_int, int32_t, 0, UINT16_MAX)                \
+    M(c, GPUARR_I32, "i32", int32_t, 4, gpuarr__k_int, int32_t, INT32_MIN, INT32_MAX)          \
+    M(c, GPUARR_U32, "u32", uint32_t, 4, gpuarr__k_int, uint32_t, 0, UINT32_MAX)               \
+    M(c, GPUARR_I64, "i64", int64_t, 8, gpuarr__k_int, int64_t, INT64_MIN, INT64_MAX)          \
+    M(c, GPUARR_U64, "u64", uint64_t, 8, gpuarr__k_int, uint64_t, 0, UINT64_MAX)               \
+    M(c, GPUARR_F16, "f16", uint16_t, 2, gpuarr__k_f16, float, 0, 0)                           \
+    M(c, GPUARR_BF16, "bf16", uint16_t, 2, gpuarr__k_bf16, float, 0, 0)                        \
+    M(c, GPUARR_F32, "f32", float, 4, gpuarr__k_f32, float, 0, 0)                              \
+    M(c, GPUARR_F64, "f64", double, 8, gpuarr__k_f64, double, 0, 0)
+
+/* The public form: X(NAME, str, store, size, kind, cat, lo, hi), e.g. for a switch:
+       #define CASE(NAME, str, ...) case NAME: return str;   GPUARR_DTYPE_LIST(CASE)        */
+#define GPUARR__APPLY_ROW(X, ...) X(__VA_ARGS__)
+#define GPUARR_DTYPE_LIST(X) GPUARR__DTYPE_TABLE(GPUARR__APPLY_ROW, X)
+
+typedef enum gpuarr_dtype {
+    GPUARR_DTYPE_INVALID = 0, /* also "keep the source's dtype" where a target dtype is asked */
+#define GPUARR__DTYPE_ENUM(NAME, ...) NAME,
+    GPUARR_DTYPE_LIST(GPUARR__DTYPE_ENUM)
+#undef GPUARR__DTYPE_ENUM
+    GPUARR_DTYPE_COUNT
+} gpuarr_dtype;
+
+/* 16-bit float storage types, distinct so that _Generic and C++ overloads can tell them apart. */
+typedef struct gpuarr_f16 { uint16_t bits; } gpuarr_f16;
+typedef struct gpuarr_bf16 { uint16_t bits; } gpuarr_bf16;
+
+/* ---------------------------------------------------------------------------------------------
+ * Backends. X(NAME, name). The host is always compiled in.
+ * ------------------------------------------------------------------------------------------- */
+#define GPUARR_BACKEND_LIST(X) X(HOST, "host") X(CUDA, "cuda") X(OPENCL, "opencl")
+
+typedef enum gpuarr_backend {
+    GPUARR_BACKEND_INVALID = 0,
+#define GPUARR__BACKEND_ENUM(NAME, str) GPUARR_BACKEND_##NAME,
+    GPUARR_BACKEND_LIST(GPUARR__BACKEND_ENUM)
+#undef GPUARR__BACKEND_ENUM
+    GPUARR_BACKEND_COUNT
+} gpuarr_backend;
+
+typedef enum gpuarr_device_type {
+    GPUARR_DEVICE_TYPE_UNKNOWN = 0,
+    GPUARR_DEVICE_TYPE_CPU,
+    GPUARR_DEVICE_TYPE_GPU,
+    GPUARR_DEVICE_TYPE_ACCELERATOR,
+    GPUARR_DEVICE_TYPE_COUNT
+} gpuarr_device_type;
+
+typedef enum gpuarr_log_level {
+    GPUARR_LOG_DEFAULT = 0, /* GPUARR_LOG, else WARN */
+    GPUARR_LOG_OFF,
+    GPUARR_LOG_ERROR,
+    GPUARR_LOG_WARN,
+    GPUARR_LOG_INFO,
+    GPUARR_LOG_DEBUG,
+    GPUARR_LOG_LEVEL_COUNT
+} gpuarr_log_level;
+
+/* ---------------------------------------------------------------------------------------------
+ * Handles. id 0 is never valid.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct gpuarr_device { uint32_t id; } gpuarr_device;
+typedef struct gpuarr_array { uint32_t id; } gpuarr_array;
+typedef struct gpuarr_stream { uint32_t id; } gpuarr_stream;
+typedef struct gpuarr_event { uint32_t id; } gpuarr_event;
+
+/* ---------------------------------------------------------------------------------------------
+ * Initialization
+ * ------------------------------------------------------------------------------------------- */
+typedef struct gpuarr_allocator {
+    void *(*alloc_fn)(size_t size, void *user_data); /* NULL on failure */
+    void (*free_fn)(void *ptr, void *user_data);
+    void *user_data;
+} gpuarr_allocator; /* both functions or neither */
+
+typedef void (*gpuarr_log_fn)(gpuarr_log_level level, const char *message, void *user_data);
+typedef struct gpuarr_logger {
+    gpuarr_log_fn fn; /* NULL: messages go to stderr */
+    void *user_data;
+} gpuarr_logger;
+
+typedef struct gpuarr_desc {
+    gpuarr_allocator allocator; /* library-internal host memory; zero = GPUARR_MALLOC or malloc */
+    gpuarr_logger logger;
+    gpuarr_log_level log_level; /* 0 = GPUARR_LOG, else WARN */
+    const char *devices;        /* NULL = GPUARR_DEVICES, else every device (copied by init) */
+    int host_threads;           /* 0 = GPUARR_THREADS, else online CPUs (at most 64) */
+} gpuarr_desc;
+
+/* Starts the library, or adds a reference when it is already running (the first caller's desc
+   wins; a later non-NULL desc is ignored with a log message). Thread-safe: racing callers all
+   get the one registry. Each successful call needs one gpuarr_shutdown. */
+GPUARR_API gpuarr_result gpuarr_init(const gpuarr_desc *desc);
+/* Drops a reference; the last one frees every array, stream and event still alive (with a
+   warning naming how many) and unloads the backends. Harmless when not initialized. */
+GPUARR_API void gpuarr_shutdown(void);
+GPUARR_API bool gpuarr_is_initialized(void);
+/* The desc in effect, with every default resolved. out->devices stays valid until shutdown. */
+GPUARR_API gpuarr_result gpuarr_query_desc(gpuarr_desc *out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Errors and names (these work without gpuarr_init)
+ * ------------------------------------------------------------------------------------------- */
+GPUARR_API const char *gpuarr_result_string(gpuarr_result r); /* "out of memory" */
+GPUARR_API const char *gpuarr_result_name(gpuarr_result r);   /* "GPUARR_ERROR_OUT_OF_MEMORY" */
+/* The message of the most recent failed call on this thread ("" if none). Successful calls do
+   not clear it: check the returned result first. The pointer is valid until the thread's next
+   gpuarr call. */
+GPUARR_API const char *gpuarr_last_error(void);
+GPUARR_API size_t gpuarr_dtype_size(gpuarr_dtype t);      /* 0 for an invalid dtype */
+GPUARR_API const char *gpuarr_dtype_name(gpuarr_dtype t); /* "f32"; "invalid" otherwise */
+GPUARR_API gpuarr_dtype gpuarr_dtype_from_name(const char *name); /* 0 if unknown */
+GPUARR_API const char *gpuarr_backend_name(gpuarr_backend b);
+GPUARR_API bool gpuarr_backend_compiled(gpuarr_backend b); /* compiled into this build */
+GPUARR_API const char *gpuarr_version_string(void);
+
+/* f16 / bf16 scalars, with the conversion rules above. */
+GPUARR_API gpuarr_f16 gpuarr_f16_from_float(float x);
+GPUARR_API gpuarr_f16 gpuarr_f16_from_double(double x);
+GPUARR_API float gpuarr_f16_to_float(gpuarr_f16 h);
+GPUARR_API gpuarr_bf16 gpuarr_bf16_from_float(float x);
+GPUARR_API gpuarr_bf16 gpuarr_bf16_from_double(double x);
+GPUARR_API float gpuarr_bf16_to_float(gpuarr_bf16 h);
+
+/* ---------------------------------------------------------------------------------------------
+ * Devices
+ * ------------------------------------------------------------------------------------------- */
+typedef struct gpuarr_device_info {
+    gpuarr_device device;
+    gpuarr_backend backend;
+    int index;                 /* within its backend: "cuda:<index>" */
+    gpuarr_device_type type;
+    char spec[32];             /* "host", "cuda:0", "opencl:1" */
+    char name[256];
+    char vendor[128];
+    char version[128];         /* driver / platform / OS version */
+    int compute_capability_major, compute_capability_minor; /* CUDA; 0 elsewhere */
+    uint64_t total_memory;     /* bytes */
+    uint64_t free_memory;      /* bytes, read when this info is asked for */
+    uint64_t max_alloc_bytes;  /* largest single allocation the device allows */
+    int compute_units;         /* SMs, OpenCL compute units, online CPUs */
+    int clock_mhz;             /* 0 if unknown */
+    bool host_unified;         /* device memory is host memory */
+    bool has_pci;              /* pci_* fields valid */
+    int pci_domain, pci_bus, pci_device, pci_function;
+    char pci_bus_id[32];       /* "0000:3b:00.0" or "" */
+    bool has_uuid;
+    uint8_t uuid[16];
+    gpuarr_device same_as;     /* the same physical device through another backend, or {0} */
+} gpuarr_device_info;
+
+GPUARR_API int gpuarr_device_count(void);           /* the host included; 0 if not initialized */
+GPUARR_API gpuarr_device gpuarr_device_at(int index); /* {0} if out of range */
+GPUARR_API gpuarr_device gpuarr_host(void);         /* {0} if not initialized */
+GPUARR_API gpuarr_result gpuarr_device_find(const char *spec, gpuarr_device *out);
+GPUARR_API gpuarr_result gpuarr_device_get_info(gpuarr_device d, gpuarr_device_info *out);
+/* Waits for all work gpuarr has queued on every stream of the device. */
+GPUARR_API gpuarr_result gpuarr_device_sync(gpuarr_device d);
+
+/* ---------------------------------------------------------------------------------------------
+ * Arrays
+ * ------------------------------------------------------------------------------------------- */
+typedef struct gpuarr_array_info {
+    gpuarr_device device;
+    gpuarr_dtype dtype;
+    int ndim;
+    int64_t shape[GPUARR_MAX_DIMS]; /* entries past ndim are 0 */
+    int64_t count;                  /* product of shape (1 for ndim 0) */
+    size_t itemsize;
+    size_t nbytes;
+    bool host_accessible;           /* gpuarr_host_data works on it */
+    bool wrapped;                   /* memory adopted from the caller (gpuarr_wrap_host) */
+    uint32_t refcount;              /* references held through the handle */
+} gpuarr_array_info;
+
+typedef void (*gpuarr_release_fn)(void *data, void *user_data);
+
+/* Uninitialized / zero-filled array. ndim 0..8; shape may be NULL only when ndim is 0. */
+GPUARR_API gpuarr_result gpuarr_empty(gpuarr_device d, gpuarr_dtype t, int ndim,
+                                      const int64_t *shape, gpuarr_array *out);
+GPUARR_API gpuarr_result gpuarr_zeros(gpuarr_device d, gpuarr_dtype t, int ndim,
+                                      const int64_t *shape, gpuarr_array *out);
+/* Copies count(shape) elements of dtype t from host memory into a new array on d. */
+GPUARR_API gpuarr_result gpuarr_from_host_as(gpuarr_device d, gpuarr_dtype t, const void *data,
+                                             int ndim, const int64_t *shape, gpuarr_array *out);
+/* Writes the array's elements, cast to dtype t (0 = the array's dtype), into host memory that
+   holds `count` elements of t; count smaller than the array's count is an error. */
+GPUARR_API gpuarr_result gpuarr_to_host_as(gpuarr_array a, gpuarr_dtype t, void *data,
+                                           size_t count);
+/* Adopts host memory without copying. `release` (may be NULL) is called with (data, user_data)
+   when the last reference goes, and never if this call fails. data must be aligned to the
+   dtype's size; it may be NULL only for an empty array. */
+GPUARR_API gpuarr_result gpuarr_wrap_host(void *data, gpuarr_dtype t, int ndim,
+                                          const int64_t *shape, gpuarr_release_fn release,
+                                          void *user_data, gpuarr_array *out);
+/* A new array on device `dst` with dtype t (0 = keep), or `src` itself, retained, when neither
+   changes. Synchronous. */
+GPUARR_API gpuarr_result gpuarr_convert(gpuarr_array src, gpuarr_device dst, gpuarr_dtype t,
+                                        gpuarr_array *out);
+GPUARR_API gpuarr_result gpuarr_convert_async(gpuarr_array src, gpuarr_device dst, gpuarr_dtype t,
+                                              gpuarr_stream s, gpuarr_array *out);
+GPUARR_API gpuarr_result gpuarr_retain(gpuarr_array a);
+GPUARR_API gpuarr_result gpuarr_release(gpuarr_array a);
+GPUARR_API gpuarr_result gpuarr_array_get_info(gpuarr_array a, gpuarr_array_info *out);
+/* The host pointer of an array on the host device, after any pending work producing it has
+   completed. Valid while the array is referenced. GPUARR_ERROR_UNSUPPORTED for device arrays. */
+GPUARR_API gpuarr_result gpuarr_host_data(gpuarr_array a, void **out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Typed host I/O. X(C type, suffix, dtype). Each line makes gpuarr_from_host_<suffix> and
+ * gpuarr_to_host_<suffix>, and one association of the generic gpuarr_from_host / gpuarr_to_host
+ * (_Generic in C, overloads in C++). Keyed on fundamental types: `long` and `long long` are
+ * both listed (both map to I64 on LP64 systems), so int64_t works whichever it is.
+ * ------------------------------------------------------------------------------------------- */
+#define GPUARR__INT_DTYPE(T, is_signed)                                                        \
+    (sizeof(T) == 1   ? ((is_signed) ? GPUARR_I8 : GPUARR_U8)                                  \
+     : sizeof(T) == 2 ? ((is_signed) ? GPUARR_I16 : GPUARR_U16)                                \
+     : sizeof(T) == 4 ? ((is_signed) ? GPUARR_I32 : GPUARR_U32)                                \
+                      : ((is_signed) ? GPUARR_I64 : GPUARR_U64))
+
+#define GPUARR_CTYPE_LIST(X)                                                                   \
+    X(bool, bool, GPUARR_BOOL)                                                                 \
+    X(signed char, i8, GPUARR_I8)                                                              \
+    X(unsigned char, u8, GPUARR_U8)                                                            \
+    X(short, i16, GPUARR__INT_DTYPE(short, 1))                                                 \
+    X(unsigned short, u16, GPUARR__INT_DTYPE(unsigned short, 0))                               \
+    X(int, i32, GPUARR__INT_DTYPE(int, 1))                                                     \
+    X(unsigned int, u32, GPUARR__INT_DTYPE(unsigned int, 0))                                   \
+    X(long, long, GPUARR__INT_DTYPE(long, 1))                                                  \
+    X(unsigned long, ulong, GPUARR__INT_DTYPE(unsigned long, 0))                               \
+    X(long long, llong, GPUARR__INT_DTYPE(long long, 1))                                       \
+    X(unsigned long long, ullong, GPUARR__INT_DTYPE(unsigned long long, 0))                    \
+    X(float, f32, GPUARR_F32)                                                                  \
+    X(double, f64, GPUARR_F64)                                                                 \
+    X(gpuarr_f16, f16, GPUARR_F16)                                                             \
+    X(gpuarr_bf16, bf16, GPUARR_BF16)
+
+#define GPUARR__TYPED_IO(ctype, suffix, dtype)                                                 \
+    static inline gpuarr_result gpuarr_from_host_##suffix(gpuarr_device d, const ctype *data,  \
+                                                          int ndim, const int64_t *shape,      \
+                                                          gpuarr_array *out) {                 \
+        return gpuarr_from_host_as(d, dtype, data, ndim, shape, out);                          \
+    }                                                                                          \
+    static inline gpuarr_result gpuarr_to_host_##suffix(gpuarr_array a, ctype *data,           \
+                                                        size_t count) {                        \
+        return gpuarr_to_host_as(a, dtype, data, count);                                       \
+    }
+GPUARR_CTYPE_LIST(GPUARR__TYPED_IO)
+#undef GPUARR__TYPED_IO
+
+/* Exact-width spellings for direct calls (int64_t is `long` or `long long`). */
+static inline gpuarr_result gpuarr_from_host_i64(gpuarr_device d, const int64_t *data, int ndim,
+                                                 const int64_t *shape, gpuarr_array *out) {
+    return gpuarr_from_host_as(d, GPUARR_I64, data, ndim, shape, out);
+}
+static inline gpuarr_result gpuarr_from_host_u64(gpuarr_device d, const uint64_t *data, int ndim,
+                                                 const int64_t *shape, gpuarr_array *out) {
+    return gpuarr_from_host_as(d, GPUARR_U64, data, ndim, shape, out);
+}
+static inline gpuarr_result gpuarr_to_host_i64(gpuarr_array a, int64_t *data, size_t count) {
+    return gpuarr_to_host_as(a, GPUARR_I64, data, count);
+}
+static inline gpuarr_result gpuarr_to_host_u64(gpuarr_array a, uint64_t *data, size_t count) {
+    return gpuarr_to_host_as(a, GPUARR_U64, data, count);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Streams and events
+ * ------------------------------------------------------------------------------------------- */
+enum { GPUARR_EVENT_TIMING = 1u }; /* gpuarr_event_create flags */
+
+/* flags must be 0 (reserved). The stream belongs to device d. */
+GPUARR_API gpuarr_result gpuarr_stream_create(gpuarr_device d, uint32_t flags, gpuarr_stream *out);
+/* Waits for the stream's work, then destroys it. */
+GPUARR_API gpuarr_result gpuarr_stream_destroy(gpuarr_stream s);
+GPUARR_API gpuarr_result gpuarr_stream_sync(gpuarr_stream s);
+GPUARR_API gpuarr_result gpuarr_stream_query(gpuarr_stream s, bool *done);
+GPUARR_API gpuarr_result gpuarr_stream_get_device(gpuarr_stream s, gpuarr_device *out);
+/* Makes later work on s wait for e (across backends the calling thread waits instead). */
+GPUARR_API gpuarr_result gpuarr_stream_wait(gpuarr_stream s, gpuarr_event e);
+
+GPUARR_API gpuarr_result gpuarr_event_create(gpuarr_device d, uint32_t flags, gpuarr_event *out);
+GPUARR_API gpuarr_result gpuarr_event_destroy(gpuarr_event e);
+/* Captures the work enqueued on s so far; s must be on the event's device. Re-recording is
+   allowed. */
+GPUARR_API gpuarr_result gpuarr_event_record(gpuarr_event e, gpuarr_stream s);
+GPUARR_API gpuarr_result gpuarr_event_sync(gpuarr_event e);
+GPUARR_API gpuarr_result gpuarr_event_query(gpuarr_event e, bool *done);
+/* Milliseconds between two completed events created with GPUARR_EVENT_TIMING. */
+GPUARR_API gpuarr_result gpuarr_event_elapsed_ms(gpuarr_event start, gpuarr_event end, double *ms);
+
+/* ---------------------------------------------------------------------------------------------
+ * Per-thread current device and stream, and scopes
+ * ------------------------------------------------------------------------------------------- */
+GPUARR_API gpuarr_device gpuarr_current_device(void);
+GPUARR_API gpuarr_result gpuarr_set_current_device(gpuarr_device d);
+GPUARR_API gpuarr_stream gpuarr_current_stream(void);             /* {0} if none */
+GPUARR_API gpuarr_result gpuarr_set_current_stream(gpuarr_stream s); /* {0} clears it */
+
+typedef struct gpuarr_scope {
+    gpuarr_device previous_device;
+    gpuarr_stream previous_stream;
+    gpuarr_result result; /* why the scope did not start, when active is false */
+    bool active;
+    gpuarr_device device;  /* the scope's device */
+    void *native_previous; /* the backend's previous native context (CUDA), restored on leave */
+} gpuarr_scope;
+/* Enter: save the thread's current device and stream and set the new ones (a stream scope also
+   makes the stream's device current). Leave: restore them; a second leave does nothing. */
+GPUARR_API gpuarr_scope gpuarr_scope_enter_device(gpuarr_device d);
+GPUARR_API gpuarr_scope gpuarr_scope_enter_stream(gpuarr_stream s);
+GPUARR_API void gpuarr_scope_leave(gpuarr_scope *scope);
+
+#define GPUARR__CAT2(a, b) a##b
+#define GPUARR__CAT(a, b) GPUARR__CAT2(a, b)
+#define GPUARR__ID(name) GPUARR__CAT(gpuarr__##name##_, __LINE__)
+/* The inner one-pass loop turns `break` and `continue` into "leave the block"; the outer loop's
+   step then restores. */
+#define GPUARR__WITH(enter)                                                                    \
+    for (gpuarr_scope GPUARR__ID(scope) = enter; GPUARR__ID(scope).active;                     \
+         gpuarr_scope_leave(&GPUARR__ID(scope)))                                               \
+        for (int GPUARR__ID(once) = 1; GPUARR__ID(once); GPUARR__ID(once) = 0)
+#define GPUARR_WITH_DEVICE(dev) GPUARR__WITH(gpuarr_scope_enter_device(dev))
+#define GPUARR_WITH_STREAM(stream) GPUARR__WITH(gpuarr_scope_enter_stream(stream))
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * Generic typed I/O: gpuarr_from_host(dev, data, ndim, shape, &out), gpuarr_to_host(a, data, n)
+ * ------------------------------------------------------------------------------------------- */
+#ifdef __cplusplus
+#define GPUARR__OVERLOADS(ctype, suffix, dtype)                                                \
+    inline gpuarr_result gpuarr_from_host(gpuarr_device d, const ctype *data, int ndim,        \
+                                          const int64_t *shape, gpuarr_array *out) {           \
+        return gpuarr_from_host_##suffix(d, data, ndim, shape, out);                           \
+    }                                                                                          \
+    inline gpuarr_result gpuarr_to_host(gpuarr_array a, ctype *data, size_t count) {           \
+        return gpuarr_to_host_##suffix(a, data, count);                                        \
+    }
+GPUARR_CTYPE_LIST(GPUARR__OVERLOADS)
+#undef GPUARR__OVERLOADS
+
+/* Restores the thread's device (and stream) at the end of the enclosing block, on every exit. */
+struct gpuarr_scope_guard {
+    gpuarr_scope scope;
+    explicit gpuarr_scope_guard(gpuarr_scope s) : scope(s) {}
+    ~gpuarr_scope_guard() { gpuarr_scope_leave(&scope); }
+    gpuarr_scope_guard(const gpuarr_scope_guard &) = delete;
+    gpuarr_scope_guard &operator=(const gpuarr_scope_guard &) = delete;
+};
+#define GPUARR_SCOPED_DEVICE(dev)                                                              \
+    gpuarr_scope_guard GPUARR__ID(guard)(gpuarr_scope_enter_device(dev))
+#define GPUARR_SCOPED_STREAM(stream)                                                           \
+    gpuarr_scope_guard GPUARR__ID(guard)(gpuarr_scope_enter_stream(stream))
+#else
+#define GPUARR__GENERIC_FROM(ctype, suffix, dtype)                                             \
+    , const ctype * : gpuarr_from_host_##suffix, ctype * : gpuarr_from_host_##suffix
+#define GPUARR__GENERIC_TO(ctype, suffix, dtype) , ctype * : gpuarr_to_host_##suffix
+#define gpuarr_from_host(dev, data, ndim, shape, out)                                          \
+    _Generic((data)GPUARR_CTYPE_LIST(GPUARR__GENERIC_FROM))(dev, data, ndim, shape, out)
+#define gpuarr_to_host(arr, data, count)                                                       \
+    _Generic((data)GPUARR_CTYPE_LIST(GPUARR__GENERIC_TO))(arr, data, count)
+#if defined(__GNUC__) || defined(__clang__)
+#define GPUARR_SCOPED_DEVICE(dev)                                                              \
+    gpuarr_scope GPUARR__ID(guard) __attribute__((cleanup(gpuarr_scope_leave))) =              \
+        gpuarr_scope_enter_device(dev)
+#define GPUARR_SCOPED_STREAM(stream)                                                           \
+    gpuarr_scope GPUARR__ID(guard) __attribute__((cleanup(gpuarr_scope_leave))) =              \
+        gpuarr_scope_enter_stream(stream)
+#endif
+#endif /* __cplusplus */
+
+#endif /* GPUARR_H_INCLUDED */
+
+/* =============================================================================================
+ * IMPLEMENTATION
+ * ============================================================================================= */
+#if defined(GPUARR_IMPLEMENTATION) && !defined(GPUARR__IMPLEMENTATION_INCLUDED)
+#define GPUARR__IMPLEMENTATION_INCLUDED
+
+#ifdef __FAST_MATH__
+#error "gpuarr: do not compile the implementation with -ffast-math: the conversion rules need IEEE NaN and infinity semantics"
+#endif
+#if defined(GPUARR_MALLOC) != defined(GPUARR_FREE)
+#error "gpuarr: define both GPUARR_MALLOC and GPUARR_FREE, or neither"
+#endif
+#if defined(_WIN32)
+#error "gpuarr: only POSIX systems are supported for now (pthreads, dlopen)"
+#endif
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---------------------------------------------------------------------------------------------
+ * Portability: the implementation compiles as C11, C++17 and inside .cu files.
+ * ------------------------------------------------------------------------------------------- */
+#ifdef __cplusplus
+#define GPUARR__THREAD_LOCAL thread_local
+#define GPUARR__RESTRICT __restrict
+#define GPUARR__STATIC_ASSERT(cond, msg) static_assert(cond, msg)
+#else
+#define GPUARR__THREAD_LOCAL _Thread_local
+#define GPUARR__RESTRICT restrict
+#define GPUARR__STATIC_ASSERT(cond, msg) _Static_assert(cond, msg)
+#endif
+#define GPUARR__PRINTF(fmt_index, args_index) __attribute__((format(printf, fmt_index, args_index)))
+#define GPUARR__UNUSED(x) ((void)(x))
+#define GPUARR__MIN(a, b) ((a) < (b) ? (a) : (b))
+#define GPUARR__MAX(a, b) ((a) > (b) ? (a) : (b))
+#define GPUARR__ATOMIC_LOAD(p) __atomic_load_n(p, __ATOMIC_ACQUIRE)
+#define GPUARR__ATOMIC_STORE(p, v) __atomic_store_n(p, v, __ATOMIC_RELEASE)
+#define GPUARR__ATOMIC_INC(p) __atomic_add_fetch(p, 1, __ATOMIC_RELAXED)
+#define GPUARR__ATOMIC_DEC(p) __atomic_sub_fetch(p, 1, __ATOMIC_ACQ_REL)
+
+GPUARR__STATIC_ASSERT(sizeof(short) == 2 && sizeof(int) == 4 && sizeof(long long) == 8,
+                      "gpuarr needs 16-bit short, 32-bit int and 64-bit long long");
+GPUARR__STATIC_ASSERT(sizeof(float) == 4 && sizeof(double) == 8, "gpuarr needs IEEE binary32/64");
+GPUARR__STATIC_ASSERT(sizeof(bool) == 1, "gpuarr stores bool as one byte");
+GPUARR__STATIC_ASSERT(sizeof(void *) == 8, "gpuarr needs a 64-bit system");
+
+/* Every result code is in the list, so the count in the enum must match it. */
+#define GPUARR__COUNT_ONE(...) +1
+GPUARR__STATIC_ASSERT(0 GPUARR_RESULT_LIST(GPUARR__COUNT_ONE) == GPUARR_RESULT_COUNT,
+                      "GPUARR_RESULT_COUNT does not match GPUARR_RESULT_LIST");
+
+/* Deferred expansion lets a list be crossed with itself (the cast table): a macro is not
+   expanded inside its own expansion, so the inner use is spelled through an indirection that
+   only resolves on the next scan, which GPUARR__EXPAND provides. */
+#define GPUARR__EMPTY()
+#define GPUARR__DEFER(m) m GPUARR__EMPTY()
+#define GPUARR__EXPAND(...) __VA_ARGS__
+#define GPUARR__UNPACK(...) __VA_ARGS__
+#define GPUARR__DTYPE_TABLE_INDIRECT() GPUARR__DTYPE_TABLE
+
+/* ---------------------------------------------------------------------------------------------
+ * Internal types shared by the core and the backends
+ * ------------------------------------------------------------------------------------------- */
+typedef struct gpuarr__obj gpuarr__obj;
+typedef struct gpuarr__dev gpuarr__dev;
+typedef struct gpuarr__stream gpuarr__stream;
+typedef struct gpuarr__event gpuarr__event;
+typedef struct gpuarr__array gpuarr__array;
+typedef struct gpuarr__backend gpuarr__backend;
+
+/* Reference-counted objects behind handles; destroy runs when the count reaches zero. */
+struct gpuarr__obj {
+    uint32_t refs;
+    void (*destroy)(gpuarr__obj *self);
+};
+
+/* The backend table: the only way the core reaches a backend. Memory handles are void *: a
+   host pointer, a CUdeviceptr or a cl_mem. Offsets are in bytes. Copies and casts are enqueued
+   on a stream; a backend whose `synchronous` flag is set completes them before returning. */
+#define GPUARR__BACKEND_PROCS(X)                                                               \
+    X(gpuarr_result, load, (void))                                                             \
+    X(void, unload, (void))                                                                    \
+    X(int, device_count, (void))                                                               \
+    X(gpuarr_result, device_info, (int index, gpuarr_device_info *info))                       \
+    X(gpuarr_result, device_open, (gpuarr__dev * d))                                           \
+    X(void, device_close, (gpuarr__dev * d))                                                   \
+    X(gpuarr_result, mem_info, (gpuarr__dev * d, uint64_t *free_bytes, uint64_t *total_bytes)) \
+    X(gpuarr_result, mem_alloc, (gpuarr__dev * d, size_t bytes, void **mem))                   \
+    X(void, mem_free, (gpuarr__dev * d, void *mem))                                            \
+    X(void *, mem_host_ptr, (gpuarr__dev * d, void *mem))                                      \
+    X(gpuarr_result, copy_h2d,                                                                 \
+      (gpuarr__stream * s, void *dst, size_t dst_off, const void *src, size_t bytes))          \
+    X(gpuarr_result, copy_d2h,                                                                 \
+      (gpuarr__stream * s, void *dst, const void *src, size_t src_off, size_t bytes))          \
+    X(gpuarr_result, copy_d2d,                                                                 \
+      (gpuarr__stream * s, void *dst, size_t dst_off, const void *src, size_t src_off,         \
+       size_t bytes))                                                                          \
+    X(bool, can_copy_peer, (gpuarr__dev * dst, gpuarr__dev *src))                              \
+    X(gpuarr_result, copy_peer,                                                                \
+      (gpuarr__stream * s, gpuarr__dev *dst_dev, void *dst, size_t dst_off,                    \
+       gpuarr__dev *src_dev, const void *src, size_t src_off, size_t bytes))                   \
+    X(gpuarr_result, cast,                                                                     \
+      (gpuarr__stream * s, void *dst, size_t dst_off, gpuarr_dtype dst_t, const void *src,     \
+       size_t src_off, gpuarr_dtype src_t, size_t count))                                      \
+    X(gpuarr_result, fill_zero, (gpuarr__stream * s, void *dst, size_t dst_off, size_t bytes)) \
+    X(gpuarr_result, stream_create, (gpuarr__dev * d, void **native))                          \
+    X(void, stream_destroy, (gpuarr__dev * d, void *native))                                   \
+    X(gpuarr_result, stream_sync, (gpuarr__dev * d, void *native))                             \
+    X(gpuarr_result, stream_query, (gpuarr__dev * d, void *native, bool *done))                \
+    X(gpuarr_result, event_create, (gpuarr__dev * d, bool timing, void **native))              \
+    X(void, event_destroy, (gpuarr__dev * d, void *native))                                    \
+    X(gpuarr_result, event_record, (gpuarr__dev * d, void *event, void *stream))               \
+    X(gpuarr_result, event_sync, (gpuarr__dev * d, void *event))                               \
+    X(gpuarr_result, event_query, (gpuarr__dev * d, void *event, bool *done))                  \
+    X(gpuarr_result, event_elapsed, (gpuarr__dev * d, void *start, void *end, double *ms))     \
+    X(gpuarr_result, stream_wait_event, (gpuarr__dev * d, void *stream, void *event))          \
+    X(gpuarr_result, activate, (gpuarr__dev * d, void **previous))                             \
+    X(void, deactivate, (gpuarr__dev * d, void *previous))
+
+struct gpuarr__backend {
+    gpuarr_backend id;
+    const char *name;
+    bool synchronous; /* work is complete when it is enqueued (the host) */
+#define GPUARR__PROC_MEMBER(ret, name, params) ret(*name) params;
+    GPUARR__BACKEND_PROCS(GPUARR__PROC_MEMBER)
+#undef GPUARR__PROC_MEMBER
+};
+
+struct gpuarr__dev {
+    gpuarr_device_info info; /* static fields; free_memory is refreshed when asked */
+    const gpuarr__backend *backend;
+    void *native;            /* backend's per-device state, made by device_open */
+    pthread_mutex_t lock;    /* guards the lazy open and the default stream */
+    bool opened;
+    gpuarr__stream *default_stream;
+};
+
+typedef struct gpuarr__deferred {
+    struct gpuarr__deferred *next;
+    void *event; /* native event that marks the point the work must pass */
+    void (*fn)(void *ctx);
+    void *ctx;
+} gpuarr__deferred;
+
+struct gpuarr__stream {
+    gpuarr__obj obj;
+    gpuarr__dev *dev;
+    void *native;
+    uint32_t id;          /* public handle id; 0 for a device's default stream */
+    pthread_mutex_t lock; /* guards the deferred list */
+    gpuarr__deferred *deferred_head, *deferred_tail;
+};
+
+struct gpuarr__event {
+    gpuarr__obj obj;
+    gpuarr__dev *dev;
+    void *native;
+    bool timing;
+    uint32_t recorded; /* atomic flag */
+};
+
+struct gpuarr__array {
+    gpuarr__obj obj;
+    gpuarr__dev *dev;
+    gpuarr_dtype dtype;
+    int ndim;
+    int64_t shape[GPUARR_MAX_DIMS];
+    int64_t count;
+    size_t nbytes;
+    void *mem;     /* backend memory handle (NULL for an empty array) */
+    size_t offset; /* bytes into mem */
+    bool wrapped;  /* mem belongs to the caller */
+    gpuarr_release_fn release_fn;
+    void *release_user;
+    gpuarr__event *ready; /* contents valid once this completes; NULL = valid now */
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * Handle tables: slot index in the low 20 bits, generation in the high 12 (never 0), so a
+ * released, stale or forged id is caught by a range or generation check under the table lock.
+ * ------------------------------------------------------------------------------------------- */
+#define GPUARR__INDEX_BITS 20u
+#define GPUARR__INDEX_MASK ((1u << GPUARR__INDEX_BITS) - 1u)
+#define GPUARR__GEN_MASK 0xfffu
+#define GPUARR__NO_SLOT 0xffffffffu
+
+typedef struct gpuarr__slot {
+    gpuarr__obj *obj; /* NULL when free */
+    uint32_t gen;
+    uint32_t public_refs;
+    uint32_t next_free;
+} gpuarr__slot;
+
+typedef struct gpuarr__table {
+    pthread_mutex_t lock;
+    const char *kind; /* "array", "stream", "event" */
+    gpuarr__slot *slots;
+    uint32_t capacity, used, live;
+    uint32_t free_head, free_tail; /* FIFO, so a freed slot is reused as late as possible */
+    uint32_t first_gen;
+} gpuarr__table;
+
+/* ---------------------------------------------------------------------------------------------
+ * Host worker pool: a few threads that split large casts and copies. The caller works too and
+ * returns when every chunk is done, so no job outlives the call that made it.
+ * ------------------------------------------------------------------------------------------- */
+typedef void (*gpuarr__chunk_fn)(void *ctx, size_t begin, size_t end);
+
+typedef struct gpuarr__job {
+    gpuarr__chunk_fn fn;
+    void *ctx;
+    size_t count, chunk, next, done;
+    struct gpuarr__job *next_job;
+} gpuarr__job;
+
+typedef struct gpuarr__workers {
+    pthread_mutex_t lock;
+    pthread_cond_t wake, finished;
+    pthread_t *threads;
+    int wanted, started;
+    bool tried, stop;
+    gpuarr__job *queue;
+} gpuarr__workers;
+
+/* ---------------------------------------------------------------------------------------------
+ * The one global state
+ * ------------------------------------------------------------------------------------------- */
+typedef struct gpuarr__filter_item {
+    gpuarr_backend backend;
+    int index; /* -1 = every device of the backend */
+} gpuarr__filter_item;
+
+typedef struct gpuarr__state {
+    int refs;             /* gpuarr_init references, under gpuarr__init_lock */
+    uint32_t valid;       /* atomic: 1 while initialized */
+    uint32_t epoch;       /* counts init cycles; part of device ids */
+    gpuarr_allocator allocator;
+    gpuarr_logger logger;
+    gpuarr_log_level log_level;
+    char *devices_filter; /* resolved copy of desc.devices / GPUARR_DEVICES, or NULL */
+    gpuarr__filter_item *filter;
+    int filter_count;
+    int host_threads;
+    gpuarr__dev *devices;
+    int device_count;
+    int best_gpu; /* index or -1 */
+    gpuarr__table arrays, streams, events;
+    gpuarr__workers workers;
+    bool backend_loaded[GPUARR_BACKEND_COUNT];
+    void *backend_state[GPUARR_BACKEND_COUNT];
+} gpuarr__state;
+
+static gpuarr__state gpuarr__g;
+/* The one lock that must exist before gpuarr_init runs. */
+static pthread_mutex_t gpuarr__init_lock = PTHREAD_MUTEX_INITIALIZER;
+
+typedef struct gpuarr__thread_state {
+    char error[1024];
+    const char *api;       /* the public function running on this thread, for messages */
+    uint32_t device_id;    /* current device; 0 = not set ("any") */
+    uint32_t stream_id;    /* current stream; 0 = none */
+} gpuarr__thread_state;
+static GPUARR__THREAD_LOCAL gpuarr__thread_state gpuarr__tls;
+
+/* ---------------------------------------------------------------------------------------------
+ * Errors and logging
+ * ------------------------------------------------------------------------------------------- */
+static void gpuarr__log(gpuarr_log_level level, const char *fmt, ...) GPUARR__PRINTF(2, 3);
+
+static void gpuarr__log(gpuarr_log_level level, const char *fmt, ...) {
+    gpuarr_log_level threshold = gpuarr__g.log_level ? gpuarr__g.log_level : GPUARR_LOG_WARN;
+    if (level > threshold || threshold == GPUARR_LOG_OFF) return;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (gpuarr__g.logger.fn) {
+        gpuarr__g.logger.fn(level, msg, gpuarr__g.logger.user_data);
+        return;
+    }
+    static const char *const names[] = {"", "", "error", "warning", "info", "debug"};
+    fprintf(stderr, "gpuarr %s: %s\n", names[level], msg);
+}
+
+/* Records "<public function>: <message>" for this thread and returns r. */
+static gpuarr_result gpuarr__fail(gpuarr_result r, const char *fmt, ...) GPUARR__PRINTF(2, 3);
+
+static gpuarr_result gpuarr__fail(gpuarr_result r, const char *fmt, ...) {
+    char *buf = gpuarr__tls.error;
+    size_t cap = sizeof gpuarr__tls.error;
+    int n = snprintf(buf, cap, "%s: ", gpuarr__tls.api ? gpuarr__tls.api : "gpuarr");
+    size_t used = n > 0 ? GPUARR__MIN((size_t)n, cap - 1) : 0;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + used, cap - used, fmt, ap);
+    va_end(ap);
+    gpuarr__log(GPUARR_LOG_DEBUG, "%s", buf);
+    return r;
+}
+
+static bool gpuarr__initialized(void) { return GPUARR__ATOMIC_LOAD(&gpuarr__g.valid) != 0; }
+
+/* Every public function that needs the library starts with this. */
+#define GPUARR__BEGIN()                                                                        \
+    do {                                                                                       \
+        gpuarr__tls.api = __func__;                                                            \
+        if (!gpuarr__initialized())                                                            \
+            return gpuarr__fail(GPUARR_ERROR_NOT_INITIALIZED,                                  \
+                                "gpuarr is not initialized (call gpuarr_init first)");         \
+    } while (0)
+#define GPUARR__CHECK(expr)                                                                    \
+    do {                                                                                       \
+        gpuarr_result gpuarr__r = (expr);                                                      \
+        if (gpuarr__r != GPUARR_OK) return gpuarr__r;                                          \
+    } while (0)
+#define GPUARR__REQUIRE_PTR(p)                                                                 \
+    do {                                                                                       \
+        if (!(p)) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "%s is NULL", #p);        \
+    } while (0)
+
+/* ---------------------------------------------------------------------------------------------
+ * Host memory for the library itself: the desc allocator, GPUARR_MALLOC, or malloc.
+ * ------------------------------------------------------------------------------------------- */
+static void *gpuarr__malloc(size_t size) {
+    if (size == 0) size = 1;
+    if (gpuarr__g.allocator.alloc_fn) return gpuarr__g.allocator.alloc_fn(size, gpuarr__g.allocator.user_data);
+#ifdef GPUARR_MALLOC
+    return GPUARR_MALLOC(size);
+#else
+    return malloc(size);
+#endif
+}
+
+static void gpuarr__free(void *ptr) {
+    if (!ptr) return;
+    if (gpuarr__g.allocator.free_fn) {
+        gpuarr__g.allocator.free_fn(ptr, gpuarr__g.allocator.user_data);
+        return;
+    }
+#ifdef GPUARR_FREE
+    GPUARR_FREE(ptr);
+#else
+    free(ptr);
+#endif
+}
+
+static void *gpuarr__calloc(size_t size) {
+    void *p = gpuarr__malloc(size);
+    if (p) memset(p, 0, size);
+    return p;
+}
+
+/* Aligned blocks through the same allocator: the original pointer sits just below the block. */
+static void *gpuarr__aligned_malloc(size_t size, size_t align) {
+    size_t extra = align + sizeof(void *);
+    if (size > SIZE_MAX - extra) return NULL;
+    unsigned char *raw = (unsigned char *)gpuarr__malloc(size + extra);
+    if (!raw) return NULL;
+    uintptr_t start = (uintptr_t)(raw + sizeof(void *));
+    uintptr_t aligned = (start + (align - 1)) & ~(uintptr_t)(align - 1);
+    memcpy((void *)(aligned - sizeof(void *)), &raw, sizeof raw);
+    return (void *)aligned;
+}
+
+static void gpuarr__aligned_free(void *ptr) {
+    if (!ptr) return;
+    void *raw;
+    memcpy(&raw, (unsigned char *)ptr - sizeof(void *), sizeof raw);
+    gpuarr__free(raw);
+}
+
+static char *gpuarr__strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *p = (char *)gpuarr__malloc(n);
+    if (p) memcpy(p, s, n);
+    return p;
+}
+
+static void gpuarr__copy_string(char *dst, size_t cap, const char *src) {
+    if (!cap) return;
+    size_t n = strlen(src);
+    if (n >= cap) n = cap - 1;
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
+/* Monotonic milliseconds; the wall clock stands in when strict ISO mode hides clock_gettime. */
+static double gpuarr__now_ms(void) {
+    struct timespec ts;
+#if defined(_POSIX_C_SOURCE) && _POSIX_C_SOURCE >= 199309L && defined(CLOCK_MONOTONIC)
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+#else
+    timespec_get(&ts, TIME_UTC);
+#endif
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* Overflow-checked size arithmetic. */
+static bool gpuarr__mul_overflows(size_t a, size_t b, size_t *out) {
+    if (a != 0 && b > SIZE_MAX / a) return true;
+    *out = a * b;
+    return false;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Dtype tables
+ * ------------------------------------------------------------------------------------------- */
+static const size_t gpuarr__dtype_sizes[GPUARR_DTYPE_COUNT] = {
+    0,
+#define GPUARR__SIZE_ENTRY(NAME, str, store, size, ...) size,
+    GPUARR_DTYPE_LIST(GPUARR__SIZE_ENTRY)
+#undef GPUARR__SIZE_ENTRY
+};
+static const char *const gpuarr__dtype_names[GPUARR_DTYPE_COUNT] = {
+    "invalid",
+#define GPUARR__NAME_ENTRY(NAME, str, ...) str,
+    GPUARR_DTYPE_LIST(GPUARR__NAME_ENTRY)
+#undef GPUARR__NAME_ENTRY
+};
+#define GPUARR__SIZE_CHECK(NAME, str, store, size, ...)                                        \
+    GPUARR__STATIC_ASSERT(sizeof(store) == size, "dtype " str ": storage size mismatch");
+GPUARR_DTYPE_LIST(GPUARR__SIZE_CHECK)
+#undef GPUARR__SIZE_CHECK
+
+static bool gpuarr__dtype_valid(gpuarr_dtype t) { return t > 0 && t < GPUARR_DTYPE_COUNT; }
+
+/* ---------------------------------------------------------------------------------------------
+ * Exact scalar conversions. All branch-free (selects on masks) so the cast loops vectorize.
+ * ------------------------------------------------------------------------------------------- */
+static inline uint32_t gpuarr__f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float gpuarr__bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static inline uint64_t gpuarr__f64_bits(double d) { uint64_t u; memcpy(&u, &d, 8); return u; }
+static inline double gpuarr__bits_f64(uint64_t u) { double d; memcpy(&d, &u, 8); return d; }
+static inline uint32_t gpuarr__mask32(bool c) { return (uint32_t)0 - (uint32_t)c; }
+static inline uint64_t gpuarr__mask64(bool c) { return (uint64_t)0 - (uint64_t)c; }
+static inline uint32_t gpuarr__select32(uint32_t m, uint32_t a, uint32_t b) { return (a & m) | (b & ~m); }
+static inline uint64_t gpuarr__select64(uint64_t m, uint64_t a, uint64_t b) { return (a & m) | (b & ~m); }
+
+/* f16 -> f32 is exact: rebias normals, keep inf/NaN payloads, scale subnormals by 2^-24. */
+static inline float gpuarr__f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t em = (uint32_t)h & 0x7fffu;
+    uint32_t normal = (em << 13) + 0x38000000u;
+    uint32_t special = (em << 13) | 0x7f800000u;
+    uint32_t subnormal = gpuarr__f32_bits((float)(int32_t)em * 5.9604644775390625e-08f);
+    uint32_t r = gpuarr__select32(gpuarr__mask32(em >= 0x7c00u), special, normal);
+    r = gpuarr__select32(gpuarr__mask32(em < 0x0400u), subnormal, r);
+    return gpuarr__bits_f32(r | sign);
+}
+
+static inline float gpuarr__bf16_to_f32(uint16_t h) { return gpuarr__bits_f32((uint32_t)h << 16); }
+
+/* f32 -> f16, nearest-even. Normals: rebias and round on the 13 dropped bits. Results below
+   2^-14 are subnormal: adding 0.5f (whose ulp is 2^-24, the f16 subnormal step) lets the FPU do
+   the rounding. >= 65520 rounds to infinity. Checked against F16C on all 2^32 inputs. */
+static inline uint16_t gpuarr__f32_to_f16(float x) {
+    uint32_t f = gpuarr__f32_bits(x);
+    uint32_t sign = (f >> 16) & 0x8000u;
+    uint32_t a = f & 0x7fffffffu;
+    int32_t ai = (int32_t)a; /* non-negative; signed compares vectorize on plain SSE2 */
+    uint32_t normal = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13;
+    uint32_t subnormal = gpuarr__f32_bits(gpuarr__bits_f32(a) + 0.5f) - 0x3f000000u;
+    uint32_t nan = 0x7e00u | ((a >> 13) & 0x3ffu);
+    uint32_t h = gpuarr__select32(gpuarr__mask32(ai < 0x38800000), subnormal, normal);
+    h = gpuarr__select32(gpuarr__mask32(ai >= 0x477ff000), 0x7c00u, h);
+    h = gpuarr__select32(gpuarr__mask32(ai > 0x7f800000), nan, h);
+    return (uint16_t)(h | sign);
+}
+
+/* f64 -> f16 directly (going through f32 would round twice). Same scheme on 64 bits; the
+   subnormal magic is 2^28, whose ulp in double is 2^-24. */
+static inline uint16_t gpuarr__f64_to_f16(double x) {
+    uint64_t d = gpuarr__f64_bits(x);
+    uint64_t sign = (d >> 48) & 0x8000u;
+    uint64_t a = d & 0x7fffffffffffffffull;
+    int64_t ai = (int64_t)a;
+    uint64_t normal = (a - (1008ull << 52) + 0x1ffffffffffull + ((a >> 42) & 1u)) >> 42;
+    uint64_t subnormal = gpuarr__f64_bits(gpuarr__bits_f64(a) + 268435456.0) - 0x41b0000000000000ull;
+    uint64_t nan = 0x7e00u | ((a >> 42) & 0x3ffu);
+    uint64_t h = gpuarr__select64(gpuarr__mask64(ai < 0x3f10000000000000ll), subnormal, normal);
+    h = gpuarr__select64(gpuarr__mask64(ai >= 0x40effe0000000000ll), 0x7c00u, h); /* 65520 */
+    h = gpuarr__select64(gpuarr__mask64(ai > 0x7ff0000000000000ll), nan, h);
+    return (uint16_t)(h | sign);
+}
+
+/* f32 -> bf16, nearest-even on the 16 dropped bits (carries into the exponent, up to inf). */
+static inline uint16_t gpuarr__f32_to_bf16(float x) {
+    uint32_t f = gpuarr__f32_bits(x);
+    uint32_t rounded = (f + 0x7fffu + ((f >> 16) & 1u)) >> 16;
+    uint32_t nan = (f >> 16) | 0x40u;
+    int32_t a = (int32_t)(f & 0x7fffffffu);
+    return (uint16_t)gpuarr__select32(gpuarr__mask32(a > 0x7f800000), nan, rounded);
+}
+
+/* f64 -> bf16 directly. Below 2^-126 the result is subnormal: magic 2^-81 (ulp 2^-133). At or
+   above (2 - 2^-8) * 2^127 it rounds to infinity. */
+static inline uint16_t gpuarr__f64_to_bf16(double x) {
+    uint64_t d = gpuarr__f64_bits(x);
+    uint64_t sign = (d >> 48) & 0x8000u;
+    uint64_t a = d & 0x7fffffffffffffffull;
+    int64_t ai = (int64_t)a;
+    uint64_t normal = (a - (896ull << 52) + 0xfffffffffffull + ((a >> 45) & 1u)) >> 45;
+    uint64_t subnormal = gpuarr__f64_bits(gpuarr__bits_f64(a) + 0x1p-81) - 0x3ae0000000000000ull;
+    uint64_t nan = 0x7fc0u | ((a >> 45) & 0x7fu);
+    uint64_t h = gpuarr__select64(gpuarr__mask64(ai < 0x3810000000000000ll), subnormal, normal);
+    h = gpuarr__select64(gpuarr__mask64(ai >= 0x47eff00000000000ll), 0x7f80u, h);
+    h = gpuarr__select64(gpuarr__mask64(ai > 0x7ff0000000000000ll), nan, h);
+    return (uint16_t)(h | sign);
+}
+
+/* 64-bit integers to bf16: rounding to f32 first would round twice. Rounding to f32 "to odd"
+   (truncate, then set the last bit if anything was dropped) keeps the second rounding exact,
+   since 24 bits >= 8 + 2. */
+static inline float gpuarr__u64_to_f32_odd(uint64_t m) {
+    if (m < (1ull << 24)) return (float)m;
+    int shift = 40 - __builtin_clzll(m);
+    uint64_t top = (m >> shift) | (uint64_t)((m & ((1ull << shift) - 1u)) != 0);
+    return (float)top * gpuarr__bits_f32((uint32_t)(127 + shift) << 23);
+}
+static inline float gpuarr__i64_to_f32_odd(int64_t v) {
+    uint64_t m = v < 0 ? 0u - (uint64_t)v : (uint64_t)v;
+    float r = gpuarr__u64_to_f32_odd(m);
+    return v < 0 ? -r : r;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The host cast table. A value is read into its category type (`cat` column: exact for every
+ * source), then written by the destination kind. Integer sources <= 32 bits read as int32_t, so
+ * u8 -> f32 is one signed conversion the vectorizer knows.
+ * ------------------------------------------------------------------------------------------- */
+#define GPUARR__LOAD_gpuarr__k_bool(x) ((int32_t)((x) != 0))
+#define GPUARR__LOAD_gpuarr__k_int(x) (x)
+#define GPUARR__LOAD_gpuarr__k_f16(x) gpuarr__f16_to_f32(x)
+#define GPUARR__LOAD_gpuarr__k_bf16(x) gpuarr__bf16_to_f32(x)
+#define GPUARR__LOAD_gpuarr__k_f32(x) (x)
+#define GPUARR__LOAD_gpuarr__k_f64(x) (x)
+
+/* Writers: GPUARR__STORE_<kind>_<cat>(T, lo, hi, v). */
+#define GPUARR__TO_BOOL(T, lo, hi, v) ((T)((v) != 0))
+#define GPUARR__TO_INT_WRAP(T, lo, hi, v) ((T)(v))
+/* truncate toward zero, saturate, NaN -> 0; hi/2+1 doubled is 2^bits(+sign), exact in F */
+#define GPUARR__TO_INT_SAT(T, lo, hi, v, F)                                                    \
+    ((v) != (v)                           ? (T)0                                               \
+     : (v) <= (F)(lo)                     ? (T)(lo)                                            \
+     : (v) >= (F)((hi) / 2 + 1) * (F)2    ? (T)(hi)                                            \
+                                          : (T)(v))
+#define GPUARR__STORE_gpuarr__k_bool_int32_t GPUARR__TO_BOOL
+#define GPUARR__STORE_gpuarr__k_bool_uint32_t GPUARR__TO_BOOL
+#define GPUARR__STORE_gpuarr__k_bool_int64_t GPUARR__TO_BOOL
+#define GPUARR__STORE_gpuarr__k_bool_uint64_t GPUARR__TO_BOOL
+#define GPUARR__STORE_gpuarr__k_bool_float GPUARR__TO_BOOL
+#define GPUARR__STORE_gpuarr__k_bool_double GPUARR__TO_BOOL
+#define GPUARR__STORE_gpuarr__k_int_int32_t GPUARR__TO_INT_WRAP
+#define GPUARR__STORE_gpuarr__k_int_uint32_t GPUARR__TO_INT_WRAP
+#define GPUARR__STORE_gpuarr__k_int_int64_t GPUARR__TO_INT_WRAP
+#define GPUARR__STORE_gpuarr__k_int_uint64_t GPUARR__TO_INT_WRAP
+#define GPUARR__STORE_gpuarr__k_int_float(T, lo, hi, v) GPUARR__TO_INT_SAT(T, lo, hi, v, float)
+#define GPUARR__STORE_gpuarr__k_int_double(T, lo, hi, v) GPUARR__TO_INT_SAT(T, lo, hi, v, double)
+/* integers -> f16: exact in f32 below 2^24, and anything larger overflows f16 to inf anyway */
+#define GPUARR__STORE_gpuarr__k_f16_int32_t(T, lo, hi, v) gpuarr__f32_to_f16((float)(v))
+#define GPUARR__STORE_gpuarr__k_f16_uint32_t(T, lo, hi, v) gpuarr__f32_to_f16((float)(v))
+#define GPUARR__STORE_gpuarr__k_f16_int64_t(T, lo, hi, v) gpuarr__f32_to_f16((float)(v))
+#define GPUARR__STORE_gpuarr__k_f16_uint64_t(T, lo, hi, v) gpuarr__f32_to_f16((float)(v))
+#define GPUARR__STORE_gpuarr__k_f16_float(T, lo, hi, v) gpuarr__f32_to_f16(v)
+#define GPUARR__STORE_gpuarr__k_f16_double(T, lo, hi, v) gpuarr__f64_to_f16(v)
+/* 32-bit integers are exact in double; 64-bit ones go through round-to-odd */
+#define GPUARR__STORE_gpuarr__k_bf16_int32_t(T, lo, hi, v) gpuarr__f64_to_bf16((double)(v))
+#define GPUARR__STORE_gpuarr__k_bf16_uint32_t(T, lo, hi, v) gpuarr__f64_to_bf16((double)(v))
+#define GPUARR__STORE_gpuarr__k_bf16_int64_t(T, lo, hi, v) gpuarr__f32_to_bf16(gpuarr__i64_to_f32_odd(v))
+#define GPUARR__STORE_gpuarr__k_bf16_uint64_t(T, lo, hi, v) gpuarr__f32_to_bf16(gpuarr__u64_to_f32_odd(v))
+#define GPUARR__STORE_gpuarr__k_bf16_float(T, lo, hi, v) gpuarr__f32_to_bf16(v)
+#define GPUARR__STORE_gpuarr__k_bf16_double(T, lo, hi, v) gpuarr__f64_to_bf16(v)
+#define GPUARR__STORE_gpuarr__k_f32_int32_t(T, lo, hi, v) ((float)(v))
+#define GPUARR__STORE_gpuarr__k_f32_uint32_t(T, lo, hi, v) ((float)(v))
+#define GPUARR__STORE_gpuarr__k_f32_int64_t(T, lo, hi, v) ((float)(v))
+#define GPUARR__STORE_gpuarr__k_f32_uint64_t(T, lo, hi, v) ((float)(v))
+#define GPUARR__STORE_gpuarr__k_f32_float(T, lo, hi, v) (v)
+#define GPUARR__STORE_gpuarr__k_f32_double(T, lo, hi, v) ((float)(v))
+#define GPUARR__STORE_gpuarr__k_f64_int32_t(T, lo, hi, v) ((double)(v))
+#define GPUARR__STORE_gpuarr__k_f64_uint32_t(T, lo, hi, v) ((double)(v))
+#define GPUARR__STORE_gpuarr__k_f64_int64_t(T, lo, hi, v) ((double)(v))
+#define GPUARR__STORE_gpuarr__k_f64_uint64_t(T, lo, hi, v) ((double)(v))
+#define GPUARR__STORE_gpuarr__k_f64_float(T, lo, hi, v) ((double)(v))
+#define GPUARR__STORE_gpuarr__k_f64_double(T, lo, hi, v) (v)
+
+#define GPUARR__CONVERT_ONE(skind, scat, dkind, dstore, dlo, dhi, x)                          \
+    GPUARR__STORE_##dkind##_##scat(dstore, dlo, dhi, (scat)GPUARR__LOAD_##skind(x))
+
+/* Fixed-size inner blocks: gcc's -O2 vectorizer only takes loops whose trip count it knows. */
+#define GPUARR__CAST_BLOCK 64
+
+typedef void (*gpuarr__cast_fn)(const void *src, void *dst, size_t n);
+
+#define GPUARR__CAST_DEFINE(S, sstr, sstore, ssize, skind, scat, slo, shi, D, dstr, dstore,    \
+                            dsize, dkind, dcat, dlo, dhi)                                      \
+    static void gpuarr__cast_##S##_##D(const void *src, void *dst, size_t n) {                 \
+        const sstore *GPUARR__RESTRICT s = (const sstore *)src;                                \
+        dstore *GPUARR__RESTRICT d = (dstore *)dst;                                            \
+        size_t i = 0;                                                                          \
+        for (; i + GPUARR__CAST_BLOCK <= n; i += GPUARR__CAST_BLOCK)                           \
+            for (size_t j = 0; j < GPUARR__CAST_BLOCK; j++)                                    \
+                d[i + j] = GPUARR__CONVERT_ONE(skind, scat, dkind, dstore, dlo, dhi, s[i + j]); \
+        for (; i < n; i++) d[i] = GPUARR__CONVERT_ONE(skind, scat, dkind, dstore, dlo, dhi, s[i]); \
+    }
+#define GPUARR__CAST_CELL_DEFINE_I(...) GPUARR__CAST_DEFINE(__VA_ARGS__)
+#define GPUARR__CAST_CELL_DEFINE(src, ...) GPUARR__CAST_CELL_DEFINE_I(GPUARR__UNPACK src, __VA_ARGS__)
+#define GPUARR__CAST_ROW_DEFINE(c, ...)                                                        \
+    GPUARR__DEFER(GPUARR__DTYPE_TABLE_INDIRECT)()(GPUARR__CAST_CELL_DEFINE, (__VA_ARGS__))
+GPUARR__EXPAND(GPUARR__DTYPE_TABLE(GPUARR__CAST_ROW_DEFINE, ~))
+
+#define GPUARR__CAST_CELL_ENTRY(src, D, ...) GPUARR__CAST_CELL_ENTRY_I(GPUARR__UNPACK src, D)
+#define GPUARR__CAST_CELL_ENTRY_I(...) GPUARR__CAST_CELL_ENTRY_II(__VA_ARGS__)
+#define GPUARR__CAST_CELL_ENTRY_II(S, sstr, sstore, ssize, skind, scat, slo, shi, D) gpuarr__cast_##S##_##D,
+#define GPUARR__CAST_ROW_ENTRY(c, ...)                                                         \
+    {NULL, GPUARR__DEFER(GPUARR__DTYPE_TABLE_INDIRECT)()(GPUARR__CAST_CELL_ENTRY, (__VA_ARGS__))},
+/* gpuarr__host_casts[src][dst]; row and column 0 (invalid dtype) are empty. */
+static const gpuarr__cast_fn gpuarr__host_casts[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT] = {
+    {NULL},
+    GPUARR__EXPAND(GPUARR__DTYPE_TABLE(GPUARR__CAST_ROW_ENTRY, ~))
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * Host worker pool
+ * ------------------------------------------------------------------------------------------- */
+static void gpuarr__job_run_chunk(gpuarr__workers *w, gpuarr__job *job, size_t begin) {
+    size_t end = GPUARR__MIN(begin + job->chunk, job->count);
+    job->fn(job->ctx, begin, end);
+    pthread_mutex_lock(&w->lock);
+    job->done += end - begin;
+    if (job->done == job->count) pthread_cond_broadcast(&w->finished);
+    pthread_mutex_unlock(&w->lock);
+}
+
+/* Under the lock: hands out the next chunk of the oldest job, unqueueing a job whose last chunk
+   is taken. Returns false when nothing is queued. */
+static bool gpuarr__job_take(gpuarr__workers *w, gpuarr__job **job, size_t *begin) {
+    gpuarr__job *j = w->queue;
+    if (!j) return false;
+    *job = j;
+    *begin = j->next;
+    j->next += j->chunk;
+    if (j->next >= j->count) w->queue = j->next_job;
+    return true;
+}
+
+static void *gpuarr__worker_main(void *arg) {
+    gpuarr__workers *w = (gpuarr__workers *)arg;
+    pthread_mutex_lock(&w->lock);
+    for (;;) {
+        gpuarr__job *job;
+        size_t begin;
+        while (!w->stop && !gpuarr__job_take(w, &job, &begin)) pthread_cond_wait(&w->wake, &w->lock);
+        if (w->stop) break;
+        pthread_mutex_unlock(&w->lock);
+        gpuarr__job_run_chunk(w, job, begin);
+        pthread_mutex_lock(&w->lock);
+    }
+    pthread_mutex_unlock(&w->lock);
+    return NULL;
+}
+
+/* Threads start at the first large job; if they cannot start, work runs on the caller. */
+static void gpuarr__workers_start(gpuarr__workers *w) {
+    w->tried = true;
+    int n = w->wanted - 1;
+    if (n <= 0) return;
+    w->threads = (pthread_t *)gpuarr__malloc(sizeof(pthread_t) * (size_t)n);
+    if (!w->threads) return;
+    for (int i = 0; i < n; i++) {
+        if (pthread_create(&w->threads[i], NULL, gpuarr__worker_main, w) != 0) break;
+        w->started++;
+    }
+    if (w->started < n) gpuarr__log(GPUARR_LOG_WARN, "started %d of %d host worker threads", w->started, n);
+}
+
+static void gpuarr__workers_init(gpuarr__workers *w, int threads) {
+    memset(w, 0, sizeof *w);
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_cond_init(&w->wake, NULL);
+    pthread_cond_init(&w->finished, NULL);
+    w->wanted = threads;
+}
+
+static void gpuarr__workers_stop(gpuarr__workers *w) {
+    pthread_mutex_lock(&w->lock);
+    w->stop = true;
+    pthread_cond_broadcast(&w->wake);
+    pthread_mutex_unlock(&w->lock);
+    for (int i = 0; i < w->started; i++) pthread_join(w->threads[i], NULL);
+    gpuarr__free(w->threads);
+    pthread_cond_destroy(&w->finished);
+    pthread_cond_destroy(&w->wake);
+    pthread_mutex_destroy(&w->lock);
+}
+
+/* Runs fn over [0, count) in chunks of `chunk` items, on the workers and the calling thread. */
+static void gpuarr__parallel_for(size_t count, size_t chunk, gpuarr__chunk_fn fn, void *ctx) {
+    gpuarr__workers *w = &gpuarr__g.workers;
+    if (count <= chunk || w->wanted <= 1) {
+        fn(ctx, 0, count);
+        return;
+    }
+    gpuarr__job job;
+    memset(&job, 0, sizeof job);
+    job.fn = fn;
+    job.ctx = ctx;
+    job.count = count;
+    job.chunk = chunk;
+    pthread_mutex_lock(&w->lock);
+    if (!w->tried) gpuarr__workers_start(w);
+    if (w->started == 0) {
+        pthread_mutex_unlock(&w->lock);
+        fn(ctx, 0, count);
+        return;
+    }
+    gpuarr__job **tail = &w->queue;
+    while (*tail) tail = &(*tail)->next_job;
+    *tail = &job;
+    pthread_cond_broadcast(&w->wake);
+    /* Work on our own job until its chunks are handed out, then wait for the stragglers. */
+    while (job.next < job.count) {
+        size_t begin = job.next;
+        job.next += job.chunk;
+        if (job.next >= job.count) {
+            gpuarr__job **p = &w->queue;
+            while (*p != &job) p = &(*p)->next_job;
+            *p = job.next_job;
+        }
+        pthread_mutex_unlock(&w->lock);
+        gpuarr__job_run_chunk(w, &job, begin);
+        pthread_mutex_lock(&w->lock);
+    }
+    while (job.done < job.count) pthread_cond_wait(&w->finished, &w->lock);
+    pthread_mutex_unlock(&w->lock);
+}
+
+/* Items per chunk for a pass over `bytes_per_item`: ~1 MiB of the wider side, a multiple of
+   the cast block, and at least 4 chunks per thread when the array is large enough. */
+static size_t gpuarr__chunk_items(size_t count, size_t bytes_per_item) {
+    size_t per = GPUARR__MAX((size_t)1, bytes_per_item);
+    size_t items = ((size_t)1 << 20) / per;
+    size_t threads = (size_t)GPUARR__MAX(1, gpuarr__g.workers.wanted);
+    size_t balanced = count / (threads * 4);
+    if (balanced < items) items = GPUARR__MAX(balanced, ((size_t)256 << 10) / per);
+    items = (items + GPUARR__CAST_BLOCK - 1) / GPUARR__CAST_BLOCK * GPUARR__CAST_BLOCK;
+    return GPUARR__MAX(items, (size_t)GPUARR__CAST_BLOCK);
+}
+
+typedef struct gpuarr__cast_job {
+    gpuarr__cast_fn fn;
+    const unsigned char *src;
+    unsigned char *dst;
+    size_t src_size, dst_size;
+} gpuarr__cast_job;
+
+static void gpuarr__cast_chunk(void *ctx, size_t begin, size_t end) {
+    gpuarr__cast_job *j = (gpuarr__cast_job *)ctx;
+    if (j->fn)
+        j->fn(j->src + begin * j->src_size, j->dst + begin * j->dst_size, end - begin);
+    else
+        memcpy(j->dst + begin * j->dst_size, j->src + begin * j->src_size, (end - begin) * j->dst_size);
+}
+
+/* Host cast (or copy when the dtypes match) of n elements, split across the workers when the
+   array is large enough to pay for the hand-off. */
+static void gpuarr__cpu_cast(void *dst, gpuarr_dtype dt, const void *src, gpuarr_dtype st, size_t n) {
+    gpuarr__cast_job job;
+    job.fn = st == dt ? NULL : gpuarr__host_casts[st][dt];
+    job.src = (const unsigned char *)src;
+    job.dst = (unsigned char *)dst;
+    job.src_size = gpuarr__dtype_sizes[st];
+    job.dst_size = gpuarr__dtype_sizes[dt];
+    size_t wide = GPUARR__MAX(job.src_size, job.dst_size);
+    gpuarr__parallel_for(n, gpuarr__chunk_items(n, wide), gpuarr__cast_chunk, &job);
+}
+
+static void gpuarr__cpu_memcpy(void *dst, const void *src, size_t bytes) {
+    gpuarr__cpu_cast(dst, GPUARR_U8, src, GPUARR_U8, bytes);
+}
+
+static void gpuarr__zero_chunk(void *ctx, size_t begin, size_t end) {
+    memset((unsigned char *)ctx + begin, 0, end - begin);
+}
+
+static void gpuarr__cpu_memzero(void *dst, size_t bytes) {
+    gpuarr__parallel_for(bytes, gpuarr__chunk_items(bytes, 1), gpuarr__zero_chunk, dst);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Reference-counted objects and handle tables
+ * ------------------------------------------------------------------------------------------- */
+static void gpuarr__obj_retain(gpuarr__obj *o) { GPUARR__ATOMIC_INC(&o->refs); }
+static void gpuarr__obj_release(gpuarr__obj *o) {
+    if (o && GPUARR__ATOMIC_DEC(&o->refs) == 0) o->destroy(o);
+}
+
+static void gpuarr__table_init(gpuarr__table *t, const char *kind, uint32_t first_gen) {
+    memset(t, 0, sizeof *t);
+    pthread_mutex_init(&t->lock, NULL);
+    t->kind = kind;
+    t->free_head = t->free_tail = GPUARR__NO_SLOT;
+    t->first_gen = (first_gen & GPUARR__GEN_MASK) ? (first_gen & GPUARR__GEN_MASK) : 1u;
+}
+
+static gpuarr_result gpuarr__table_grow(gpuarr__table *t) {
+    uint32_t cap = t->capacity ? t->capacity * 2u : 64u;
+    if (cap > GPUARR__INDEX_MASK + 1u) cap = GPUARR__INDEX_MASK + 1u;
+    if (cap <= t->capacity)
+        return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "more than %u live %s handles", t->capacity, t->kind);
+    gpuarr__slot *slots = (gpuarr__slot *)gpuarr__calloc(sizeof(gpuarr__slot) * cap);
+    if (!slots) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the %s handle table", t->kind);
+    if (t->slots) memcpy(slots, t->slots, sizeof(gpuarr__slot) * t->capacity);
+    gpuarr__free(t->slots);
+    t->slots = slots;
+    t->capacity = cap;
+    return GPUARR_OK;
+}
+
+/* Stores obj (whose one reference the handle now holds) and returns its id. */
+static gpuarr_result gpuarr__table_insert(gpuarr__table *t, gpuarr__obj *obj, uint32_t *id) {
+    pthread_mutex_lock(&t->lock);
+    uint32_t index;
+    if (t->free_head != GPUARR__NO_SLOT) {
+        index = t->free_head;
+        t->free_head = t->slots[index].next_free;
+        if (t->free_head == GPUARR__NO_SLOT) t->free_tail = GPUARR__NO_SLOT;
+    } else {
+        if (t->used == t->capacity) {
+            gpuarr_result r = gpuarr__table_grow(t);
+            if (r != GPUARR_OK) {
+                pthread_mutex_unlock(&t->lock);
+                return r;
+            }
+        }
+        index = t->used++;
+        t->slots[index].gen = t->first_gen;
+    }
+    gpuarr__slot *slot = &t->slots[index];
+    slot->obj = obj;
+    slot->public_refs = 1;
+    t->live++;
+    *id = (slot->gen << GPUARR__INDEX_BITS) | index;
+    pthread_mutex_unlock(&t->lock);
+    return GPUARR_OK;
+}
+
+/* Under the lock: the live slot for id, or NULL with the reason recorded. */
+static gpuarr__slot *gpuarr__table_find(gpuarr__table *t, uint32_t id, const char *arg) {
+    uint32_t index = id & GPUARR__INDEX_MASK, gen = id >> GPUARR__INDEX_BITS;
+    if (id == 0) {
+        gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s is a zero %s handle (never created)", arg, t->kind);
+        return NULL;
+    }
+    if (index >= t->used || gen == 0) {
+        gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s (id 0x%08x) is not a %s handle", arg, id, t->kind);
+        return NULL;
+    }
+    gpuarr__slot *slot = &t->slots[index];
+    if (slot->gen != gen || !slot->obj) {
+        gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s (id 0x%08x): this %s was released (stale handle)", arg, id, t->kind);
+        return NULL;
+    }
+    return slot;
+}
+
+/* Looks id up and returns its object with an internal reference the caller must drop. */
+static gpuarr_result gpuarr__table_get(gpuarr__table *t, uint32_t id, const char *arg, gpuarr__obj **out) {
+    pthread_mutex_lock(&t->lock);
+    gpuarr__slot *slot = gpuarr__table_find(t, id, arg);
+    if (slot) gpuarr__obj_retain(slot->obj);
+    pthread_mutex_unlock(&t->lock);
+    if (!slot) return GPUARR_ERROR_INVALID_HANDLE;
+    *out = slot->obj;
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__table_retain(gpuarr__table *t, uint32_t id, const char *arg) {
+    pthread_mutex_lock(&t->lock);
+    gpuarr__slot *slot = gpuarr__table_find(t, id, arg);
+    gpuarr_result r = GPUARR_ERROR_INVALID_HANDLE;
+    if (slot && slot->public_refs == UINT32_MAX) {
+        r = gpuarr__fail(GPUARR_ERROR_OVERFLOW, "%s: reference count at its maximum", arg);
+    } else if (slot) {
+        slot->public_refs++;
+        r = GPUARR_OK;
+    }
+    pthread_mutex_unlock(&t->lock);
+    return r;
+}
+
+/* Drops one handle reference; with the last, frees the slot (bumping its generation) and hands
+   the handle's object reference to *dropped, to be released outside the lock. */
+static gpuarr_result gpuarr__table_release(gpuarr__table *t, uint32_t id, const char *arg, gpuarr__obj **dropped) {
+    *dropped = NULL;
+    pthread_mutex_lock(&t->lock);
+    gpuarr__slot *slot = gpuarr__table_find(t, id, arg);
+    if (!slot) {
+        pthread_mutex_unlock(&t->lock);
+        return GPUARR_ERROR_INVALID_HANDLE;
+    }
+    if (--slot->public_refs == 0) {
+        uint32_t index = id & GPUARR__INDEX_MASK;
+        *dropped = slot->obj;
+        slot->obj = NULL;
+        slot->gen = (slot->gen + 1u) & GPUARR__GEN_MASK;
+        if (slot->gen == 0) slot->gen = 1;
+        slot->next_free = GPUARR__NO_SLOT;
+        if (t->free_tail == GPUARR__NO_SLOT) t->free_head = index;
+        else t->slots[t->free_tail].next_free = index;
+        t->free_tail = index;
+        t->live--;
+    }
+    pthread_mutex_unlock(&t->lock);
+    return GPUARR_OK;
+}
+
+static uint32_t gpuarr__table_public_refs(gpuarr__table *t, uint32_t id) {
+    pthread_mutex_lock(&t->lock);
+    uint32_t index = id & GPUARR__INDEX_MASK, refs = 0;
+    if (index < t->used && t->slots[index].obj && t->slots[index].gen == id >> GPUARR__INDEX_BITS)
+        refs = t->slots[index].public_refs;
+    pthread_mutex_unlock(&t->lock);
+    return refs;
+}
+
+/* Shutdown: releases every live handle's object and frees the table. Returns how many lived. */
+static uint32_t gpuarr__table_destroy(gpuarr__table *t) {
+    uint32_t live = t->live;
+    for (uint32_t i = 0; i < t->used; i++)
+        if (t->slots[i].obj) gpuarr__obj_release(t->slots[i].obj);
+    gpuarr__free(t->slots);
+    pthread_mutex_destroy(&t->lock);
+    memset(t, 0, sizeof *t);
+    return live;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Backends compiled into this build
+ * ------------------------------------------------------------------------------------------- */
+#include "backends/gpuarr_host.h"
+#define GPUARR__BACKEND_PTR_HOST (&gpuarr__backend_host)
+#ifndef GPUARR__BACKEND_PTR_CUDA
+#define GPUARR__BACKEND_PTR_CUDA NULL
+#endif
+#ifndef GPUARR__BACKEND_PTR_OPENCL
+#define GPUARR__BACKEND_PTR_OPENCL NULL
+#endif
+
+static const gpuarr__backend *const gpuarr__backends[GPUARR_BACKEND_COUNT] = {
+    NULL,
+#define GPUARR__BACKEND_ENTRY(NAME, str) GPUARR__BACKEND_PTR_##NAME,
+    GPUARR_BACKEND_LIST(GPUARR__BACKEND_ENTRY)
+#undef GPUARR__BACKEND_ENTRY
+};
+static const char *const gpuarr__backend_names[GPUARR_BACKEND_COUNT] = {
+    "invalid",
+#define GPUARR__BACKEND_NAME(NAME, str) str,
+    GPUARR_BACKEND_LIST(GPUARR__BACKEND_NAME)
+#undef GPUARR__BACKEND_NAME
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * Devices. A device id is (init epoch << 16) | (registry index + 1), so an id from an earlier
+ * gpuarr_init cycle is caught.
+ * ------------------------------------------------------------------------------------------- */
+static uint32_t gpuarr__epoch16(void) { return (gpuarr__g.epoch % 0xffffu) + 1u; }
+
+static gpuarr_device gpuarr__device_handle(int index) {
+    gpuarr_device d;
+    d.id = (gpuarr__epoch16() << 16) | (uint32_t)(index + 1);
+    return d;
+}
+
+static gpuarr__dev *gpuarr__host_dev(void) { return &gpuarr__g.devices[0]; }
+
+static gpuarr_result gpuarr__get_dev(gpuarr_device d, const char *arg, gpuarr__dev **out) {
+    uint32_t index = (d.id & 0xffffu), epoch = d.id >> 16;
+    if (d.id == 0) return gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s is a zero device handle", arg);
+    if (epoch != gpuarr__epoch16())
+        return gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE,
+                            "%s (id 0x%08x) is not a device of this gpuarr_init (stale or forged)", arg, d.id);
+    if (index == 0 || (int)index > gpuarr__g.device_count)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s (id 0x%08x): there is no device %u (%d devices)", arg,
+                            d.id, index - 1u, gpuarr__g.device_count);
+    *out = &gpuarr__g.devices[index - 1];
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__dev_open(gpuarr__dev *d) {
+    pthread_mutex_lock(&d->lock);
+    gpuarr_result r = GPUARR_OK;
+    if (!d->opened) {
+        r = d->backend->device_open(d);
+        d->opened = r == GPUARR_OK;
+    }
+    pthread_mutex_unlock(&d->lock);
+    return r;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Streams and deferred work. Work that must wait for a stream's queued commands (freeing a
+ * temporary, dropping an array the work reads) is queued behind an event and run when the
+ * event completes: at the next defer, query or sync on that stream, or at its destruction.
+ * ------------------------------------------------------------------------------------------- */
+typedef void (*gpuarr__deferred_fn)(void *ctx);
+
+static void gpuarr__deferred_run(gpuarr__stream *s, gpuarr__deferred *list) {
+    while (list) {
+        gpuarr__deferred *next = list->next;
+        if (list->event) s->dev->backend->event_destroy(s->dev, list->event);
+        list->fn(list->ctx);
+        gpuarr__free(list);
+        list = next;
+    }
+}
+
+/* Runs the deferred entries whose events have completed; all of them when wait_all (the
+   stream has been synchronized). Entries run outside the lock: they may release objects. */
+static void gpuarr__stream_collect(gpuarr__stream *s, bool wait_all) {
+    pthread_mutex_lock(&s->lock);
+    gpuarr__deferred *ready = s->deferred_head, *last = NULL;
+    for (gpuarr__deferred *e = s->deferred_head; e; e = e->next) {
+        bool done = wait_all;
+        if (!done && s->dev->backend->event_query(s->dev, e->event, &done) != GPUARR_OK) done = false;
+        if (!done) break;
+        last = e;
+    }
+    if (last) {
+        s->deferred_head = last->next;
+        if (!s->deferred_head) s->deferred_tail = NULL;
+        last->next = NULL;
+    } else {
+        ready = NULL;
+    }
+    pthread_mutex_unlock(&s->lock);
+    gpuarr__deferred_run(s, ready);
+}
+
+static gpuarr_result gpuarr__stream_sync_raw(gpuarr__stream *s) {
+    gpuarr_result r = s->dev->backend->stream_sync(s->dev, s->native);
+    if (r == GPUARR_OK) gpuarr__stream_collect(s, true);
+    return r;
+}
+
+/* Runs fn(ctx) once the work queued on s so far has completed. Never fails: if the bookkeeping
+   cannot be allocated, it waits for the stream instead. */
+static void gpuarr__stream_defer(gpuarr__stream *s, gpuarr__deferred_fn fn, void *ctx) {
+    const gpuarr__backend *b = s->dev->backend;
+    if (b->synchronous) {
+        fn(ctx);
+        return;
+    }
+    gpuarr__deferred *e = (gpuarr__deferred *)gpuarr__calloc(sizeof *e);
+    void *event = NULL;
+    if (!e || b->event_create(s->dev, false, &event) != GPUARR_OK || b->event_record(s->dev, event, s->native) != GPUARR_OK) {
+        if (event) b->event_destroy(s->dev, event);
+        gpuarr__free(e);
+        b->stream_sync(s->dev, s->native);
+        fn(ctx);
+        return;
+    }
+    e->event = event;
+    e->fn = fn;
+    e->ctx = ctx;
+    pthread_mutex_lock(&s->lock);
+    if (s->deferred_tail) s->deferred_tail->next = e;
+    else s->deferred_head = e;
+    s->deferred_tail = e;
+    pthread_mutex_unlock(&s->lock);
+    gpuarr__stream_collect(s, false);
+}
+
+static void gpuarr__stream_destroy_obj(gpuarr__obj *o) {
+    gpuarr__stream *s = (gpuarr__stream *)o;
+    s->dev->backend->stream_sync(s->dev, s->native);
+    gpuarr__stream_collect(s, true);
+    s->dev->backend->stream_destroy(s->dev, s->native);
+    pthread_mutex_destroy(&s->lock);
+    gpuarr__free(s);
+}
+
+static gpuarr_result gpuarr__stream_new(gpuarr__dev *d, gpuarr__stream **out) {
+    GPUARR__CHECK(gpuarr__dev_open(d));
+    gpuarr__stream *s = (gpuarr__stream *)gpuarr__calloc(sizeof *s);
+    if (!s) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a stream");
+    gpuarr_result r = d->backend->stream_create(d, &s->native);
+    if (r != GPUARR_OK) {
+        gpuarr__free(s);
+        return r;
+    }
+    s->obj.refs = 1;
+    s->obj.destroy = gpuarr__stream_destroy_obj;
+    s->dev = d;
+    pthread_mutex_init(&s->lock, NULL);
+    *out = s;
+    return GPUARR_OK;
+}
+
+/* The device's default stream, made at first use; returned with a reference. */
+static gpuarr_result gpuarr__default_stream(gpuarr__dev *d, gpuarr__stream **out) {
+    pthread_mutex_lock(&d->lock);
+    gpuarr__stream *s = d->default_stream;
+    if (s) gpuarr__obj_retain(&s->obj);
+    pthread_mutex_unlock(&d->lock);
+    if (!s) {
+        gpuarr__stream *made;
+        GPUARR__CHECK(gpuarr__stream_new(d, &made));
+        pthread_mutex_lock(&d->lock);
+        if (!d->default_stream) d->default_stream = made; /* another thread may have won */
+        else gpuarr__obj_release(&made->obj);
+        s = d->default_stream;
+        gpuarr__obj_retain(&s->obj);
+        pthread_mutex_unlock(&d->lock);
+    }
+    *out = s;
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__get_stream(gpuarr_stream s, const char *arg, gpuarr__stream **out) {
+    gpuarr__obj *o;
+    GPUARR__CHECK(gpuarr__table_get(&gpuarr__g.streams, s.id, arg, &o));
+    *out = (gpuarr__stream *)o;
+    return GPUARR_OK;
+}
+
+/* Where work on device d goes: an explicit stream on d, else the thread's current stream when
+   it is on d, else d's default stream. Returned with a reference. */
+static gpuarr_result gpuarr__stream_for(gpuarr__dev *d, gpuarr__stream *explicit_stream, gpuarr__stream **out) {
+    if (explicit_stream && explicit_stream->dev == d) {
+        gpuarr__obj_retain(&explicit_stream->obj);
+        *out = explicit_stream;
+        return GPUARR_OK;
+    }
+    if (gpuarr__tls.stream_id) {
+        gpuarr__stream *cur;
+        gpuarr_stream h;
+        h.id = gpuarr__tls.stream_id;
+        GPUARR__CHECK(gpuarr__get_stream(h, "the thread's current stream", &cur));
+        if (cur->dev == d) {
+            *out = cur;
+            return GPUARR_OK;
+        }
+        gpuarr__obj_release(&cur->obj);
+    }
+    return gpuarr__default_stream(d, out);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Events
+ * ------------------------------------------------------------------------------------------- */
+static void gpuarr__event_destroy_obj(gpuarr__obj *o) {
+    gpuarr__event *e = (gpuarr__event *)o;
+    e->dev->backend->event_destroy(e->dev, e->native);
+    gpuarr__free(e);
+}
+
+static gpuarr_result gpuarr__event_new(gpuarr__dev *d, bool timing, gpuarr__event **out) {
+    GPUARR__CHECK(gpuarr__dev_open(d));
+    gpuarr__event *e = (gpuarr__event *)gpuarr__calloc(sizeof *e);
+    if (!e) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for an event");
+    gpuarr_result r = d->backend->event_create(d, timing, &e->native);
+    if (r != GPUARR_OK) {
+        gpuarr__free(e);
+        return r;
+    }
+    e->obj.refs = 1;
+    e->obj.destroy = gpuarr__event_destroy_obj;
+    e->dev = d;
+    e->timing = timing;
+    *out = e;
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__event_record_raw(gpuarr__event *e, gpuarr__stream *s) {
+    GPUARR__CHECK(e->dev->backend->event_record(e->dev, e->native, s->native));
+    GPUARR__ATOMIC_STORE(&e->recorded, 1u);
+    return GPUARR_OK;
+}
+
+/* Orders later work on s after e: on the device when both share a backend, else by waiting. */
+static gpuarr_result gpuarr__stream_wait_raw(gpuarr__stream *s, gpuarr__event *e) {
+    if (!GPUARR__ATOMIC_LOAD(&e->recorded) || e->dev->backend->synchronous) return GPUARR_OK;
+    if (e->dev->backend == s->dev->backend) return s->dev->backend->stream_wait_event(s->dev, s->native, e->native);
+    return e->dev->backend->event_sync(e->dev, e->native);
+}
+
+/* Orders later work on `later` after everything queued on `earlier` so far. */
+static gpuarr_result gpuarr__stream_order(gpuarr__stream *later, gpuarr__stream *earlier) {
+    if (later == earlier || earlier->dev->backend->synchronous) return GPUARR_OK;
+    gpuarr__event *e;
+    GPUARR__CHECK(gpuarr__event_new(earlier->dev, false, &e));
+    gpuarr_result r = gpuarr__event_record_raw(e, earlier);
+    if (r == GPUARR_OK) r = gpuarr__stream_wait_raw(later, e);
+    gpuarr__obj_release(&e->obj);
+    return r;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Arrays
+ * ------------------------------------------------------------------------------------------- */
+static void gpuarr__array_destroy_obj(gpuarr__obj *o) {
+    gpuarr__array *a = (gpuarr__array *)o;
+    if (a->wrapped) {
+        if (a->release_fn) a->release_fn(a->mem, a->release_user);
+    } else if (a->mem) {
+        a->dev->backend->mem_free(a->dev, a->mem);
+    }
+    if (a->ready) gpuarr__obj_release(&a->ready->obj);
+    gpuarr__free(a);
+}
+
+static void gpuarr__release_obj_deferred(void *ctx) { gpuarr__obj_release((gpuarr__obj *)ctx); }
+
+/* Validates a dtype and shape and computes the element count and byte size. */
+static gpuarr_result gpuarr__check_shape(gpuarr_dtype t, int ndim, const int64_t *shape, int64_t *count, size_t *nbytes) {
+    if (!gpuarr__dtype_valid(t)) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "dtype %d is not a gpuarr_dtype", (int)t);
+    if (ndim < 0 || ndim > GPUARR_MAX_DIMS)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "ndim = %d: must be 0..%d", ndim, GPUARR_MAX_DIMS);
+    if (ndim > 0 && !shape) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "shape is NULL with ndim = %d", ndim);
+    bool empty = false;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0)
+            return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "shape[%d] = %lld: dimensions must be >= 0", i, (long long)shape[i]);
+        if (shape[i] == 0) empty = true;
+    }
+    int64_t n = 1;
+    for (int i = 0; i < ndim && !empty; i++) {
+        if (n > INT64_MAX / shape[i])
+            return gpuarr__fail(GPUARR_ERROR_OVERFLOW, "shape[%d] = %lld: the element count overflows int64", i, (long long)shape[i]);
+        n *= shape[i];
+    }
+    if (empty) n = 0;
+    size_t bytes;
+    if ((uint64_t)n > SIZE_MAX || gpuarr__mul_overflows((size_t)n, gpuarr__dtype_sizes[t], &bytes) || bytes > (size_t)PTRDIFF_MAX)
+        return gpuarr__fail(GPUARR_ERROR_OVERFLOW, "%lld elements of %s (%zu bytes each) overflow the address space",
+                            (long long)n, gpuarr__dtype_names[t], gpuarr__dtype_sizes[t]);
+    *count = n;
+    *nbytes = bytes;
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__array_alloc_struct(gpuarr__dev *d, gpuarr_dtype t, int ndim, const int64_t *shape, gpuarr__array **out) {
+    int64_t count;
+    size_t nbytes;
+    GPUARR__CHECK(gpuarr__check_shape(t, ndim, shape, &count, &nbytes));
+    gpuarr__array *a = (gpuarr__array *)gpuarr__calloc(sizeof *a);
+    if (!a) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for an array");
+    a->obj.refs = 1;
+    a->obj.destroy = gpuarr__array_destroy_obj;
+    a->dev = d;
+    a->dtype = t;
+    a->ndim = ndim;
+    for (int i = 0; i < ndim; i++) a->shape[i] = shape[i];
+    a->count = count;
+    a->nbytes = nbytes;
+    *out = a;
+    return GPUARR_OK;
+}
+
+/* A new array with device memory (none for an empty array), not yet behind a handle. */
+static gpuarr_result gpuarr__array_new(gpuarr__dev *d, gpuarr_dtype t, int ndim, const int64_t *shape, gpuarr__array **out) {
+    gpuarr__array *a;
+    GPUARR__CHECK(gpuarr__array_alloc_struct(d, t, ndim, shape, &a));
+    gpuarr_result r = GPUARR_OK;
+    if (a->nbytes > 0) {
+        r = gpuarr__dev_open(d);
+        if (r == GPUARR_OK) r = d->backend->mem_alloc(d, a->nbytes, &a->mem);
+    }
+    if (r != GPUARR_OK) {
+        gpuarr__free(a);
+        return r;
+    }
+    *out = a;
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__array_publish(gpuarr__array *a, uint32_t *id) {
+    gpuarr_result r = gpuarr__table_insert(&gpuarr__g.arrays, &a->obj, id);
+    if (r != GPUARR_OK) gpuarr__obj_release(&a->obj);
+    return r;
+}
+
+static gpuarr_result gpuarr__get_array(gpuarr_array a, const char *arg, gpuarr__array **out) {
+    gpuarr__obj *o;
+    GPUARR__CHECK(gpuarr__table_get(&gpuarr__g.arrays, a.id, arg, &o));
+    *out = (gpuarr__array *)o;
+    return GPUARR_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The transfer engine: moves n elements between any two views, casting on the side that makes
+ * the transfer narrower. ss runs work on the source's device, ds on the destination's.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct gpuarr__view {
+    gpuarr__dev *dev;
+    void *mem;
+    size_t offset;
+    gpuarr_dtype dtype;
+} gpuarr__view;
+
+static gpuarr__view gpuarr__make_view(gpuarr__dev *d, void *mem, size_t offset, gpuarr_dtype t) {
+    gpuarr__view v;
+    v.dev = d;
+    v.mem = mem;
+    v.offset = offset;
+    v.dtype = t;
+    return v;
+}
+
+static unsigned char *gpuarr__view_host_ptr(gpuarr__view v) { return (unsigned char *)v.mem + v.offset; }
+
+typedef struct gpuarr__device_mem {
+    gpuarr__dev *dev;
+    void *mem;
+} gpuarr__device_mem;
+
+static void gpuarr__free_device_mem_deferred(void *ctx) {
+    gpuarr__device_mem *m = (gpuarr__device_mem *)ctx;
+    m->dev->backend->mem_free(m->dev, m->mem);
+    gpuarr__free(m);
+}
+static void gpuarr__free_host_deferred(void *ctx) { gpuarr__aligned_free(ctx); }
+
+/* A temporary buffer on d, freed (via gpuarr__temp_release) when the stream passes. */
+static gpuarr_result gpuarr__temp_alloc(gpuarr__dev *d, size_t bytes, gpuarr__device_mem **out) {
+    gpuarr__device_mem *m = (gpuarr__device_mem *)gpuarr__malloc(sizeof *m);
+    if (!m) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a temporary buffer record");
+    m->dev = d;
+    gpuarr_result r = d->backend->mem_alloc(d, bytes, &m->mem);
+    if (r != GPUARR_OK) {
+        gpuarr__free(m);
+        return r;
+    }
+    *out = m;
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__host_temp(size_t bytes, void **out) {
+    *out = gpuarr__aligned_malloc(bytes, 64);
+    if (!*out) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a %zu-byte staging buffer", bytes);
+    return GPUARR_OK;
+}
+
+/* Host-side cast through the host backend's table entry. */
+static gpuarr_result gpuarr__host_step(void *dst, gpuarr_dtype dt, const void *src, gpuarr_dtype st, size_t n) {
+    gpuarr__dev *h = gpuarr__host_dev();
+    gpuarr__stream *hs;
+    GPUARR__CHECK(gpuarr__default_stream(h, &hs));
+    gpuarr_result r = h->backend->cast(hs, dst, 0, dt, src, 0, st, n);
+    gpuarr__obj_release(&hs->obj);
+    return r;
+}
+
+/* Both views on s's device. */
+static gpuarr_result gpuarr__move_local(gpuarr__stream *s, gpuarr__view dst, gpuarr__view src, size_t n) {
+    const gpuarr__backend *b = s->dev->backend;
+    if (dst.dtype == src.dtype)
+        return b->copy_d2d(s, dst.mem, dst.offset, src.mem, src.offset, n * gpuarr__dtype_sizes[src.dtype]);
+    return b->cast(s, dst.mem, dst.offset, dst.dtype, src.mem, src.offset, src.dtype, n);
+}
+
+/* Host -> device on s: narrowing casts run on the host first, others on the device after. */
+static gpuarr_result gpuarr__upload(gpuarr__stream *s, gpuarr__view dst, gpuarr__view src, size_t n) {
+    const gpuarr__backend *b = s->dev->backend;
+    size_t ssz = gpuarr__dtype_sizes[src.dtype], dsz = gpuarr__dtype_sizes[dst.dtype];
+    const unsigned char *sp = gpuarr__view_host_ptr(src);
+    if (src.dtype == dst.dtype) return b->copy_h2d(s, dst.mem, dst.offset, sp, n * dsz);
+    if (dsz < ssz) {
+        void *tmp;
+        GPUARR__CHECK(gpuarr__host_temp(n * dsz, &tmp));
+        gpuarr_result r = gpuarr__host_step(tmp, dst.dtype, sp, src.dtype, n);
+        if (r == GPUARR_OK) r = b->copy_h2d(s, dst.mem, dst.offset, tmp, n * dsz);
+        gpuarr__stream_defer(s, gpuarr__free_host_deferred, tmp);
+        return r;
+    }
+    gpuarr__device_mem *tmp;
+    GPUARR__CHECK(gpuarr__temp_alloc(s->dev, n * ssz, &tmp));
+    gpuarr_result r = b->copy_h2d(s, tmp->mem, 0, sp, n * ssz);
+    if (r == GPUARR_OK) r = b->cast(s, dst.mem, dst.offset, dst.dtype, tmp->mem, 0, src.dtype, n);
+    gpuarr__stream_defer(s, gpuarr__free_device_mem_deferred, tmp);
+    return r;
+}
+
+/* Device -> host on s: narrowing and same-width casts run on the device first; widening ones
+   on the host after the bytes arrive (which waits for s). */
+static gpuarr_result gpuarr__download(gpuarr__stream *s, gpuarr__view dst, gpuarr__view src, size_t n) {
+    const gpuarr__backend *b = s->dev->backend;
+    size_t ssz = gpuarr__dtype_sizes[src.dtype], dsz = gpuarr__dtype_sizes[dst.dtype];
+    unsigned char *dp = gpuarr__view_host_ptr(dst);
+    if (src.dtype == dst.dtype) return b->copy_d2h(s, dp, src.mem, src.offset, n * ssz);
+    if (dsz <= ssz) {
+        gpuarr__device_mem *tmp;
+        GPUARR__CHECK(gpuarr__temp_alloc(s->dev, n * dsz, &tmp));
+        gpuarr_result r = b->cast(s, tmp->mem, 0, dst.dtype, src.mem, src.offset, src.dtype, n);
+        if (r == GPUARR_OK) r = b->copy_d2h(s, dp, tmp->mem, 0, n * dsz);
+        gpuarr__stream_defer(s, gpuarr__free_device_mem_deferred, tmp);
+        return r;
+    }
+    void *tmp;
+    GPUARR__CHECK(gpuarr__host_temp(n * ssz, &tmp));
+    gpuarr_result r = b->copy_d2h(s, tmp, src.mem, src.offset, n * ssz);
+    if (r == GPUARR_OK) r = gpuarr__stream_sync_raw(s);
+    if (r == GPUARR_OK) r = gpuarr__host_step(dp, dst.dtype, tmp, src.dtype, n);
+    gpuarr__stream_defer(s, gpuarr__free_host_deferred, tmp);
+    return r;
+}
+
+/* Between two devices of one backend that can copy directly. *last = the stream of the last step. */
+static gpuarr_result gpuarr__move_peer(gpuarr__stream *ss, gpuarr__stream *ds, gpuarr__view dst, gpuarr__view src,
+                                       size_t n, gpuarr__stream **last) {
+    const gpuarr__backend *b = ss->dev->backend;
+    size_t ssz = gpuarr__dtype_sizes[src.dtype], dsz = gpuarr__dtype_sizes[dst.dtype];
+    gpuarr__device_mem *tmp = NULL;
+    gpuarr_result r;
+    if (dsz <= ssz) { /* cast (if any) on the source, copy the narrow bytes */
+        gpuarr__view from = src;
+        *last = ss;
+        if (src.dtype != dst.dtype) {
+            GPUARR__CHECK(gpuarr__temp_alloc(ss->dev, n * dsz, &tmp));
+            from = gpuarr__make_view(ss->dev, tmp->mem, 0, dst.dtype);
+            r = b->cast(ss, tmp->mem, 0, dst.dtype, src.mem, src.offset, src.dtype, n);
+            if (r != GPUARR_OK) {
+                gpuarr__stream_defer(ss, gpuarr__free_device_mem_deferred, tmp);
+                return r;
+            }
+        }
+        r = b->copy_peer(ss, dst.dev, dst.mem, dst.offset, ss->dev, from.mem, from.offset, n * dsz);
+        if (tmp) gpuarr__stream_defer(ss, gpuarr__free_device_mem_deferred, tmp);
+        return r;
+    }
+    *last = ds; /* copy the narrow bytes, widen on the destination */
+    GPUARR__CHECK(gpuarr__temp_alloc(ds->dev, n * ssz, &tmp));
+    r = b->copy_peer(ss, ds->dev, tmp->mem, 0, ss->dev, src.mem, src.offset, n * ssz);
+    if (r == GPUARR_OK) r = gpuarr__stream_order(ds, ss);
+    if (r == GPUARR_OK) r = b->cast(ds, dst.mem, dst.offset, dst.dtype, tmp->mem, 0, src.dtype, n);
+    if (r != GPUARR_OK) gpuarr__stream_sync_raw(ss); /* the copy may still be writing tmp */
+    gpuarr__stream_defer(ds, gpuarr__free_device_mem_deferred, tmp);
+    return r;
+}
+
+/* Any two views. On return every step has been enqueued (host steps are done), and *last is the
+   stream that ran the final one: the data is in dst when *last has passed this point. */
+static gpuarr_result gpuarr__move(gpuarr__stream *ss, gpuarr__stream *ds, gpuarr__view dst, gpuarr__view src, size_t n,
+                                  gpuarr__stream **last) {
+    gpuarr__dev *sd = src.dev, *dd = dst.dev;
+    *last = ss;
+    if (n == 0) return GPUARR_OK;
+    if (sd == dd) return gpuarr__move_local(ss, dst, src, n);
+    if (sd->backend->id == GPUARR_BACKEND_HOST) {
+        *last = ds;
+        return gpuarr__upload(ds, dst, src, n);
+    }
+    if (dd->backend->id == GPUARR_BACKEND_HOST) return gpuarr__download(ss, dst, src, n);
+    if (sd->backend == dd->backend && sd->backend->can_copy_peer(dd, sd)) return gpuarr__move_peer(ss, ds, dst, src, n, last);
+    /* Through host memory, in the narrower of the two dtypes. */
+    *last = ds;
+    gpuarr_dtype mid = gpuarr__dtype_sizes[dst.dtype] <= gpuarr__dtype_sizes[src.dtype] ? dst.dtype : src.dtype;
+    void *tmp;
+    GPUARR__CHECK(gpuarr__host_temp(n * gpuarr__dtype_sizes[mid], &tmp));
+    gpuarr__view hv = gpuarr__make_view(gpuarr__host_dev(), tmp, 0, mid);
+    gpuarr_result r = gpuarr__download(ss, hv, src, n);
+    if (r == GPUARR_OK) r = gpuarr__stream_sync_raw(ss);
+    if (r == GPUARR_OK) r = gpuarr__upload(ds, dst, hv, n);
+    if (r != GPUARR_OK) gpuarr__stream_sync_raw(ss);
+    gpuarr__stream_defer(ds, gpuarr__free_host_deferred, tmp);
+    return r;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Running one conversion
+ * ------------------------------------------------------------------------------------------- */
+typedef struct gpuarr__transfer {
+    gpuarr__view dst, src;
+    size_t count;
+    gpuarr__array *src_array;        /* waited for and kept alive while read; NULL = caller memory */
+    gpuarr__array *dst_array;        /* kept alive while written; gets the ready event when async */
+    gpuarr__stream *explicit_stream; /* the caller's stream, or NULL */
+    bool async;
+} gpuarr__transfer;
+
+/* Async: the result is valid once the last stream passes this point. Record that on the result,
+   keep both arrays alive until then, and make the caller's stream wait for it too, so that
+   "ready when the stream is" holds. */
+static gpuarr_result gpuarr__transfer_finish_async(gpuarr__transfer *t, gpuarr__stream *last) {
+    if (last->dev->backend->synchronous) return GPUARR_OK;
+    gpuarr__event *ready;
+    GPUARR__CHECK(gpuarr__event_new(last->dev, false, &ready));
+    gpuarr_result r = gpuarr__event_record_raw(ready, last);
+    if (r != GPUARR_OK) {
+        gpuarr__obj_release(&ready->obj);
+        return r;
+    }
+    if (t->dst_array) t->dst_array->ready = ready;
+    else gpuarr__obj_release(&ready->obj);
+    gpuarr__obj *keep[2] = {t->src_array ? &t->src_array->obj : NULL, t->dst_array ? &t->dst_array->obj : NULL};
+    for (int i = 0; i < 2; i++) {
+        if (!keep[i]) continue;
+        gpuarr__obj_retain(keep[i]);
+        gpuarr__stream_defer(last, gpuarr__release_obj_deferred, keep[i]);
+    }
+    if (t->explicit_stream && t->explicit_stream != last) r = gpuarr__stream_order(t->explicit_stream, last);
+    return r;
+}
+
+static gpuarr_result gpuarr__transfer_run(gpuarr__transfer *t) {
+    gpuarr__stream *ss = NULL, *ds = NULL, *last = NULL;
+    gpuarr_result r = gpuarr__stream_for(t->src.dev, t->explicit_stream, &ss);
+    if (r == GPUARR_OK) r = gpuarr__stream_for(t->dst.dev, t->explicit_stream, &ds);
+    if (r == GPUARR_OK && t->src_array && t->src_array->ready) r = gpuarr__stream_wait_raw(ss, t->src_array->ready);
+    if (r == GPUARR_OK) r = gpuarr__move(ss, ds, t->dst, t->src, t->count, &last);
+    if (r == GPUARR_OK && !t->async) r = gpuarr__stream_sync_raw(last);
+    if (r == GPUARR_OK && t->async) r = gpuarr__transfer_finish_async(t, last);
+    if (r != GPUARR_OK) { /* nothing may still be reading or writing once we report failure */
+        if (ss) gpuarr__stream_sync_raw(ss);
+        if (ds && ds != ss) gpuarr__stream_sync_raw(ds);
+    }
+    if (ss) gpuarr__obj_release(&ss->obj);
+    if (ds) gpuarr__obj_release(&ds->obj);
+    return r;
+}
+
+static gpuarr__view gpuarr__array_view(gpuarr__array *a) { return gpuarr__make_view(a->dev, a->mem, a->offset, a->dtype); }
+
+static gpuarr_result gpuarr__convert(gpuarr_array src, gpuarr_device dst, gpuarr_dtype t, gpuarr_stream stream,
+                                     bool async, gpuarr_array *out) {
+    GPUARR__REQUIRE_PTR(out);
+    gpuarr__array *a = NULL, *b = NULL;
+    gpuarr__stream *es = NULL;
+    gpuarr__dev *d;
+    GPUARR__CHECK(gpuarr__get_array(src, "src", &a));
+    gpuarr_dtype dt = t ? t : a->dtype;
+    gpuarr_result r = gpuarr__get_dev(dst, "dst", &d);
+    if (r == GPUARR_OK && !gpuarr__dtype_valid(dt)) r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "t = %d is not a gpuarr_dtype", (int)t);
+    if (r == GPUARR_OK && stream.id) {
+        r = gpuarr__get_stream(stream, "s", &es);
+        if (r == GPUARR_OK && es->dev != a->dev && es->dev != d)
+            r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "s belongs to %s, which is neither src's device (%s) nor dst (%s)",
+                             es->dev->info.spec, a->dev->info.spec, d->info.spec);
+    }
+    uint32_t id = 0;
+    if (r == GPUARR_OK && d == a->dev && dt == a->dtype) { /* identity: the same array, retained */
+        r = gpuarr__table_retain(&gpuarr__g.arrays, src.id, "src");
+        id = src.id;
+    } else if (r == GPUARR_OK) {
+        r = gpuarr__array_new(d, dt, a->ndim, a->shape, &b);
+        if (r == GPUARR_OK) {
+            gpuarr__transfer tr;
+            memset(&tr, 0, sizeof tr);
+            tr.dst = gpuarr__array_view(b);
+            tr.src = gpuarr__array_view(a);
+            tr.count = (size_t)a->count;
+            tr.src_array = a;
+            tr.dst_array = b;
+            tr.explicit_stream = es;
+            tr.async = async;
+            r = gpuarr__transfer_run(&tr);
+            if (r == GPUARR_OK) r = gpuarr__array_publish(b, &id);
+            else gpuarr__obj_release(&b->obj);
+        }
+    }
+    if (es) gpuarr__obj_release(&es->obj);
+    gpuarr__obj_release(&a->obj);
+    if (r == GPUARR_OK) out->id = id;
+    return r;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Configuration: desc fields, then the environment
+ * ------------------------------------------------------------------------------------------- */
+static bool gpuarr__streq_nocase(const char *a, const char *b) {
+    for (; *a && *b; a++, b++) {
+        int ca = *a >= 'A' && *a <= 'Z' ? *a + 32 : *a, cb = *b >= 'A' && *b <= 'Z' ? *b + 32 : *b;
+        if (ca != cb) return false;
+    }
+    return *a == *b;
+}
+
+static const char *gpuarr__env(const char *name) {
+    const char *v = getenv(name);
+    return v && *v ? v : NULL;
+}
+
+static gpuarr_result gpuarr__parse_log_level(const char *text, gpuarr_log_level *out) {
+    static const char *const names[] = {"", "off", "error", "warn", "info", "debug"};
+    for (int i = 1; i < GPUARR_LOG_LEVEL_COUNT; i++)
+        if (gpuarr__streq_nocase(text, names[i])) {
+            *out = (gpuarr_log_level)i;
+            return GPUARR_OK;
+        }
+    if (gpuarr__streq_nocase(text, "warning")) {
+        *out = GPUARR_LOG_WARN;
+        return GPUARR_OK;
+    }
+    return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "GPUARR_LOG=\"%s\": expected off, error, warn, info or debug", text);
+}
+
+/* A decimal number 0..max with nothing after it. */
+static bool gpuarr__parse_uint(const char *s, size_t len, long max, long *out) {
+    if (len == 0 || len > 9) return false;
+    long v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9') return false;
+        v = v * 10 + (s[i] - '0');
+    }
+    if (v > max) return false;
+    *out = v;
+    return true;
+}
+
+/* "<backend>", "<backend>:N" or (allow_star) "<backend>:*". index -1 = unspecified / every. */
+static bool gpuarr__parse_backend_spec(const char *s, size_t len, bool allow_star, gpuarr_backend *backend, int *index) {
+    for (int b = 1; b < GPUARR_BACKEND_COUNT; b++) {
+        const char *name = gpuarr__backend_names[b];
+        size_t n = strlen(name);
+        if (len < n || strncmp(s, name, n) != 0) continue;
+        *backend = (gpuarr_backend)b;
+        *index = -1;
+        if (len == n) return true;
+        if (s[n] != ':') continue;
+        if (allow_star && len == n + 2 && s[n + 1] == '*') return true;
+        long v;
+        if (!gpuarr__parse_uint(s + n + 1, len - n - 1, 1000000, &v)) return false;
+        *index = (int)v;
+        return true;
+    }
+    return false;
+}
+
+static gpuarr_result gpuarr__parse_filter(const char *text) {
+    int items = 1;
+    for (const char *p = text; *p; p++) items += *p == ',';
+    gpuarr__filter_item *f = (gpuarr__filter_item *)gpuarr__calloc(sizeof *f * (size_t)items);
+    char *copy = gpuarr__strdup(text);
+    if (!f || !copy) {
+        gpuarr__free(f);
+        gpuarr__free(copy);
+        return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the device filter");
+    }
+    int n = 0;
+    for (const char *p = text;;) {
+        size_t len = strcspn(p, ",");
+        while (len && p[0] == ' ') p++, len--;
+        while (len && p[len - 1] == ' ') len--;
+        if (!gpuarr__parse_backend_spec(p, len, true, &f[n].backend, &f[n].index)) {
+            gpuarr__free(f);
+            gpuarr__free(copy);
+            return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT,
+                                "GPUARR_DEVICES=\"%s\": item \"%.*s\" is not host, cuda, cuda:N, cuda:*, opencl, opencl:N or opencl:*",
+                                text, (int)len, p);
+        }
+        n++;
+        p += strcspn(p, ",");
+        if (!*p) break;
+        p++;
+    }
+    gpuarr__g.filter = f;
+    gpuarr__g.filter_count = n;
+    gpuarr__g.devices_filter = copy;
+    return GPUARR_OK;
+}
+
+static bool gpuarr__filter_allows(gpuarr_backend b, int index) {
+    if (b == GPUARR_BACKEND_HOST || !gpuarr__g.filter) return true;
+    for (int i = 0; i < gpuarr__g.filter_count; i++)
+        if (gpuarr__g.filter[i].backend == b && (gpuarr__g.filter[i].index < 0 || gpuarr__g.filter[i].index == index)) return true;
+    return false;
+}
+
+static bool gpuarr__filter_mentions(gpuarr_backend b) {
+    if (b == GPUARR_BACKEND_HOST || !gpuarr__g.filter) return true;
+    for (int i = 0; i < gpuarr__g.filter_count; i++)
+        if (gpuarr__g.filter[i].backend == b) return true;
+    return false;
+}
+
+static gpuarr_result gpuarr__resolve_config(const gpuarr_desc *d) {
+    if (!d->allocator.alloc_fn != !d->allocator.free_fn)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "desc->allocator: set both alloc_fn and free_fn, or neither");
+    if ((int)d->log_level < 0 || d->log_level >= GPUARR_LOG_LEVEL_COUNT)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "desc->log_level = %d is not a gpuarr_log_level", (int)d->log_level);
+    if (d->host_threads < 0 || d->host_threads > 256)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "desc->host_threads = %d: must be 0 (default) or 1..256", d->host_threads);
+    gpuarr__g.allocator = d->allocator;
+    gpuarr__g.logger = d->logger;
+    gpuarr__g.log_level = d->log_level;
+    const char *env = gpuarr__env("GPUARR_LOG");
+    if (!gpuarr__g.log_level && env) GPUARR__CHECK(gpuarr__parse_log_level(env, &gpuarr__g.log_level));
+    if (!gpuarr__g.log_level) gpuarr__g.log_level = GPUARR_LOG_WARN;
+    gpuarr__g.host_threads = d->host_threads;
+    env = gpuarr__env("GPUARR_THREADS");
+    if (!gpuarr__g.host_threads && env) {
+        long v;
+        if (!gpuarr__parse_uint(env, strlen(env), 256, &v) || v < 1)
+            return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "GPUARR_THREADS=\"%s\": expected a number from 1 to 256", env);
+        gpuarr__g.host_threads = (int)v;
+    }
+    if (!gpuarr__g.host_threads) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        gpuarr__g.host_threads = cpus < 1 ? 1 : cpus > 64 ? 64 : (int)cpus;
+    }
+    const char *filter = d->devices ? d->devices : gpuarr__env("GPUARR_DEVICES");
+    if (filter) GPUARR__CHECK(gpuarr__parse_filter(filter));
+    return GPUARR_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Registry
+ * ------------------------------------------------------------------------------------------- */
+static bool gpuarr__same_physical(const gpuarr_device_info *a, const gpuarr_device_info *b) {
+    if (a->has_uuid && b->has_uuid) return memcmp(a->uuid, b->uuid, sizeof a->uuid) == 0;
+    return a->has_pci && b->has_pci && a->pci_domain == b->pci_domain && a->pci_bus == b->pci_bus &&
+           a->pci_device == b->pci_device && a->pci_function == b->pci_function;
+}
+
+/* A GPU reached through two backends counts once: the earlier backend in the list (CUDA before
+   OpenCL) represents it. */
+static bool gpuarr__is_duplicate(const gpuarr__dev *d) {
+    if (!d->info.same_as.id) return false;
+    const gpuarr__dev *other = &gpuarr__g.devices[(d->info.same_as.id & 0xffffu) - 1u];
+    return other->info.backend < d->info.backend;
+}
+
+static bool gpuarr__better_gpu(const gpuarr_device_info *a, const gpuarr_device_info *b) {
+    double sa = (double)a->compute_units * (a->clock_mhz > 0 ? a->clock_mhz : 1);
+    double sb = (double)b->compute_units * (b->clock_mhz > 0 ? b->clock_mhz : 1);
+    if (sa != sb) return sa > sb;
+    return a->total_memory > b->total_memory;
+}
+
+static void gpuarr__registry_link(void) {
+    gpuarr__g.best_gpu = -1;
+    for (int i = 0; i < gpuarr__g.device_count; i++)
+        for (int j = i + 1; j < gpuarr__g.device_count; j++) {
+            gpuarr_device_info *a = &gpuarr__g.devices[i].info, *b = &gpuarr__g.devices[j].info;
+            if (a->backend != b->backend && gpuarr__same_physical(a, b)) {
+                a->same_as = b->device;
+                b->same_as = a->device;
+            }
+        }
+    for (int i = 0; i < gpuarr__g.device_count; i++) {
+        const gpuarr__dev *d = &gpuarr__g.devices[i];
+        if (d->info.type != GPUARR_DEVICE_TYPE_GPU || gpuarr__is_duplicate(d)) continue;
+        if (gpuarr__g.best_gpu < 0 || gpuarr__better_gpu(&d->info, &gpuarr__g.devices[gpuarr__g.best_gpu].info))
+            gpuarr__g.best_gpu = i;
+    }
+}
+
+static gpuarr_result gpuarr__registry_add(const gpuarr__backend *b, int index) {
+    gpuarr__dev *d = &gpuarr__g.devices[gpuarr__g.device_count];
+    memset(d, 0, sizeof *d);
+    gpuarr_result r = b->device_info(index, &d->info);
+    if (r != GPUARR_OK) return r;
+    d->backend = b;
+    d->info.backend = b->id;
+    d->info.index = index;
+    d->info.device = gpuarr__device_handle(gpuarr__g.device_count);
+    if (b->id == GPUARR_BACKEND_HOST) snprintf(d->info.spec, sizeof d->info.spec, "host");
+    else snprintf(d->info.spec, sizeof d->info.spec, "%s:%d", b->name, index);
+    pthread_mutex_init(&d->lock, NULL);
+    gpuarr__g.device_count++;
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__registry_build(void) {
+    int capacity = 0;
+    for (int i = 1; i < GPUARR_BACKEND_COUNT; i++) {
+        const gpuarr__backend *b = gpuarr__backends[i];
+        if (!b || !gpuarr__filter_mentions(b->id)) continue;
+        gpuarr_result r = b->load();
+        if (r == GPUARR_ERROR_OUT_OF_MEMORY) return r;
+        if (r != GPUARR_OK) {
+            gpuarr__log(GPUARR_LOG_WARN, "the %s backend is unavailable: %s", b->name, gpuarr__tls.error);
+            continue;
+        }
+        gpuarr__g.backend_loaded[i] = true;
+        capacity += b->device_count();
+    }
+    gpuarr__g.devices = (gpuarr__dev *)gpuarr__calloc(sizeof(gpuarr__dev) * (size_t)GPUARR__MAX(capacity, 1));
+    if (!gpuarr__g.devices) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the device registry");
+    for (int i = 1; i < GPUARR_BACKEND_COUNT; i++) {
+        if (!gpuarr__g.backend_loaded[i]) continue;
+        const gpuarr__backend *b = gpuarr__backends[i];
+        for (int k = 0, n = b->device_count(); k < n; k++) {
+            if (!gpuarr__filter_allows(b->id, k)) continue;
+            gpuarr_result r = gpuarr__registry_add(b, k);
+            if (r == GPUARR_ERROR_OUT_OF_MEMORY) return r;
+            if (r != GPUARR_OK) gpuarr__log(GPUARR_LOG_WARN, "skipping %s device %d: %s", b->name, k, gpuarr__tls.error);
+        }
+    }
+    gpuarr__registry_link();
+    return GPUARR_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Lifecycle
+ * ------------------------------------------------------------------------------------------- */
+static void gpuarr__teardown(void) {
+    uint32_t arrays = gpuarr__g.arrays.slots ? gpuarr__table_destroy(&gpuarr__g.arrays) : 0;
+    uint32_t events = gpuarr__g.events.slots ? gpuarr__table_destroy(&gpuarr__g.events) : 0;
+    uint32_t streams = gpuarr__g.streams.slots ? gpuarr__table_destroy(&gpuarr__g.streams) : 0;
+    if (arrays || events || streams)
+        gpuarr__log(GPUARR_LOG_WARN, "gpuarr_shutdown freed %u arrays, %u streams and %u events that were never released",
+                    arrays, streams, events);
+    for (int i = 0; i < gpuarr__g.device_count; i++) {
+        gpuarr__dev *d = &gpuarr__g.devices[i];
+        if (d->default_stream) gpuarr__obj_release(&d->default_stream->obj);
+        d->default_stream = NULL;
+    }
+    for (int i = 0; i < gpuarr__g.device_count; i++) {
+        gpuarr__dev *d = &gpuarr__g.devices[i];
+        if (d->opened) d->backend->device_close(d);
+        pthread_mutex_destroy(&d->lock);
+    }
+    for (int i = GPUARR_BACKEND_COUNT - 1; i > 0; i--)
+        if (gpuarr__g.backend_loaded[i]) gpuarr__backends[i]->unload();
+    if (gpuarr__g.workers.wanted) gpuarr__workers_stop(&gpuarr__g.workers);
+    gpuarr__free(gpuarr__g.devices);
+    gpuarr__free(gpuarr__g.filter);
+    gpuarr__free(gpuarr__g.devices_filter);
+    uint32_t epoch = gpuarr__g.epoch;
+    memset(&gpuarr__g, 0, sizeof gpuarr__g);
+    gpuarr__g.epoch = epoch;
+}
+
+static gpuarr_result gpuarr__startup(const gpuarr_desc *desc) {
+    gpuarr_desc d;
+    memset(&d, 0, sizeof d);
+    if (desc) d = *desc;
+    gpuarr__g.epoch++;
+    gpuarr_result r = gpuarr__resolve_config(&d);
+    if (r == GPUARR_OK) {
+        uint32_t gen = gpuarr__g.epoch * 7u;
+        gpuarr__table_init(&gpuarr__g.arrays, "array", gen);
+        gpuarr__table_init(&gpuarr__g.streams, "stream", gen + 1u);
+        gpuarr__table_init(&gpuarr__g.events, "event", gen + 2u);
+        gpuarr__workers_init(&gpuarr__g.workers, gpuarr__g.host_threads);
+        r = gpuarr__registry_build();
+    }
+    if (r != GPUARR_OK) {
+        gpuarr_allocator keep = gpuarr__g.allocator; /* teardown frees with the same allocator */
+        gpuarr__g.allocator = keep;
+        gpuarr__teardown();
+        return r;
+    }
+    GPUARR__ATOMIC_STORE(&gpuarr__g.valid, 1u);
+    gpuarr__log(GPUARR_LOG_INFO, "initialized with %d devices", gpuarr__g.device_count);
+    return GPUARR_OK;
+}
+
+GPUARR_API gpuarr_result gpuarr_init(const gpuarr_desc *desc) {
+    gpuarr__tls.api = __func__;
+    pthread_mutex_lock(&gpuarr__init_lock);
+    gpuarr_result r = GPUARR_OK;
+    if (gpuarr__g.refs == INT_MAX) {
+        r = gpuarr__fail(GPUARR_ERROR_OVERFLOW, "too many gpuarr_init references");
+    } else if (gpuarr__g.refs > 0) {
+        gpuarr__g.refs++;
+        if (desc) gpuarr__log(GPUARR_LOG_INFO, "gpuarr_init: already initialized; this desc is ignored");
+    } else {
+        r = gpuarr__startup(desc);
+        if (r == GPUARR_OK) gpuarr__g.refs = 1;
+    }
+    pthread_mutex_unlock(&gpuarr__init_lock);
+    return r;
+}
+
+GPUARR_API void gpuarr_shutdown(void) {
+    pthread_mutex_lock(&gpuarr__init_lock);
+    if (gpuarr__g.refs > 0 && --gpuarr__g.refs == 0) {
+        GPUARR__ATOMIC_STORE(&gpuarr__g.valid, 0u);
+        gpuarr__teardown();
+    }
+    pthread_mutex_unlock(&gpuarr__init_lock);
+}
+
+GPUARR_API bool gpuarr_is_initialized(void) { return gpuarr__initialized(); }
+
+GPUARR_API gpuarr_result gpuarr_query_desc(gpuarr_desc *out) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(out);
+    memset(out, 0, sizeof *out);
+    out->allocator = gpuarr__g.allocator;
+    out->logger = gpuarr__g.logger;
+    out->log_level = gpuarr__g.log_level;
+    out->devices = gpuarr__g.devices_filter;
+    out->host_threads = gpuarr__g.host_threads;
+    return GPUARR_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Names and errors
+ * ------------------------------------------------------------------------------------------- */
+GPUARR_API const char *gpuarr_result_string(gpuarr_result r) {
+    switch (r) {
+#define GPUARR__RESULT_TEXT(name, value, text) case GPUARR_##name: return text;
+        GPUARR_RESULT_LIST(GPUARR__RESULT_TEXT)
+#undef GPUARR__RESULT_TEXT
+    default: return "unknown result code";
+    }
+}
+
+GPUARR_API const char *gpuarr_result_name(gpuarr_result r) {
+    switch (r) {
+#define GPUARR__RESULT_NAME(name, value, text) case GPUARR_##name: return "GPUARR_" #name;
+        GPUARR_RESULT_LIST(GPUARR__RESULT_NAME)
+#undef GPUARR__RESULT_NAME
+    default: return "GPUARR_UNKNOWN_RESULT";
+    }
+}
+
+GPUARR_API const char *gpuarr_last_error(void) { return gpuarr__tls.error; }
+GPUARR_API size_t gpuarr_dtype_size(gpuarr_dtype t) { return gpuarr__dtype_valid(t) ? gpuarr__dtype_sizes[t] : 0; }
+GPUARR_API const char *gpuarr_dtype_name(gpuarr_dtype t) { return gpuarr__dtype_valid(t) ? gpuarr__dtype_names[t] : "invalid"; }
+GPUARR_API gpuarr_dtype gpuarr_dtype_from_name(const char *name) {
+    for (int t = 1; name && t < GPUARR_DTYPE_COUNT; t++)
+        if (strcmp(name, gpuarr__dtype_names[t]) == 0) return (gpuarr_dtype)t;
+    return GPUARR_DTYPE_INVALID;
+}
+GPUARR_API const char *gpuarr_backend_name(gpuarr_backend b) {
+    return b > 0 && b < GPUARR_BACKEND_COUNT ? gpuarr__backend_names[b] : "invalid";
+}
+GPUARR_API bool gpuarr_backend_compiled(gpuarr_backend b) { return b > 0 && b < GPUARR_BACKEND_COUNT && gpuarr__backends[b]; }
+GPUARR_API const char *gpuarr_version_string(void) { return GPUARR_VERSION_STRING; }
+
+GPUARR_API gpuarr_f16 gpuarr_f16_from_float(float x) { gpuarr_f16 h; h.bits = gpuarr__f32_to_f16(x); return h; }
+GPUARR_API gpuarr_f16 gpuarr_f16_from_double(double x) { gpuarr_f16 h; h.bits = gpuarr__f64_to_f16(x); return h; }
+GPUARR_API float gpuarr_f16_to_float(gpuarr_f16 h) { return gpuarr__f16_to_f32(h.bits); }
+GPUARR_API gpuarr_bf16 gpuarr_bf16_from_float(float x) { gpuarr_bf16 h; h.bits = gpuarr__f32_to_bf16(x); return h; }
+GPUARR_API gpuarr_bf16 gpuarr_bf16_from_double(double x) { gpuarr_bf16 h; h.bits = gpuarr__f64_to_bf16(x); return h; }
+GPUARR_API float gpuarr_bf16_to_float(gpuarr_bf16 h) { return gpuarr__bf16_to_f32(h.bits); }
+
+/* ---------------------------------------------------------------------------------------------
+ * Devices
+ * ------------------------------------------------------------------------------------------- */
+GPUARR_API int gpuarr_device_count(void) {
+    gpuarr__tls.api = __func__;
+    if (!gpuarr__initialized()) {
+        gpuarr__fail(GPUARR_ERROR_NOT_INITIALIZED, "gpuarr is not initialized (call gpuarr_init first)");
+        return 0;
+    }
+    return gpuarr__g.device_count;
+}
+
+GPUARR_API gpuarr_device gpuarr_device_at(int index) {
+    gpuarr_device none = {0};
+    gpuarr__tls.api = __func__;
+    if (!gpuarr__initialized()) {
+        gpuarr__fail(GPUARR_ERROR_NOT_INITIALIZED, "gpuarr is not initialized (call gpuarr_init first)");
+        return none;
+    }
+    if (index < 0 || index >= gpuarr__g.device_count) {
+        gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "index = %d: there are %d devices", index, gpuarr__g.device_count);
+        return none;
+    }
+    return gpuarr__g.devices[index].info.device;
+}
+
+GPUARR_API gpuarr_device gpuarr_host(void) {
+    gpuarr_device none = {0};
+    gpuarr__tls.api = __func__;
+    if (!gpuarr__initialized()) {
+        gpuarr__fail(GPUARR_ERROR_NOT_INITIALIZED, "gpuarr is not initialized (call gpuarr_init first)");
+        return none;
+    }
+    return gpuarr__host_dev()->info.device;
+}
+
+static gpuarr__dev *gpuarr__any_dev(void) {
+    return gpuarr__g.best_gpu >= 0 ? &gpuarr__g.devices[gpuarr__g.best_gpu] : gpuarr__host_dev();
+}
+
+/* The best device of one backend (its GPUs first), or NULL. */
+static gpuarr__dev *gpuarr__best_of_backend(gpuarr_backend b) {
+    gpuarr__dev *best = NULL;
+    for (int i = 0; i < gpuarr__g.device_count; i++) {
+        gpuarr__dev *d = &gpuarr__g.devices[i];
+        if (d->info.backend != b) continue;
+        if (!best || (d->info.type == GPUARR_DEVICE_TYPE_GPU && best->info.type != GPUARR_DEVICE_TYPE_GPU) ||
+            (d->info.type == best->info.type && gpuarr__better_gpu(&d->info, &best->info)))
+            best = d;
+    }
+    return best;
+}
+
+GPUARR_API gpuarr_result gpuarr_device_find(const char *spec, gpuarr_device *out) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(spec);
+    GPUARR__REQUIRE_PTR(out);
+    gpuarr__dev *found = NULL;
+    gpuarr_backend b;
+    int index;
+    if (strcmp(spec, "host") == 0 || strcmp(spec, "cpu") == 0) {
+        found = gpuarr__host_dev();
+    } else if (strcmp(spec, "any") == 0) {
+        found = gpuarr__any_dev();
+    } else if (strcmp(spec, "gpu") == 0) {
+        if (gpuarr__g.best_gpu < 0)
+            return gpuarr__fail(GPUARR_ERROR_NO_DEVICE, "spec \"gpu\": none of the %d devices is a GPU", gpuarr__g.device_count);
+        found = &gpuarr__g.devices[gpuarr__g.best_gpu];
+    } else if (gpuarr__parse_backend_spec(spec, strlen(spec), false, &b, &index)) {
+        if (b == GPUARR_BACKEND_HOST && index > 0)
+            return gpuarr__fail(GPUARR_ERROR_NO_DEVICE, "spec \"%s\": there is one host device, host:0", spec);
+        if (index < 0) found = gpuarr__best_of_backend(b);
+        for (int i = 0; index >= 0 && i < gpuarr__g.device_count; i++)
+            if (gpuarr__g.devices[i].info.backend == b && gpuarr__g.devices[i].info.index == index) found = &gpuarr__g.devices[i];
+        if (!found)
+            return gpuarr__fail(GPUARR_ERROR_NO_DEVICE, "spec \"%s\": no such device%s", spec,
+                                !gpuarr__backends[b]            ? " (backend not compiled in)"
+                                : !gpuarr__g.backend_loaded[b] ? " (backend not available at run time)"
+                                                                : "");
+    } else {
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT,
+                            "spec \"%s\" is not one of host, cpu, gpu, any, cuda, cuda:N, opencl, opencl:N", spec);
+    }
+    *out = found->info.device;
+    return GPUARR_OK;
+}
+
+GPUARR_API gpuarr_result gpuarr_device_get_info(gpuarr_device d, gpuarr_device_info *out) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(out);
+    gpuarr__dev *dev;
+    GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
+    *out = dev->info;
+    uint64_t free_bytes, total;
+    if (dev->backend->mem_info(dev, &free_bytes, &total) == GPUARR_OK) {
+        out->free_memory = free_bytes;
+        if (total) out->total_memory = total;
+    }
+    return GPUARR_OK;
+}
+
+/* Visits every public stream on d (with a reference held during the call). */
+static gpuarr_result gpuarr__sync_public_streams(gpuarr__dev *d) {
+    gpuarr__table *t = &gpuarr__g.streams;
+    gpuarr_result r = GPUARR_OK;
+    for (uint32_t i = 0;; i++) {
+        pthread_mutex_lock(&t->lock);
+        if (i >= t->used) {
+            pthread_mutex_unlock(&t->lock);
+            break;
+        }
+        gpuarr__stream *s = (gpuarr__stream *)t->slots[i].obj;
+        if (s && s->dev == d) gpuarr__obj_retain(&s->obj);
+        else s = NULL;
+        pthread_mutex_unlock(&t->lock);
+        if (!s) continue;
+        gpuarr_result sr = gpuarr__stream_sync_raw(s);
+        if (r == GPUARR_OK) r = sr;
+        gpuarr__obj_release(&s->obj);
+    }
+    return r;
+}
+
+GPUARR_API gpuarr_result gpuarr_device_sync(gpuarr_device d) {
+    GPUARR__BEGIN();
+    gpuarr__dev *dev;
+    GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
+    gpuarr_result r = GPUARR_OK;
+    pthread_mutex_lock(&dev->lock);
+    gpuarr__stream *def = dev->default_stream;
+    if (def) gpuarr__obj_retain(&def->obj);
+    pthread_mutex_unlock(&dev->lock);
+    if (def) {
+        r = gpuarr__stream_sync_raw(def);
+        gpuarr__obj_release(&def->obj);
+    }
+    gpuarr_result pr = gpuarr__sync_public_streams(dev);
+    return r != GPUARR_OK ? r : pr;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Arrays
+ * ------------------------------------------------------------------------------------------- */
+static gpuarr_result gpuarr__create(gpuarr_device d, gpuarr_dtype t, int ndim, const int64_t *shape, bool zero,
+                                    gpuarr_array *out) {
+    GPUARR__REQUIRE_PTR(out);
+    gpuarr__dev *dev;
+    gpuarr__array *a;
+    GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
+    GPUARR__CHECK(gpuarr__array_new(dev, t, ndim, shape, &a));
+    gpuarr_result r = GPUARR_OK;
+    if (zero && a->nbytes) {
+        gpuarr__stream *s;
+        r = gpuarr__stream_for(dev, NULL, &s);
+        if (r == GPUARR_OK) {
+            r = dev->backend->fill_zero(s, a->mem, 0, a->nbytes);
+            if (r == GPUARR_OK) r = gpuarr__stream_sync_raw(s);
+            else gpuarr__stream_sync_raw(s);
+            gpuarr__obj_release(&s->obj);
+        }
+    }
+    uint32_t id = 0;
+    if (r == GPUARR_OK) r = gpuarr__array_publish(a, &id);
+    else gpuarr__obj_release(&a->obj);
+    if (r == GPUARR_OK) out->id = id;
+    return r;
+}
+
+GPUARR_API gpuarr_result gpuarr_empty(gpuarr_device d, gpuarr_dtype t, int ndim, const int64_t *shape, gpuarr_array *out) {
+    GPUARR__BEGIN();
+    return gpuarr__create(d, t, ndim, shape, false, out);
+}
+
+GPUARR_API gpuarr_result gpuarr_zeros(gpuarr_device d, gpuarr_dtype t, int ndim, const int64_t *shape, gpuarr_array *out) {
+    GPUARR__BEGIN();
+    return gpuarr__create(d, t, ndim, shape, true, out);
+}
+
+GPUARR_API gpuarr_result gpuarr_from_host_as(gpuarr_device d, gpuarr_dtype t, const void *data, int ndim,
+                                             const int64_t *shape, gpuarr_array *out) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(out);
+    gpuarr__dev *dev;
+    gpuarr__array *a;
+    GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
+    int64_t count;
+    size_t nbytes;
+    GPUARR__CHECK(gpuarr__check_shape(t, ndim, shape, &count, &nbytes));
+    if (!data && count > 0)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "data is NULL but the shape holds %lld elements", (long long)count);
+    GPUARR__CHECK(gpuarr__array_new(dev, t, ndim, shape, &a));
+    gpuarr__transfer tr;
+    memset(&tr, 0, sizeof tr);
+    tr.dst = gpuarr__array_view(a);
+    tr.src = gpuarr__make_view(gpuarr__host_dev(), (void *)(uintptr_t)data, 0, t);
+    tr.count = (size_t)count;
+    tr.dst_array = a;
+    gpuarr_result r = gpuarr__transfer_run(&tr);
+    uint32_t id = 0;
+    if (r == GPUARR_OK) r = gpuarr__array_publish(a, &id);
+    else gpuarr__obj_release(&a->obj);
+    if (r == GPUARR_OK) out->id = id;
+    return r;
+}
+
+GPUARR_API gpuarr_result gpuarr_to_host_as(gpuarr_array arr, gpuarr_dtype t, void *data, size_t count) {
+    GPUARR__BEGIN();
+    gpuarr__array *a;
+    GPUARR__CHECK(gpuarr__get_array(arr, "a", &a));
+    gpuarr_dtype dt = t ? t : a->dtype;
+    gpuarr_result r = GPUARR_OK;
+    if (!gpuarr__dtype_valid(dt))
+        r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "t = %d is not a gpuarr_dtype", (int)t);
+    else if (!data && a->count > 0)
+        r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "data is NULL but the array holds %lld elements", (long long)a->count);
+    else if (count < (uint64_t)a->count)
+        r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "count = %zu is smaller than the array's %lld elements", count,
+                         (long long)a->count);
+    if (r == GPUARR_OK) {
+        gpuarr__transfer tr;
+        memset(&tr, 0, sizeof tr);
+        tr.dst = gpuarr__make_view(gpuarr__host_dev(), data, 0, dt);
+        tr.src = gpuarr__array_view(a);
+        tr.count = (size_t)a->count;
+        tr.src_array = a;
+        r = gpuarr__transfer_run(&tr);
+    }
+    gpuarr__obj_release(&a->obj);
+    return r;
+}
+
+GPUARR_API gpuarr_result gpuarr_wrap_host(void *data, gpuarr_dtype t, int ndim, const int64_t *shape,
+                                          gpuarr_release_fn release, void *user_data, gpuarr_array *out) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(out);
+    gpuarr__array *a;
+    GPUARR__CHECK(gpuarr__array_alloc_struct(gpuarr__host_dev(), t, ndim, shape, &a));
+    gpuarr_result r = GPUARR_OK;
+    if (!data && a->count > 0)
+        r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "data is NULL but the shape holds %lld elements", (long long)a->count);
+    else if ((uintptr_t)data % gpuarr__dtype_sizes[t] != 0)
+        r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "data %p is not aligned to %zu bytes (the size of %s)", data,
+                         gpuarr__dtype_sizes[t], gpuarr__dtype_names[t]);
+    uint32_t id = 0;
+    if (r == GPUARR_OK) {
+        a->mem = data;
+        a->wrapped = true;
+        r = gpuarr__table_insert(&gpuarr__g.arrays, &a->obj, &id);
+    }
+    if (r != GPUARR_OK) { /* the caller keeps ownership: no release callback */
+        gpuarr__free(a);
+        return r;
+    }
+    a->release_fn = release; /* safe: nobody else knows the new id yet */
+    a->release_user = user_data;
+    out->id = id;
+    return GPUARR_OK;
+}
+
+GPUARR_API gpuarr_result gpuarr_convert(gpuarr_array src, gpuarr_device dst, gpuarr_dtype t, gpuarr_array *out) {
+    GPUARR__BEGIN();
+    gpuarr_stream none = {0};
+    return gpuarr__convert(src, dst, t, none, false, out);
+}
+
+GPUARR_API gpuarr_result gpuarr_convert_async(gpuarr_array src, gpuarr_device dst, gpuarr_dtype t, gpuarr_stream s,
+                                              gpuarr_array *out) {
+    GPUARR__BEGIN();
+    return gpuarr__convert(src, dst, t, s, true, out);
+}
+
+GPUARR_API gpuarr_result gpuarr_retain(gpuarr_array a) {
+    GPUARR__BEGIN();
+    return gpuarr__table_retain(&gpuarr__g.arrays, a.id, "a");
+}
+
+GPUARR_API gpuarr_result gpuarr_release(gpuarr_array a) {
+    GPUARR__BEGIN();
+    gpuarr__obj *dropped;
+    GPUARR__CHECK(gpuarr__table_release(&gpuarr__g.arrays, a.id, "a", &dropped));
+    gpuarr__obj_release(dropped);
+    return GPUARR_OK;
+}
+
+GPUARR_API gpuarr_result gpuarr_array_get_info(gpuarr_array arr, gpuarr_array_info *out) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(out);
+    gpuarr__array *a;
+    GPUARR__CHECK(gpuarr__get_array(arr, "a", &a));
+    memset(out, 0, sizeof *out);
+    out->device = a->dev->info.device;
+    out->dtype = a->dtype;
+    out->ndim = a->ndim;
+    for (int i = 0; i < a->ndim; i++) out->shape[i] = a->shape[i];
+    out->count = a->count;
+    out->itemsize = gpuarr__dtype_sizes[a->dtype];
+    out->nbytes = a->nbytes;
+    out->host_accessible = a->dev->backend->id == GPUARR_BACKEND_HOST;
+    out->wrapped = a->wrapped;
+    out->refcount = gpuarr__table_public_refs(&gpuarr__g.arrays, arr.id);
+    gpuarr__obj_release(&a->obj);
+    return GPUARR_OK;
+}
+
+GPUARR_API gpuarr_result gpuarr_host_data(gpuarr_array arr, void **out) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(out);
+    gpuarr__array *a;
+    GPUARR__CHECK(gpuarr__get_array(arr, "a", &a));
+    gpuarr_result r = GPUARR_OK;
+    if (a->dev->backend->id != GPUARR_BACKEND_HOST)
+        r = gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "a lives on %s, not on the host; convert it to gpuarr_host() first", a->dev->info.spec);
+    else if (a->ready)
+        r = a->ready->dev->backend->event_sync(a->ready->dev, a->ready->native);
+    if (r == GPUARR_OK) *out = a->mem ? (unsigned char *)a->mem + a->offset : NULL;
+    gpuarr__obj_release(&a->obj);
+    return r;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Streams and events
+ * ------------------------------------------------------------------------------------------- */
+static gpuarr__dev *gpuarr__current_dev(void) {
+    gpuarr_device d;
+    d.id = gpuarr__tls.device_id;
+    gpuarr__dev *dev;
+    if (d.id && (d.id >> 16) == gpuarr__epoch16() && (d.id & 0xffffu) >= 1u && (int)(d.id & 0xffffu) <= gpuarr__g.device_count &&
+        gpuarr__get_dev(d, "current device", &dev) == GPUARR_OK)
+        return dev;
+    return gpuarr__any_dev();
+}
+
+/* {0} = the thread's current stream, else the current device's default stream. */
+static gpuarr_result gpuarr__resolve_stream(gpuarr_stream s, const char *arg, gpuarr__stream **out) {
+    if (s.id) return gpuarr__get_stream(s, arg, out);
+    if (gpuarr__tls.stream_id) {
+        gpuarr_stream cur;
+        cur.id = gpuarr__tls.stream_id;
+        return gpuarr__get_stream(cur, "the thread's current stream", out);
+    }
+    return gpuarr__default_stream(gpuarr__current_dev(), out);
+}
+
+GPUARR_API gpuarr_result gpuarr_stream_create(gpuarr_device d, uint32_t flags, gpuarr_stream *out) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(out);
+    if (flags != 0) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "flags = 0x%x: no stream flags are defined (pass 0)", flags);
+    gpuarr__dev *dev;
+    gpuarr__stream *s;
+    GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
+    GPUARR__CHECK(gpuarr__stream_new(dev, &s));
+    uint32_t id;
+    gpuarr_result r = gpuarr__table_insert(&gpuarr__g.streams, &s->obj, &id);
+    if (r != GPUARR_OK) {
+        gpuarr__obj_release(&s->obj);
+        return r;
+    }
+    s->id = id;
+    out->id = id;
+    return GPUARR_OK;
+}
+
+GPUARR_API gpuarr_result gpuarr_stream_destroy(gpuarr_stream s) {
+    GPUARR__BEGIN();
+    gpuarr__obj *dropped;
+    GPUARR__CHECK(gpuarr__table_release(&gpuarr__g.streams, s.id, "s", &dropped));
+    gpuarr__obj_release(dropped);
+    return GPUARR_OK;
+}
+
+GPUARR_API gpuarr_result gpuarr_stream_sync(gpuarr_stream s) {
+    GPUARR__BEGIN();
+    gpuarr__stream *st;
+    GPUARR__CHECK(gpuarr__resolve_stream(s, "s", &st));
+    gpuarr_result r = gpuarr__stream_sync_raw(st);
+    gpuarr__obj_release(&st->obj);
+    return r;
+}
+
+GPUARR_API gpuarr_result gpuarr_stream_query(gpuarr_stream s, bool *done) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(done);
+    gpuarr__stream *st;
+    GPUARR__CHECK(gpuarr__resolve_stream(s, "s", &st));
+    bool finished = false;
+    gpuarr_result r = st->dev->backend->stream_query(st->dev, st->native, &finished);
+    if (r == GPUARR_OK && finished) gpuarr__stream_collect(st, true);
+    if (r == GPUARR_OK) *done = finished;
+    gpuarr__obj_release(&st->obj);
+    return r;
+}
+
+GPUARR_API gpuarr_result gpuarr_stream_get_device(gpuarr_stream s, gpuarr_device *out) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(out);
+    gpuarr__stream *st;
+    GPUARR__CHECK(gpuarr__resolve_stream(s, "s", &st));
+    *out = st->dev->info.device;
+    gpuarr__obj_release(&st->obj);
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__get_event(gpuarr_event e, const char *arg, gpuarr__event **out) {
+    gpuarr__obj *o;
+    GPUARR__CHECK(gpuarr__table_get(&gpuarr__g.events, e.id, arg, &o));
+    *out = (gpuarr__event *)o;
+    return GPUARR_OK;
+}
+
+GPUARR_API gpuarr_result gpuarr_stream_wait(gpuarr_stream s, gpuarr_event e) {
+    GPUARR__BEGIN();
+    gpuarr__stream *st;
+    gpuarr__event *ev;
+    GPUARR__CHECK(gpuarr__get_event(e, "e", &ev));
+    gpuarr_result r = gpuarr__resolve_stream(s, "s", &st);
+    if (r == GPUARR_OK) {
+        r = gpuarr__stream_wait_raw(st, ev);
+        gpuarr__obj_release(&st->obj);
+    }
+    gpuarr__obj_release(&ev->obj);
+    return r;
+}
+
+GPUARR_API gpuarr_result gpuarr_event_create(gpuarr_device d, uint32_t flags, gpuarr_event *out) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(out);
+    if (flags & ~(uint32_t)GPUARR_EVENT_TIMING)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "flags = 0x%x: only GPUARR_EVENT_TIMING is defined", flags);
+    gpuarr__dev *dev;
+    gpuarr__event *e;
+    GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
+    GPUARR__CHECK(gpuarr__event_new(dev, (flags & GPUARR_EVENT_TIMING) != 0, &e));
+    uint32_t id;
+    gpuarr_result r = gpuarr__table_insert(&gpuarr__g.events, &e->obj, &id);
+    if (r != GPUARR_OK) {
+        gpuarr__obj_release(&e->obj);
+        return r;
+    }
+    out->id = id;
+    return GPUARR_OK;
+}
+
+GPUARR_API gpuarr_result gpuarr_event_destroy(gpuarr_event e) {
+    GPUARR__BEGIN();
+    gpuarr__obj *dropped;
+    GPUARR__CHECK(gpuarr__table_release(&gpuarr__g.events, e.id, "e", &dropped));
+    gpuarr__obj_release(dropped);
+    return GPUARR_OK;
+}
+
+GPUARR_API gpuarr_result gpuarr_event_record(gpuarr_event e, gpuarr_stream s) {
+    GPUARR__BEGIN();
+    gpuarr__event *ev;
+    gpuarr__stream *st = NULL;
+    GPUARR__CHECK(gpuarr__get_event(e, "e", &ev));
+    gpuarr_result r = s.id ? gpuarr__get_stream(s, "s", &st) : gpuarr__stream_for(ev->dev, NULL, &st);
+    if (r == GPUARR_OK && st->dev != ev->dev)
+        r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "s is on %s but e belongs to %s", st->dev->info.spec, ev->dev->info.spec);
+    if (r == GPUARR_OK) r = gpuarr__event_record_raw(ev, st);
+    if (st) gpuarr__obj_release(&st->obj);
+    gpuarr__obj_release(&ev->obj);
+    return r;
+}
+
+GPUARR_API gpuarr_result gpuarr_event_sync(gpuarr_event e) {
+    GPUARR__BEGIN();
+    gpuarr__event *ev;
+    GPUARR__CHECK(gpuarr__get_event(e, "e", &ev));
+    gpuarr_result r = GPUARR_OK;
+    if (GPUARR__ATOMIC_LOAD(&ev->recorded)) r = ev->dev->backend->event_sync(ev->dev, ev->native);
+    gpuarr__obj_release(&ev->obj);
+    return r;
+}
+
+GPUARR_API gpuarr_result gpuarr_event_query(gpuarr_event e, bool *done) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(done);
+    gpuarr__event *ev;
+    GPUARR__CHECK(gpuarr__get_event(e, "e", &ev));
+    bool finished = true;
+    gpuarr_result r = GPUARR_OK;
+    if (GPUARR__ATOMIC_LOAD(&ev->recorded)) r = ev->dev->backend->event_query(ev->dev, ev->native, &finished);
+    if (r == GPUARR_OK) *done = finished;
+    gpuarr__obj_release(&ev->obj);
+    return r;
+}
+
+static gpuarr_result gpuarr__check_timing_event(gpuarr__event *e, const char *arg) {
+    if (!e->timing) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "%s was created without GPUARR_EVENT_TIMING", arg);
+    if (!GPUARR__ATOMIC_LOAD(&e->recorded)) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "%s was never recorded", arg);
+    return GPUARR_OK;
+}
+
+GPUARR_API gpuarr_result gpuarr_event_elapsed_ms(gpuarr_event start, gpuarr_event end, double *ms) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(ms);
+    gpuarr__event *a, *b;
+    GPUARR__CHECK(gpuarr__get_event(start, "start", &a));
+    gpuarr_result r = gpuarr__get_event(end, "end", &b);
+    if (r != GPUARR_OK) {
+        gpuarr__obj_release(&a->obj);
+        return r;
+    }
+    r = gpuarr__check_timing_event(a, "start");
+    if (r == GPUARR_OK) r = gpuarr__check_timing_event(b, "end");
+    if (r == GPUARR_OK && a->dev != b->dev)
+        r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "start is on %s but end is on %s", a->dev->info.spec, b->dev->info.spec);
+    double value = 0;
+    if (r == GPUARR_OK) r = a->dev->backend->event_elapsed(a->dev, a->native, b->native, &value);
+    if (r == GPUARR_OK) *ms = value;
+    gpuarr__obj_release(&a->obj);
+    gpuarr__obj_release(&b->obj);
+    return r;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Current device and stream, scopes
+ * ------------------------------------------------------------------------------------------- */
+GPUARR_API gpuarr_device gpuarr_current_device(void) {
+    gpuarr_device none = {0};
+    if (!gpuarr__initialized()) return none;
+    return gpuarr__current_dev()->info.device;
+}
+
+GPUARR_API gpuarr_result gpuarr_set_current_device(gpuarr_device d) {
+    GPUARR__BEGIN();
+    if (d.id == 0) {
+        gpuarr__tls.device_id = 0;
+        return GPUARR_OK;
+    }
+    gpuarr__dev *dev;
+    GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
+    GPUARR__CHECK(gpuarr__dev_open(dev));
+    void *previous;
+    GPUARR__CHECK(dev->backend->activate(dev, &previous));
+    gpuarr__tls.device_id = d.id;
+    return GPUARR_OK;
+}
+
+GPUARR_API gpuarr_stream gpuarr_current_stream(void) {
+    gpuarr_stream s;
+    s.id = gpuarr__tls.stream_id;
+    return s;
+}
+
+GPUARR_API gpuarr_result gpuarr_set_current_stream(gpuarr_stream s) {
+    GPUARR__BEGIN();
+    if (s.id) {
+        gpuarr__stream *st;
+        GPUARR__CHECK(gpuarr__get_stream(s, "s", &st));
+        gpuarr__obj_release(&st->obj);
+    }
+    gpuarr__tls.stream_id = s.id;
+    return GPUARR_OK;
+}
+
+static gpuarr_scope gpuarr__scope_enter(gpuarr__dev *dev, uint32_t stream_id, const char *what) {
+    gpuarr_scope sc;
+    memset(&sc, 0, sizeof sc);
+    sc.previous_device.id = gpuarr__tls.device_id;
+    sc.previous_stream.id = gpuarr__tls.stream_id;
+    sc.result = gpuarr__dev_open(dev);
+    if (sc.result == GPUARR_OK) sc.result = dev->backend->activate(dev, &sc.native_previous);
+    if (sc.result != GPUARR_OK) {
+        gpuarr__log(GPUARR_LOG_WARN, "%s: the scoped block is skipped: %s", what, gpuarr__tls.error);
+        return sc;
+    }
+    gpuarr__tls.device_id = dev->info.device.id;
+    gpuarr__tls.stream_id = stream_id;
+    sc.device = dev->info.device;
+    sc.active = true;
+    return sc;
+}
+
+static gpuarr_scope gpuarr__scope_failed(gpuarr_result r, const char *what) {
+    gpuarr_scope sc;
+    memset(&sc, 0, sizeof sc);
+    sc.result = r;
+    gpuarr__log(GPUARR_LOG_WARN, "%s: the scoped block is skipped: %s", what, gpuarr__tls.error);
+    return sc;
+}
+
+GPUARR_API gpuarr_scope gpuarr_scope_enter_device(gpuarr_device d) {
+    gpuarr__tls.api = __func__;
+    if (!gpuarr__initialized())
+        return gpuarr__scope_failed(gpuarr__fail(GPUARR_ERROR_NOT_INITIALIZED, "gpuarr is not initialized (call gpuarr_init first)"), __func__);
+    gpuarr__dev *dev;
+    gpuarr_result r = gpuarr__get_dev(d, "d", &dev);
+    if (r != GPUARR_OK) return gpuarr__scope_failed(r, __func__);
+    return gpuarr__scope_enter(dev, gpuarr__tls.stream_id, __func__);
+}
+
+GPUARR_API gpuarr_scope gpuarr_scope_enter_stream(gpuarr_stream s) {
+    gpuarr__tls.api = __func__;
+    if (!gpuarr__initialized())
+        return gpuarr__scope_failed(gpuarr__fail(GPUARR_ERROR_NOT_INITIALIZED, "gpuarr is not initialized (call gpuarr_init first)"), __func__);
+    gpuarr__stream *st;
+    gpuarr_result r = gpuarr__get_stream(s, "s", &st);
+    if (r != GPUARR_OK) return gpuarr__scope_failed(r, __func__);
+    gpuarr__dev *dev = st->dev;
+    gpuarr__obj_release(&st->obj);
+    return gpuarr__scope_enter(dev, s.id, __func__);
+}
+
+GPUARR_API void gpuarr_scope_leave(gpuarr_scope *scope) {
+    if (!scope || !scope->active) return;
+    scope->active = false;
+    gpuarr__dev *dev;
+    if (gpuarr__initialized() && gpuarr__get_dev(scope->device, "scope", &dev) == GPUARR_OK)
+        dev->backend->deactivate(dev, scope->native_previous);
+    gpuarr__tls.device_id = scope->previous_device.id;
+    gpuarr__tls.stream_id = scope->previous_stream.id;
+}
+
+#endif /* GPUARR_IMPLEMENTATION */
+
+/*
+ * LICENSE: MIT. Copyright (c) 2026 the gpuarr developers. Permission is hereby granted, free of
+ * charge, to any person obtaining a copy of this software and associated documentation files (the
+ * "Software"), to deal in the Software without restriction, including without limitation the
+ * rights to use, copy, modify, merge, publish, distribute, sublicense, and/or sell copies of the
+ * Software, and to permit persons to whom the Software is furnished to do so, subject to the
+ * following conditions: The above copyright notice and this permission notice shall be included
+ * in all copies or substantial portions of the Software. THE SOFTWARE IS PROVIDED "AS IS",
+ * WITHOUT WARRANTY OF ANY KIND.
+ */
