@@ -1,2 +1,5 @@
+/* The implementation, for builds that compile it once as its own unit. _GNU_SOURCE turns on
+   Linux extras (transparent huge pages for large host blocks) that strict ISO mode hides. */
+#define _GNU_SOURCE
 #define GPUARR_IMPLEMENTATION
 #include "gpuarr.h"

@@ -94,6 +94,7 @@ static gpuarr_result gpuarr__host_mem_alloc(gpuarr__dev *d, size_t bytes, void *
                             "host allocation of %zu bytes failed (host total %llu, available %llu bytes)",
                             bytes, (unsigned long long)total, (unsigned long long)free_bytes);
     }
+    gpuarr__advise_huge_pages(p, bytes);
     *mem = p;
     return GPUARR_OK;
 }

@@ -1,0 +1,174 @@
+# gpuarr -- the two commands are `make demo` and `make test`.
+#
+#   make demo     build and run examples/quickstart.c on the best device found
+#   make test     install the Debian packages the tests need (as root; otherwise print the
+#                 apt-get line and stop), build everything, run the Criterion suite on every
+#                 device class present, and the compile tests (C11 gcc/clang, C++17, .cu)
+#   make check    the suite under ASan+UBSan, the threaded tests under TSan, valgrind on the
+#                 examples
+#   make bench    tools/gpuarr-bench; prints a table (see bench/results/)
+#   make install  copy gpuarr.h and backends/ to $(PREFIX)/include
+#   make clean
+#
+# CUDA and OpenCL are detected for the compile tests and later backends: CUDA_HOME (or
+# /usr/local/cuda, or nvcc on PATH) and CL/cl.h. Nothing needs configuring.
+
+CC        ?= cc
+CXX       ?= c++
+CLANG     ?= clang
+PREFIX    ?= /usr/local
+BUILD     := build
+LIBS      := -lm -lpthread -ldl
+WARN      := -Wall -Wextra -Wpedantic -Wconversion -Werror
+CFLAGS_REL  := -std=c11 -O2 -g $(WARN)
+CFLAGS_ASAN := -std=c11 -O1 -g $(WARN) -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+CFLAGS_TSAN := -std=c11 -O1 -g $(WARN) -fsanitize=thread
+TEST_CFLAGS = -I. -Itests
+
+HEADERS   := gpuarr.h $(wildcard backends/*.h)
+EXAMPLES  := $(basename $(notdir $(wildcard examples/*.c)))
+TESTS     := $(basename $(notdir $(wildcard tests/test_*.c)))
+THREADED_TESTS := test_threads test_streams
+TOOLS     := gpuarr-info gpuarr-bench
+
+# --- toolchains ---------------------------------------------------------------------------
+CUDA_HOME ?= $(firstword $(wildcard /usr/local/cuda) $(patsubst %/bin/nvcc,%,$(shell command -v nvcc 2>/dev/null)))
+NVCC      := $(firstword $(wildcard $(CUDA_HOME)/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
+HAVE_CL_H := $(wildcard /usr/include/CL/cl.h)
+
+# --- Debian packages ------------------------------------------------------------------------
+TEST_PACKAGES  := gcc g++ clang make libcriterion-dev
+CHECK_PACKAGES := $(TEST_PACKAGES) valgrind
+
+.PHONY: all demo test check bench install clean deps-test deps-check info compile-tests \
+        run-tests run-asan run-tsan run-valgrind
+
+all: $(addprefix $(BUILD)/rel/examples/,$(EXAMPLES)) $(addprefix $(BUILD)/rel/tools/,$(TOOLS))
+
+demo: $(BUILD)/rel/examples/quickstart
+	@$(BUILD)/rel/examples/quickstart
+
+info: $(BUILD)/rel/tools/gpuarr-info
+	@$(BUILD)/rel/tools/gpuarr-info
+
+# Installs the packages when root; otherwise names the exact command and stops.
+define ensure_packages
+	@missing=""; \
+	if command -v dpkg-query >/dev/null 2>&1; then \
+	  for p in $(1); do \
+	    dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	  done; \
+	else echo "gpuarr: not a Debian system; assuming these are installed: $(1)"; fi; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "gpuarr: installing$$missing"; \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing || exit 1; \
+	  else \
+	    echo "gpuarr: missing Debian packages. Run:"; \
+	    echo "  sudo apt-get install -y$$missing"; \
+	    exit 1; \
+	  fi; \
+	fi
+endef
+
+deps-test:
+	$(call ensure_packages,$(TEST_PACKAGES))
+
+deps-check:
+	$(call ensure_packages,$(CHECK_PACKAGES))
+
+# --- builds, one directory per flavour --------------------------------------------------------
+# $(1) = flavour (rel, asan, tsan), $(2) = its CFLAGS
+define flavour_rules
+$(BUILD)/$(1)/gpuarr.o: gpuarr.c $(HEADERS)
+	@mkdir -p $$(@D)
+	$(CC) $(2) -I. -c $$< -o $$@
+$(BUILD)/$(1)/examples/%: examples/%.c $(BUILD)/$(1)/gpuarr.o
+	@mkdir -p $$(@D)
+	$(CC) $(2) -I. $$< $(BUILD)/$(1)/gpuarr.o -o $$@ $(LIBS)
+$(BUILD)/$(1)/tools/%: tools/%.c $(HEADERS)
+	@mkdir -p $$(@D)
+	$(CC) $(2) -I. $$< -o $$@ $(LIBS)
+$(BUILD)/$(1)/tests/%: tests/%.c tests/test_common.h $(BUILD)/$(1)/gpuarr.o
+	@mkdir -p $$(@D)
+	$(CC) $(2) -Wno-conversion $(TEST_CFLAGS) $$< $(BUILD)/$(1)/gpuarr.o -o $$@ -lcriterion $(LIBS)
+endef
+$(eval $(call flavour_rules,rel,$(CFLAGS_REL)))
+$(eval $(call flavour_rules,asan,$(CFLAGS_ASAN)))
+$(eval $(call flavour_rules,tsan,$(CFLAGS_TSAN)))
+
+# --- the suite ------------------------------------------------------------------------------
+# Devices the suite runs on: always the host; later issues add OpenCL (PoCL) and CUDA.
+TEST_DEVICES ?= host
+
+test: deps-test
+	@$(MAKE) --no-print-directory all compile-tests run-tests
+
+run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS))
+	@set -e; for dev in $(TEST_DEVICES); do \
+	  for t in $(TESTS); do \
+	    echo "== $$t on $$dev"; \
+	    GPUARR_TEST_DEVICE=$$dev $(BUILD)/rel/tests/$$t --jobs 2; \
+	  done; \
+	done
+	@echo "make test: all suites passed on: $(TEST_DEVICES)"
+
+# The header as users compile it: C11 with gcc and clang, C++17, a .cu file, two translation
+# units, the implementation after a plain include, and the all-or-none allocator rule.
+compile-tests:
+	@mkdir -p $(BUILD)/compile
+	$(CC) -std=c11 $(WARN) -I. tests/compile/compile_c.c -o $(BUILD)/compile/c11-gcc $(LIBS)
+	$(CLANG) -std=c11 $(WARN) -I. tests/compile/compile_c.c -o $(BUILD)/compile/c11-clang $(LIBS)
+	$(CXX) -std=c++17 $(WARN) -I. tests/compile/compile_cpp.cc -o $(BUILD)/compile/cxx17 $(LIBS)
+	$(CC) -std=c11 $(WARN) -I. tests/compile/two_units_a.c tests/compile/two_units_b.c -o $(BUILD)/compile/two-units $(LIBS)
+	$(CC) -std=c11 $(WARN) -I. tests/compile/custom_malloc.c -o $(BUILD)/compile/custom-malloc $(LIBS)
+	@if $(CC) -std=c11 -I. -c tests/compile/malloc_without_free.c -o $(BUILD)/compile/never.o 2>/dev/null; then \
+	  echo "compile test: GPUARR_MALLOC without GPUARR_FREE should not compile"; exit 1; fi
+	@if $(CC) -std=c11 -ffast-math -I. -c tests/compile/compile_c.c -o $(BUILD)/compile/never.o 2>/dev/null; then \
+	  echo "compile test: the implementation should refuse -ffast-math"; exit 1; fi
+	@for p in c11-gcc c11-clang cxx17 two-units custom-malloc; do $(BUILD)/compile/$$p || exit 1; done
+ifneq ($(NVCC),)
+	$(NVCC) -std=c++17 -Werror all-warnings -I. tests/compile/compile_cu.cu -o $(BUILD)/compile/cu $(LIBS)
+	@$(BUILD)/compile/cu
+else
+	@echo "compile test: .cu skipped: nvcc not found (set CUDA_HOME)"
+endif
+	@echo "compile tests passed"
+
+# --- sanitizers -----------------------------------------------------------------------------
+check: deps-check
+	@$(MAKE) --no-print-directory run-asan run-tsan run-valgrind
+	@echo "make check: ASan+UBSan, TSan and valgrind are clean"
+
+run-asan: $(addprefix $(BUILD)/asan/tests/,$(TESTS))
+	@set -e; for dev in $(TEST_DEVICES); do for t in $(TESTS); do \
+	  echo "== asan+ubsan: $$t on $$dev"; \
+	  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	  GPUARR_TEST_DEVICE=$$dev $(BUILD)/asan/tests/$$t --jobs 2; done; done
+
+run-tsan: $(addprefix $(BUILD)/tsan/tests/,$(THREADED_TESTS))
+	@set -e; for dev in $(TEST_DEVICES); do for t in $(THREADED_TESTS); do \
+	  echo "== tsan: $$t on $$dev"; \
+	  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 GPUARR_TEST_DEVICE=$$dev $(BUILD)/tsan/tests/$$t --jobs 1; \
+	done; done
+
+run-valgrind: $(addprefix $(BUILD)/rel/examples/,$(EXAMPLES)) $(BUILD)/rel/tools/gpuarr-info
+	@set -e; for e in $(EXAMPLES); do \
+	  echo "== valgrind: examples/$$e"; \
+	  valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect \
+	    $(BUILD)/rel/examples/$$e >/dev/null; done
+	@echo "== valgrind: tools/gpuarr-info"
+	@valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect \
+	  $(BUILD)/rel/tools/gpuarr-info >/dev/null
+
+# --- benchmarks -----------------------------------------------------------------------------
+bench: $(BUILD)/rel/tools/gpuarr-bench
+	$(BUILD)/rel/tools/gpuarr-bench
+
+install:
+	install -d $(DESTDIR)$(PREFIX)/include/backends
+	install -m 644 gpuarr.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 backends/*.h $(DESTDIR)$(PREFIX)/include/backends/
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,43 @@
+// Compile test, C++17: the implementation compiled as C++, the overloads, the RAII scope guard.
+#define GPUARR_IMPLEMENTATION
+#include "gpuarr.h"
+
+#include <cstdio>
+#include <vector>
+
+static int check(bool ok, const char *what) {
+    if (!ok) std::fprintf(stderr, "compile test (C++17): %s failed: %s\n", what, gpuarr_last_error());
+    return ok ? 0 : 1;
+}
+
+static bool scoped(gpuarr_device d) {
+    GPUARR_SCOPED_DEVICE(d);
+    return gpuarr_current_device().id == d.id;
+}
+
+int main() {
+    if (check(gpuarr_init(nullptr) == GPUARR_OK, "init")) return 1;
+    gpuarr_device host = gpuarr_host();
+    std::vector<double> in{1.0, 2.5, -3.0};
+    std::vector<float> out(3);
+    int64_t shape[1] = {3};
+    gpuarr_array a{}, b{};
+    int bad = 0;
+    bad += check(gpuarr_from_host(host, in.data(), 1, shape, &a) == GPUARR_OK, "from_host(double*)");
+    bad += check(gpuarr_convert(a, host, GPUARR_F32, &b) == GPUARR_OK, "convert");
+    bad += check(gpuarr_to_host(b, out.data(), out.size()) == GPUARR_OK && out[1] == 2.5f, "to_host(float*)");
+    const long long ll[1] = {7};
+    int64_t one[1] = {1};
+    gpuarr_array c{};
+    gpuarr_array_info info{};
+    bad += check(gpuarr_from_host(host, ll, 1, one, &c) == GPUARR_OK, "from_host(const long long*)");
+    bad += check(gpuarr_array_get_info(c, &info) == GPUARR_OK && info.dtype == GPUARR_I64, "long long is I64");
+    bad += check(scoped(host), "GPUARR_SCOPED_DEVICE");
+    GPUARR_WITH_DEVICE(host) { bad += check(gpuarr_current_device().id == host.id, "GPUARR_WITH_DEVICE"); }
+    gpuarr_release(a);
+    gpuarr_release(b);
+    gpuarr_release(c);
+    gpuarr_shutdown();
+    if (!bad) std::puts("compile test (C++17): ok");
+    return bad;
+}
