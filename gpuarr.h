@@ -65,7 +65,7 @@
  * environment for fields left zero:
  *   GPUARR_DEVICES   device filter, comma separated: host, cuda, cuda:*, cuda:N, opencl,
  *                    opencl:*, opencl:N. The host is always present. Default: every device.
- *   GPUARR_LOG       off | error | warn | info | debug. Default: warn (to stderr unless a logger
+ *   GPUARR_LOG       off | error | warn (or warning) | info | debug. Default: warn (to stderr unless a logger
  *                    is given).
  *   GPUARR_THREADS   host worker threads for large casts and copies, 1..256. Default: the number
  *                    of online CPUs (at most 64). 1 = no worker threads.
@@ -510,7 +510,7 @@ GPUARR_API gpuarr_result gpuarr_event_elapsed_ms(gpuarr_event start, gpuarr_even
  * Per-thread current device and stream, and scopes
  * ------------------------------------------------------------------------------------------- */
 GPUARR_API gpuarr_device gpuarr_current_device(void);
-GPUARR_API gpuarr_result gpuarr_set_current_device(gpuarr_device d);
+GPUARR_API gpuarr_result gpuarr_set_current_device(gpuarr_device d); /* {0}: back to "any" */
 GPUARR_API gpuarr_stream gpuarr_current_stream(void);             /* {0} if none */
 GPUARR_API gpuarr_result gpuarr_set_current_stream(gpuarr_stream s); /* {0} clears it */
 
@@ -1549,10 +1549,11 @@ static gpuarr__slot *gpuarr__table_find(gpuarr__table *t, uint32_t id, const cha
 static gpuarr_result gpuarr__table_get(gpuarr__table *t, uint32_t id, const char *arg, gpuarr__obj **out) {
     pthread_mutex_lock(&t->lock);
     gpuarr__slot *slot = gpuarr__table_find(t, id, arg);
-    if (slot) gpuarr__obj_retain(slot->obj);
+    gpuarr__obj *obj = slot ? slot->obj : NULL; /* read under the lock: growth moves the slots */
+    if (obj) gpuarr__obj_retain(obj);
     pthread_mutex_unlock(&t->lock);
-    if (!slot) return GPUARR_ERROR_INVALID_HANDLE;
-    *out = slot->obj;
+    if (!obj) return GPUARR_ERROR_INVALID_HANDLE;
+    *out = obj;
     return GPUARR_OK;
 }
 
@@ -3195,7 +3196,7 @@ GPUARR_API gpuarr_result gpuarr_set_current_stream(gpuarr_stream s) {
     return GPUARR_OK;
 }
 
-static gpuarr_scope gpuarr__scope_enter(gpuarr__dev *dev, uint32_t stream_id, const char *what) {
+static gpuarr_scope gpuarr__scope_enter(gpuarr__dev *dev, uint32_t stream_id) {
     gpuarr_scope sc;
     memset(&sc, 0, sizeof sc);
     sc.previous_device.id = gpuarr__tls.device_id;
@@ -3203,7 +3204,7 @@ static gpuarr_scope gpuarr__scope_enter(gpuarr__dev *dev, uint32_t stream_id, co
     sc.result = gpuarr__dev_open(dev);
     if (sc.result == GPUARR_OK) sc.result = dev->backend->activate(dev, &sc.native_previous);
     if (sc.result != GPUARR_OK) {
-        gpuarr__log(GPUARR_LOG_WARN, "%s: the scoped block is skipped: %s", what, gpuarr__tls.error);
+        gpuarr__log(GPUARR_LOG_WARN, "the scoped block is skipped: %s", gpuarr__tls.error);
         return sc;
     }
     gpuarr__tls.device_id = dev->info.device.id;
@@ -3213,34 +3214,34 @@ static gpuarr_scope gpuarr__scope_enter(gpuarr__dev *dev, uint32_t stream_id, co
     return sc;
 }
 
-static gpuarr_scope gpuarr__scope_failed(gpuarr_result r, const char *what) {
+static gpuarr_scope gpuarr__scope_failed(gpuarr_result r) {
     gpuarr_scope sc;
     memset(&sc, 0, sizeof sc);
     sc.result = r;
-    gpuarr__log(GPUARR_LOG_WARN, "%s: the scoped block is skipped: %s", what, gpuarr__tls.error);
+    gpuarr__log(GPUARR_LOG_WARN, "the scoped block is skipped: %s", gpuarr__tls.error);
     return sc;
 }
 
 GPUARR_API gpuarr_scope gpuarr_scope_enter_device(gpuarr_device d) {
     gpuarr__tls.api = __func__;
     if (!gpuarr__initialized())
-        return gpuarr__scope_failed(gpuarr__fail(GPUARR_ERROR_NOT_INITIALIZED, "gpuarr is not initialized (call gpuarr_init first)"), __func__);
+        return gpuarr__scope_failed(gpuarr__fail(GPUARR_ERROR_NOT_INITIALIZED, "gpuarr is not initialized (call gpuarr_init first)"));
     gpuarr__dev *dev;
     gpuarr_result r = gpuarr__get_dev(d, "d", &dev);
-    if (r != GPUARR_OK) return gpuarr__scope_failed(r, __func__);
-    return gpuarr__scope_enter(dev, gpuarr__tls.stream_id, __func__);
+    if (r != GPUARR_OK) return gpuarr__scope_failed(r);
+    return gpuarr__scope_enter(dev, gpuarr__tls.stream_id);
 }
 
 GPUARR_API gpuarr_scope gpuarr_scope_enter_stream(gpuarr_stream s) {
     gpuarr__tls.api = __func__;
     if (!gpuarr__initialized())
-        return gpuarr__scope_failed(gpuarr__fail(GPUARR_ERROR_NOT_INITIALIZED, "gpuarr is not initialized (call gpuarr_init first)"), __func__);
+        return gpuarr__scope_failed(gpuarr__fail(GPUARR_ERROR_NOT_INITIALIZED, "gpuarr is not initialized (call gpuarr_init first)"));
     gpuarr__stream *st;
     gpuarr_result r = gpuarr__get_stream(s, "s", &st);
-    if (r != GPUARR_OK) return gpuarr__scope_failed(r, __func__);
+    if (r != GPUARR_OK) return gpuarr__scope_failed(r);
     gpuarr__dev *dev = st->dev;
     gpuarr__obj_release(&st->obj);
-    return gpuarr__scope_enter(dev, s.id, __func__);
+    return gpuarr__scope_enter(dev, s.id);
 }
 
 GPUARR_API void gpuarr_scope_leave(gpuarr_scope *scope) {
