@@ -37,11 +37,12 @@ NVCC      := $(firstword $(wildcard $(CUDA_HOME)/bin/nvcc) $(shell command -v nv
 HAVE_CL_H := $(wildcard /usr/include/CL/cl.h)
 
 # --- Debian packages ------------------------------------------------------------------------
-TEST_PACKAGES  := gcc g++ clang make libcriterion-dev
+TEST_PACKAGES  := gcc g++ clang make libcriterion-dev \
+                  pocl-opencl-icd ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-headers
 CHECK_PACKAGES := $(TEST_PACKAGES) valgrind
 
 .PHONY: all demo test check bench install clean deps-test deps-check info compile-tests \
-        run-tests run-asan run-tsan run-valgrind
+        run-tests run-asan run-tsan run-valgrind kernels kernels-check
 
 all: $(addprefix $(BUILD)/rel/examples/,$(EXAMPLES)) $(addprefix $(BUILD)/rel/tools/,$(TOOLS))
 
@@ -91,33 +92,52 @@ $(BUILD)/$(1)/tools/%: tools/%.c $(HEADERS)
 	$(CC) $(2) -I. $$< -o $$@ $(LIBS)
 $(BUILD)/$(1)/tests/%: tests/%.c tests/test_common.h $(BUILD)/$(1)/gpuarr.o
 	@mkdir -p $$(@D)
-	$(CC) $(2) -Wno-conversion $(TEST_CFLAGS) $(TEST_INCLUDE_$(1)) $$< $(BUILD)/$(1)/gpuarr.o -o $$@ $(TEST_LIB_$(1)) $(LIBS)
+	$(CC) $(2) -Wno-conversion $(TEST_CFLAGS) $(TEST_INCLUDE_$(1)) $$< $(BUILD)/$(1)/gpuarr.o -o $$@ $(TEST_LIB_$(1)) $$(LINK_$$*) $(LIBS)
 endef
 # Criterion cannot start under TSan (Snaipe/Criterion#274: its arena collides with TSan's shadow
 # memory), so the TSan build uses tests/tsan_shim, a small stand-in with the same API that also
 # runs each test in a forked child.
 TEST_LIB_rel := -lcriterion
 TEST_LIB_asan := -lcriterion
+# tests that call OpenCL themselves (interop) link the loader; the library never does
+LINK_test_opencl := -lOpenCL
 TEST_INCLUDE_tsan := -isystem tests/tsan_shim
 $(eval $(call flavour_rules,rel,$(CFLAGS_REL)))
 $(eval $(call flavour_rules,asan,$(CFLAGS_ASAN)))
 $(eval $(call flavour_rules,tsan,$(CFLAGS_TSAN)))
 
 # --- the suite ------------------------------------------------------------------------------
-# Devices the suite runs on: always the host; later issues add OpenCL (PoCL) and CUDA.
-TEST_DEVICES ?= host
+# One suite, run on each device class: the host, and OpenCL on PoCL (installed above, so its
+# absence is a failure: GPUARR_TEST_REQUIRE=1). The OpenCL-specific tests use two PoCL devices.
+TEST_DEVICES ?= host opencl:0
+GENERIC_TESTS := $(filter-out test_opencl,$(TESTS))
+export POCL_DEVICES ?= pthread pthread
+export GPUARR_TEST_REQUIRE ?= 1
 
 test: deps-test
-	@$(MAKE) --no-print-directory all compile-tests run-tests
+	@$(MAKE) --no-print-directory all kernels-check compile-tests run-tests
 
 run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS))
 	@set -e; for dev in $(TEST_DEVICES); do \
-	  for t in $(TESTS); do \
+	  for t in $(GENERIC_TESTS); do \
 	    echo "== $$t on $$dev"; \
 	    GPUARR_TEST_DEVICE=$$dev $(BUILD)/rel/tests/$$t --jobs 2; \
 	  done; \
 	done
-	@echo "make test: all suites passed on: $(TEST_DEVICES)"
+	@echo "== test_opencl (POCL_DEVICES=\"$$POCL_DEVICES\")"
+	@$(BUILD)/rel/tests/test_opencl --jobs 2
+	@echo "== gpuarr-info lists the OpenCL devices"
+	@$(BUILD)/rel/tools/gpuarr-info | grep -q "^opencl:1 " || { $(BUILD)/rel/tools/gpuarr-info; exit 1; }
+	@echo "make test: all suites passed on: $(TEST_DEVICES), and two PoCL devices"
+
+# The device kernels are compiled from backends/gpuarr_kernels.h, embedded as text in
+# backends/gpuarr_kernels_source.h: regenerate with `make kernels`; the test fails when stale.
+kernels:
+	tools/embed-kernels.sh backends/gpuarr_kernels.h > backends/gpuarr_kernels_source.h
+
+kernels-check:
+	@tools/embed-kernels.sh backends/gpuarr_kernels.h | cmp -s - backends/gpuarr_kernels_source.h || \
+	  { echo "backends/gpuarr_kernels_source.h is stale: run 'make kernels'"; exit 1; }
 
 # The header as users compile it: C11 with gcc and clang, C++17, a .cu file, two translation
 # units, the implementation after a plain include, and the all-or-none allocator rule.
@@ -148,10 +168,11 @@ check: deps-check
 
 # Criterion reports a test whose worker leaks as passing (LeakSanitizer runs after the result is
 # sent), so any sanitizer report in the output fails the run.
+# $(1) flavour, $(2) tests, $(3) environment, $(4) parallel jobs, $(5) devices
 SANITIZER_REPORT := 'ERROR: (Leak|Address)Sanitizer|runtime error|WARNING: ThreadSanitizer'
 define run_sanitized
 	@mkdir -p $(BUILD)/logs
-	@set -e; for dev in $(TEST_DEVICES); do for t in $(2); do \
+	@set -e; for dev in $(5); do for t in $(2); do \
 	  log=$(BUILD)/logs/$(1)-$$t-$$dev.log; \
 	  echo "== $(1): $$t on $$dev"; \
 	  $(3) GPUARR_TEST_DEVICE=$$dev $(BUILD)/$(1)/tests/$$t --jobs $(4) >$$log 2>&1 || { cat $$log; exit 1; }; \
@@ -161,10 +182,11 @@ define run_sanitized
 endef
 
 run-asan: $(addprefix $(BUILD)/asan/tests/,$(TESTS))
-	$(call run_sanitized,asan,$(TESTS),ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2)
+	$(call run_sanitized,asan,$(GENERIC_TESTS),ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,$(TEST_DEVICES))
+	$(call run_sanitized,asan,test_opencl,ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,opencl:0)
 
 run-tsan: $(addprefix $(BUILD)/tsan/tests/,$(THREADED_TESTS))
-	$(call run_sanitized,tsan,$(THREADED_TESTS),TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1,1)
+	$(call run_sanitized,tsan,$(THREADED_TESTS),TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1,1,$(TEST_DEVICES))
 
 run-valgrind: $(addprefix $(BUILD)/rel/examples/,$(EXAMPLES)) $(BUILD)/rel/tools/gpuarr-info
 	@set -e; for e in $(EXAMPLES); do \

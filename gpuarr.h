@@ -495,6 +495,10 @@ GPUARR_API gpuarr_result gpuarr_stream_query(gpuarr_stream s, bool *done);
 GPUARR_API gpuarr_result gpuarr_stream_get_device(gpuarr_stream s, gpuarr_device *out);
 /* Makes later work on s wait for e (across backends the calling thread waits instead). */
 GPUARR_API gpuarr_result gpuarr_stream_wait(gpuarr_stream s, gpuarr_event e);
+/* Makes later work on s wait until a's contents are complete (a may be the pending result of
+   async work on another stream). For native work on gpuarr's streams; gpuarr's own calls wait
+   by themselves. */
+GPUARR_API gpuarr_result gpuarr_stream_wait_array(gpuarr_stream s, gpuarr_array a);
 
 GPUARR_API gpuarr_result gpuarr_event_create(gpuarr_device d, uint32_t flags, gpuarr_event *out);
 GPUARR_API gpuarr_result gpuarr_event_destroy(gpuarr_event e);
@@ -539,6 +543,23 @@ GPUARR_API void gpuarr_scope_leave(gpuarr_scope *scope);
         for (int GPUARR__ID(once) = 1; GPUARR__ID(once); GPUARR__ID(once) = 0)
 #define GPUARR_WITH_DEVICE(dev) GPUARR__WITH(gpuarr_scope_enter_device(dev))
 #define GPUARR_WITH_STREAM(stream) GPUARR__WITH(gpuarr_scope_enter_stream(stream))
+
+/* ---------------------------------------------------------------------------------------------
+ * OpenCL interop. Native handles travel as void * here; with <CL/cl.h> included, the typed
+ * gpuarr_opencl_* forms below are declared too. What gpuarr returns stays owned by gpuarr and
+ * valid while its device, stream or array lives. Wrapping adds a reference to the caller's
+ * object and drops it when gpuarr is done: the caller keeps theirs. A wrapped buffer or queue
+ * must belong to gpuarr's context for the device (gpuarr_opencl_context_raw). Without the
+ * OpenCL backend these return GPUARR_ERROR_UNSUPPORTED.
+ * ------------------------------------------------------------------------------------------- */
+GPUARR_API gpuarr_result gpuarr_opencl_context_raw(gpuarr_device d, void **cl_context_out);
+GPUARR_API gpuarr_result gpuarr_opencl_device_id_raw(gpuarr_device d, void **cl_device_id_out);
+GPUARR_API gpuarr_result gpuarr_opencl_queue_raw(gpuarr_stream s, void **cl_command_queue_out);
+/* The buffer holding a's elements, and the byte offset where they start. */
+GPUARR_API gpuarr_result gpuarr_opencl_mem_raw(gpuarr_array a, void **cl_mem_out, size_t *offset);
+GPUARR_API gpuarr_result gpuarr_opencl_wrap_mem_raw(gpuarr_device d, void *cl_mem, size_t offset, gpuarr_dtype t,
+                                                    int ndim, const int64_t *shape, gpuarr_array *out);
+GPUARR_API gpuarr_result gpuarr_opencl_wrap_queue_raw(gpuarr_device d, void *cl_command_queue, gpuarr_stream *out);
 
 #ifdef __cplusplus
 } /* extern "C" */
@@ -591,6 +612,42 @@ struct gpuarr_scope_guard {
 
 #endif /* GPUARR_H_INCLUDED */
 
+/* Typed OpenCL interop, declared once <CL/cl.h> has been included (before or after gpuarr.h). */
+#if defined(CL_VERSION_1_0) && !defined(GPUARR_OPENCL_TYPED_INTEROP)
+#define GPUARR_OPENCL_TYPED_INTEROP
+static inline gpuarr_result gpuarr_opencl_context(gpuarr_device d, cl_context *out) {
+    void *p = NULL;
+    gpuarr_result r = gpuarr_opencl_context_raw(d, &p);
+    if (r == GPUARR_OK) *out = (cl_context)p;
+    return r;
+}
+static inline gpuarr_result gpuarr_opencl_device_id(gpuarr_device d, cl_device_id *out) {
+    void *p = NULL;
+    gpuarr_result r = gpuarr_opencl_device_id_raw(d, &p);
+    if (r == GPUARR_OK) *out = (cl_device_id)p;
+    return r;
+}
+static inline gpuarr_result gpuarr_opencl_queue(gpuarr_stream s, cl_command_queue *out) {
+    void *p = NULL;
+    gpuarr_result r = gpuarr_opencl_queue_raw(s, &p);
+    if (r == GPUARR_OK) *out = (cl_command_queue)p;
+    return r;
+}
+static inline gpuarr_result gpuarr_opencl_mem(gpuarr_array a, cl_mem *out, size_t *offset) {
+    void *p = NULL;
+    gpuarr_result r = gpuarr_opencl_mem_raw(a, &p, offset);
+    if (r == GPUARR_OK) *out = (cl_mem)p;
+    return r;
+}
+static inline gpuarr_result gpuarr_opencl_wrap_mem(gpuarr_device d, cl_mem mem, size_t offset, gpuarr_dtype t, int ndim,
+                                                   const int64_t *shape, gpuarr_array *out) {
+    return gpuarr_opencl_wrap_mem_raw(d, (void *)mem, offset, t, ndim, shape, out);
+}
+static inline gpuarr_result gpuarr_opencl_wrap_queue(gpuarr_device d, cl_command_queue q, gpuarr_stream *out) {
+    return gpuarr_opencl_wrap_queue_raw(d, (void *)q, out);
+}
+#endif
+
 /* =============================================================================================
  * IMPLEMENTATION
  * ============================================================================================= */
@@ -616,6 +673,7 @@ struct gpuarr_scope_guard {
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
@@ -683,7 +741,11 @@ struct gpuarr__obj {
 
 /* The backend table: the only way the core reaches a backend. Memory handles are void *: a
    host pointer, a CUdeviceptr or a cl_mem. Offsets are in bytes. Copies and casts are enqueued
-   on a stream; a backend whose `synchronous` flag is set completes them before returning. */
+   on a stream; a backend whose `synchronous` flag is set completes them before returning.
+   device_info and mem_info work on a device that is not opened yet. activate makes d's native
+   context current on the calling thread (replacing, not pushing) and returns the one it
+   replaced; deactivate puts that one back. stream_wait_event must accept an event of another
+   device of the same backend (waiting on the host if the native API cannot). */
 #define GPUARR__BACKEND_PROCS(X)                                                               \
     X(gpuarr_result, load, (void))                                                             \
     X(void, unload, (void))                                                                    \
@@ -744,7 +806,8 @@ struct gpuarr__dev {
 
 typedef struct gpuarr__deferred {
     struct gpuarr__deferred *next;
-    void *event; /* native event that marks the point the work must pass */
+    uint64_t seq; /* order on its stream */
+    void *event;  /* native event that marks the point the work must pass */
     void (*fn)(void *ctx);
     void *ctx;
 } gpuarr__deferred;
@@ -756,6 +819,7 @@ struct gpuarr__stream {
     uint32_t id;          /* public handle id; 0 for a device's default stream */
     pthread_mutex_t lock; /* guards the deferred list */
     gpuarr__deferred *deferred_head, *deferred_tail;
+    uint64_t deferred_seq; /* the seq of the newest entry */
 };
 
 struct gpuarr__event {
@@ -783,12 +847,18 @@ struct gpuarr__array {
 };
 
 /* ---------------------------------------------------------------------------------------------
- * Handle tables: slot index in the low 20 bits, generation in the high 12 (never 0), so a
- * released, stale or forged id is caught by a range or generation check under the table lock.
+ * Handle tables. An id is [kind:2][generation:10][slot index:20]. A freed slot is reused only
+ * when 1024 others are free too, and its generation then moves on, so a released id matches a
+ * live object again only after its slot has been reused 1023 times (over a million releases in
+ * between); a forged id has about one chance in a thousand of naming a live object. The kind
+ * bits tell an array id from a stream or event id.
  * ------------------------------------------------------------------------------------------- */
 #define GPUARR__INDEX_BITS 20u
 #define GPUARR__INDEX_MASK ((1u << GPUARR__INDEX_BITS) - 1u)
-#define GPUARR__GEN_MASK 0xfffu
+#define GPUARR__GEN_BITS 10u
+#define GPUARR__GEN_MASK ((1u << GPUARR__GEN_BITS) - 1u)
+#define GPUARR__KIND_SHIFT (GPUARR__INDEX_BITS + GPUARR__GEN_BITS)
+#define GPUARR__MIN_FREE_SLOTS 1024u
 #define GPUARR__NO_SLOT 0xffffffffu
 
 typedef struct gpuarr__slot {
@@ -800,10 +870,11 @@ typedef struct gpuarr__slot {
 
 typedef struct gpuarr__table {
     pthread_mutex_t lock;
-    const char *kind; /* "array", "stream", "event" */
+    const char *kind_name; /* "array", "stream", "event" */
+    uint32_t kind;         /* 1, 2, 3: the id's top bits */
     gpuarr__slot *slots;
-    uint32_t capacity, used, live;
-    uint32_t free_head, free_tail; /* FIFO, so a freed slot is reused as late as possible */
+    uint32_t capacity, used, live, free_count;
+    uint32_t free_head, free_tail; /* FIFO */
     uint32_t first_gen;
 } gpuarr__table;
 
@@ -904,7 +975,6 @@ static gpuarr_result gpuarr__fail(gpuarr_result r, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(buf + used, cap - used, fmt, ap);
     va_end(ap);
-    gpuarr__log(GPUARR_LOG_DEBUG, "%s", buf);
     return r;
 }
 
@@ -1050,170 +1120,22 @@ GPUARR_DTYPE_LIST(GPUARR__SIZE_CHECK)
 static bool gpuarr__dtype_valid(gpuarr_dtype t) { return t > 0 && t < GPUARR_DTYPE_COUNT; }
 
 /* ---------------------------------------------------------------------------------------------
- * Exact scalar conversions. All branch-free (selects on masks) so the cast loops vectorize.
+ * The conversion rules: backends/gpuarr_kernels.h, shared with the device kernels, compiled
+ * here as C (the host dialect below).
  * ------------------------------------------------------------------------------------------- */
 static inline uint32_t gpuarr__f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline float gpuarr__bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 static inline uint64_t gpuarr__f64_bits(double d) { uint64_t u; memcpy(&u, &d, 8); return u; }
 static inline double gpuarr__bits_f64(uint64_t u) { double d; memcpy(&d, &u, 8); return d; }
-static inline uint32_t gpuarr__mask32(bool c) { return (uint32_t)0 - (uint32_t)c; }
-static inline uint64_t gpuarr__mask64(bool c) { return (uint64_t)0 - (uint64_t)c; }
-static inline uint32_t gpuarr__select32(uint32_t m, uint32_t a, uint32_t b) { return (a & m) | (b & ~m); }
-static inline uint64_t gpuarr__select64(uint64_t m, uint64_t a, uint64_t b) { return (a & m) | (b & ~m); }
-
-/* f16 -> f32 is exact: rebias normals, scale subnormals by 2^-24, keep infinities; a NaN keeps
-   its payload and gets the quiet bit. */
-static inline float gpuarr__f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t em = (uint32_t)h & 0x7fffu;
-    uint32_t normal = (em << 13) + 0x38000000u;
-    uint32_t special = (em << 13) | 0x7f800000u | (gpuarr__mask32(em > 0x7c00u) & 0x00400000u);
-    uint32_t subnormal = gpuarr__f32_bits((float)(int32_t)em * 5.9604644775390625e-08f);
-    uint32_t r = gpuarr__select32(gpuarr__mask32(em >= 0x7c00u), special, normal);
-    r = gpuarr__select32(gpuarr__mask32(em < 0x0400u), subnormal, r);
-    return gpuarr__bits_f32(r | sign);
-}
-
-static inline float gpuarr__bf16_to_f32(uint16_t h) {
-    uint32_t quiet = gpuarr__mask32((h & 0x7fffu) > 0x7f80u) & 0x00400000u; /* NaN: set the quiet bit */
-    return gpuarr__bits_f32(((uint32_t)h << 16) | quiet);
-}
-
-/* f32 -> f16, nearest-even. Normals: rebias and round on the 13 dropped bits. Results below
-   2^-14 are subnormal: adding 0.5f (whose ulp is 2^-24, the f16 subnormal step) lets the FPU do
-   the rounding. >= 65520 rounds to infinity. Checked against F16C on all 2^32 inputs. */
-static inline uint16_t gpuarr__f32_to_f16(float x) {
-    uint32_t f = gpuarr__f32_bits(x);
-    uint32_t sign = (f >> 16) & 0x8000u;
-    uint32_t a = f & 0x7fffffffu;
-    int32_t ai = (int32_t)a; /* non-negative; signed compares vectorize on plain SSE2 */
-    uint32_t normal = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13;
-    uint32_t subnormal = gpuarr__f32_bits(gpuarr__bits_f32(a) + 0.5f) - 0x3f000000u;
-    uint32_t nan = 0x7e00u | ((a >> 13) & 0x3ffu);
-    uint32_t h = gpuarr__select32(gpuarr__mask32(ai < 0x38800000), subnormal, normal);
-    h = gpuarr__select32(gpuarr__mask32(ai >= 0x477ff000), 0x7c00u, h);
-    h = gpuarr__select32(gpuarr__mask32(ai > 0x7f800000), nan, h);
-    return (uint16_t)(h | sign);
-}
-
-/* f64 -> f16 directly (going through f32 would round twice). Same scheme on 64 bits; the
-   subnormal magic is 2^28, whose ulp in double is 2^-24. */
-static inline uint16_t gpuarr__f64_to_f16(double x) {
-    uint64_t d = gpuarr__f64_bits(x);
-    uint64_t sign = (d >> 48) & 0x8000u;
-    uint64_t a = d & 0x7fffffffffffffffull;
-    int64_t ai = (int64_t)a;
-    uint64_t normal = (a - (1008ull << 52) + 0x1ffffffffffull + ((a >> 42) & 1u)) >> 42;
-    uint64_t subnormal = gpuarr__f64_bits(gpuarr__bits_f64(a) + 268435456.0) - 0x41b0000000000000ull;
-    uint64_t nan = 0x7e00u | ((a >> 42) & 0x3ffu);
-    uint64_t h = gpuarr__select64(gpuarr__mask64(ai < 0x3f10000000000000ll), subnormal, normal);
-    h = gpuarr__select64(gpuarr__mask64(ai >= 0x40effe0000000000ll), 0x7c00u, h); /* 65520 */
-    h = gpuarr__select64(gpuarr__mask64(ai > 0x7ff0000000000000ll), nan, h);
-    return (uint16_t)(h | sign);
-}
-
-/* f32 -> bf16, nearest-even on the 16 dropped bits (carries into the exponent, up to inf). */
-static inline uint16_t gpuarr__f32_to_bf16(float x) {
-    uint32_t f = gpuarr__f32_bits(x);
-    uint32_t rounded = (f + 0x7fffu + ((f >> 16) & 1u)) >> 16;
-    uint32_t nan = (f >> 16) | 0x40u;
-    int32_t a = (int32_t)(f & 0x7fffffffu);
-    return (uint16_t)gpuarr__select32(gpuarr__mask32(a > 0x7f800000), nan, rounded);
-}
-
-/* f64 -> bf16 directly. Below 2^-126 the result is subnormal: magic 2^-81 (ulp 2^-133). At or
-   above (2 - 2^-8) * 2^127 it rounds to infinity. */
-static inline uint16_t gpuarr__f64_to_bf16(double x) {
-    uint64_t d = gpuarr__f64_bits(x);
-    uint64_t sign = (d >> 48) & 0x8000u;
-    uint64_t a = d & 0x7fffffffffffffffull;
-    int64_t ai = (int64_t)a;
-    uint64_t normal = (a - (896ull << 52) + 0xfffffffffffull + ((a >> 45) & 1u)) >> 45;
-    uint64_t subnormal = gpuarr__f64_bits(gpuarr__bits_f64(a) + 0x1p-81) - 0x3ae0000000000000ull;
-    uint64_t nan = 0x7fc0u | ((a >> 45) & 0x7fu);
-    uint64_t h = gpuarr__select64(gpuarr__mask64(ai < 0x3810000000000000ll), subnormal, normal);
-    h = gpuarr__select64(gpuarr__mask64(ai >= 0x47eff00000000000ll), 0x7f80u, h);
-    h = gpuarr__select64(gpuarr__mask64(ai > 0x7ff0000000000000ll), nan, h);
-    return (uint16_t)(h | sign);
-}
-
-/* 64-bit integers to bf16: rounding to f32 first would round twice. Rounding to f32 "to odd"
-   (truncate, then set the last bit if anything was dropped) keeps the second rounding exact,
-   since 24 bits >= 8 + 2. */
-static inline float gpuarr__u64_to_f32_odd(uint64_t m) {
-    if (m < (1ull << 24)) return (float)m;
-    int shift = 40 - __builtin_clzll(m);
-    uint64_t top = (m >> shift) | (uint64_t)((m & ((1ull << shift) - 1u)) != 0);
-    return (float)top * gpuarr__bits_f32((uint32_t)(127 + shift) << 23);
-}
-static inline float gpuarr__i64_to_f32_odd(int64_t v) {
-    uint64_t m = v < 0 ? 0u - (uint64_t)v : (uint64_t)v;
-    float r = gpuarr__u64_to_f32_odd(m);
-    return v < 0 ? -r : r;
-}
-
-/* ---------------------------------------------------------------------------------------------
- * The host cast table. A value is read into its category type (`cat` column: exact for every
- * source), then written by the destination kind. Integer sources <= 32 bits read as int32_t, so
- * u8 -> f32 is one signed conversion the vectorizer knows.
- * ------------------------------------------------------------------------------------------- */
-#define GPUARR__LOAD_gpuarr__k_bool(x) ((int32_t)((x) != 0))
-#define GPUARR__LOAD_gpuarr__k_int(x) (x)
-#define GPUARR__LOAD_gpuarr__k_f16(x) gpuarr__f16_to_f32(x)
-#define GPUARR__LOAD_gpuarr__k_bf16(x) gpuarr__bf16_to_f32(x)
-#define GPUARR__LOAD_gpuarr__k_f32(x) (x)
-#define GPUARR__LOAD_gpuarr__k_f64(x) (x)
-
-/* Writers: GPUARR__STORE_<kind>_<cat>(T, lo, hi, v). */
-#define GPUARR__TO_BOOL(T, lo, hi, v) ((T)((v) != 0))
-#define GPUARR__TO_INT_WRAP(T, lo, hi, v) ((T)(v))
-/* truncate toward zero, saturate, NaN -> 0; hi/2+1 doubled is 2^bits(+sign), exact in F */
-#define GPUARR__TO_INT_SAT(T, lo, hi, v, F)                                                    \
-    ((v) != (v)                           ? (T)0                                               \
-     : (v) <= (F)(lo)                     ? (T)(lo)                                            \
-     : (v) >= (F)((hi) / 2 + 1) * (F)2    ? (T)(hi)                                            \
-                                          : (T)(v))
-#define GPUARR__STORE_gpuarr__k_bool_int32_t GPUARR__TO_BOOL
-#define GPUARR__STORE_gpuarr__k_bool_uint32_t GPUARR__TO_BOOL
-#define GPUARR__STORE_gpuarr__k_bool_int64_t GPUARR__TO_BOOL
-#define GPUARR__STORE_gpuarr__k_bool_uint64_t GPUARR__TO_BOOL
-#define GPUARR__STORE_gpuarr__k_bool_float GPUARR__TO_BOOL
-#define GPUARR__STORE_gpuarr__k_bool_double GPUARR__TO_BOOL
-#define GPUARR__STORE_gpuarr__k_int_int32_t GPUARR__TO_INT_WRAP
-#define GPUARR__STORE_gpuarr__k_int_uint32_t GPUARR__TO_INT_WRAP
-#define GPUARR__STORE_gpuarr__k_int_int64_t GPUARR__TO_INT_WRAP
-#define GPUARR__STORE_gpuarr__k_int_uint64_t GPUARR__TO_INT_WRAP
-#define GPUARR__STORE_gpuarr__k_int_float(T, lo, hi, v) GPUARR__TO_INT_SAT(T, lo, hi, v, float)
-#define GPUARR__STORE_gpuarr__k_int_double(T, lo, hi, v) GPUARR__TO_INT_SAT(T, lo, hi, v, double)
-/* integers -> f16: exact in f32 below 2^24, and anything larger overflows f16 to inf anyway */
-#define GPUARR__STORE_gpuarr__k_f16_int32_t(T, lo, hi, v) gpuarr__f32_to_f16((float)(v))
-#define GPUARR__STORE_gpuarr__k_f16_uint32_t(T, lo, hi, v) gpuarr__f32_to_f16((float)(v))
-#define GPUARR__STORE_gpuarr__k_f16_int64_t(T, lo, hi, v) gpuarr__f32_to_f16((float)(v))
-#define GPUARR__STORE_gpuarr__k_f16_uint64_t(T, lo, hi, v) gpuarr__f32_to_f16((float)(v))
-#define GPUARR__STORE_gpuarr__k_f16_float(T, lo, hi, v) gpuarr__f32_to_f16(v)
-#define GPUARR__STORE_gpuarr__k_f16_double(T, lo, hi, v) gpuarr__f64_to_f16(v)
-/* 32-bit integers are exact in double; 64-bit ones go through round-to-odd */
-#define GPUARR__STORE_gpuarr__k_bf16_int32_t(T, lo, hi, v) gpuarr__f64_to_bf16((double)(v))
-#define GPUARR__STORE_gpuarr__k_bf16_uint32_t(T, lo, hi, v) gpuarr__f64_to_bf16((double)(v))
-#define GPUARR__STORE_gpuarr__k_bf16_int64_t(T, lo, hi, v) gpuarr__f32_to_bf16(gpuarr__i64_to_f32_odd(v))
-#define GPUARR__STORE_gpuarr__k_bf16_uint64_t(T, lo, hi, v) gpuarr__f32_to_bf16(gpuarr__u64_to_f32_odd(v))
-#define GPUARR__STORE_gpuarr__k_bf16_float(T, lo, hi, v) gpuarr__f32_to_bf16(v)
-#define GPUARR__STORE_gpuarr__k_bf16_double(T, lo, hi, v) gpuarr__f64_to_bf16(v)
-#define GPUARR__STORE_gpuarr__k_f32_int32_t(T, lo, hi, v) ((float)(v))
-#define GPUARR__STORE_gpuarr__k_f32_uint32_t(T, lo, hi, v) ((float)(v))
-#define GPUARR__STORE_gpuarr__k_f32_int64_t(T, lo, hi, v) ((float)(v))
-#define GPUARR__STORE_gpuarr__k_f32_uint64_t(T, lo, hi, v) ((float)(v))
-#define GPUARR__STORE_gpuarr__k_f32_float(T, lo, hi, v) (v)
-#define GPUARR__STORE_gpuarr__k_f32_double(T, lo, hi, v) ((float)(v))
-#define GPUARR__STORE_gpuarr__k_f64_int32_t(T, lo, hi, v) ((double)(v))
-#define GPUARR__STORE_gpuarr__k_f64_uint32_t(T, lo, hi, v) ((double)(v))
-#define GPUARR__STORE_gpuarr__k_f64_int64_t(T, lo, hi, v) ((double)(v))
-#define GPUARR__STORE_gpuarr__k_f64_uint64_t(T, lo, hi, v) ((double)(v))
-#define GPUARR__STORE_gpuarr__k_f64_float(T, lo, hi, v) ((double)(v))
-#define GPUARR__STORE_gpuarr__k_f64_double(T, lo, hi, v) (v)
-
-#define GPUARR__CONVERT_ONE(skind, scat, dkind, dstore, dlo, dhi, x)                          \
-    GPUARR__STORE_##dkind##_##scat(dstore, dlo, dhi, (scat)GPUARR__LOAD_##skind(x))
+#define GPUARR_K_FN static inline
+#define GPUARR_K_F32_BITS(x) gpuarr__f32_bits(x)
+#define GPUARR_K_BITS_F32(u) gpuarr__bits_f32(u)
+#define GPUARR_K_F64_BITS(x) gpuarr__f64_bits(x)
+#define GPUARR_K_BITS_F64(u) gpuarr__bits_f64(u)
+#define GPUARR_K_CLZ64(x) __builtin_clzll(x)
+#define GPUARR_K_U64(c) UINT64_C(c)
+#define GPUARR_K_HAVE_F64 1
+#include "backends/gpuarr_kernels.h"
 
 /* Fixed-size inner blocks: gcc's -O2 vectorizer only takes loops whose trip count it knows. */
 #define GPUARR__CAST_BLOCK 64
@@ -1244,8 +1166,8 @@ static inline float gpuarr__i64_to_f32_odd(int64_t v) {
         size_t i = 0;                                                                          \
         for (; i + GPUARR__CAST_BLOCK <= n; i += GPUARR__CAST_BLOCK)                           \
             for (size_t j = 0; j < GPUARR__CAST_BLOCK; j++)                                    \
-                d[i + j] = GPUARR__CONVERT_ONE(skind, scat, dkind, dstore, dlo, dhi, s[i + j]); \
-        for (; i < n; i++) d[i] = GPUARR__CONVERT_ONE(skind, scat, dkind, dstore, dlo, dhi, s[i]); \
+                d[i + j] = GPUARR_K_CONVERT_ONE(skind, scat, dkind, dstore, dlo, dhi, s[i + j]); \
+        for (; i < n; i++) d[i] = GPUARR_K_CONVERT_ONE(skind, scat, dkind, dstore, dlo, dhi, s[i]); \
     }
 #define GPUARR__CAST_CELL_DEFINE_I(...) GPUARR__CAST_DEFINE(__VA_ARGS__)
 #define GPUARR__CAST_CELL_DEFINE(src, ...) GPUARR__CAST_CELL_DEFINE_I(GPUARR__UNPACK src, __VA_ARGS__)
@@ -1284,7 +1206,7 @@ static __attribute__((target("avx2,f16c"))) void gpuarr__cast_f32_f16_f16c(const
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
         _mm_storeu_si128((__m128i *)(void *)(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
-    for (; i < n; i++) d[i] = gpuarr__f32_to_f16(s[i]);
+    for (; i < n; i++) d[i] = gpuarr_k_f32_to_f16(s[i]);
 }
 static bool gpuarr__cpu_has_f16c(void) {
     unsigned a, b, c, d;
@@ -1352,7 +1274,6 @@ static void gpuarr__workers_start(gpuarr__workers *w) {
         if (pthread_create(&w->threads[i], NULL, gpuarr__worker_main, w) != 0) break;
         w->started++;
     }
-    if (w->started < n) gpuarr__log(GPUARR_LOG_WARN, "started %d of %d host worker threads", w->started, n);
 }
 
 static void gpuarr__workers_init(gpuarr__workers *w, int threads) {
@@ -1389,7 +1310,14 @@ static void gpuarr__parallel_for(size_t count, size_t chunk, gpuarr__chunk_fn fn
     job.count = count;
     job.chunk = chunk;
     pthread_mutex_lock(&w->lock);
-    if (!w->tried) gpuarr__workers_start(w);
+    bool first = !w->tried;
+    if (first) gpuarr__workers_start(w);
+    if (first && w->started < w->wanted - 1) {
+        int started = w->started;
+        pthread_mutex_unlock(&w->lock); /* log outside the lock: a logger may take its time */
+        gpuarr__log(GPUARR_LOG_WARN, "started %d of %d host worker threads", started, w->wanted - 1);
+        pthread_mutex_lock(&w->lock);
+    }
     if (w->started == 0) {
         pthread_mutex_unlock(&w->lock);
         fn(ctx, 0, count);
@@ -1435,12 +1363,44 @@ typedef struct gpuarr__cast_job {
     size_t src_size, dst_size;
 } gpuarr__cast_job;
 
+/* Casts run in the default floating-point environment (round to nearest even, no flush to zero,
+   exceptions masked), whatever the calling thread set: fesetround, or flush-to-zero switched on
+   for the whole process by another object built with -ffast-math. */
+static uint64_t gpuarr__fp_default_enter(void) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    uint32_t csr = 0, want = 0x1f80u;
+    __asm__ volatile("stmxcsr %0" : "=m"(csr));
+    if (csr != want) __asm__ volatile("ldmxcsr %0" : : "m"(want));
+    return csr;
+#elif defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
+    uint64_t fpcr = 0;
+    __asm__ volatile("mrs %0, fpcr" : "=r"(fpcr));
+    if (fpcr != 0) __asm__ volatile("msr fpcr, %0" : : "r"((uint64_t)0));
+    return fpcr;
+#else
+    return 0;
+#endif
+}
+
+static void gpuarr__fp_leave(uint64_t saved) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    uint32_t csr = (uint32_t)saved;
+    if (csr != 0x1f80u) __asm__ volatile("ldmxcsr %0" : : "m"(csr));
+#elif defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
+    if (saved != 0) __asm__ volatile("msr fpcr, %0" : : "r"(saved));
+#else
+    GPUARR__UNUSED(saved);
+#endif
+}
+
 static void gpuarr__cast_chunk(void *ctx, size_t begin, size_t end) {
     gpuarr__cast_job *j = (gpuarr__cast_job *)ctx;
+    uint64_t fp = gpuarr__fp_default_enter();
     if (j->fn)
         j->fn(j->src + begin * j->src_size, j->dst + begin * j->dst_size, end - begin);
     else
         memcpy(j->dst + begin * j->dst_size, j->src + begin * j->src_size, (end - begin) * j->dst_size);
+    gpuarr__fp_leave(fp);
 }
 
 /* Host cast (or copy when the dtypes match) of n elements, split across the workers when the
@@ -1476,9 +1436,10 @@ static void gpuarr__obj_release(gpuarr__obj *o) {
     if (o && GPUARR__ATOMIC_DEC(&o->refs) == 0) o->destroy(o);
 }
 
-static void gpuarr__table_init(gpuarr__table *t, const char *kind, uint32_t first_gen) {
+static void gpuarr__table_init(gpuarr__table *t, const char *kind_name, uint32_t kind, uint32_t first_gen) {
     memset(t, 0, sizeof *t);
     pthread_mutex_init(&t->lock, NULL);
+    t->kind_name = kind_name;
     t->kind = kind;
     t->free_head = t->free_tail = GPUARR__NO_SLOT;
     t->first_gen = (first_gen & GPUARR__GEN_MASK) ? (first_gen & GPUARR__GEN_MASK) : 1u;
@@ -1488,9 +1449,9 @@ static gpuarr_result gpuarr__table_grow(gpuarr__table *t) {
     uint32_t cap = t->capacity ? t->capacity * 2u : 64u;
     if (cap > GPUARR__INDEX_MASK + 1u) cap = GPUARR__INDEX_MASK + 1u;
     if (cap <= t->capacity)
-        return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "more than %u live %s handles", t->capacity, t->kind);
+        return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "more than %u live %s handles", t->capacity, t->kind_name);
     gpuarr__slot *slots = (gpuarr__slot *)gpuarr__calloc(sizeof(gpuarr__slot) * cap);
-    if (!slots) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the %s handle table", t->kind);
+    if (!slots) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the %s handle table", t->kind_name);
     if (t->slots) memcpy(slots, t->slots, sizeof(gpuarr__slot) * t->capacity);
     gpuarr__free(t->slots);
     t->slots = slots;
@@ -1498,48 +1459,59 @@ static gpuarr_result gpuarr__table_grow(gpuarr__table *t) {
     return GPUARR_OK;
 }
 
+/* Under the lock: a slot for a new object: a fresh one while the free list is short, so that
+   freed slots wait before they are reused. */
+static gpuarr_result gpuarr__table_take_slot(gpuarr__table *t, uint32_t *index) {
+    bool table_full = t->used == GPUARR__INDEX_MASK + 1u;
+    if (t->free_head != GPUARR__NO_SLOT && (t->free_count >= GPUARR__MIN_FREE_SLOTS || table_full)) {
+        *index = t->free_head;
+        t->free_head = t->slots[*index].next_free;
+        if (t->free_head == GPUARR__NO_SLOT) t->free_tail = GPUARR__NO_SLOT;
+        t->free_count--;
+        return GPUARR_OK;
+    }
+    if (t->used == t->capacity) GPUARR__CHECK(gpuarr__table_grow(t));
+    *index = t->used++;
+    t->slots[*index].gen = t->first_gen;
+    return GPUARR_OK;
+}
+
 /* Stores obj (whose one reference the handle now holds) and returns its id. */
 static gpuarr_result gpuarr__table_insert(gpuarr__table *t, gpuarr__obj *obj, uint32_t *id) {
     pthread_mutex_lock(&t->lock);
-    uint32_t index;
-    if (t->free_head != GPUARR__NO_SLOT) {
-        index = t->free_head;
-        t->free_head = t->slots[index].next_free;
-        if (t->free_head == GPUARR__NO_SLOT) t->free_tail = GPUARR__NO_SLOT;
-    } else {
-        if (t->used == t->capacity) {
-            gpuarr_result r = gpuarr__table_grow(t);
-            if (r != GPUARR_OK) {
-                pthread_mutex_unlock(&t->lock);
-                return r;
-            }
-        }
-        index = t->used++;
-        t->slots[index].gen = t->first_gen;
+    uint32_t index = 0;
+    gpuarr_result r = gpuarr__table_take_slot(t, &index);
+    if (r == GPUARR_OK) {
+        gpuarr__slot *slot = &t->slots[index];
+        slot->obj = obj;
+        slot->public_refs = 1;
+        t->live++;
+        *id = (t->kind << GPUARR__KIND_SHIFT) | (slot->gen << GPUARR__INDEX_BITS) | index;
     }
-    gpuarr__slot *slot = &t->slots[index];
-    slot->obj = obj;
-    slot->public_refs = 1;
-    t->live++;
-    *id = (slot->gen << GPUARR__INDEX_BITS) | index;
     pthread_mutex_unlock(&t->lock);
-    return GPUARR_OK;
+    return r;
 }
 
 /* Under the lock: the live slot for id, or NULL with the reason recorded. */
 static gpuarr__slot *gpuarr__table_find(gpuarr__table *t, uint32_t id, const char *arg) {
-    uint32_t index = id & GPUARR__INDEX_MASK, gen = id >> GPUARR__INDEX_BITS;
+    static const char *const kinds[] = {"", "array", "stream", "event"};
+    uint32_t index = id & GPUARR__INDEX_MASK, gen = (id >> GPUARR__INDEX_BITS) & GPUARR__GEN_MASK, kind = id >> GPUARR__KIND_SHIFT;
     if (id == 0) {
-        gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s is a zero %s handle (never created)", arg, t->kind);
+        gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s is a zero %s handle (never created)", arg, t->kind_name);
         return NULL;
     }
-    if (index >= t->used || gen == 0) {
-        gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s (id 0x%08x) is not a %s handle", arg, id, t->kind);
+    if (kind != t->kind && kind != 0) {
+        gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s (id 0x%08x) is %s %s handle, not %s %s handle", arg, id,
+                     kind == 1 ? "an" : "a", kinds[kind], t->kind == 1 ? "an" : "a", t->kind_name);
+        return NULL;
+    }
+    if (kind == 0 || index >= t->used || gen == 0) {
+        gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s (id 0x%08x) is not %s %s handle", arg, id, t->kind == 1 ? "an" : "a", t->kind_name);
         return NULL;
     }
     gpuarr__slot *slot = &t->slots[index];
     if (slot->gen != gen || !slot->obj) {
-        gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s (id 0x%08x): this %s was released (stale handle)", arg, id, t->kind);
+        gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s (id 0x%08x): this %s was released (stale handle)", arg, id, t->kind_name);
         return NULL;
     }
     return slot;
@@ -1571,8 +1543,8 @@ static gpuarr_result gpuarr__table_retain(gpuarr__table *t, uint32_t id, const c
     return r;
 }
 
-/* Drops one handle reference; with the last, frees the slot (bumping its generation) and hands
-   the handle's object reference to *dropped, to be released outside the lock. */
+/* Drops one handle reference; with the last, frees the slot (moving its generation on) and
+   hands the handle's object reference to *dropped, to be released outside the lock. */
 static gpuarr_result gpuarr__table_release(gpuarr__table *t, uint32_t id, const char *arg, gpuarr__obj **dropped) {
     *dropped = NULL;
     pthread_mutex_lock(&t->lock);
@@ -1591,6 +1563,7 @@ static gpuarr_result gpuarr__table_release(gpuarr__table *t, uint32_t id, const 
         if (t->free_tail == GPUARR__NO_SLOT) t->free_head = index;
         else t->slots[t->free_tail].next_free = index;
         t->free_tail = index;
+        t->free_count++;
         t->live--;
     }
     pthread_mutex_unlock(&t->lock);
@@ -1600,7 +1573,7 @@ static gpuarr_result gpuarr__table_release(gpuarr__table *t, uint32_t id, const 
 static uint32_t gpuarr__table_public_refs(gpuarr__table *t, uint32_t id) {
     pthread_mutex_lock(&t->lock);
     uint32_t index = id & GPUARR__INDEX_MASK, refs = 0;
-    if (index < t->used && t->slots[index].obj && t->slots[index].gen == id >> GPUARR__INDEX_BITS)
+    if (index < t->used && t->slots[index].obj && t->slots[index].gen == ((id >> GPUARR__INDEX_BITS) & GPUARR__GEN_MASK))
         refs = t->slots[index].public_refs;
     pthread_mutex_unlock(&t->lock);
     return refs;
@@ -1620,8 +1593,15 @@ static uint32_t gpuarr__table_destroy(gpuarr__table *t) {
 /* ---------------------------------------------------------------------------------------------
  * Backends compiled into this build
  * ------------------------------------------------------------------------------------------- */
+/* Configuration helpers the backends read (defined with the rest of the configuration). */
+static const char *gpuarr__env(const char *name);
+static bool gpuarr__filter_allows(gpuarr_backend b, int index);
+
 #include "backends/gpuarr_host.h"
 #define GPUARR__BACKEND_PTR_HOST (&gpuarr__backend_host)
+#ifndef GPUARR_NO_OPENCL
+#include "backends/gpuarr_opencl.h"
+#endif
 #ifndef GPUARR__BACKEND_PTR_CUDA
 #define GPUARR__BACKEND_PTR_CUDA NULL
 #endif
@@ -1697,13 +1677,15 @@ static void gpuarr__deferred_run(gpuarr__stream *s, gpuarr__deferred *list) {
     }
 }
 
-/* Runs the deferred entries whose events have completed; all of them when wait_all (the
-   stream has been synchronized). Entries run outside the lock: they may release objects. */
-static void gpuarr__stream_collect(gpuarr__stream *s, bool wait_all) {
+/* Runs the deferred entries whose work has completed, in order: those up to `done_through`
+   (entries queued before a synchronization that has since returned), then those whose events
+   report completion. Entries queued by other threads after the synchronization began are left
+   to their events. They run outside the lock: they may release objects. */
+static void gpuarr__stream_collect(gpuarr__stream *s, uint64_t done_through) {
     pthread_mutex_lock(&s->lock);
     gpuarr__deferred *ready = s->deferred_head, *last = NULL;
     for (gpuarr__deferred *e = s->deferred_head; e; e = e->next) {
-        bool done = wait_all;
+        bool done = e->seq <= done_through;
         if (!done && s->dev->backend->event_query(s->dev, e->event, &done) != GPUARR_OK) done = false;
         if (!done) break;
         last = e;
@@ -1719,9 +1701,17 @@ static void gpuarr__stream_collect(gpuarr__stream *s, bool wait_all) {
     gpuarr__deferred_run(s, ready);
 }
 
+static uint64_t gpuarr__stream_seq(gpuarr__stream *s) {
+    pthread_mutex_lock(&s->lock);
+    uint64_t seq = s->deferred_seq;
+    pthread_mutex_unlock(&s->lock);
+    return seq;
+}
+
 static gpuarr_result gpuarr__stream_sync_raw(gpuarr__stream *s) {
+    uint64_t seq = gpuarr__stream_seq(s);
     gpuarr_result r = s->dev->backend->stream_sync(s->dev, s->native);
-    if (r == GPUARR_OK) gpuarr__stream_collect(s, true);
+    if (r == GPUARR_OK) gpuarr__stream_collect(s, seq);
     return r;
 }
 
@@ -1746,36 +1736,57 @@ static void gpuarr__stream_defer(gpuarr__stream *s, gpuarr__deferred_fn fn, void
     e->fn = fn;
     e->ctx = ctx;
     pthread_mutex_lock(&s->lock);
+    e->seq = ++s->deferred_seq;
     if (s->deferred_tail) s->deferred_tail->next = e;
     else s->deferred_head = e;
     s->deferred_tail = e;
     pthread_mutex_unlock(&s->lock);
-    gpuarr__stream_collect(s, false);
+    gpuarr__stream_collect(s, 0);
 }
 
 static void gpuarr__stream_destroy_obj(gpuarr__obj *o) {
     gpuarr__stream *s = (gpuarr__stream *)o;
     s->dev->backend->stream_sync(s->dev, s->native);
-    gpuarr__stream_collect(s, true);
+    gpuarr__stream_collect(s, UINT64_MAX); /* the last reference: nobody can add entries */
     s->dev->backend->stream_destroy(s->dev, s->native);
     pthread_mutex_destroy(&s->lock);
     gpuarr__free(s);
 }
 
-static gpuarr_result gpuarr__stream_new(gpuarr__dev *d, gpuarr__stream **out) {
-    GPUARR__CHECK(gpuarr__dev_open(d));
+/* A stream object around a native stream, which it now owns (stream_destroy drops it). On
+   failure the native stream is destroyed. */
+static gpuarr_result gpuarr__stream_adopt(gpuarr__dev *d, void *native, gpuarr__stream **out) {
     gpuarr__stream *s = (gpuarr__stream *)gpuarr__calloc(sizeof *s);
-    if (!s) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a stream");
-    gpuarr_result r = d->backend->stream_create(d, &s->native);
-    if (r != GPUARR_OK) {
-        gpuarr__free(s);
-        return r;
+    if (!s) {
+        d->backend->stream_destroy(d, native);
+        return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a stream");
     }
     s->obj.refs = 1;
     s->obj.destroy = gpuarr__stream_destroy_obj;
     s->dev = d;
+    s->native = native;
     pthread_mutex_init(&s->lock, NULL);
     *out = s;
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__stream_new(gpuarr__dev *d, gpuarr__stream **out) {
+    GPUARR__CHECK(gpuarr__dev_open(d));
+    void *native;
+    GPUARR__CHECK(d->backend->stream_create(d, &native));
+    return gpuarr__stream_adopt(d, native, out);
+}
+
+/* Puts a new stream behind a handle (releasing it on failure). */
+static gpuarr_result gpuarr__stream_publish(gpuarr__stream *s, gpuarr_stream *out) {
+    uint32_t id;
+    gpuarr_result r = gpuarr__table_insert(&gpuarr__g.streams, &s->obj, &id);
+    if (r != GPUARR_OK) {
+        gpuarr__obj_release(&s->obj);
+        return r;
+    }
+    s->id = id;
+    out->id = id;
     return GPUARR_OK;
 }
 
@@ -1806,6 +1817,49 @@ static gpuarr_result gpuarr__get_stream(gpuarr_stream s, const char *arg, gpuarr
     return GPUARR_OK;
 }
 
+/* Runs the finished deferred work (frees, releases) of every stream of d, without waiting:
+   called when the caller has just waited for something on d. */
+static void gpuarr__collect_device(gpuarr__dev *d) {
+    pthread_mutex_lock(&d->lock);
+    gpuarr__stream *def = d->default_stream;
+    if (def) gpuarr__obj_retain(&def->obj);
+    pthread_mutex_unlock(&d->lock);
+    if (def) {
+        gpuarr__stream_collect(def, 0);
+        gpuarr__obj_release(&def->obj);
+    }
+    gpuarr__table *t = &gpuarr__g.streams;
+    for (uint32_t i = 0;; i++) {
+        pthread_mutex_lock(&t->lock);
+        if (i >= t->used) {
+            pthread_mutex_unlock(&t->lock);
+            break;
+        }
+        gpuarr__stream *s = (gpuarr__stream *)t->slots[i].obj;
+        if (s && s->dev == d) gpuarr__obj_retain(&s->obj);
+        else s = NULL;
+        pthread_mutex_unlock(&t->lock);
+        if (!s) continue;
+        gpuarr__stream_collect(s, 0);
+        gpuarr__obj_release(&s->obj);
+    }
+}
+
+/* The thread's current stream with a reference, or NULL. One destroyed since it was made current
+   counts as none (and is forgotten), so it cannot break later calls on this thread. */
+static gpuarr__stream *gpuarr__current_stream_obj(void) {
+    if (!gpuarr__tls.stream_id) return NULL;
+    gpuarr__obj *o;
+    char saved[sizeof gpuarr__tls.error];
+    memcpy(saved, gpuarr__tls.error, sizeof saved);
+    if (gpuarr__table_get(&gpuarr__g.streams, gpuarr__tls.stream_id, "current stream", &o) != GPUARR_OK) {
+        memcpy(gpuarr__tls.error, saved, sizeof saved); /* not this call's error */
+        gpuarr__tls.stream_id = 0;
+        return NULL;
+    }
+    return (gpuarr__stream *)o;
+}
+
 /* Where work on device d goes: an explicit stream on d, else the thread's current stream when
    it is on d, else d's default stream. Returned with a reference. */
 static gpuarr_result gpuarr__stream_for(gpuarr__dev *d, gpuarr__stream *explicit_stream, gpuarr__stream **out) {
@@ -1814,17 +1868,12 @@ static gpuarr_result gpuarr__stream_for(gpuarr__dev *d, gpuarr__stream *explicit
         *out = explicit_stream;
         return GPUARR_OK;
     }
-    if (gpuarr__tls.stream_id) {
-        gpuarr__stream *cur;
-        gpuarr_stream h;
-        h.id = gpuarr__tls.stream_id;
-        GPUARR__CHECK(gpuarr__get_stream(h, "the thread's current stream", &cur));
-        if (cur->dev == d) {
-            *out = cur;
-            return GPUARR_OK;
-        }
-        gpuarr__obj_release(&cur->obj);
+    gpuarr__stream *cur = gpuarr__current_stream_obj();
+    if (cur && cur->dev == d) {
+        *out = cur;
+        return GPUARR_OK;
     }
+    if (cur) gpuarr__obj_release(&cur->obj);
     return gpuarr__default_stream(d, out);
 }
 
@@ -2205,6 +2254,19 @@ static gpuarr_result gpuarr__transfer_run(gpuarr__transfer *t) {
 
 static gpuarr__view gpuarr__array_view(gpuarr__array *a) { return gpuarr__make_view(a->dev, a->mem, a->offset, a->dtype); }
 
+/* An identity conversion returns the source itself; if the source is still being produced, the
+   same promise holds as for a copy: synchronous calls wait for it, async ones order the stream
+   after it. */
+static gpuarr_result gpuarr__identity_ready(gpuarr__array *a, gpuarr__stream *explicit_stream, bool async) {
+    if (!a->ready) return GPUARR_OK;
+    if (!async) return a->ready->dev->backend->event_sync(a->ready->dev, a->ready->native);
+    gpuarr__stream *s;
+    GPUARR__CHECK(gpuarr__stream_for(a->dev, explicit_stream, &s));
+    gpuarr_result r = gpuarr__stream_wait_raw(s, a->ready);
+    gpuarr__obj_release(&s->obj);
+    return r;
+}
+
 static gpuarr_result gpuarr__convert(gpuarr_array src, gpuarr_device dst, gpuarr_dtype t, gpuarr_stream stream,
                                      bool async, gpuarr_array *out) {
     GPUARR__REQUIRE_PTR(out);
@@ -2223,7 +2285,8 @@ static gpuarr_result gpuarr__convert(gpuarr_array src, gpuarr_device dst, gpuarr
     }
     uint32_t id = 0;
     if (r == GPUARR_OK && d == a->dev && dt == a->dtype) { /* identity: the same array, retained */
-        r = gpuarr__table_retain(&gpuarr__g.arrays, src.id, "src");
+        r = gpuarr__identity_ready(a, es, async);
+        if (r == GPUARR_OK) r = gpuarr__table_retain(&gpuarr__g.arrays, src.id, "src");
         id = src.id;
     } else if (r == GPUARR_OK) {
         r = gpuarr__array_new(d, dt, a->ndim, a->shape, &b);
@@ -2473,25 +2536,27 @@ static gpuarr_result gpuarr__registry_add(const gpuarr__backend *b, int index) {
 }
 
 static gpuarr_result gpuarr__registry_build(void) {
-    int capacity = 0;
+    int capacity = 0, counts[GPUARR_BACKEND_COUNT] = {0};
     for (int i = 1; i < GPUARR_BACKEND_COUNT; i++) {
         const gpuarr__backend *b = gpuarr__backends[i];
         if (!b || !gpuarr__filter_mentions(b->id)) continue;
         gpuarr_result r = b->load();
         if (r == GPUARR_ERROR_OUT_OF_MEMORY) return r;
-        if (r != GPUARR_OK) {
-            gpuarr__log(GPUARR_LOG_WARN, "the %s backend is unavailable: %s", b->name, gpuarr__tls.error);
+        if (r != GPUARR_OK) { /* its library is missing (UNSUPPORTED) or broken: zero devices */
+            gpuarr__log(r == GPUARR_ERROR_UNSUPPORTED ? GPUARR_LOG_INFO : GPUARR_LOG_WARN, "the %s backend is unavailable: %s",
+                        b->name, gpuarr__tls.error);
             continue;
         }
         gpuarr__g.backend_loaded[i] = true;
-        capacity += b->device_count();
+        counts[i] = b->device_count();
+        capacity += counts[i];
     }
     gpuarr__g.devices = (gpuarr__dev *)gpuarr__calloc(sizeof(gpuarr__dev) * (size_t)GPUARR__MAX(capacity, 1));
     if (!gpuarr__g.devices) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the device registry");
     for (int i = 1; i < GPUARR_BACKEND_COUNT; i++) {
         if (!gpuarr__g.backend_loaded[i]) continue;
         const gpuarr__backend *b = gpuarr__backends[i];
-        for (int k = 0, n = b->device_count(); k < n; k++) {
+        for (int k = 0; k < counts[i]; k++) {
             if (!gpuarr__filter_allows(b->id, k)) continue;
             gpuarr_result r = gpuarr__registry_add(b, k);
             if (r == GPUARR_ERROR_OUT_OF_MEMORY) return r;
@@ -2540,10 +2605,10 @@ static gpuarr_result gpuarr__startup(const gpuarr_desc *desc) {
     gpuarr__g.epoch++;
     gpuarr_result r = gpuarr__resolve_config(&d);
     if (r == GPUARR_OK) {
-        uint32_t gen = gpuarr__g.epoch * 7u;
-        gpuarr__table_init(&gpuarr__g.arrays, "array", gen);
-        gpuarr__table_init(&gpuarr__g.streams, "stream", gen + 1u);
-        gpuarr__table_init(&gpuarr__g.events, "event", gen + 2u);
+        uint32_t gen = gpuarr__g.epoch * 97u; /* ids of earlier init cycles start elsewhere */
+        gpuarr__table_init(&gpuarr__g.arrays, "array", 1u, gen);
+        gpuarr__table_init(&gpuarr__g.streams, "stream", 2u, gen);
+        gpuarr__table_init(&gpuarr__g.events, "event", 3u, gen);
         gpuarr__workers_init(&gpuarr__g.workers, gpuarr__g.host_threads);
         r = gpuarr__registry_build();
     }
@@ -2566,7 +2631,7 @@ GPUARR_API gpuarr_result gpuarr_init(const gpuarr_desc *desc) {
         r = gpuarr__fail(GPUARR_ERROR_OVERFLOW, "too many gpuarr_init references");
     } else if (gpuarr__g.refs > 0) {
         gpuarr__g.refs++;
-        if (desc) gpuarr__log(GPUARR_LOG_INFO, "gpuarr_init: already initialized; this desc is ignored");
+        if (desc) gpuarr__log(GPUARR_LOG_WARN, "gpuarr_init: already initialized; this desc is ignored");
     } else {
         r = gpuarr__startup(desc);
         if (r == GPUARR_OK) gpuarr__g.refs = 1;
@@ -2633,12 +2698,12 @@ GPUARR_API const char *gpuarr_backend_name(gpuarr_backend b) {
 GPUARR_API bool gpuarr_backend_compiled(gpuarr_backend b) { return b > 0 && b < GPUARR_BACKEND_COUNT && gpuarr__backends[b]; }
 GPUARR_API const char *gpuarr_version_string(void) { return GPUARR_VERSION_STRING; }
 
-GPUARR_API gpuarr_f16 gpuarr_f16_from_float(float x) { gpuarr_f16 h; h.bits = gpuarr__f32_to_f16(x); return h; }
-GPUARR_API gpuarr_f16 gpuarr_f16_from_double(double x) { gpuarr_f16 h; h.bits = gpuarr__f64_to_f16(x); return h; }
-GPUARR_API float gpuarr_f16_to_float(gpuarr_f16 h) { return gpuarr__f16_to_f32(h.bits); }
-GPUARR_API gpuarr_bf16 gpuarr_bf16_from_float(float x) { gpuarr_bf16 h; h.bits = gpuarr__f32_to_bf16(x); return h; }
-GPUARR_API gpuarr_bf16 gpuarr_bf16_from_double(double x) { gpuarr_bf16 h; h.bits = gpuarr__f64_to_bf16(x); return h; }
-GPUARR_API float gpuarr_bf16_to_float(gpuarr_bf16 h) { return gpuarr__bf16_to_f32(h.bits); }
+GPUARR_API gpuarr_f16 gpuarr_f16_from_float(float x) { gpuarr_f16 h; h.bits = gpuarr_k_f32_to_f16(x); return h; }
+GPUARR_API gpuarr_f16 gpuarr_f16_from_double(double x) { gpuarr_f16 h; h.bits = gpuarr_k_f64_to_f16(x); return h; }
+GPUARR_API float gpuarr_f16_to_float(gpuarr_f16 h) { return gpuarr_k_f16_to_f32(h.bits); }
+GPUARR_API gpuarr_bf16 gpuarr_bf16_from_float(float x) { gpuarr_bf16 h; h.bits = gpuarr_k_f32_to_bf16(x); return h; }
+GPUARR_API gpuarr_bf16 gpuarr_bf16_from_double(double x) { gpuarr_bf16 h; h.bits = gpuarr_k_f64_to_bf16(x); return h; }
+GPUARR_API float gpuarr_bf16_to_float(gpuarr_bf16 h) { return gpuarr_k_bf16_to_f32(h.bits); }
 
 /* ---------------------------------------------------------------------------------------------
  * Devices
@@ -2830,6 +2895,9 @@ GPUARR_API gpuarr_result gpuarr_from_host_as(gpuarr_device d, gpuarr_dtype t, co
     GPUARR__CHECK(gpuarr__check_shape(t, ndim, shape, &count, &nbytes));
     if (!data && count > 0)
         return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "data is NULL but the shape holds %lld elements", (long long)count);
+    if ((uintptr_t)data % gpuarr__dtype_sizes[t] != 0)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "data %p is not aligned to %zu bytes (the size of %s)", data,
+                            gpuarr__dtype_sizes[t], gpuarr__dtype_names[t]);
     GPUARR__CHECK(gpuarr__array_new(dev, t, ndim, shape, &a));
     gpuarr__transfer tr;
     memset(&tr, 0, sizeof tr);
@@ -2855,6 +2923,9 @@ GPUARR_API gpuarr_result gpuarr_to_host_as(gpuarr_array arr, gpuarr_dtype t, voi
         r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "t = %d is not a gpuarr_dtype", (int)t);
     else if (!data && a->count > 0)
         r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "data is NULL but the array holds %lld elements", (long long)a->count);
+    else if ((uintptr_t)data % gpuarr__dtype_sizes[dt] != 0)
+        r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "data %p is not aligned to %zu bytes (the size of %s)", data,
+                         gpuarr__dtype_sizes[dt], gpuarr__dtype_names[dt]);
     else if (count < (uint64_t)a->count)
         r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "count = %zu is smaller than the array's %lld elements", count,
                          (long long)a->count);
@@ -2952,8 +3023,10 @@ GPUARR_API gpuarr_result gpuarr_host_data(gpuarr_array arr, void **out) {
     gpuarr_result r = GPUARR_OK;
     if (a->dev->backend->id != GPUARR_BACKEND_HOST)
         r = gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "a lives on %s, not on the host; convert it to gpuarr_host() first", a->dev->info.spec);
-    else if (a->ready)
+    else if (a->ready) {
         r = a->ready->dev->backend->event_sync(a->ready->dev, a->ready->native);
+        if (r == GPUARR_OK) gpuarr__collect_device(a->ready->dev);
+    }
     if (r == GPUARR_OK) *out = a->mem ? (unsigned char *)a->mem + a->offset : NULL;
     gpuarr__obj_release(&a->obj);
     return r;
@@ -2975,10 +3048,10 @@ static gpuarr__dev *gpuarr__current_dev(void) {
 /* {0} = the thread's current stream, else the current device's default stream. */
 static gpuarr_result gpuarr__resolve_stream(gpuarr_stream s, const char *arg, gpuarr__stream **out) {
     if (s.id) return gpuarr__get_stream(s, arg, out);
-    if (gpuarr__tls.stream_id) {
-        gpuarr_stream cur;
-        cur.id = gpuarr__tls.stream_id;
-        return gpuarr__get_stream(cur, "the thread's current stream", out);
+    gpuarr__stream *cur = gpuarr__current_stream_obj();
+    if (cur) {
+        *out = cur;
+        return GPUARR_OK;
     }
     return gpuarr__default_stream(gpuarr__current_dev(), out);
 }
@@ -2991,15 +3064,7 @@ GPUARR_API gpuarr_result gpuarr_stream_create(gpuarr_device d, uint32_t flags, g
     gpuarr__stream *s;
     GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
     GPUARR__CHECK(gpuarr__stream_new(dev, &s));
-    uint32_t id;
-    gpuarr_result r = gpuarr__table_insert(&gpuarr__g.streams, &s->obj, &id);
-    if (r != GPUARR_OK) {
-        gpuarr__obj_release(&s->obj);
-        return r;
-    }
-    s->id = id;
-    out->id = id;
-    return GPUARR_OK;
+    return gpuarr__stream_publish(s, out);
 }
 
 GPUARR_API gpuarr_result gpuarr_stream_destroy(gpuarr_stream s) {
@@ -3025,8 +3090,9 @@ GPUARR_API gpuarr_result gpuarr_stream_query(gpuarr_stream s, bool *done) {
     gpuarr__stream *st;
     GPUARR__CHECK(gpuarr__resolve_stream(s, "s", &st));
     bool finished = false;
+    uint64_t seq = gpuarr__stream_seq(st);
     gpuarr_result r = st->dev->backend->stream_query(st->dev, st->native, &finished);
-    if (r == GPUARR_OK && finished) gpuarr__stream_collect(st, true);
+    if (r == GPUARR_OK) gpuarr__stream_collect(st, finished ? seq : 0);
     if (r == GPUARR_OK) *done = finished;
     gpuarr__obj_release(&st->obj);
     return r;
@@ -3060,6 +3126,20 @@ GPUARR_API gpuarr_result gpuarr_stream_wait(gpuarr_stream s, gpuarr_event e) {
         gpuarr__obj_release(&st->obj);
     }
     gpuarr__obj_release(&ev->obj);
+    return r;
+}
+
+GPUARR_API gpuarr_result gpuarr_stream_wait_array(gpuarr_stream s, gpuarr_array a) {
+    GPUARR__BEGIN();
+    gpuarr__array *arr;
+    gpuarr__stream *st;
+    GPUARR__CHECK(gpuarr__get_array(a, "a", &arr));
+    gpuarr_result r = gpuarr__resolve_stream(s, "s", &st);
+    if (r == GPUARR_OK) {
+        if (arr->ready) r = gpuarr__stream_wait_raw(st, arr->ready);
+        gpuarr__obj_release(&st->obj);
+    }
+    gpuarr__obj_release(&arr->obj);
     return r;
 }
 
@@ -3110,6 +3190,7 @@ GPUARR_API gpuarr_result gpuarr_event_sync(gpuarr_event e) {
     GPUARR__CHECK(gpuarr__get_event(e, "e", &ev));
     gpuarr_result r = GPUARR_OK;
     if (GPUARR__ATOMIC_LOAD(&ev->recorded)) r = ev->dev->backend->event_sync(ev->dev, ev->native);
+    if (r == GPUARR_OK && !ev->dev->backend->synchronous) gpuarr__collect_device(ev->dev);
     gpuarr__obj_release(&ev->obj);
     return r;
 }
@@ -3253,6 +3334,32 @@ GPUARR_API void gpuarr_scope_leave(gpuarr_scope *scope) {
     gpuarr__tls.device_id = scope->previous_device.id;
     gpuarr__tls.stream_id = scope->previous_stream.id;
 }
+
+/* Second part of each backend: its public interop functions, which use the core above. */
+#define GPUARR__BACKEND_INTEROP_PART
+#ifndef GPUARR_NO_OPENCL
+#include "backends/gpuarr_opencl.h"
+#endif
+
+#ifdef GPUARR_NO_OPENCL
+static gpuarr_result gpuarr__no_opencl(void) {
+    return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "this build has no OpenCL backend (GPUARR_NO_OPENCL)");
+}
+GPUARR_API gpuarr_result gpuarr_opencl_context_raw(gpuarr_device d, void **out) { GPUARR__BEGIN(); GPUARR__UNUSED(d); GPUARR__UNUSED(out); return gpuarr__no_opencl(); }
+GPUARR_API gpuarr_result gpuarr_opencl_device_id_raw(gpuarr_device d, void **out) { GPUARR__BEGIN(); GPUARR__UNUSED(d); GPUARR__UNUSED(out); return gpuarr__no_opencl(); }
+GPUARR_API gpuarr_result gpuarr_opencl_queue_raw(gpuarr_stream s, void **out) { GPUARR__BEGIN(); GPUARR__UNUSED(s); GPUARR__UNUSED(out); return gpuarr__no_opencl(); }
+GPUARR_API gpuarr_result gpuarr_opencl_mem_raw(gpuarr_array a, void **out, size_t *offset) {
+    GPUARR__BEGIN(); GPUARR__UNUSED(a); GPUARR__UNUSED(out); GPUARR__UNUSED(offset); return gpuarr__no_opencl();
+}
+GPUARR_API gpuarr_result gpuarr_opencl_wrap_mem_raw(gpuarr_device d, void *mem, size_t offset, gpuarr_dtype t, int ndim,
+                                                    const int64_t *shape, gpuarr_array *out) {
+    GPUARR__BEGIN(); GPUARR__UNUSED(d); GPUARR__UNUSED(mem); GPUARR__UNUSED(offset); GPUARR__UNUSED(t);
+    GPUARR__UNUSED(ndim); GPUARR__UNUSED(shape); GPUARR__UNUSED(out); return gpuarr__no_opencl();
+}
+GPUARR_API gpuarr_result gpuarr_opencl_wrap_queue_raw(gpuarr_device d, void *q, gpuarr_stream *out) {
+    GPUARR__BEGIN(); GPUARR__UNUSED(d); GPUARR__UNUSED(q); GPUARR__UNUSED(out); return gpuarr__no_opencl();
+}
+#endif
 
 #endif /* GPUARR_IMPLEMENTATION */
 

@@ -58,11 +58,20 @@ static inline void test_skip(const char *fmt, ...) {
     cr_skip_test("%s", reason);
 }
 
+/* GPUARR_TEST_REQUIRE=1 (set by `make test` where it installed PoCL) turns "device absent" from
+   a skip into a failure, so a broken runtime cannot pass as skipped tests. */
+static inline bool test_devices_required(void) {
+    const char *s = getenv("GPUARR_TEST_REQUIRE");
+    return s && strcmp(s, "1") == 0;
+}
+
 /* The device under test. Must be called after gpuarr_init. Skips when the device is absent. */
 static inline gpuarr_device test_device(void) {
     const char *spec = test_device_spec();
     gpuarr_device d = {0};
     gpuarr_result r = gpuarr_device_find(spec, &d);
+    if (r == GPUARR_ERROR_NO_DEVICE && test_devices_required())
+        cr_assert_fail("GPUARR_TEST_DEVICE=%s is absent but GPUARR_TEST_REQUIRE=1: %s", spec, gpuarr_last_error());
     if (r == GPUARR_ERROR_NO_DEVICE)
         test_skip("GPUARR_TEST_DEVICE=%s: no such device on this machine (%s: %s)", spec,
                   gpuarr_result_name(r), gpuarr_last_error());

@@ -1,0 +1,1255 @@
+/*
+ * gpuarr_opencl.h -- the OpenCL backend: every device of every platform, through the ICD loader.
+ *
+ * Included by gpuarr.h's implementation unless GPUARR_NO_OPENCL. The loader (libOpenCL.so.1, or
+ * GPUARR_OPENCL_LIBRARY) is opened at run time and its entry points come from one X-macro list;
+ * no loader or no platform means zero OpenCL devices, never an error. GPUARR_NO_RUNTIME_LINKING
+ * links -lOpenCL instead (then <CL/cl.h> must be on the include path). OpenCL 1.2 is the
+ * baseline. The types and constants below are the library's own, checked against <CL/cl.h> by
+ * tests/compile/opencl_decls.c.
+ *
+ * Shape: one context per platform holding its registered devices (so device-to-device copies
+ * within a platform are clEnqueueCopyBuffer), an in-order queue per stream (profiling on, for
+ * timing events), one program per device with a cast kernel for every dtype pair, built at first
+ * use and cached on disk. Each device's global memory is its allocation limit, and buffers are
+ * made resident when allocated, so running out shows at allocation, not at first use.
+ */
+#if !defined(GPUARR_OPENCL_BACKEND_INCLUDED)
+#define GPUARR_OPENCL_BACKEND_INCLUDED
+
+#include "gpuarr_kernels_source.h"
+
+/* ---------------------------------------------------------------------------------------------
+ * Declarations (ABI of OpenCL 1.2)
+ * ------------------------------------------------------------------------------------------- */
+typedef int32_t gpuarr__cl_int;
+typedef uint32_t gpuarr__cl_uint;
+typedef uint64_t gpuarr__cl_ulong;
+typedef uint64_t gpuarr__cl_bitfield;
+typedef struct gpuarr__cl_platform_s *gpuarr__cl_platform_id;
+typedef struct gpuarr__cl_device_s *gpuarr__cl_device_id;
+typedef struct gpuarr__cl_context_s *gpuarr__cl_context;
+typedef struct gpuarr__cl_queue_s *gpuarr__cl_command_queue;
+typedef struct gpuarr__cl_mem_s *gpuarr__cl_mem;
+typedef struct gpuarr__cl_program_s *gpuarr__cl_program;
+typedef struct gpuarr__cl_kernel_s *gpuarr__cl_kernel;
+typedef struct gpuarr__cl_event_s *gpuarr__cl_event;
+typedef intptr_t gpuarr__cl_context_properties;
+typedef void (*gpuarr__cl_notify_fn)(const char *, const void *, size_t, void *);
+typedef void (*gpuarr__cl_build_fn)(gpuarr__cl_program, void *);
+
+#define GPUARR__CL_SUCCESS 0
+#define GPUARR__CL_MEM_OBJECT_ALLOCATION_FAILURE (-4)
+#define GPUARR__CL_OUT_OF_RESOURCES (-5)
+#define GPUARR__CL_OUT_OF_HOST_MEMORY (-6)
+#define GPUARR__CL_BUILD_PROGRAM_FAILURE (-11)
+#define GPUARR__CL_INVALID_BUFFER_SIZE (-61)
+#define GPUARR__CL_PLATFORM_NOT_FOUND_KHR (-1001)
+#define GPUARR__CL_FALSE 0u
+#define GPUARR__CL_TRUE 1u
+#define GPUARR__CL_PLATFORM_VERSION 0x0901u
+#define GPUARR__CL_PLATFORM_NAME 0x0902u
+#define GPUARR__CL_PLATFORM_VENDOR 0x0903u
+#define GPUARR__CL_DEVICE_TYPE_CPU (1u << 1)
+#define GPUARR__CL_DEVICE_TYPE_GPU (1u << 2)
+#define GPUARR__CL_DEVICE_TYPE_ACCELERATOR (1u << 3)
+#define GPUARR__CL_DEVICE_TYPE_ALL 0xFFFFFFFFu
+#define GPUARR__CL_DEVICE_TYPE 0x1000u
+#define GPUARR__CL_DEVICE_MAX_COMPUTE_UNITS 0x1002u
+#define GPUARR__CL_DEVICE_MAX_CLOCK_FREQUENCY 0x100Cu
+#define GPUARR__CL_DEVICE_MAX_MEM_ALLOC_SIZE 0x1010u
+#define GPUARR__CL_DEVICE_MEM_BASE_ADDR_ALIGN 0x1019u
+#define GPUARR__CL_DEVICE_GLOBAL_MEM_SIZE 0x101Fu
+#define GPUARR__CL_DEVICE_HOST_UNIFIED_MEMORY 0x1035u
+#define GPUARR__CL_DEVICE_NAME 0x102Bu
+#define GPUARR__CL_DEVICE_VENDOR 0x102Cu
+#define GPUARR__CL_DRIVER_VERSION 0x102Du
+#define GPUARR__CL_DEVICE_VERSION 0x102Fu
+#define GPUARR__CL_DEVICE_EXTENSIONS 0x1030u
+#define GPUARR__CL_DEVICE_UUID_KHR 0x106Au
+#define GPUARR__CL_DEVICE_PCI_BUS_INFO_KHR 0x410Fu
+#define GPUARR__CL_DEVICE_PCI_BUS_ID_NV 0x4008u
+#define GPUARR__CL_DEVICE_PCI_SLOT_ID_NV 0x4009u
+#define GPUARR__CL_DEVICE_PCI_DOMAIN_ID_NV 0x400Au
+#define GPUARR__CL_DEVICE_TOPOLOGY_AMD 0x4037u
+#define GPUARR__CL_CONTEXT_PLATFORM 0x1084
+#define GPUARR__CL_QUEUE_PROFILING_ENABLE (1u << 1)
+#define GPUARR__CL_MEM_READ_WRITE (1u << 0)
+#define GPUARR__CL_MEM_ALLOC_HOST_PTR (1u << 4)
+#define GPUARR__CL_MAP_READ (1u << 0)
+#define GPUARR__CL_MAP_WRITE_INVALIDATE_REGION (1u << 2)
+#define GPUARR__CL_MIGRATE_MEM_OBJECT_CONTENT_UNDEFINED (1u << 1)
+#define GPUARR__CL_MEM_SIZE 0x1102u
+#define GPUARR__CL_MEM_CONTEXT 0x1106u
+#define GPUARR__CL_QUEUE_CONTEXT 0x1090u
+#define GPUARR__CL_PROGRAM_BINARY_SIZES 0x1165u
+#define GPUARR__CL_PROGRAM_BINARIES 0x1166u
+#define GPUARR__CL_PROGRAM_BUILD_LOG 0x1183u
+#define GPUARR__CL_EVENT_COMMAND_EXECUTION_STATUS 0x11D3u
+#define GPUARR__CL_EVENT_CONTEXT 0x11D4u
+#define GPUARR__CL_COMPLETE 0
+#define GPUARR__CL_PROFILING_COMMAND_END 0x1283u
+
+/* ---------------------------------------------------------------------------------------------
+ * Entry points: X(return type, name, parameters)
+ * ------------------------------------------------------------------------------------------- */
+#define GPUARR__CL_PROCS(X)                                                                    \
+    X(gpuarr__cl_int, clGetPlatformIDs, (gpuarr__cl_uint, gpuarr__cl_platform_id *, gpuarr__cl_uint *)) \
+    X(gpuarr__cl_int, clGetPlatformInfo, (gpuarr__cl_platform_id, gpuarr__cl_uint, size_t, void *, size_t *)) \
+    X(gpuarr__cl_int, clGetDeviceIDs,                                                          \
+      (gpuarr__cl_platform_id, gpuarr__cl_bitfield, gpuarr__cl_uint, gpuarr__cl_device_id *, gpuarr__cl_uint *)) \
+    X(gpuarr__cl_int, clGetDeviceInfo, (gpuarr__cl_device_id, gpuarr__cl_uint, size_t, void *, size_t *)) \
+    X(gpuarr__cl_context, clCreateContext,                                                     \
+      (const gpuarr__cl_context_properties *, gpuarr__cl_uint, const gpuarr__cl_device_id *,   \
+       gpuarr__cl_notify_fn, void *, gpuarr__cl_int *))                                        \
+    X(gpuarr__cl_int, clReleaseContext, (gpuarr__cl_context))                                  \
+    X(gpuarr__cl_command_queue, clCreateCommandQueue,                                          \
+      (gpuarr__cl_context, gpuarr__cl_device_id, gpuarr__cl_bitfield, gpuarr__cl_int *))       \
+    X(gpuarr__cl_int, clRetainCommandQueue, (gpuarr__cl_command_queue))                        \
+    X(gpuarr__cl_int, clReleaseCommandQueue, (gpuarr__cl_command_queue))                       \
+    X(gpuarr__cl_int, clGetCommandQueueInfo, (gpuarr__cl_command_queue, gpuarr__cl_uint, size_t, void *, size_t *)) \
+    X(gpuarr__cl_mem, clCreateBuffer, (gpuarr__cl_context, gpuarr__cl_bitfield, size_t, void *, gpuarr__cl_int *)) \
+    X(gpuarr__cl_int, clRetainMemObject, (gpuarr__cl_mem))                                     \
+    X(gpuarr__cl_int, clReleaseMemObject, (gpuarr__cl_mem))                                    \
+    X(gpuarr__cl_int, clGetMemObjectInfo, (gpuarr__cl_mem, gpuarr__cl_uint, size_t, void *, size_t *)) \
+    X(gpuarr__cl_int, clEnqueueWriteBuffer,                                                    \
+      (gpuarr__cl_command_queue, gpuarr__cl_mem, gpuarr__cl_uint, size_t, size_t, const void *, \
+       gpuarr__cl_uint, const gpuarr__cl_event *, gpuarr__cl_event *))                         \
+    X(gpuarr__cl_int, clEnqueueReadBuffer,                                                     \
+      (gpuarr__cl_command_queue, gpuarr__cl_mem, gpuarr__cl_uint, size_t, size_t, void *,      \
+       gpuarr__cl_uint, const gpuarr__cl_event *, gpuarr__cl_event *))                         \
+    X(gpuarr__cl_int, clEnqueueCopyBuffer,                                                     \
+      (gpuarr__cl_command_queue, gpuarr__cl_mem, gpuarr__cl_mem, size_t, size_t, size_t,       \
+       gpuarr__cl_uint, const gpuarr__cl_event *, gpuarr__cl_event *))                         \
+    X(gpuarr__cl_int, clEnqueueFillBuffer,                                                     \
+      (gpuarr__cl_command_queue, gpuarr__cl_mem, const void *, size_t, size_t, size_t,         \
+       gpuarr__cl_uint, const gpuarr__cl_event *, gpuarr__cl_event *))                         \
+    X(void *, clEnqueueMapBuffer,                                                              \
+      (gpuarr__cl_command_queue, gpuarr__cl_mem, gpuarr__cl_uint, gpuarr__cl_bitfield, size_t, size_t, \
+       gpuarr__cl_uint, const gpuarr__cl_event *, gpuarr__cl_event *, gpuarr__cl_int *))       \
+    X(gpuarr__cl_int, clEnqueueUnmapMemObject,                                                 \
+      (gpuarr__cl_command_queue, gpuarr__cl_mem, void *, gpuarr__cl_uint, const gpuarr__cl_event *, \
+       gpuarr__cl_event *))                                                                    \
+    X(gpuarr__cl_int, clEnqueueMigrateMemObjects,                                              \
+      (gpuarr__cl_command_queue, gpuarr__cl_uint, const gpuarr__cl_mem *, gpuarr__cl_bitfield, \
+       gpuarr__cl_uint, const gpuarr__cl_event *, gpuarr__cl_event *))                         \
+    X(gpuarr__cl_program, clCreateProgramWithSource,                                           \
+      (gpuarr__cl_context, gpuarr__cl_uint, const char **, const size_t *, gpuarr__cl_int *))  \
+    X(gpuarr__cl_program, clCreateProgramWithBinary,                                           \
+      (gpuarr__cl_context, gpuarr__cl_uint, const gpuarr__cl_device_id *, const size_t *,      \
+       const unsigned char **, gpuarr__cl_int *, gpuarr__cl_int *))                            \
+    X(gpuarr__cl_int, clBuildProgram,                                                          \
+      (gpuarr__cl_program, gpuarr__cl_uint, const gpuarr__cl_device_id *, const char *,        \
+       gpuarr__cl_build_fn, void *))                                                           \
+    X(gpuarr__cl_int, clGetProgramBuildInfo,                                                   \
+      (gpuarr__cl_program, gpuarr__cl_device_id, gpuarr__cl_uint, size_t, void *, size_t *))   \
+    X(gpuarr__cl_int, clGetProgramInfo, (gpuarr__cl_program, gpuarr__cl_uint, size_t, void *, size_t *)) \
+    X(gpuarr__cl_int, clReleaseProgram, (gpuarr__cl_program))                                  \
+    X(gpuarr__cl_kernel, clCreateKernel, (gpuarr__cl_program, const char *, gpuarr__cl_int *)) \
+    X(gpuarr__cl_int, clSetKernelArg, (gpuarr__cl_kernel, gpuarr__cl_uint, size_t, const void *)) \
+    X(gpuarr__cl_int, clReleaseKernel, (gpuarr__cl_kernel))                                    \
+    X(gpuarr__cl_int, clEnqueueNDRangeKernel,                                                  \
+      (gpuarr__cl_command_queue, gpuarr__cl_kernel, gpuarr__cl_uint, const size_t *, const size_t *, \
+       const size_t *, gpuarr__cl_uint, const gpuarr__cl_event *, gpuarr__cl_event *))        \
+    X(gpuarr__cl_int, clEnqueueMarkerWithWaitList,                                             \
+      (gpuarr__cl_command_queue, gpuarr__cl_uint, const gpuarr__cl_event *, gpuarr__cl_event *)) \
+    X(gpuarr__cl_int, clEnqueueBarrierWithWaitList,                                            \
+      (gpuarr__cl_command_queue, gpuarr__cl_uint, const gpuarr__cl_event *, gpuarr__cl_event *)) \
+    X(gpuarr__cl_int, clFlush, (gpuarr__cl_command_queue))                                     \
+    X(gpuarr__cl_int, clFinish, (gpuarr__cl_command_queue))                                    \
+    X(gpuarr__cl_int, clWaitForEvents, (gpuarr__cl_uint, const gpuarr__cl_event *))           \
+    X(gpuarr__cl_int, clGetEventInfo, (gpuarr__cl_event, gpuarr__cl_uint, size_t, void *, size_t *)) \
+    X(gpuarr__cl_int, clGetEventProfilingInfo, (gpuarr__cl_event, gpuarr__cl_uint, size_t, void *, size_t *)) \
+    X(gpuarr__cl_int, clRetainEvent, (gpuarr__cl_event))                                       \
+    X(gpuarr__cl_int, clReleaseEvent, (gpuarr__cl_event))
+
+/* ---------------------------------------------------------------------------------------------
+ * State (one object, hung off the core's state)
+ * ------------------------------------------------------------------------------------------- */
+typedef struct gpuarr__cl_platform {
+    gpuarr__cl_platform_id id;
+    gpuarr__cl_context context; /* made at the first open of one of its devices */
+    char version[128];
+} gpuarr__cl_platform;
+
+typedef struct gpuarr__cl_device {
+    gpuarr__cl_device_id id;
+    int platform;
+    gpuarr__cl_bitfield type;
+    bool fp64, host_unified;
+    uint64_t global_mem, max_alloc;
+    uint64_t allocated; /* atomic: bytes of live buffers, held against global_mem */
+    gpuarr__cl_command_queue internal_queue; /* residency work */
+    pthread_mutex_t kernel_lock;             /* program build; clSetKernelArg is not thread-safe */
+    bool build_tried;
+    gpuarr_result build_result;
+    char build_error[512];
+    gpuarr__cl_program program;
+    gpuarr__cl_kernel casts[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT];
+} gpuarr__cl_device;
+
+typedef struct gpuarr__cl_state {
+    void *library;
+#define GPUARR__CL_PROC_MEMBER(ret, name, params) ret(*name) params;
+    GPUARR__CL_PROCS(GPUARR__CL_PROC_MEMBER)
+#undef GPUARR__CL_PROC_MEMBER
+    pthread_mutex_t context_lock;
+    int platform_count, device_count;
+    gpuarr__cl_platform *platforms;
+    gpuarr__cl_device *devices;
+} gpuarr__cl_state;
+
+/* The native event: the marker of its latest record. */
+typedef struct gpuarr__cl_event_box {
+    gpuarr__cl_event event;
+} gpuarr__cl_event_box;
+
+/* The native stream: an in-order queue and the event of the last command put on it, so that
+   "has everything enqueued so far completed" has an exact answer. */
+struct gpuarr__cl_stream {
+    gpuarr__cl_command_queue queue;
+    pthread_mutex_t lock;  /* guards last */
+    gpuarr__cl_event last; /* NULL = nothing enqueued yet */
+};
+
+#define GPUARR__CL (*(gpuarr__cl_state *)gpuarr__g.backend_state[GPUARR_BACKEND_OPENCL])
+#define GPUARR__CL_DEV(d) (&GPUARR__CL.devices[(d)->info.index])
+#define GPUARR__CL_STREAM(native) ((gpuarr__cl_stream *)(native))
+#define GPUARR__CL_QUEUE(s) (GPUARR__CL_STREAM((s)->native)->queue)
+#define GPUARR__CL_LAST(s) GPUARR__CL_STREAM((s)->native)
+
+static const char *gpuarr__cl_error_name(gpuarr__cl_int e) {
+    switch (e) {
+    case -1: return "CL_DEVICE_NOT_FOUND";
+    case -2: return "CL_DEVICE_NOT_AVAILABLE";
+    case -3: return "CL_COMPILER_NOT_AVAILABLE";
+    case -4: return "CL_MEM_OBJECT_ALLOCATION_FAILURE";
+    case -5: return "CL_OUT_OF_RESOURCES";
+    case -6: return "CL_OUT_OF_HOST_MEMORY";
+    case -11: return "CL_BUILD_PROGRAM_FAILURE";
+    case -30: return "CL_INVALID_VALUE";
+    case -34: return "CL_INVALID_CONTEXT";
+    case -36: return "CL_INVALID_COMMAND_QUEUE";
+    case -38: return "CL_INVALID_MEM_OBJECT";
+    case -48: return "CL_INVALID_KERNEL";
+    case -52: return "CL_INVALID_KERNEL_ARGS";
+    case -54: return "CL_INVALID_WORK_GROUP_SIZE";
+    case -58: return "CL_INVALID_EVENT";
+    case -61: return "CL_INVALID_BUFFER_SIZE";
+    case -1001: return "CL_PLATFORM_NOT_FOUND_KHR";
+    default: return "OpenCL error";
+    }
+}
+
+/* Maps an OpenCL error to a result, with the call named in the message. */
+static gpuarr_result gpuarr__cl_fail(gpuarr__cl_int e, const char *call, const char *where) {
+    gpuarr_result r = (e == GPUARR__CL_MEM_OBJECT_ALLOCATION_FAILURE || e == GPUARR__CL_OUT_OF_HOST_MEMORY ||
+                       e == GPUARR__CL_OUT_OF_RESOURCES || e == GPUARR__CL_INVALID_BUFFER_SIZE)
+                          ? GPUARR_ERROR_OUT_OF_MEMORY
+                          : GPUARR_ERROR_BACKEND;
+    return gpuarr__fail(r, "%s: %s failed: %s (%d)", where, call, gpuarr__cl_error_name(e), (int)e);
+}
+typedef struct gpuarr__cl_stream gpuarr__cl_stream;
+/* Keeps ev as the stream's last command (the previous one is released). */
+static void gpuarr__cl_track(gpuarr__cl_stream *st, gpuarr__cl_event ev);
+#define GPUARR__CL_CHECK(expr, where)                                                          \
+    do {                                                                                       \
+        gpuarr__cl_int gpuarr__e = (expr);                                                     \
+        if (gpuarr__e != GPUARR__CL_SUCCESS) return gpuarr__cl_fail(gpuarr__e, #expr, where);  \
+    } while (0)
+
+/* ---------------------------------------------------------------------------------------------
+ * Loading
+ * ------------------------------------------------------------------------------------------- */
+#ifdef GPUARR_NO_RUNTIME_LINKING
+#include <CL/cl.h>
+static bool gpuarr__cl_bind(gpuarr__cl_state *cl) {
+    void (*fp)(void);
+#define GPUARR__CL_BIND_STATIC(ret, name, params)                                              \
+    fp = (void (*)(void))&name;                                                                \
+    memcpy(&cl->name, &fp, sizeof fp);
+    GPUARR__CL_PROCS(GPUARR__CL_BIND_STATIC)
+#undef GPUARR__CL_BIND_STATIC
+    return true;
+}
+#else
+static bool gpuarr__cl_bind(gpuarr__cl_state *cl) {
+    /* The loader stays resident after dlclose: drivers register exit handlers and keep state,
+       and unloading them mid-process is not safe. */
+#ifdef RTLD_NODELETE
+    const int flags = RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE;
+#else
+    const int flags = RTLD_NOW | RTLD_LOCAL;
+#endif
+    const char *path = gpuarr__env("GPUARR_OPENCL_LIBRARY");
+    cl->library = dlopen(path ? path : "libOpenCL.so.1", flags);
+    if (!cl->library && !path) cl->library = dlopen("libOpenCL.so", flags);
+    if (!cl->library) {
+        gpuarr__log(GPUARR_LOG_INFO, "no OpenCL: cannot load %s: %s", path ? path : "libOpenCL.so.1", dlerror());
+        return false;
+    }
+    /* dlsym returns an object pointer; copying its bits into the function pointer is the
+       portable way that ISO C accepts. */
+#define GPUARR__CL_BIND_DYNAMIC(ret, name, params)                                             \
+    {                                                                                          \
+        void *sym = dlsym(cl->library, #name);                                                 \
+        if (!sym) {                                                                            \
+            gpuarr__log(GPUARR_LOG_WARN, "no OpenCL: the loader lacks %s (OpenCL 1.2 is needed)", #name); \
+            return false;                                                                      \
+        }                                                                                      \
+        memcpy(&cl->name, &sym, sizeof sym);                                                   \
+    }
+    GPUARR__CL_PROCS(GPUARR__CL_BIND_DYNAMIC)
+#undef GPUARR__CL_BIND_DYNAMIC
+    return true;
+}
+#endif
+
+static bool gpuarr__cl_has_extension(gpuarr__cl_state *cl, gpuarr__cl_device_id id, const char *ext) {
+    size_t size = 0;
+    if (cl->clGetDeviceInfo(id, GPUARR__CL_DEVICE_EXTENSIONS, 0, NULL, &size) != GPUARR__CL_SUCCESS || !size) return false;
+    char *list = (char *)gpuarr__malloc(size + 1);
+    if (!list) return false;
+    bool found = false;
+    if (cl->clGetDeviceInfo(id, GPUARR__CL_DEVICE_EXTENSIONS, size, list, NULL) == GPUARR__CL_SUCCESS) {
+        list[size] = '\0';
+        size_t n = strlen(ext);
+        for (const char *p = strstr(list, ext); p && !found; p = strstr(p + 1, ext))
+            found = (p == list || p[-1] == ' ') && (p[n] == '\0' || p[n] == ' ');
+    }
+    gpuarr__free(list);
+    return found;
+}
+
+static void gpuarr__cl_unload(void) {
+    gpuarr__cl_state *cl = (gpuarr__cl_state *)gpuarr__g.backend_state[GPUARR_BACKEND_OPENCL];
+    if (!cl) return;
+    for (int i = 0; i < cl->device_count; i++) pthread_mutex_destroy(&cl->devices[i].kernel_lock);
+    for (int i = 0; i < cl->platform_count; i++)
+        if (cl->platforms[i].context) cl->clReleaseContext(cl->platforms[i].context);
+    pthread_mutex_destroy(&cl->context_lock);
+#ifndef GPUARR_NO_RUNTIME_LINKING
+    if (cl->library) dlclose(cl->library);
+#endif
+    gpuarr__free(cl->devices);
+    gpuarr__free(cl->platforms);
+    gpuarr__free(cl);
+    gpuarr__g.backend_state[GPUARR_BACKEND_OPENCL] = NULL;
+}
+
+/* Records every device of every platform, in platform order then device order. */
+static gpuarr_result gpuarr__cl_enumerate(gpuarr__cl_state *cl) {
+    gpuarr__cl_uint np = 0;
+    gpuarr__cl_int e = cl->clGetPlatformIDs(0, NULL, &np);
+    if (e == GPUARR__CL_PLATFORM_NOT_FOUND_KHR || np == 0) return GPUARR_OK; /* loader without drivers */
+    if (e != GPUARR__CL_SUCCESS) return gpuarr__cl_fail(e, "clGetPlatformIDs", "listing OpenCL platforms");
+    gpuarr__cl_platform_id *ids = (gpuarr__cl_platform_id *)gpuarr__calloc(sizeof *ids * np);
+    cl->platforms = (gpuarr__cl_platform *)gpuarr__calloc(sizeof *cl->platforms * np);
+    if (!ids || !cl->platforms) {
+        gpuarr__free(ids);
+        return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the OpenCL platform list");
+    }
+    e = cl->clGetPlatformIDs(np, ids, NULL);
+    gpuarr__cl_uint total = 0;
+    for (gpuarr__cl_uint p = 0; e == GPUARR__CL_SUCCESS && p < np; p++) {
+        gpuarr__cl_uint nd = 0;
+        if (cl->clGetDeviceIDs(ids[p], GPUARR__CL_DEVICE_TYPE_ALL, 0, NULL, &nd) == GPUARR__CL_SUCCESS) total += nd;
+    }
+    cl->devices = (gpuarr__cl_device *)gpuarr__calloc(sizeof *cl->devices * GPUARR__MAX(total, 1u));
+    if (!cl->devices) {
+        gpuarr__free(ids);
+        return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the OpenCL device list");
+    }
+    for (gpuarr__cl_uint p = 0; e == GPUARR__CL_SUCCESS && p < np; p++) {
+        gpuarr__cl_platform *pl = &cl->platforms[cl->platform_count++];
+        pl->id = ids[p];
+        cl->clGetPlatformInfo(ids[p], GPUARR__CL_PLATFORM_VERSION, sizeof pl->version - 1, pl->version, NULL);
+        gpuarr__cl_uint nd = 0;
+        if (cl->clGetDeviceIDs(ids[p], GPUARR__CL_DEVICE_TYPE_ALL, 0, NULL, &nd) != GPUARR__CL_SUCCESS || !nd) continue;
+        if ((gpuarr__cl_uint)cl->device_count + nd > total) nd = total - (gpuarr__cl_uint)cl->device_count;
+        gpuarr__cl_device_id dev_ids[64];
+        nd = GPUARR__MIN(nd, 64u);
+        if (cl->clGetDeviceIDs(ids[p], GPUARR__CL_DEVICE_TYPE_ALL, nd, dev_ids, NULL) != GPUARR__CL_SUCCESS) continue;
+        for (gpuarr__cl_uint k = 0; k < nd; k++) {
+            gpuarr__cl_device *d = &cl->devices[cl->device_count++];
+            d->id = dev_ids[k];
+            d->platform = cl->platform_count - 1;
+            pthread_mutex_init(&d->kernel_lock, NULL);
+        }
+    }
+    gpuarr__free(ids);
+    return e == GPUARR__CL_SUCCESS ? GPUARR_OK : gpuarr__cl_fail(e, "clGetPlatformIDs", "listing OpenCL platforms");
+}
+
+static gpuarr_result gpuarr__cl_load(void) {
+    gpuarr__cl_state *cl = (gpuarr__cl_state *)gpuarr__calloc(sizeof *cl);
+    if (!cl) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the OpenCL backend");
+    pthread_mutex_init(&cl->context_lock, NULL);
+    gpuarr__g.backend_state[GPUARR_BACKEND_OPENCL] = cl;
+    gpuarr_result r = gpuarr__cl_bind(cl) ? gpuarr__cl_enumerate(cl)
+                                          : gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "no usable OpenCL loader (libOpenCL.so.1)");
+    if (r != GPUARR_OK) gpuarr__cl_unload();
+    return r;
+}
+
+static int gpuarr__cl_device_count(void) {
+    gpuarr__cl_state *cl = (gpuarr__cl_state *)gpuarr__g.backend_state[GPUARR_BACKEND_OPENCL];
+    return cl ? cl->device_count : 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Device properties
+ * ------------------------------------------------------------------------------------------- */
+/* OpenCL refuses a buffer shorter than the value, so read it whole and truncate. */
+static void gpuarr__cl_info_string(gpuarr__cl_device_id id, gpuarr__cl_uint what, char *out, size_t cap) {
+    size_t size = 0;
+    out[0] = '\0';
+    if (GPUARR__CL.clGetDeviceInfo(id, what, 0, NULL, &size) != GPUARR__CL_SUCCESS || !size) return;
+    char *all = (char *)gpuarr__malloc(size + 1);
+    if (!all) return;
+    if (GPUARR__CL.clGetDeviceInfo(id, what, size, all, NULL) == GPUARR__CL_SUCCESS) {
+        all[size] = '\0';
+        gpuarr__copy_string(out, cap, all);
+    }
+    gpuarr__free(all);
+}
+
+static uint64_t gpuarr__cl_info_u64(gpuarr__cl_device_id id, gpuarr__cl_uint what) {
+    gpuarr__cl_ulong v = 0;
+    if (GPUARR__CL.clGetDeviceInfo(id, what, sizeof v, &v, NULL) != GPUARR__CL_SUCCESS) v = 0;
+    return v;
+}
+
+static uint32_t gpuarr__cl_info_u32(gpuarr__cl_device_id id, gpuarr__cl_uint what) {
+    gpuarr__cl_uint v = 0;
+    if (GPUARR__CL.clGetDeviceInfo(id, what, sizeof v, &v, NULL) != GPUARR__CL_SUCCESS) v = 0;
+    return v;
+}
+
+/* PCI address: cl_khr_pci_bus_info, else the NVIDIA or AMD vendor queries. */
+static void gpuarr__cl_pci_info(gpuarr__cl_device_id id, gpuarr_device_info *info) {
+    gpuarr__cl_state *cl = &GPUARR__CL;
+    if (gpuarr__cl_has_extension(cl, id, "cl_khr_pci_bus_info")) {
+        gpuarr__cl_uint pci[4];
+        if (cl->clGetDeviceInfo(id, GPUARR__CL_DEVICE_PCI_BUS_INFO_KHR, sizeof pci, pci, NULL) == GPUARR__CL_SUCCESS) {
+            info->has_pci = true;
+            info->pci_domain = (int)pci[0], info->pci_bus = (int)pci[1], info->pci_device = (int)pci[2], info->pci_function = (int)pci[3];
+        }
+    } else if (gpuarr__cl_has_extension(cl, id, "cl_nv_device_attribute_query")) {
+        gpuarr__cl_uint bus = 0, slot = 0, domain = 0;
+        if (cl->clGetDeviceInfo(id, GPUARR__CL_DEVICE_PCI_BUS_ID_NV, sizeof bus, &bus, NULL) == GPUARR__CL_SUCCESS &&
+            cl->clGetDeviceInfo(id, GPUARR__CL_DEVICE_PCI_SLOT_ID_NV, sizeof slot, &slot, NULL) == GPUARR__CL_SUCCESS) {
+            cl->clGetDeviceInfo(id, GPUARR__CL_DEVICE_PCI_DOMAIN_ID_NV, sizeof domain, &domain, NULL);
+            info->has_pci = true;
+            info->pci_domain = (int)domain, info->pci_bus = (int)bus, info->pci_device = (int)(slot >> 3), info->pci_function = (int)(slot & 7u);
+        }
+    } else if (gpuarr__cl_has_extension(cl, id, "cl_amd_device_attribute_query")) {
+        unsigned char topo[24]; /* cl_device_topology_amd: type, then bus/device/function bytes */
+        if (cl->clGetDeviceInfo(id, GPUARR__CL_DEVICE_TOPOLOGY_AMD, sizeof topo, topo, NULL) == GPUARR__CL_SUCCESS) {
+            info->has_pci = true;
+            info->pci_bus = topo[21], info->pci_device = topo[22], info->pci_function = topo[23];
+        }
+    }
+    if (info->has_pci)
+        snprintf(info->pci_bus_id, sizeof info->pci_bus_id, "%04x:%02x:%02x.%x", (unsigned)info->pci_domain & 0xffffu,
+                 (unsigned)info->pci_bus & 0xffu, (unsigned)info->pci_device & 0xffu, (unsigned)info->pci_function & 7u);
+}
+
+static gpuarr_result gpuarr__cl_device_info(int index, gpuarr_device_info *info) {
+    gpuarr__cl_state *cl = &GPUARR__CL;
+    gpuarr__cl_device *d = &cl->devices[index];
+    gpuarr__cl_bitfield type = gpuarr__cl_info_u64(d->id, GPUARR__CL_DEVICE_TYPE);
+    d->type = type;
+    info->type = (type & GPUARR__CL_DEVICE_TYPE_GPU)           ? GPUARR_DEVICE_TYPE_GPU
+                 : (type & GPUARR__CL_DEVICE_TYPE_ACCELERATOR) ? GPUARR_DEVICE_TYPE_ACCELERATOR
+                 : (type & GPUARR__CL_DEVICE_TYPE_CPU)         ? GPUARR_DEVICE_TYPE_CPU
+                                                               : GPUARR_DEVICE_TYPE_UNKNOWN;
+    gpuarr__cl_info_string(d->id, GPUARR__CL_DEVICE_NAME, info->name, sizeof info->name);
+    gpuarr__cl_info_string(d->id, GPUARR__CL_DEVICE_VENDOR, info->vendor, sizeof info->vendor);
+    char device_version[80], driver[40];
+    gpuarr__cl_info_string(d->id, GPUARR__CL_DEVICE_VERSION, device_version, sizeof device_version);
+    gpuarr__cl_info_string(d->id, GPUARR__CL_DRIVER_VERSION, driver, sizeof driver);
+    snprintf(info->version, sizeof info->version, "%.79s, driver %.39s", device_version, driver);
+    info->compute_units = (int)gpuarr__cl_info_u32(d->id, GPUARR__CL_DEVICE_MAX_COMPUTE_UNITS);
+    info->clock_mhz = (int)gpuarr__cl_info_u32(d->id, GPUARR__CL_DEVICE_MAX_CLOCK_FREQUENCY);
+    d->global_mem = gpuarr__cl_info_u64(d->id, GPUARR__CL_DEVICE_GLOBAL_MEM_SIZE);
+    d->max_alloc = gpuarr__cl_info_u64(d->id, GPUARR__CL_DEVICE_MAX_MEM_ALLOC_SIZE);
+    info->total_memory = d->global_mem;
+    info->free_memory = d->global_mem;
+    info->max_alloc_bytes = d->max_alloc;
+    d->host_unified = gpuarr__cl_info_u32(d->id, GPUARR__CL_DEVICE_HOST_UNIFIED_MEMORY) != 0;
+    info->host_unified = d->host_unified;
+    /* GPUARR_OPENCL_FP64=off treats every device as lacking doubles (slow or emulated fp64). */
+    const char *fp64 = gpuarr__env("GPUARR_OPENCL_FP64");
+    d->fp64 = !(fp64 && strcmp(fp64, "off") == 0) && gpuarr__cl_has_extension(cl, d->id, "cl_khr_fp64");
+    if (gpuarr__cl_has_extension(cl, d->id, "cl_khr_device_uuid") &&
+        cl->clGetDeviceInfo(d->id, GPUARR__CL_DEVICE_UUID_KHR, sizeof info->uuid, info->uuid, NULL) == GPUARR__CL_SUCCESS)
+        info->has_uuid = true;
+    gpuarr__cl_pci_info(d->id, info);
+    return GPUARR_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Contexts and queues
+ * ------------------------------------------------------------------------------------------- */
+/* One context per platform with all of its devices that GPUARR_DEVICES lets in. */
+static gpuarr_result gpuarr__cl_platform_context(int platform, gpuarr__cl_context *out) {
+    gpuarr__cl_state *cl = &GPUARR__CL;
+    pthread_mutex_lock(&cl->context_lock);
+    gpuarr__cl_platform *pl = &cl->platforms[platform];
+    gpuarr_result r = GPUARR_OK;
+    if (!pl->context) {
+        gpuarr__cl_device_id ids[64];
+        gpuarr__cl_uint n = 0;
+        for (int i = 0; i < cl->device_count && n < 64; i++)
+            if (cl->devices[i].platform == platform && gpuarr__filter_allows(GPUARR_BACKEND_OPENCL, i)) ids[n++] = cl->devices[i].id;
+        gpuarr__cl_context_properties props[3] = {GPUARR__CL_CONTEXT_PLATFORM, (gpuarr__cl_context_properties)pl->id, 0};
+        gpuarr__cl_int e = GPUARR__CL_SUCCESS;
+        pl->context = cl->clCreateContext(props, n, ids, NULL, NULL, &e);
+        if (!pl->context) r = gpuarr__cl_fail(e, "clCreateContext", "opening an OpenCL device");
+    }
+    *out = pl->context;
+    pthread_mutex_unlock(&cl->context_lock);
+    return r;
+}
+
+static gpuarr_result gpuarr__cl_new_queue(gpuarr__dev *d, gpuarr__cl_command_queue *out) {
+    gpuarr__cl_device *cd = GPUARR__CL_DEV(d);
+    gpuarr__cl_int e = GPUARR__CL_SUCCESS;
+    gpuarr__cl_context ctx = GPUARR__CL.platforms[cd->platform].context;
+    *out = GPUARR__CL.clCreateCommandQueue(ctx, cd->id, GPUARR__CL_QUEUE_PROFILING_ENABLE, &e);
+    if (!*out) return gpuarr__cl_fail(e, "clCreateCommandQueue", d->info.spec);
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__cl_device_open(gpuarr__dev *d) {
+    gpuarr__cl_device *cd = GPUARR__CL_DEV(d);
+    gpuarr__cl_context ctx;
+    GPUARR__CHECK(gpuarr__cl_platform_context(cd->platform, &ctx));
+    GPUARR__CHECK(gpuarr__cl_new_queue(d, &cd->internal_queue));
+    d->native = cd;
+    return GPUARR_OK;
+}
+
+static void gpuarr__cl_device_close(gpuarr__dev *d) {
+    gpuarr__cl_state *cl = &GPUARR__CL;
+    gpuarr__cl_device *cd = GPUARR__CL_DEV(d);
+    for (int s = 0; s < GPUARR_DTYPE_COUNT; s++)
+        for (int t = 0; t < GPUARR_DTYPE_COUNT; t++)
+            if (cd->casts[s][t]) cl->clReleaseKernel(cd->casts[s][t]);
+    if (cd->program) cl->clReleaseProgram(cd->program);
+    if (cd->internal_queue) cl->clReleaseCommandQueue(cd->internal_queue);
+    memset(cd->casts, 0, sizeof cd->casts);
+    cd->program = NULL;
+    cd->internal_queue = NULL;
+    cd->build_tried = false;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Memory
+ * ------------------------------------------------------------------------------------------- */
+static gpuarr_result gpuarr__cl_mem_info(gpuarr__dev *d, uint64_t *free_bytes, uint64_t *total_bytes) {
+    gpuarr__cl_device *cd = GPUARR__CL_DEV(d);
+    uint64_t used = GPUARR__ATOMIC_LOAD(&cd->allocated);
+    uint64_t avail = cd->global_mem > used ? cd->global_mem - used : 0;
+    if (cd->host_unified) { /* it shares the host's memory: it cannot have more free than the host */
+        uint64_t host_free = 0, host_total = 0;
+        gpuarr__host_mem_info(NULL, &host_free, &host_total);
+        if (host_free && host_free < avail) avail = host_free;
+    }
+    *free_bytes = avail;
+    *total_bytes = cd->global_mem;
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__cl_make_resident(gpuarr__dev *d, gpuarr__cl_mem mem) {
+    gpuarr__cl_state *cl = &GPUARR__CL;
+    gpuarr__cl_device *cd = GPUARR__CL_DEV(d);
+    gpuarr__cl_event ev = NULL;
+    GPUARR__CL_CHECK(cl->clEnqueueMigrateMemObjects(cd->internal_queue, 1, &mem, GPUARR__CL_MIGRATE_MEM_OBJECT_CONTENT_UNDEFINED, 0, NULL, &ev), d->info.spec);
+    gpuarr__cl_int e = cl->clWaitForEvents(1, &ev);
+    cl->clReleaseEvent(ev);
+    if (e != GPUARR__CL_SUCCESS) return gpuarr__cl_fail(e, "clEnqueueMigrateMemObjects", d->info.spec);
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__cl_mem_alloc(gpuarr__dev *d, size_t bytes, void **mem) {
+    gpuarr__cl_state *cl = &GPUARR__CL;
+    gpuarr__cl_device *cd = GPUARR__CL_DEV(d);
+    if (bytes > cd->max_alloc)
+        return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY,
+                            "%s: %zu bytes requested, above the device's largest allocation "
+                            "(CL_DEVICE_MAX_MEM_ALLOC_SIZE = %llu bytes)",
+                            d->info.spec, bytes, (unsigned long long)cd->max_alloc);
+    uint64_t used = __atomic_add_fetch(&cd->allocated, (uint64_t)bytes, __ATOMIC_ACQ_REL);
+    if (used > cd->global_mem) {
+        __atomic_sub_fetch(&cd->allocated, (uint64_t)bytes, __ATOMIC_ACQ_REL);
+        return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY,
+                            "%s: %zu bytes requested, %llu of the device's %llu bytes available "
+                            "(its global memory is the limit)",
+                            d->info.spec, bytes, (unsigned long long)(cd->global_mem - GPUARR__MIN(cd->global_mem, used - bytes)),
+                            (unsigned long long)cd->global_mem);
+    }
+    gpuarr__cl_int e = GPUARR__CL_SUCCESS;
+    gpuarr__cl_mem m = cl->clCreateBuffer(cl->platforms[cd->platform].context, GPUARR__CL_MEM_READ_WRITE, bytes, NULL, &e);
+    gpuarr_result r = m ? gpuarr__cl_make_resident(d, m) : gpuarr__cl_fail(e, "clCreateBuffer", d->info.spec);
+    if (r != GPUARR_OK) {
+        if (m) cl->clReleaseMemObject(m);
+        __atomic_sub_fetch(&cd->allocated, (uint64_t)bytes, __ATOMIC_ACQ_REL);
+        return r;
+    }
+    *mem = m;
+    return GPUARR_OK;
+}
+
+static void gpuarr__cl_mem_free(gpuarr__dev *d, void *mem) {
+    gpuarr__cl_device *cd = GPUARR__CL_DEV(d);
+    size_t size = 0;
+    GPUARR__CL.clGetMemObjectInfo((gpuarr__cl_mem)mem, GPUARR__CL_MEM_SIZE, sizeof size, &size, NULL);
+    __atomic_sub_fetch(&cd->allocated, (uint64_t)size, __ATOMIC_ACQ_REL);
+    GPUARR__CL.clReleaseMemObject((gpuarr__cl_mem)mem);
+}
+
+static void *gpuarr__cl_mem_host_ptr(gpuarr__dev *d, void *mem) {
+    GPUARR__UNUSED(d);
+    GPUARR__UNUSED(mem);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Copies. Host-unified devices (PoCL, integrated GPUs) map the buffer and copy with the host's
+ * threads: their write/read paths are far slower than a memcpy (bench/results/opencl-pocl.md).
+ * ------------------------------------------------------------------------------------------- */
+static gpuarr_result gpuarr__cl_copy_h2d(gpuarr__stream *s, void *dst, size_t dst_off, const void *src, size_t bytes) {
+    gpuarr__cl_state *cl = &GPUARR__CL;
+    gpuarr__cl_device *cd = GPUARR__CL_DEV(s->dev);
+    if (cd->host_unified) {
+        gpuarr__cl_int e = GPUARR__CL_SUCCESS;
+        void *p = cl->clEnqueueMapBuffer(GPUARR__CL_QUEUE(s), (gpuarr__cl_mem)dst, GPUARR__CL_TRUE,
+                                         GPUARR__CL_MAP_WRITE_INVALIDATE_REGION, dst_off, bytes, 0, NULL, NULL, &e);
+        if (!p) return gpuarr__cl_fail(e, "clEnqueueMapBuffer", s->dev->info.spec);
+        gpuarr__cpu_memcpy(p, src, bytes);
+        gpuarr__cl_event ev = NULL;
+        GPUARR__CL_CHECK(cl->clEnqueueUnmapMemObject(GPUARR__CL_QUEUE(s), (gpuarr__cl_mem)dst, p, 0, NULL, &ev), s->dev->info.spec);
+        gpuarr__cl_track(GPUARR__CL_LAST(s), ev);
+        return GPUARR_OK;
+    }
+    gpuarr__cl_event ev = NULL;
+    GPUARR__CL_CHECK(cl->clEnqueueWriteBuffer(GPUARR__CL_QUEUE(s), (gpuarr__cl_mem)dst, GPUARR__CL_FALSE, dst_off, bytes, src, 0, NULL, &ev),
+                     s->dev->info.spec);
+    gpuarr__cl_track(GPUARR__CL_LAST(s), ev);
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__cl_copy_d2h(gpuarr__stream *s, void *dst, const void *src, size_t src_off, size_t bytes) {
+    gpuarr__cl_state *cl = &GPUARR__CL;
+    gpuarr__cl_device *cd = GPUARR__CL_DEV(s->dev);
+    gpuarr__cl_mem m = (gpuarr__cl_mem)(uintptr_t)src;
+    if (cd->host_unified) {
+        gpuarr__cl_int e = GPUARR__CL_SUCCESS;
+        void *p = cl->clEnqueueMapBuffer(GPUARR__CL_QUEUE(s), m, GPUARR__CL_TRUE, GPUARR__CL_MAP_READ, src_off, bytes, 0, NULL, NULL, &e);
+        if (!p) return gpuarr__cl_fail(e, "clEnqueueMapBuffer", s->dev->info.spec);
+        gpuarr__cpu_memcpy(dst, p, bytes);
+        gpuarr__cl_event ev = NULL;
+        GPUARR__CL_CHECK(cl->clEnqueueUnmapMemObject(GPUARR__CL_QUEUE(s), m, p, 0, NULL, &ev), s->dev->info.spec);
+        gpuarr__cl_track(GPUARR__CL_LAST(s), ev);
+        return GPUARR_OK;
+    }
+    gpuarr__cl_event ev = NULL;
+    GPUARR__CL_CHECK(cl->clEnqueueReadBuffer(GPUARR__CL_QUEUE(s), m, GPUARR__CL_FALSE, src_off, bytes, dst, 0, NULL, &ev),
+                     s->dev->info.spec);
+    gpuarr__cl_track(GPUARR__CL_LAST(s), ev);
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__cl_copy_d2d(gpuarr__stream *s, void *dst, size_t dst_off, const void *src, size_t src_off,
+                                         size_t bytes) {
+    gpuarr__cl_event ev = NULL;
+    GPUARR__CL_CHECK(GPUARR__CL.clEnqueueCopyBuffer(GPUARR__CL_QUEUE(s), (gpuarr__cl_mem)(uintptr_t)src, (gpuarr__cl_mem)dst,
+                                                    src_off, dst_off, bytes, 0, NULL, &ev),
+                     s->dev->info.spec);
+    gpuarr__cl_track(GPUARR__CL_LAST(s), ev);
+    return GPUARR_OK;
+}
+
+/* Within one platform's context a buffer can be copied to another device's buffer directly. */
+static bool gpuarr__cl_can_copy_peer(gpuarr__dev *dst, gpuarr__dev *src) {
+    return GPUARR__CL_DEV(dst)->platform == GPUARR__CL_DEV(src)->platform;
+}
+
+static gpuarr_result gpuarr__cl_copy_peer(gpuarr__stream *s, gpuarr__dev *dst_dev, void *dst, size_t dst_off,
+                                          gpuarr__dev *src_dev, const void *src, size_t src_off, size_t bytes) {
+    GPUARR__UNUSED(dst_dev);
+    GPUARR__UNUSED(src_dev);
+    return gpuarr__cl_copy_d2d(s, dst, dst_off, src, src_off, bytes);
+}
+
+static gpuarr_result gpuarr__cl_fill_zero(gpuarr__stream *s, void *dst, size_t dst_off, size_t bytes) {
+    unsigned char zero = 0;
+    gpuarr__cl_event ev = NULL;
+    GPUARR__CL_CHECK(GPUARR__CL.clEnqueueFillBuffer(GPUARR__CL_QUEUE(s), (gpuarr__cl_mem)dst, &zero, 1, dst_off, bytes, 0, NULL, &ev),
+                     s->dev->info.spec);
+    gpuarr__cl_track(GPUARR__CL_LAST(s), ev);
+    return GPUARR_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Kernels: the shared source plus one instantiation line per dtype pair, built for one device at
+ * its first cast (thread-safe), from a cached binary when there is one.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct gpuarr__dtype_text {
+    const char *name, *store, *kind, *cat, *lo, *hi;
+} gpuarr__dtype_text;
+static const gpuarr__dtype_text gpuarr__dtype_texts[GPUARR_DTYPE_COUNT] = {
+    {NULL, NULL, NULL, NULL, NULL, NULL},
+#define GPUARR__TEXT_ENTRY(NAME, str, store, size, kind, cat, lo, hi) {#NAME, #store, #kind, #cat, #lo, #hi},
+    GPUARR_DTYPE_LIST(GPUARR__TEXT_ENTRY)
+#undef GPUARR__TEXT_ENTRY
+};
+
+static bool gpuarr__cl_pair_supported(const gpuarr__cl_device *cd, int s, int t) {
+    return cd->fp64 || (s != GPUARR_F64 && t != GPUARR_F64);
+}
+
+static const char gpuarr__cl_preamble_text[] =
+    "typedef char int8_t;\ntypedef uchar uint8_t;\ntypedef short int16_t;\ntypedef ushort uint16_t;\n"
+    "typedef int int32_t;\ntypedef uint uint32_t;\ntypedef long int64_t;\ntypedef ulong uint64_t;\n"
+    "#define GPUARR_K_FN static inline\n"
+    "#define GPUARR_K_F32_BITS(x) as_uint(x)\n#define GPUARR_K_BITS_F32(u) as_float(u)\n"
+    "#define GPUARR_K_F64_BITS(x) as_ulong(x)\n#define GPUARR_K_BITS_F64(u) as_double(u)\n"
+    "#define GPUARR_K_CLZ64(x) ((int)clz((ulong)(x)))\n#define GPUARR_K_U64(c) c##UL\n"
+    "#define GPUARR_K_KERNEL __kernel\n#define GPUARR_K_GLOBAL __global\n#define GPUARR_K_SIZE ulong\n"
+    "#define GPUARR_K_INDEX get_global_id(0)\n#define GPUARR_K_STRIDE get_global_size(0)\n";
+
+/* The program text for one device: preamble, the shared source, the instantiations. Returned as
+   pieces for clCreateProgramWithSource, and hashed for the cache. */
+typedef struct gpuarr__cl_source {
+    const char **pieces;
+    size_t count;
+    char *generated; /* the instantiation lines (owned) */
+} gpuarr__cl_source;
+
+static void gpuarr__cl_source_free(gpuarr__cl_source *src) {
+    gpuarr__free((void *)src->pieces);
+    gpuarr__free(src->generated);
+}
+
+static gpuarr_result gpuarr__cl_source_make(const gpuarr__cl_device *cd, gpuarr__cl_source *out) {
+    enum { LINE = 256 };
+    size_t shared = sizeof gpuarr__kernels_source / sizeof gpuarr__kernels_source[0];
+    out->pieces = (const char **)gpuarr__calloc(sizeof(char *) * (shared + 3));
+    out->generated = (char *)gpuarr__malloc((size_t)LINE * GPUARR_DTYPE_COUNT * GPUARR_DTYPE_COUNT);
+    if (!out->pieces || !out->generated) {
+        gpuarr__cl_source_free(out);
+        return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the OpenCL kernel source");
+    }
+    size_t n = 0;
+    out->pieces[n++] = gpuarr__cl_preamble_text;
+    out->pieces[n++] = cd->fp64 ? "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n#define GPUARR_K_HAVE_F64 1\n" : "\n";
+    for (size_t i = 0; i < shared; i++) out->pieces[n++] = gpuarr__kernels_source[i];
+    char *p = out->generated;
+    for (int s = 1; s < GPUARR_DTYPE_COUNT; s++)
+        for (int t = 1; t < GPUARR_DTYPE_COUNT; t++) {
+            if (s == t || !gpuarr__cl_pair_supported(cd, s, t)) continue;
+            const gpuarr__dtype_text *a = &gpuarr__dtype_texts[s], *b = &gpuarr__dtype_texts[t];
+            p += snprintf(p, LINE, "GPUARR_K_CAST_KERNEL(%s, %s, %s, %s, %s, %s, %s, %s, %s)\n", a->name, a->store, a->kind,
+                          a->cat, b->name, b->store, b->kind, b->lo, b->hi);
+        }
+    out->pieces[n++] = out->generated;
+    out->count = n;
+    return GPUARR_OK;
+}
+
+/* FNV-1a over the program text, the device and driver, and the build options. */
+static uint64_t gpuarr__cl_cache_key(const gpuarr__cl_source *src, const gpuarr__dev *d, const char *options) {
+    uint64_t h = 1469598103934665603ull;
+    const char *parts[4] = {d->info.name, d->info.version, options, gpuarr__cl_preamble_text};
+    for (size_t i = 0; i < src->count + 4; i++)
+        for (const unsigned char *c = (const unsigned char *)(i < src->count ? src->pieces[i] : parts[i - src->count]); *c; c++)
+            h = (h ^ *c) * 1099511628211ull;
+    return h;
+}
+
+/* GPUARR_CACHE_DIR, else $XDG_CACHE_HOME/gpuarr, else $HOME/.cache/gpuarr; "off" disables. */
+static bool gpuarr__cache_path(char *out, size_t cap, const char *file) {
+    const char *dir = gpuarr__env("GPUARR_CACHE_DIR");
+    if (dir && strcmp(dir, "off") == 0) return false;
+    char base[512];
+    if (dir) snprintf(base, sizeof base, "%s", dir);
+    else if (gpuarr__env("XDG_CACHE_HOME")) snprintf(base, sizeof base, "%s/gpuarr", gpuarr__env("XDG_CACHE_HOME"));
+    else if (gpuarr__env("HOME")) snprintf(base, sizeof base, "%s/.cache/gpuarr", gpuarr__env("HOME"));
+    else return false;
+    mkdir(base, 0755); /* the parent may be missing; then the write fails and nothing is cached */
+    return snprintf(out, cap, "%s/%s", base, file) < (int)cap;
+}
+
+static unsigned char *gpuarr__read_file(const char *path, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    unsigned char *data = NULL;
+    long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (n > 0 && fseek(f, 0, SEEK_SET) == 0) {
+        data = (unsigned char *)gpuarr__malloc((size_t)n);
+        if (data && fread(data, 1, (size_t)n, f) != (size_t)n) {
+            gpuarr__free(data);
+            data = NULL;
+        }
+    }
+    fclose(f);
+    *size = (size_t)(n > 0 ? n : 0);
+    return data;
+}
+
+/* Written to a temporary name first, so a reader never sees half a file. */
+static void gpuarr__write_file_atomic(const char *path, const void *data, size_t size) {
+    char tmp[800];
+    if (snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid()) >= (int)sizeof tmp) return;
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return;
+    bool ok = fwrite(data, 1, size, f) == size;
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) remove(tmp);
+}
+
+static void gpuarr__cl_save_binary(gpuarr__cl_program prog, const char *path) {
+    gpuarr__cl_state *cl = &GPUARR__CL;
+    size_t size = 0;
+    if (cl->clGetProgramInfo(prog, GPUARR__CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) != GPUARR__CL_SUCCESS || !size) return;
+    unsigned char *bin = (unsigned char *)gpuarr__malloc(size);
+    if (!bin) return;
+    if (cl->clGetProgramInfo(prog, GPUARR__CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL) == GPUARR__CL_SUCCESS)
+        gpuarr__write_file_atomic(path, bin, size);
+    gpuarr__free(bin);
+}
+
+static gpuarr_result gpuarr__cl_build_error(gpuarr__dev *d, gpuarr__cl_program prog, gpuarr__cl_int e) {
+    gpuarr__cl_state *cl = &GPUARR__CL;
+    char log[700] = "";
+    size_t n = 0;
+    cl->clGetProgramBuildInfo(prog, GPUARR__CL_DEV(d)->id, GPUARR__CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, &n);
+    log[sizeof log - 1] = '\0';
+    if (n > sizeof log) gpuarr__log(GPUARR_LOG_ERROR, "%s: the OpenCL build log is %zu bytes; its start is in the error", d->info.spec, n);
+    return gpuarr__fail(GPUARR_ERROR_BACKEND, "%s: building the cast kernels failed (%s): %s", d->info.spec, gpuarr__cl_error_name(e), log);
+}
+
+static gpuarr_result gpuarr__cl_build(gpuarr__dev *d) {
+    gpuarr__cl_state *cl = &GPUARR__CL;
+    gpuarr__cl_device *cd = GPUARR__CL_DEV(d);
+    gpuarr__cl_context ctx = cl->platforms[cd->platform].context;
+    const char *extra = gpuarr__env("GPUARR_OPENCL_BUILD_OPTIONS");
+    char options[512];
+    snprintf(options, sizeof options, "-cl-std=CL1.2 %s", extra ? extra : "");
+    gpuarr__cl_source src;
+    memset(&src, 0, sizeof src);
+    GPUARR__CHECK(gpuarr__cl_source_make(cd, &src));
+    char file[64], path[700];
+    snprintf(file, sizeof file, "opencl-%016llx.bin", (unsigned long long)gpuarr__cl_cache_key(&src, d, options));
+    bool cache = gpuarr__cache_path(path, sizeof path, file);
+    gpuarr__cl_program prog = NULL;
+    gpuarr__cl_int e = GPUARR__CL_SUCCESS;
+    size_t size = 0;
+    unsigned char *bin = cache ? gpuarr__read_file(path, &size) : NULL;
+    if (bin) { /* a stale or foreign binary just means building from source */
+        const unsigned char *bins[1] = {bin};
+        gpuarr__cl_int status = GPUARR__CL_SUCCESS;
+        prog = cl->clCreateProgramWithBinary(ctx, 1, &cd->id, &size, bins, &status, &e);
+        if (prog && cl->clBuildProgram(prog, 1, &cd->id, options, NULL, NULL) != GPUARR__CL_SUCCESS) {
+            cl->clReleaseProgram(prog);
+            prog = NULL;
+        }
+        gpuarr__free(bin);
+    }
+    bool from_source = !prog;
+    if (!prog) {
+        prog = cl->clCreateProgramWithSource(ctx, (gpuarr__cl_uint)src.count, src.pieces, NULL, &e);
+        if (!prog) {
+            gpuarr__cl_source_free(&src);
+            return gpuarr__cl_fail(e, "clCreateProgramWithSource", d->info.spec);
+        }
+        e = cl->clBuildProgram(prog, 1, &cd->id, options, NULL, NULL);
+        if (e != GPUARR__CL_SUCCESS) {
+            gpuarr_result r = gpuarr__cl_build_error(d, prog, e);
+            cl->clReleaseProgram(prog);
+            gpuarr__cl_source_free(&src);
+            return r;
+        }
+    }
+    gpuarr__cl_source_free(&src);
+    for (int s = 1; s < GPUARR_DTYPE_COUNT; s++)
+        for (int t = 1; t < GPUARR_DTYPE_COUNT && e == GPUARR__CL_SUCCESS; t++) {
+            if (s == t || !gpuarr__cl_pair_supported(cd, s, t)) continue;
+            char name[96];
+            snprintf(name, sizeof name, "gpuarr_k_cast_%s_%s", gpuarr__dtype_texts[s].name, gpuarr__dtype_texts[t].name);
+            cd->casts[s][t] = cl->clCreateKernel(prog, name, &e);
+        }
+    if (e != GPUARR__CL_SUCCESS) {
+        gpuarr_result r = gpuarr__cl_fail(e, "clCreateKernel", d->info.spec);
+        for (int s = 0; s < GPUARR_DTYPE_COUNT; s++)
+            for (int t = 0; t < GPUARR_DTYPE_COUNT; t++)
+                if (cd->casts[s][t]) cl->clReleaseKernel(cd->casts[s][t]);
+        memset(cd->casts, 0, sizeof cd->casts);
+        cl->clReleaseProgram(prog);
+        return r;
+    }
+    cd->program = prog;
+    if (from_source && cache) gpuarr__cl_save_binary(prog, path);
+    return GPUARR_OK;
+}
+
+/* Builds once per device and process. A compile error is remembered and reported to every
+   later caller; running out of memory is not: the next cast tries again. */
+static gpuarr_result gpuarr__cl_ensure_kernels(gpuarr__dev *d) {
+    gpuarr__cl_device *cd = GPUARR__CL_DEV(d);
+    if (!cd->build_tried) {
+        double t0 = gpuarr__now_ms();
+        gpuarr_result r = gpuarr__cl_build(d);
+        if (r == GPUARR_ERROR_OUT_OF_MEMORY) return r;
+        if (r != GPUARR_OK) {
+            const char *msg = strstr(gpuarr__tls.error, ": "); /* drop the "gpuarr_xxx: " prefix */
+            gpuarr__copy_string(cd->build_error, sizeof cd->build_error, msg ? msg + 2 : gpuarr__tls.error);
+        } else {
+            gpuarr__log(GPUARR_LOG_INFO, "%s: cast kernels ready in %.1f ms", d->info.spec, gpuarr__now_ms() - t0);
+        }
+        cd->build_result = r;
+        cd->build_tried = true;
+    }
+    if (cd->build_result != GPUARR_OK) return gpuarr__fail(cd->build_result, "%s", cd->build_error);
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__cl_cast(gpuarr__stream *s, void *dst, size_t dst_off, gpuarr_dtype dst_t, const void *src,
+                                     size_t src_off, gpuarr_dtype src_t, size_t count) {
+    gpuarr__cl_state *cl = &GPUARR__CL;
+    gpuarr__dev *d = s->dev;
+    gpuarr__cl_device *cd = GPUARR__CL_DEV(d);
+    if (!gpuarr__cl_pair_supported(cd, (int)src_t, (int)dst_t))
+        return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "%s has no cl_khr_fp64: it cannot cast %s to %s", d->info.spec,
+                            gpuarr__dtype_names[src_t], gpuarr__dtype_names[dst_t]);
+    pthread_mutex_lock(&cd->kernel_lock);
+    gpuarr_result r = gpuarr__cl_ensure_kernels(d);
+    if (r == GPUARR_OK) {
+        gpuarr__cl_kernel k = cd->casts[src_t][dst_t];
+        gpuarr__cl_mem sm = (gpuarr__cl_mem)(uintptr_t)src, dm = (gpuarr__cl_mem)dst;
+        gpuarr__cl_ulong so = src_off / gpuarr__dtype_sizes[src_t], doff = dst_off / gpuarr__dtype_sizes[dst_t], n = count;
+        size_t local = 256, groups = (count + local - 1) / local;
+        size_t limit = (size_t)GPUARR__MAX(d->info.compute_units, 1) * 64; /* grid-stride past that */
+        size_t global = GPUARR__MIN(groups, limit) * local;
+        gpuarr__cl_int e = cl->clSetKernelArg(k, 0, sizeof sm, &sm);
+        if (e == GPUARR__CL_SUCCESS) e = cl->clSetKernelArg(k, 1, sizeof so, &so);
+        if (e == GPUARR__CL_SUCCESS) e = cl->clSetKernelArg(k, 2, sizeof dm, &dm);
+        if (e == GPUARR__CL_SUCCESS) e = cl->clSetKernelArg(k, 3, sizeof doff, &doff);
+        if (e == GPUARR__CL_SUCCESS) e = cl->clSetKernelArg(k, 4, sizeof n, &n);
+        gpuarr__cl_event ev = NULL;
+        if (e == GPUARR__CL_SUCCESS) e = cl->clEnqueueNDRangeKernel(GPUARR__CL_QUEUE(s), k, 1, NULL, &global, &local, 0, NULL, &ev);
+        if (e == GPUARR__CL_SUCCESS) gpuarr__cl_track(GPUARR__CL_LAST(s), ev);
+        else r = gpuarr__cl_fail(e, "launching a cast kernel", d->info.spec);
+    }
+    pthread_mutex_unlock(&cd->kernel_lock);
+    return r;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Streams (in-order queues) and events (markers)
+ * ------------------------------------------------------------------------------------------- */
+static void gpuarr__cl_track(gpuarr__cl_stream *st, gpuarr__cl_event ev) {
+    pthread_mutex_lock(&st->lock);
+    gpuarr__cl_event old = st->last;
+    st->last = ev;
+    pthread_mutex_unlock(&st->lock);
+    if (old) GPUARR__CL.clReleaseEvent(old);
+}
+
+static gpuarr_result gpuarr__cl_stream_wrap(gpuarr__cl_command_queue q, void **native) {
+    gpuarr__cl_stream *st = (gpuarr__cl_stream *)gpuarr__calloc(sizeof *st);
+    if (!st) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a stream");
+    st->queue = q;
+    pthread_mutex_init(&st->lock, NULL);
+    *native = st;
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__cl_stream_create(gpuarr__dev *d, void **native) {
+    gpuarr__cl_command_queue q;
+    GPUARR__CHECK(gpuarr__cl_new_queue(d, &q));
+    gpuarr_result r = gpuarr__cl_stream_wrap(q, native);
+    if (r != GPUARR_OK) GPUARR__CL.clReleaseCommandQueue(q);
+    return r;
+}
+
+/* Drops this stream's reference to the queue (a wrapped caller's queue keeps theirs). */
+static void gpuarr__cl_stream_destroy(gpuarr__dev *d, void *native) {
+    GPUARR__UNUSED(d);
+    gpuarr__cl_stream *st = GPUARR__CL_STREAM(native);
+    if (st->last) GPUARR__CL.clReleaseEvent(st->last);
+    GPUARR__CL.clReleaseCommandQueue(st->queue);
+    pthread_mutex_destroy(&st->lock);
+    gpuarr__free(st);
+}
+
+static gpuarr_result gpuarr__cl_stream_sync(gpuarr__dev *d, void *native) {
+    GPUARR__CL_CHECK(GPUARR__CL.clFinish(GPUARR__CL_STREAM(native)->queue), d->info.spec);
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__cl_event_status(gpuarr__dev *d, gpuarr__cl_event ev, bool *done) {
+    gpuarr__cl_int status = 0;
+    GPUARR__CL_CHECK(GPUARR__CL.clGetEventInfo(ev, GPUARR__CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL), d->info.spec);
+    if (status < 0) return gpuarr__cl_fail(status, "a queued command", d->info.spec);
+    *done = status == GPUARR__CL_COMPLETE;
+    return GPUARR_OK;
+}
+
+/* In order: the stream is idle when its last command has completed. */
+static gpuarr_result gpuarr__cl_stream_query(gpuarr__dev *d, void *native, bool *done) {
+    gpuarr__cl_stream *st = GPUARR__CL_STREAM(native);
+    GPUARR__CL.clFlush(st->queue);
+    gpuarr__cl_event last = NULL;
+    /* hold a reference while asking: another thread may replace it */
+    pthread_mutex_lock(&st->lock);
+    last = st->last;
+    if (last) GPUARR__CL.clRetainEvent(last);
+    pthread_mutex_unlock(&st->lock);
+    if (!last) {
+        *done = true;
+        return GPUARR_OK;
+    }
+    gpuarr_result r = gpuarr__cl_event_status(d, last, done);
+    GPUARR__CL.clReleaseEvent(last);
+    return r;
+}
+
+static gpuarr_result gpuarr__cl_event_create(gpuarr__dev *d, bool timing, void **native) {
+    GPUARR__UNUSED(d);
+    GPUARR__UNUSED(timing); /* every queue has profiling on */
+    gpuarr__cl_event_box *box = (gpuarr__cl_event_box *)gpuarr__calloc(sizeof *box);
+    if (!box) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for an event");
+    *native = box;
+    return GPUARR_OK;
+}
+
+static void gpuarr__cl_event_destroy(gpuarr__dev *d, void *native) {
+    GPUARR__UNUSED(d);
+    gpuarr__cl_event_box *box = (gpuarr__cl_event_box *)native;
+    if (box->event) GPUARR__CL.clReleaseEvent(box->event);
+    gpuarr__free(box);
+}
+
+/* A marker captures the queue's work so far; flushing lets other queues wait on it. */
+static gpuarr_result gpuarr__cl_event_record(gpuarr__dev *d, void *event, void *stream) {
+    gpuarr__cl_state *cl = &GPUARR__CL;
+    gpuarr__cl_event_box *box = (gpuarr__cl_event_box *)event;
+    gpuarr__cl_event ev = NULL;
+    gpuarr__cl_command_queue q = GPUARR__CL_STREAM(stream)->queue;
+    GPUARR__CL_CHECK(cl->clEnqueueMarkerWithWaitList(q, 0, NULL, &ev), d->info.spec);
+    cl->clFlush(q);
+    gpuarr__cl_event old = __atomic_exchange_n(&box->event, ev, __ATOMIC_ACQ_REL);
+    if (old) cl->clReleaseEvent(old);
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__cl_event_sync(gpuarr__dev *d, void *event) {
+    gpuarr__cl_event ev = ((gpuarr__cl_event_box *)event)->event;
+    if (ev) GPUARR__CL_CHECK(GPUARR__CL.clWaitForEvents(1, &ev), d->info.spec);
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__cl_event_query(gpuarr__dev *d, void *event, bool *done) {
+    gpuarr__cl_event ev = ((gpuarr__cl_event_box *)event)->event;
+    if (!ev) {
+        *done = true;
+        return GPUARR_OK;
+    }
+    return gpuarr__cl_event_status(d, ev, done);
+}
+
+static gpuarr_result gpuarr__cl_event_elapsed(gpuarr__dev *d, void *start, void *end, double *ms) {
+    gpuarr__cl_state *cl = &GPUARR__CL;
+    gpuarr__cl_event a = ((gpuarr__cl_event_box *)start)->event, b = ((gpuarr__cl_event_box *)end)->event;
+    bool done_a = false, done_b = false;
+    GPUARR__CHECK(gpuarr__cl_event_status(d, a, &done_a));
+    GPUARR__CHECK(gpuarr__cl_event_status(d, b, &done_b));
+    if (!done_a || !done_b) return gpuarr__fail(GPUARR_ERROR_NOT_READY, "%s: the events have not completed yet", d->info.spec);
+    gpuarr__cl_ulong ta = 0, tb = 0;
+    gpuarr__cl_int e = cl->clGetEventProfilingInfo(a, GPUARR__CL_PROFILING_COMMAND_END, sizeof ta, &ta, NULL);
+    if (e == GPUARR__CL_SUCCESS) e = cl->clGetEventProfilingInfo(b, GPUARR__CL_PROFILING_COMMAND_END, sizeof tb, &tb, NULL);
+    if (e != GPUARR__CL_SUCCESS)
+        return gpuarr__fail(GPUARR_ERROR_BACKEND, "%s: no profiling information (%s): a queue made without "
+                                                  "CL_QUEUE_PROFILING_ENABLE cannot time events", d->info.spec, gpuarr__cl_error_name(e));
+    *ms = ((double)tb - (double)ta) * 1e-6;
+    return GPUARR_OK;
+}
+
+/* Events of another context cannot sit in a wait list: those are waited for on the host. */
+static gpuarr_result gpuarr__cl_stream_wait_event(gpuarr__dev *d, void *stream, void *event) {
+    gpuarr__cl_state *cl = &GPUARR__CL;
+    gpuarr__cl_event ev = ((gpuarr__cl_event_box *)event)->event;
+    if (!ev) return GPUARR_OK;
+    gpuarr__cl_context ev_ctx = NULL, q_ctx = NULL;
+    GPUARR__CL_CHECK(cl->clGetEventInfo(ev, GPUARR__CL_EVENT_CONTEXT, sizeof ev_ctx, &ev_ctx, NULL), d->info.spec);
+    gpuarr__cl_command_queue q = GPUARR__CL_STREAM(stream)->queue;
+    GPUARR__CL_CHECK(cl->clGetCommandQueueInfo(q, GPUARR__CL_QUEUE_CONTEXT, sizeof q_ctx, &q_ctx, NULL), d->info.spec);
+    if (ev_ctx != q_ctx) {
+        GPUARR__CL_CHECK(cl->clWaitForEvents(1, &ev), d->info.spec);
+        return GPUARR_OK;
+    }
+    gpuarr__cl_event barrier = NULL;
+    GPUARR__CL_CHECK(cl->clEnqueueBarrierWithWaitList(q, 1, &ev, &barrier), d->info.spec);
+    gpuarr__cl_track(GPUARR__CL_STREAM(stream), barrier);
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__cl_activate(gpuarr__dev *d, void **previous) {
+    GPUARR__UNUSED(d);
+    *previous = NULL; /* OpenCL has no current context */
+    return GPUARR_OK;
+}
+static void gpuarr__cl_deactivate(gpuarr__dev *d, void *previous) {
+    GPUARR__UNUSED(d);
+    GPUARR__UNUSED(previous);
+}
+
+#define GPUARR__CL_TABLE_PROC(ret, name, params) gpuarr__cl_##name,
+static const gpuarr__backend gpuarr__backend_opencl = {
+    GPUARR_BACKEND_OPENCL, "opencl", false, GPUARR__BACKEND_PROCS(GPUARR__CL_TABLE_PROC)};
+#undef GPUARR__CL_TABLE_PROC
+#define GPUARR__BACKEND_PTR_OPENCL (&gpuarr__backend_opencl)
+
+#elif defined(GPUARR__BACKEND_INTEROP_PART) && !defined(GPUARR_OPENCL_INTEROP_INCLUDED)
+#define GPUARR_OPENCL_INTEROP_INCLUDED
+/* ---------------------------------------------------------------------------------------------
+ * Interop (the second part: included again at the end of the implementation, after the core)
+ * ------------------------------------------------------------------------------------------- */
+#define GPUARR__CL_QUEUE_DEVICE 0x1091u
+
+static gpuarr_result gpuarr__cl_get_dev(gpuarr_device d, const char *arg, gpuarr__dev **out) {
+    GPUARR__CHECK(gpuarr__get_dev(d, arg, out));
+    if ((*out)->backend->id != GPUARR_BACKEND_OPENCL)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "%s is %s, not an OpenCL device", arg, (*out)->info.spec);
+    return gpuarr__dev_open(*out);
+}
+
+GPUARR_API gpuarr_result gpuarr_opencl_context_raw(gpuarr_device d, void **out) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(out);
+    gpuarr__dev *dev;
+    GPUARR__CHECK(gpuarr__cl_get_dev(d, "d", &dev));
+    *out = GPUARR__CL.platforms[GPUARR__CL_DEV(dev)->platform].context;
+    return GPUARR_OK;
+}
+
+GPUARR_API gpuarr_result gpuarr_opencl_device_id_raw(gpuarr_device d, void **out) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(out);
+    gpuarr__dev *dev;
+    GPUARR__CHECK(gpuarr__cl_get_dev(d, "d", &dev));
+    *out = GPUARR__CL_DEV(dev)->id;
+    return GPUARR_OK;
+}
+
+GPUARR_API gpuarr_result gpuarr_opencl_queue_raw(gpuarr_stream s, void **out) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(out);
+    gpuarr__stream *st;
+    GPUARR__CHECK(gpuarr__resolve_stream(s, "s", &st));
+    gpuarr_result r = GPUARR_OK;
+    if (st->dev->backend->id != GPUARR_BACKEND_OPENCL)
+        r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "s belongs to %s, not to an OpenCL device", st->dev->info.spec);
+    else
+        *out = GPUARR__CL_STREAM(st->native)->queue;
+    gpuarr__obj_release(&st->obj);
+    return r;
+}
+
+GPUARR_API gpuarr_result gpuarr_opencl_mem_raw(gpuarr_array a, void **out, size_t *offset) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(out);
+    GPUARR__REQUIRE_PTR(offset);
+    gpuarr__array *arr;
+    GPUARR__CHECK(gpuarr__get_array(a, "a", &arr));
+    gpuarr_result r = GPUARR_OK;
+    if (arr->dev->backend->id != GPUARR_BACKEND_OPENCL) {
+        r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "a lives on %s, not on an OpenCL device", arr->dev->info.spec);
+    } else {
+        *out = arr->mem;
+        *offset = arr->offset;
+    }
+    gpuarr__obj_release(&arr->obj);
+    return r;
+}
+
+static void gpuarr__cl_release_wrapped(void *mem, void *user) {
+    GPUARR__UNUSED(user);
+    GPUARR__CL.clReleaseMemObject((gpuarr__cl_mem)mem);
+}
+
+/* The caller's buffer must be in gpuarr's context for d and hold offset + the array's bytes. */
+static gpuarr_result gpuarr__cl_check_wrapped(gpuarr__dev *dev, gpuarr__cl_mem mem, size_t offset, const gpuarr__array *a) {
+    gpuarr__cl_state *cl = &GPUARR__CL;
+    gpuarr__cl_context ctx = NULL;
+    size_t size = 0;
+    if (cl->clGetMemObjectInfo(mem, GPUARR__CL_MEM_CONTEXT, sizeof ctx, &ctx, NULL) != GPUARR__CL_SUCCESS ||
+        cl->clGetMemObjectInfo(mem, GPUARR__CL_MEM_SIZE, sizeof size, &size, NULL) != GPUARR__CL_SUCCESS)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "mem is not a valid cl_mem");
+    if (ctx != cl->platforms[GPUARR__CL_DEV(dev)->platform].context)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "mem belongs to another cl_context than %s's "
+                                                           "(create it in gpuarr_opencl_context_raw's context)", dev->info.spec);
+    if (offset % gpuarr__dtype_sizes[a->dtype] != 0)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "offset %zu is not a multiple of the %s size (%zu)", offset,
+                            gpuarr__dtype_names[a->dtype], gpuarr__dtype_sizes[a->dtype]);
+    if (offset > size || size - offset < a->nbytes)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "mem holds %zu bytes; offset %zu + %zu bytes of the array do not fit",
+                            size, offset, a->nbytes);
+    return GPUARR_OK;
+}
+
+GPUARR_API gpuarr_result gpuarr_opencl_wrap_mem_raw(gpuarr_device d, void *mem, size_t offset, gpuarr_dtype t, int ndim,
+                                                    const int64_t *shape, gpuarr_array *out) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(out);
+    GPUARR__REQUIRE_PTR(mem);
+    gpuarr__dev *dev;
+    gpuarr__array *a;
+    GPUARR__CHECK(gpuarr__cl_get_dev(d, "d", &dev));
+    GPUARR__CHECK(gpuarr__array_alloc_struct(dev, t, ndim, shape, &a));
+    gpuarr_result r = gpuarr__cl_check_wrapped(dev, (gpuarr__cl_mem)mem, offset, a);
+    uint32_t id = 0;
+    if (r == GPUARR_OK) {
+        a->mem = mem;
+        a->offset = offset;
+        a->wrapped = true;
+        r = gpuarr__table_insert(&gpuarr__g.arrays, &a->obj, &id);
+    }
+    if (r != GPUARR_OK) {
+        gpuarr__free(a);
+        return r;
+    }
+    GPUARR__CL.clRetainMemObject((gpuarr__cl_mem)mem); /* released by the array's destruction */
+    a->release_fn = gpuarr__cl_release_wrapped;
+    out->id = id;
+    return GPUARR_OK;
+}
+
+GPUARR_API gpuarr_result gpuarr_opencl_wrap_queue_raw(gpuarr_device d, void *queue, gpuarr_stream *out) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(out);
+    GPUARR__REQUIRE_PTR(queue);
+    gpuarr__cl_state *cl = &GPUARR__CL;
+    gpuarr__dev *dev;
+    GPUARR__CHECK(gpuarr__cl_get_dev(d, "d", &dev));
+    gpuarr__cl_command_queue q = (gpuarr__cl_command_queue)queue;
+    gpuarr__cl_context ctx = NULL;
+    gpuarr__cl_device_id qdev = NULL;
+    if (cl->clGetCommandQueueInfo(q, GPUARR__CL_QUEUE_CONTEXT, sizeof ctx, &ctx, NULL) != GPUARR__CL_SUCCESS ||
+        cl->clGetCommandQueueInfo(q, GPUARR__CL_QUEUE_DEVICE, sizeof qdev, &qdev, NULL) != GPUARR__CL_SUCCESS)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "queue is not a valid cl_command_queue");
+    if (ctx != cl->platforms[GPUARR__CL_DEV(dev)->platform].context || qdev != GPUARR__CL_DEV(dev)->id)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "queue belongs to another context or device than %s", dev->info.spec);
+    void *native = NULL;
+    GPUARR__CHECK(gpuarr__cl_stream_wrap(q, &native));
+    cl->clRetainCommandQueue(q); /* the stream's reference; the caller keeps theirs */
+    gpuarr__stream *s;
+    GPUARR__CHECK(gpuarr__stream_adopt(dev, native, &s));
+    return gpuarr__stream_publish(s, out);
+}
+
+#endif /* GPUARR_OPENCL_BACKEND_INCLUDED / interop part */

@@ -1,0 +1,355 @@
+/* OpenCL-specific behaviour, run on PoCL with two devices: POCL_DEVICES="pthread pthread".
+   (The whole generic suite also runs on opencl:0 through GPUARR_TEST_DEVICE.) */
+#define _POSIX_C_SOURCE 200809L /* setenv */
+#define CL_TARGET_OPENCL_VERSION 120
+#include <CL/cl.h>
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include "test_common.h"
+
+TestSuite(opencl, .init = test_setup, .fini = test_teardown);
+
+/* opencl:N, or a skip (a failure under GPUARR_TEST_REQUIRE=1) when it is absent. */
+static gpuarr_device cl_device(int n) {
+    char spec[32];
+    snprintf(spec, sizeof spec, "opencl:%d", n);
+    gpuarr_device d = {0};
+    gpuarr_result r = gpuarr_device_find(spec, &d);
+    if (r != GPUARR_OK && test_devices_required()) cr_assert_fail("%s is absent but GPUARR_TEST_REQUIRE=1: %s", spec, gpuarr_last_error());
+    if (r != GPUARR_OK) test_skip("%s is absent (run with POCL_DEVICES=\"pthread pthread\"): %s", spec, gpuarr_last_error());
+    return d;
+}
+
+static void fill_values(gpuarr_dtype t, void *buf, size_t n, uint64_t seed) {
+    test_rng rng = {seed};
+    test_fill_random(t, buf, n, &rng);
+}
+
+/* Checks every element of out (dtype t) against the reference chain src -> mid -> t. */
+static void expect_chain(gpuarr_array out, gpuarr_dtype src_t, const void *src, gpuarr_dtype mid_t, gpuarr_dtype t, size_t n) {
+    unsigned char *got = malloc(n * 8);
+    cr_assert(got);
+    TEST_OK(gpuarr_to_host_as(out, t, got, n));
+    for (size_t i = 0; i < n; i++) {
+        uint64_t s = test_load_bits(src_t, src, i);
+        uint64_t m = ref_cast_bits(src_t, s, mid_t);
+        uint64_t want = ref_cast_bits(mid_t, m, t);
+        uint64_t have = test_load_bits(t, got, i);
+        cr_assert_eq(have, want, "element %zu: %s 0x%llx -> %s 0x%llx -> %s: got 0x%llx, want 0x%llx", i, gpuarr_dtype_name(src_t),
+                     (unsigned long long)s, gpuarr_dtype_name(mid_t), (unsigned long long)m, gpuarr_dtype_name(t),
+                     (unsigned long long)have, (unsigned long long)want);
+    }
+    free(got);
+}
+
+Test(opencl, hops_opencl0_to_opencl1_to_host_with_a_dtype_change_on_each) {
+    gpuarr_device d0 = cl_device(0), d1 = cl_device(1);
+    static const gpuarr_dtype chains[][3] = {
+        {GPUARR_F64, GPUARR_F32, GPUARR_F16}, {GPUARR_F32, GPUARR_F64, GPUARR_I32}, {GPUARR_I64, GPUARR_BF16, GPUARR_F32},
+        {GPUARR_U8, GPUARR_F16, GPUARR_F64},  {GPUARR_F16, GPUARR_U16, GPUARR_BOOL}, {GPUARR_I32, GPUARR_I8, GPUARR_U64},
+    };
+    enum { N = 100003 }; /* not a multiple of any block or work-group size */
+    static unsigned char src[N * 8];
+    for (size_t c = 0; c < sizeof chains / sizeof chains[0]; c++) {
+        gpuarr_dtype a_t = chains[c][0], b_t = chains[c][1], h_t = chains[c][2];
+        fill_values(a_t, src, N, 1000 + c);
+        int64_t shape[2] = {7, N / 7};
+        int64_t count = shape[0] * shape[1];
+        gpuarr_array a, b, h;
+        TEST_OK(gpuarr_from_host_as(d0, a_t, src, 2, shape, &a));
+        TEST_OK(gpuarr_convert(a, d1, b_t, &b));           /* opencl:0 -> opencl:1 */
+        TEST_OK(gpuarr_convert(b, gpuarr_host(), h_t, &h)); /* opencl:1 -> host */
+        gpuarr_array_info info;
+        TEST_OK(gpuarr_array_get_info(b, &info));
+        cr_assert_eq(info.device.id, d1.id);
+        expect_chain(h, a_t, src, b_t, h_t, (size_t)count);
+        TEST_OK(gpuarr_release(a));
+        TEST_OK(gpuarr_release(b));
+        TEST_OK(gpuarr_release(h));
+    }
+}
+
+Test(opencl, async_work_on_two_devices_ordered_by_events) {
+    gpuarr_device d0 = cl_device(0), d1 = cl_device(1);
+    enum { N = 1 << 20 };
+    float *in = malloc(sizeof(float) * N);
+    cr_assert(in);
+    fill_values(GPUARR_F32, in, N, 7);
+    int64_t shape[1] = {N};
+    gpuarr_stream s0, s1;
+    gpuarr_event produced;
+    TEST_OK(gpuarr_stream_create(d0, 0, &s0));
+    TEST_OK(gpuarr_stream_create(d1, 0, &s1));
+    TEST_OK(gpuarr_event_create(d0, 0, &produced));
+    gpuarr_array a, wide, moved, back;
+    TEST_OK(gpuarr_from_host(d0, in, 1, shape, &a));
+    TEST_OK(gpuarr_convert_async(a, d0, GPUARR_F64, s0, &wide)); /* on opencl:0 */
+    TEST_OK(gpuarr_event_record(produced, s0));
+    TEST_OK(gpuarr_stream_wait(s1, produced)); /* opencl:1's stream waits for opencl:0's */
+    TEST_OK(gpuarr_convert_async(wide, d1, GPUARR_BF16, s1, &moved));
+    TEST_OK(gpuarr_convert_async(moved, gpuarr_host(), GPUARR_F32, s1, &back));
+    TEST_OK(gpuarr_release(a)); /* released with work queued: must stay valid until done */
+    TEST_OK(gpuarr_release(wide));
+    TEST_OK(gpuarr_stream_sync(s1));
+    expect_chain(back, GPUARR_F32, in, GPUARR_BF16, GPUARR_F32, N);
+    bool done = false;
+    TEST_OK(gpuarr_event_query(produced, &done));
+    cr_assert(done);
+    TEST_OK(gpuarr_release(moved));
+    TEST_OK(gpuarr_release(back));
+    TEST_OK(gpuarr_event_destroy(produced));
+    TEST_OK(gpuarr_stream_destroy(s0));
+    TEST_OK(gpuarr_stream_destroy(s1));
+    free(in);
+}
+
+Test(opencl, timing_events_measure_elapsed_time) {
+    gpuarr_device d0 = cl_device(0);
+    gpuarr_event t0, t1;
+    TEST_OK(gpuarr_event_create(d0, GPUARR_EVENT_TIMING, &t0));
+    TEST_OK(gpuarr_event_create(d0, GPUARR_EVENT_TIMING, &t1));
+    int64_t shape[1] = {1 << 22};
+    gpuarr_array a, b;
+    TEST_OK(gpuarr_zeros(d0, GPUARR_F32, 1, shape, &a));
+    TEST_OK(gpuarr_event_record(t0, (gpuarr_stream){0}));
+    TEST_OK(gpuarr_convert_async(a, d0, GPUARR_F16, (gpuarr_stream){0}, &b));
+    TEST_OK(gpuarr_event_record(t1, (gpuarr_stream){0}));
+    TEST_OK(gpuarr_event_sync(t1));
+    double ms = -1;
+    TEST_OK(gpuarr_event_elapsed_ms(t0, t1, &ms));
+    cr_assert(ms > 0 && ms < 60000, "elapsed %f ms", ms);
+    TEST_OK(gpuarr_release(a));
+    TEST_OK(gpuarr_release(b));
+    TEST_OK(gpuarr_event_destroy(t0));
+    TEST_OK(gpuarr_event_destroy(t1));
+}
+
+Test(opencl, allocations_above_the_device_limit_say_requested_and_available) {
+    gpuarr_device d0 = cl_device(0);
+    gpuarr_device_info info;
+    TEST_OK(gpuarr_device_get_info(d0, &info));
+    /* above the largest single allocation */
+    int64_t big[1] = {(int64_t)(info.max_alloc_bytes / 4 + 1)};
+    gpuarr_array a = {0xdeadbeefu};
+    cr_assert_eq(gpuarr_empty(d0, GPUARR_F32, 1, big, &a), GPUARR_ERROR_OUT_OF_MEMORY);
+    cr_assert(strstr(gpuarr_last_error(), "CL_DEVICE_MAX_MEM_ALLOC_SIZE"), "%s", gpuarr_last_error());
+    cr_assert_eq(a.id, 0xdeadbeefu);
+    /* allocations up to the global memory size, then one more: refused with the numbers */
+    int64_t chunk[1] = {(int64_t)(info.max_alloc_bytes / 4)};
+    gpuarr_array held[64];
+    int n = 0;
+    gpuarr_result r = GPUARR_OK;
+    while (n < 64 && (r = gpuarr_empty(d0, GPUARR_F32, 1, chunk, &held[n])) == GPUARR_OK) n++;
+    cr_assert_eq(r, GPUARR_ERROR_OUT_OF_MEMORY, "allocations never ran out: %s", gpuarr_result_name(r));
+    cr_assert_eq((uint64_t)n, info.total_memory / info.max_alloc_bytes, "%d blocks of %llu fit in %llu", n,
+                 (unsigned long long)info.max_alloc_bytes, (unsigned long long)info.total_memory);
+    char want[64];
+    snprintf(want, sizeof want, "%llu bytes requested", (unsigned long long)info.max_alloc_bytes);
+    cr_assert(strstr(gpuarr_last_error(), want) && strstr(gpuarr_last_error(), "available"), "%s", gpuarr_last_error());
+    gpuarr_device_info now;
+    TEST_OK(gpuarr_device_get_info(d0, &now));
+    cr_assert(now.free_memory < info.max_alloc_bytes, "free memory %llu while full", (unsigned long long)now.free_memory);
+    for (int i = 0; i < n; i++) TEST_OK(gpuarr_release(held[i]));
+    TEST_OK(gpuarr_device_get_info(d0, &now));
+    cr_assert(now.free_memory >= info.max_alloc_bytes, "memory not given back: %llu free", (unsigned long long)now.free_memory);
+}
+
+static void setenv_or_die(const char *k, const char *v) { cr_assert_eq(setenv(k, v, 1), 0); }
+
+Test(opencl, a_kernel_build_failure_is_a_backend_error_with_the_log) {
+    gpuarr_shutdown(); /* re-initialize with the injection */
+    setenv_or_die("GPUARR_OPENCL_BUILD_OPTIONS", "-DGPUARR_KERNEL_INJECT_ERROR");
+    setenv_or_die("GPUARR_CACHE_DIR", "off");
+    TEST_OK(gpuarr_init(NULL));
+    gpuarr_device d0 = cl_device(0);
+    float in[4] = {1, 2, 3, 4}, out[4] = {0};
+    int64_t shape[1] = {4};
+    gpuarr_array a, b = {0xdeadbeefu};
+    TEST_OK(gpuarr_from_host(d0, in, 1, shape, &a)); /* copies need no kernels */
+    for (int attempt = 0; attempt < 2; attempt++) { /* remembered: the second call fails alike */
+        cr_assert_eq(gpuarr_convert(a, d0, GPUARR_F16, &b), GPUARR_ERROR_BACKEND);
+        cr_assert(strstr(gpuarr_last_error(), "injected"), "no build log in: %s", gpuarr_last_error());
+        cr_assert_eq(b.id, 0xdeadbeefu);
+    }
+    TEST_OK(gpuarr_to_host(a, out, 4));
+    cr_assert(out[3] == 4.0f);
+    TEST_OK(gpuarr_release(a));
+    unsetenv("GPUARR_OPENCL_BUILD_OPTIONS");
+    unsetenv("GPUARR_CACHE_DIR");
+}
+
+Test(opencl, without_the_loader_there_are_no_opencl_devices_and_the_rest_works) {
+    gpuarr_shutdown();
+    setenv_or_die("GPUARR_OPENCL_LIBRARY", "/nonexistent/libOpenCL.so.1");
+    TEST_OK(gpuarr_init(NULL));
+    unsetenv("GPUARR_OPENCL_LIBRARY");
+    for (int i = 0; i < gpuarr_device_count(); i++) {
+        gpuarr_device_info info;
+        TEST_OK(gpuarr_device_get_info(gpuarr_device_at(i), &info));
+        cr_assert_neq(info.backend, GPUARR_BACKEND_OPENCL, "%s listed without a loader", info.spec);
+    }
+    gpuarr_device d;
+    cr_assert_eq(gpuarr_device_find("opencl:0", &d), GPUARR_ERROR_NO_DEVICE);
+    cr_assert(strstr(gpuarr_last_error(), "not available"), "%s", gpuarr_last_error());
+    double in[3] = {1.5, -2.5, 3.25};
+    float out[3];
+    int64_t shape[1] = {3};
+    gpuarr_array a;
+    TEST_OK(gpuarr_from_host(gpuarr_host(), in, 1, shape, &a));
+    TEST_OK(gpuarr_to_host(a, out, 3));
+    cr_assert(out[1] == -2.5f);
+    TEST_OK(gpuarr_release(a));
+}
+
+Test(opencl, without_fp64_casts_to_and_from_f64_are_unsupported) {
+    gpuarr_shutdown();
+    setenv_or_die("GPUARR_OPENCL_FP64", "off");
+    TEST_OK(gpuarr_init(NULL));
+    unsetenv("GPUARR_OPENCL_FP64");
+    gpuarr_device d0 = cl_device(0);
+    enum { N = 4096 };
+    static uint64_t src[N];
+    fill_values(GPUARR_I32, src, N, 11);
+    int64_t shape[1] = {N};
+    gpuarr_array a, b = {0xdeadbeefu}, c;
+    TEST_OK(gpuarr_from_host_as(d0, GPUARR_I32, src, 1, shape, &a));
+    cr_assert_eq(gpuarr_convert(a, d0, GPUARR_F64, &b), GPUARR_ERROR_UNSUPPORTED);
+    cr_assert(strstr(gpuarr_last_error(), "cl_khr_fp64"), "%s", gpuarr_last_error());
+    cr_assert_eq(b.id, 0xdeadbeefu);
+    /* i32 -> bf16 takes the path without doubles on such devices: still correctly rounded */
+    TEST_OK(gpuarr_convert(a, d0, GPUARR_BF16, &c));
+    expect_chain(c, GPUARR_I32, src, GPUARR_BF16, GPUARR_BF16, N);
+    /* f64 data still moves, and casts to f64 happen on the host side of a transfer */
+    gpuarr_array h;
+    TEST_OK(gpuarr_convert(a, gpuarr_host(), GPUARR_F64, &h));
+    expect_chain(h, GPUARR_I32, src, GPUARR_F64, GPUARR_F64, N);
+    TEST_OK(gpuarr_release(a));
+    TEST_OK(gpuarr_release(c));
+    TEST_OK(gpuarr_release(h));
+}
+
+Test(opencl, native_handles_and_wrapping_do_not_take_ownership) {
+    gpuarr_device d0 = cl_device(0);
+    cl_context ctx;
+    cl_device_id dev_id;
+    TEST_OK(gpuarr_opencl_context(d0, &ctx));
+    TEST_OK(gpuarr_opencl_device_id(d0, &dev_id));
+    cl_int e = 0;
+    cl_command_queue q = clCreateCommandQueue(ctx, dev_id, 0, &e);
+    cr_assert_eq(e, CL_SUCCESS);
+    enum { N = 1000 };
+    float in[N], out[N];
+    for (int i = 0; i < N; i++) in[i] = (float)i - 500.5f;
+    cl_mem mine = clCreateBuffer(ctx, CL_MEM_READ_WRITE, sizeof in + 64, NULL, &e);
+    cr_assert_eq(e, CL_SUCCESS);
+    cr_assert_eq(clEnqueueWriteBuffer(q, mine, CL_TRUE, 64, sizeof in, in, 0, NULL, NULL), CL_SUCCESS);
+    /* Reference counts include the runtime's own (PoCL keeps one for a queue's last command),
+       so they are compared with the same state before gpuarr ever saw the objects. */
+    cl_uint mem_refs_before = 0, queue_refs_before = 0, refs = 0;
+    clGetMemObjectInfo(mine, CL_MEM_REFERENCE_COUNT, sizeof mem_refs_before, &mem_refs_before, NULL);
+    clGetCommandQueueInfo(q, CL_QUEUE_REFERENCE_COUNT, sizeof queue_refs_before, &queue_refs_before, NULL);
+    /* wrap the caller's buffer (elements at byte offset 64) and queue */
+    int64_t shape[1] = {N};
+    gpuarr_array wrapped, as_f16;
+    gpuarr_stream s;
+    TEST_OK(gpuarr_opencl_wrap_mem(d0, mine, 64, GPUARR_F32, 1, shape, &wrapped));
+    TEST_OK(gpuarr_opencl_wrap_queue(d0, q, &s));
+    TEST_OK(gpuarr_convert_async(wrapped, d0, GPUARR_F16, s, &as_f16));
+    TEST_OK(gpuarr_stream_sync(s));
+    expect_chain(as_f16, GPUARR_F32, in, GPUARR_F16, GPUARR_F16, N);
+    /* gpuarr's buffer, read natively on gpuarr's queue */
+    cl_mem theirs;
+    size_t offset = 99;
+    cl_command_queue gq = NULL;
+    TEST_OK(gpuarr_opencl_mem(wrapped, &theirs, &offset));
+    cr_assert(theirs == mine && offset == 64);
+    TEST_OK(gpuarr_opencl_queue(s, &gq));
+    cr_assert(gq == q);
+    TEST_OK(gpuarr_release(wrapped));
+    TEST_OK(gpuarr_release(as_f16));
+    TEST_OK(gpuarr_stream_destroy(s));
+    /* the caller's objects survive gpuarr's release and hold their data; work in flight may
+       keep a reference for a while, but none survives gpuarr_shutdown */
+    gpuarr_shutdown();
+    cr_assert_eq(clEnqueueReadBuffer(q, mine, CL_TRUE, 64, sizeof out, out, 0, NULL, NULL), CL_SUCCESS);
+    cr_assert(out[N - 1] == in[N - 1]);
+    cr_assert_eq(clGetMemObjectInfo(mine, CL_MEM_REFERENCE_COUNT, sizeof refs, &refs, NULL), CL_SUCCESS);
+    cr_assert_eq(refs, mem_refs_before, "the caller's buffer had %u references, now %u", mem_refs_before, refs);
+    cr_assert_eq(clGetCommandQueueInfo(q, CL_QUEUE_REFERENCE_COUNT, sizeof refs, &refs, NULL), CL_SUCCESS);
+    cr_assert_eq(refs, queue_refs_before, "the caller's queue had %u references, now %u", queue_refs_before, refs);
+    clReleaseMemObject(mine);
+    clReleaseCommandQueue(q);
+}
+
+Test(opencl, wrapping_a_foreign_or_short_buffer_is_refused) {
+    gpuarr_device d0 = cl_device(0);
+    cl_context ctx;
+    cl_device_id dev_id;
+    TEST_OK(gpuarr_opencl_context(d0, &ctx));
+    TEST_OK(gpuarr_opencl_device_id(d0, &dev_id));
+    cl_int e = 0;
+    cl_context other = clCreateContext(NULL, 1, &dev_id, NULL, NULL, &e);
+    cr_assert_eq(e, CL_SUCCESS);
+    cl_mem foreign = clCreateBuffer(other, CL_MEM_READ_WRITE, 4096, NULL, &e);
+    cl_mem small = clCreateBuffer(ctx, CL_MEM_READ_WRITE, 100, NULL, &e);
+    int64_t shape[1] = {64};
+    gpuarr_array a = {0xdeadbeefu};
+    cr_assert_eq(gpuarr_opencl_wrap_mem(d0, foreign, 0, GPUARR_F32, 1, shape, &a), GPUARR_ERROR_INVALID_ARGUMENT);
+    cr_assert(strstr(gpuarr_last_error(), "context"), "%s", gpuarr_last_error());
+    cr_assert_eq(gpuarr_opencl_wrap_mem(d0, small, 0, GPUARR_F32, 1, shape, &a), GPUARR_ERROR_INVALID_ARGUMENT);
+    cr_assert(strstr(gpuarr_last_error(), "100 bytes"), "%s", gpuarr_last_error());
+    cr_assert_eq(gpuarr_opencl_wrap_mem(d0, small, 2, GPUARR_F32, 1, (int64_t[]){4}, &a), GPUARR_ERROR_INVALID_ARGUMENT);
+    cr_assert_eq(gpuarr_opencl_wrap_mem(gpuarr_host(), small, 0, GPUARR_F32, 1, (int64_t[]){4}, &a), GPUARR_ERROR_INVALID_ARGUMENT);
+    cr_assert_eq(a.id, 0xdeadbeefu);
+    cl_uint refs = 0;
+    clGetMemObjectInfo(small, CL_MEM_REFERENCE_COUNT, sizeof refs, &refs, NULL);
+    cr_assert_eq(refs, 1u, "a refused wrap changed the buffer's references");
+    clReleaseMemObject(foreign);
+    clReleaseMemObject(small);
+    clReleaseContext(other);
+}
+
+/* convert_async to the same device and dtype returns the source itself. When the source is the
+   pending result of work on another stream, native work on the caller's stream must still see
+   it complete once that stream is synchronized. */
+Test(opencl, an_identity_conversion_of_a_pending_array_is_ready_with_its_stream) {
+    gpuarr_device d0 = cl_device(0);
+    enum { N = 1 << 20 };
+    float *in = malloc(sizeof(float) * N), *out = malloc(sizeof(float) * N);
+    cr_assert(in && out);
+    for (int i = 0; i < N; i++) in[i] = (float)i;
+    int64_t shape[1] = {N};
+    gpuarr_stream s1, s2;
+    TEST_OK(gpuarr_stream_create(d0, 0, &s1));
+    TEST_OK(gpuarr_stream_create(d0, 0, &s2));
+    gpuarr_array a, pending, same;
+    TEST_OK(gpuarr_from_host(d0, in, 1, shape, &a));
+    for (int k = 0; k < 16; k++) { /* keep s1 busy, so that `pending` is written late */
+        gpuarr_array busy;
+        TEST_OK(gpuarr_convert_async(a, d0, k % 2 ? GPUARR_F16 : GPUARR_F64, s1, &busy));
+        TEST_OK(gpuarr_release(busy));
+    }
+    TEST_OK(gpuarr_convert_async(a, d0, GPUARR_I32, s1, &pending));
+    TEST_OK(gpuarr_convert_async(pending, d0, 0, s2, &same)); /* identity, on s2 */
+    cr_assert_eq(same.id, pending.id);
+    TEST_OK(gpuarr_stream_sync(s2));
+    /* read it natively right now: s2 has completed, so `same` must be complete */
+    cl_mem mem = NULL;
+    size_t offset = 0;
+    cl_command_queue reader = NULL;
+    TEST_OK(gpuarr_opencl_mem(same, &mem, &offset));
+    TEST_OK(gpuarr_opencl_queue(s2, &reader));
+    bool s1_done = false;
+    TEST_OK(gpuarr_stream_query(s1, &s1_done));
+    cr_assert(s1_done, "s2 completed while the work producing the identity result was still running on s1");
+    int32_t *vals = (int32_t *)out;
+    cr_assert_eq(clEnqueueReadBuffer(reader, mem, CL_TRUE, offset, sizeof(int32_t) * N, vals, 0, NULL, NULL), CL_SUCCESS);
+    for (int i = 0; i < N; i += 4093) cr_assert_eq(vals[i], i, "element %d", i);
+    TEST_OK(gpuarr_release(a));
+    TEST_OK(gpuarr_release(pending));
+    TEST_OK(gpuarr_release(same));
+    TEST_OK(gpuarr_stream_destroy(s1));
+    TEST_OK(gpuarr_stream_destroy(s2));
+    free(in);
+    free(out);
+}
