@@ -152,7 +152,10 @@ compile-tests:
 	  echo "compile test: GPUARR_MALLOC without GPUARR_FREE should not compile"; exit 1; fi
 	@if $(CC) -std=c11 -ffast-math -I. -c tests/compile/compile_c.c -o $(BUILD)/compile/never.o 2>/dev/null; then \
 	  echo "compile test: the implementation should refuse -ffast-math"; exit 1; fi
-	@for p in c11-gcc c11-clang cxx17 two-units custom-malloc; do $(BUILD)/compile/$$p || exit 1; done
+	$(CC) -std=c11 $(WARN) -I. tests/compile/opencl_decls.c -o $(BUILD)/compile/opencl-decls $(LIBS)
+	$(CC) -std=c11 $(WARN) -DGPUARR_NO_RUNTIME_LINKING -I. tests/compile/compile_c.c -o $(BUILD)/compile/linked-opencl -lOpenCL $(LIBS)
+	$(CC) -std=c11 $(WARN) -DGPUARR_NO_OPENCL -I. tests/compile/compile_c.c -o $(BUILD)/compile/no-opencl $(LIBS)
+	@for p in c11-gcc c11-clang cxx17 two-units custom-malloc opencl-decls linked-opencl no-opencl; do $(BUILD)/compile/$$p || exit 1; done
 ifneq ($(NVCC),)
 	$(NVCC) -std=c++17 -Werror all-warnings -I. tests/compile/compile_cu.cu -o $(BUILD)/compile/cu $(LIBS)
 	@$(BUILD)/compile/cu
@@ -191,10 +194,10 @@ run-tsan: $(addprefix $(BUILD)/tsan/tests/,$(THREADED_TESTS))
 run-valgrind: $(addprefix $(BUILD)/rel/examples/,$(EXAMPLES)) $(BUILD)/rel/tools/gpuarr-info
 	@set -e; for e in $(EXAMPLES); do \
 	  echo "== valgrind: examples/$$e"; \
-	  valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect \
+	  valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect --show-possibly-lost=no --suppressions=tools/valgrind.supp \
 	    $(BUILD)/rel/examples/$$e >/dev/null; done
 	@echo "== valgrind: tools/gpuarr-info"
-	@valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect \
+	@valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect --show-possibly-lost=no --suppressions=tools/valgrind.supp \
 	  $(BUILD)/rel/tools/gpuarr-info >/dev/null
 
 # --- benchmarks -----------------------------------------------------------------------------

@@ -13,7 +13,7 @@
  *   GPUARR_K_U64(c)             a 64-bit unsigned constant
  *   GPUARR_K_HAVE_F64           defined when double arithmetic is available
  * and, for kernels (devices only):
- *   GPUARR_K_KERNEL  GPUARR_K_GLOBAL  GPUARR_K_INDEX  GPUARR_K_STRIDE  GPUARR_K_SIZE
+ *   GPUARR_K_KERNEL  GPUARR_K_GLOBAL  GPUARR_K_INDEX (the global work-item index)  GPUARR_K_SIZE
  * Integer types are the <stdint.h> names; device preambles typedef them.
  *
  * Everything is branch-free (selects on masks), so host loops vectorize and GPU warps do not
@@ -199,16 +199,15 @@ GPUARR_K_FN uint8_t gpuarr_k_f64_nonzero(double x) {
 
 /* ---------------------------------------------------------------------------------------------
  * Device kernels. One cast kernel per dtype pair, instantiated by the backend from the dtype
- * table; offsets are in elements; a grid-stride loop covers any n.
+ * table; offsets are in elements; one element per work-item (a loop here would keep PoCL from
+ * vectorizing across work-items, and GPUs gain nothing from it).
  * ------------------------------------------------------------------------------------------- */
 #define GPUARR_K_CAST_KERNEL(S, sstore, skind, scat, D, dstore, dkind, dlo, dhi)               \
     GPUARR_K_KERNEL void gpuarr_k_cast_##S##_##D(GPUARR_K_GLOBAL const sstore *src, GPUARR_K_SIZE src_off, \
                                                  GPUARR_K_GLOBAL dstore *dst, GPUARR_K_SIZE dst_off,     \
                                                  GPUARR_K_SIZE n) {                            \
-        src += src_off;                                                                        \
-        dst += dst_off;                                                                        \
-        for (GPUARR_K_SIZE i = GPUARR_K_INDEX; i < n; i += GPUARR_K_STRIDE)                    \
-            dst[i] = GPUARR_K_CONVERT_ONE(skind, scat, dkind, dstore, dlo, dhi, src[i]);       \
+        GPUARR_K_SIZE i = GPUARR_K_INDEX;                                                      \
+        if (i < n) dst[dst_off + i] = GPUARR_K_CONVERT_ONE(skind, scat, dkind, dstore, dlo, dhi, src[src_off + i]); \
     }
 
 #ifdef GPUARR_KERNEL_INJECT_ERROR /* lets the tests drive a build failure */

@@ -37,6 +37,7 @@ typedef struct gpuarr__cl_event_s *gpuarr__cl_event;
 typedef intptr_t gpuarr__cl_context_properties;
 typedef void (*gpuarr__cl_notify_fn)(const char *, const void *, size_t, void *);
 typedef void (*gpuarr__cl_build_fn)(gpuarr__cl_program, void *);
+typedef void (*gpuarr__cl_mem_fn)(gpuarr__cl_mem, void *);
 
 #define GPUARR__CL_SUCCESS 0
 #define GPUARR__CL_MEM_OBJECT_ALLOCATION_FAILURE (-4)
@@ -75,6 +76,7 @@ typedef void (*gpuarr__cl_build_fn)(gpuarr__cl_program, void *);
 #define GPUARR__CL_CONTEXT_PLATFORM 0x1084
 #define GPUARR__CL_QUEUE_PROFILING_ENABLE (1u << 1)
 #define GPUARR__CL_MEM_READ_WRITE (1u << 0)
+#define GPUARR__CL_MEM_USE_HOST_PTR (1u << 3)
 #define GPUARR__CL_MEM_ALLOC_HOST_PTR (1u << 4)
 #define GPUARR__CL_MAP_READ (1u << 0)
 #define GPUARR__CL_MAP_WRITE_INVALIDATE_REGION (1u << 2)
@@ -112,6 +114,7 @@ typedef void (*gpuarr__cl_build_fn)(gpuarr__cl_program, void *);
     X(gpuarr__cl_int, clRetainMemObject, (gpuarr__cl_mem))                                     \
     X(gpuarr__cl_int, clReleaseMemObject, (gpuarr__cl_mem))                                    \
     X(gpuarr__cl_int, clGetMemObjectInfo, (gpuarr__cl_mem, gpuarr__cl_uint, size_t, void *, size_t *)) \
+    X(gpuarr__cl_int, clSetMemObjectDestructorCallback, (gpuarr__cl_mem, gpuarr__cl_mem_fn, void *)) \
     X(gpuarr__cl_int, clEnqueueWriteBuffer,                                                    \
       (gpuarr__cl_command_queue, gpuarr__cl_mem, gpuarr__cl_uint, size_t, size_t, const void *, \
        gpuarr__cl_uint, const gpuarr__cl_event *, gpuarr__cl_event *))                         \
@@ -177,14 +180,14 @@ typedef struct gpuarr__cl_device {
     int platform;
     gpuarr__cl_bitfield type;
     bool fp64, host_unified;
+    size_t host_align; /* CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes: for CL_MEM_USE_HOST_PTR */
     uint64_t global_mem, max_alloc;
     uint64_t allocated; /* atomic: bytes of live buffers, held against global_mem */
     gpuarr__cl_command_queue internal_queue; /* residency work */
-    pthread_mutex_t kernel_lock;             /* program build; clSetKernelArg is not thread-safe */
-    bool build_tried;
-    gpuarr_result build_result;
+    pthread_mutex_t kernel_lock; /* builds; clSetKernelArg is not thread-safe */
+    gpuarr_result build_result;  /* a compile error, remembered; OK otherwise */
     char build_error[512];
-    gpuarr__cl_program program;
+    gpuarr__cl_program programs[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT]; /* one per pair, at first use */
     gpuarr__cl_kernel casts[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT];
 } gpuarr__cl_device;
 
@@ -262,7 +265,15 @@ static void gpuarr__cl_track(gpuarr__cl_stream *st, gpuarr__cl_event ev);
  * Loading
  * ------------------------------------------------------------------------------------------- */
 #ifdef GPUARR_NO_RUNTIME_LINKING
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 120
+#endif
+#define CL_USE_DEPRECATED_OPENCL_1_2_APIS
 #include <CL/cl.h>
+/* The addresses of the linked functions, bit-copied into the table (the official prototypes use
+   the official handle types). clCreateCommandQueue is deprecated after 1.2 but it is the 1.2 API. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 static bool gpuarr__cl_bind(gpuarr__cl_state *cl) {
     void (*fp)(void);
 #define GPUARR__CL_BIND_STATIC(ret, name, params)                                              \
@@ -272,6 +283,7 @@ static bool gpuarr__cl_bind(gpuarr__cl_state *cl) {
 #undef GPUARR__CL_BIND_STATIC
     return true;
 }
+#pragma GCC diagnostic pop
 #else
 static bool gpuarr__cl_bind(gpuarr__cl_state *cl) {
     /* The loader stays resident after dlclose: drivers register exit handlers and keep state,
@@ -444,8 +456,10 @@ static void gpuarr__cl_pci_info(gpuarr__cl_device_id id, gpuarr_device_info *inf
             info->pci_domain = (int)domain, info->pci_bus = (int)bus, info->pci_device = (int)(slot >> 3), info->pci_function = (int)(slot & 7u);
         }
     } else if (gpuarr__cl_has_extension(cl, id, "cl_amd_device_attribute_query")) {
-        unsigned char topo[24]; /* cl_device_topology_amd: type, then bus/device/function bytes */
-        if (cl->clGetDeviceInfo(id, GPUARR__CL_DEVICE_TOPOLOGY_AMD, sizeof topo, topo, NULL) == GPUARR__CL_SUCCESS) {
+        unsigned char topo[24]; /* cl_device_topology_amd: cl_uint type (1 = PCIe), 17 bytes, bus, device, function */
+        gpuarr__cl_uint kind = 0;
+        if (cl->clGetDeviceInfo(id, GPUARR__CL_DEVICE_TOPOLOGY_AMD, sizeof topo, topo, NULL) == GPUARR__CL_SUCCESS &&
+            (memcpy(&kind, topo, sizeof kind), kind == 1u)) {
             info->has_pci = true;
             info->pci_bus = topo[21], info->pci_device = topo[22], info->pci_function = topo[23];
         }
@@ -478,6 +492,7 @@ static gpuarr_result gpuarr__cl_device_info(int index, gpuarr_device_info *info)
     info->free_memory = d->global_mem;
     info->max_alloc_bytes = d->max_alloc;
     d->host_unified = gpuarr__cl_info_u32(d->id, GPUARR__CL_DEVICE_HOST_UNIFIED_MEMORY) != 0;
+    d->host_align = GPUARR__MAX((size_t)64, (size_t)gpuarr__cl_info_u32(d->id, GPUARR__CL_DEVICE_MEM_BASE_ADDR_ALIGN) / 8u);
     info->host_unified = d->host_unified;
     /* GPUARR_OPENCL_FP64=off treats every device as lacking doubles (slow or emulated fp64). */
     const char *fp64 = gpuarr__env("GPUARR_OPENCL_FP64");
@@ -535,14 +550,15 @@ static void gpuarr__cl_device_close(gpuarr__dev *d) {
     gpuarr__cl_state *cl = &GPUARR__CL;
     gpuarr__cl_device *cd = GPUARR__CL_DEV(d);
     for (int s = 0; s < GPUARR_DTYPE_COUNT; s++)
-        for (int t = 0; t < GPUARR_DTYPE_COUNT; t++)
+        for (int t = 0; t < GPUARR_DTYPE_COUNT; t++) {
             if (cd->casts[s][t]) cl->clReleaseKernel(cd->casts[s][t]);
-    if (cd->program) cl->clReleaseProgram(cd->program);
+            if (cd->programs[s][t]) cl->clReleaseProgram(cd->programs[s][t]);
+        }
     if (cd->internal_queue) cl->clReleaseCommandQueue(cd->internal_queue);
     memset(cd->casts, 0, sizeof cd->casts);
-    cd->program = NULL;
+    memset(cd->programs, 0, sizeof cd->programs);
     cd->internal_queue = NULL;
-    cd->build_tried = false;
+    cd->build_result = GPUARR_OK;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -573,8 +589,47 @@ static gpuarr_result gpuarr__cl_make_resident(gpuarr__dev *d, gpuarr__cl_mem mem
     return GPUARR_OK;
 }
 
-static gpuarr_result gpuarr__cl_mem_alloc(gpuarr__dev *d, size_t bytes, void **mem) {
+/* Host-unified devices (PoCL, integrated GPUs) use memory gpuarr allocates itself, aligned for
+   the device and on huge pages, as CL_MEM_USE_HOST_PTR: mapping is then free and copies run on
+   all the host's threads. OpenCL calls back when it has let go of the memory; it is freed then. */
+static void gpuarr__cl_free_host_block(gpuarr__cl_mem mem, void *block) {
+    GPUARR__UNUSED(mem);
+    gpuarr__aligned_free(block);
+}
+
+static gpuarr_result gpuarr__cl_create_buffer(gpuarr__dev *d, size_t bytes, gpuarr__cl_mem *out) {
     gpuarr__cl_state *cl = &GPUARR__CL;
+    gpuarr__cl_device *cd = GPUARR__CL_DEV(d);
+    gpuarr__cl_context ctx = cl->platforms[cd->platform].context;
+    gpuarr__cl_int e = GPUARR__CL_SUCCESS;
+    if (!cd->host_unified) {
+        *out = cl->clCreateBuffer(ctx, GPUARR__CL_MEM_READ_WRITE, bytes, NULL, &e);
+        if (!*out) return gpuarr__cl_fail(e, "clCreateBuffer", d->info.spec);
+        return gpuarr__cl_make_resident(d, *out); /* out of memory shows now, not at first use */
+    }
+    uint64_t host_free = 0, host_total = 0;
+    gpuarr__host_mem_info(NULL, &host_free, &host_total);
+    if (host_free && bytes > host_free)
+        return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "%s: %zu bytes requested, the host (whose memory it uses) has %llu available",
+                            d->info.spec, bytes, (unsigned long long)host_free);
+    void *block = gpuarr__aligned_malloc(bytes, cd->host_align);
+    if (!block) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "%s: no host memory for %zu bytes", d->info.spec, bytes);
+    gpuarr__advise_huge_pages(block, bytes);
+    *out = cl->clCreateBuffer(ctx, GPUARR__CL_MEM_READ_WRITE | GPUARR__CL_MEM_USE_HOST_PTR, bytes, block, &e);
+    if (!*out) {
+        gpuarr__aligned_free(block);
+        return gpuarr__cl_fail(e, "clCreateBuffer", d->info.spec);
+    }
+    e = cl->clSetMemObjectDestructorCallback(*out, gpuarr__cl_free_host_block, block);
+    if (e != GPUARR__CL_SUCCESS) { /* cannot know when it is unused: do not hand it out */
+        cl->clReleaseMemObject(*out);
+        *out = NULL;
+        return gpuarr__cl_fail(e, "clSetMemObjectDestructorCallback", d->info.spec);
+    }
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__cl_mem_alloc(gpuarr__dev *d, size_t bytes, void **mem) {
     gpuarr__cl_device *cd = GPUARR__CL_DEV(d);
     if (bytes > cd->max_alloc)
         return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY,
@@ -590,11 +645,10 @@ static gpuarr_result gpuarr__cl_mem_alloc(gpuarr__dev *d, size_t bytes, void **m
                             d->info.spec, bytes, (unsigned long long)(cd->global_mem - GPUARR__MIN(cd->global_mem, used - bytes)),
                             (unsigned long long)cd->global_mem);
     }
-    gpuarr__cl_int e = GPUARR__CL_SUCCESS;
-    gpuarr__cl_mem m = cl->clCreateBuffer(cl->platforms[cd->platform].context, GPUARR__CL_MEM_READ_WRITE, bytes, NULL, &e);
-    gpuarr_result r = m ? gpuarr__cl_make_resident(d, m) : gpuarr__cl_fail(e, "clCreateBuffer", d->info.spec);
+    gpuarr__cl_mem m = NULL;
+    gpuarr_result r = gpuarr__cl_create_buffer(d, bytes, &m);
     if (r != GPUARR_OK) {
-        if (m) cl->clReleaseMemObject(m);
+        if (m) GPUARR__CL.clReleaseMemObject(m);
         __atomic_sub_fetch(&cd->allocated, (uint64_t)bytes, __ATOMIC_ACQ_REL);
         return r;
     }
@@ -719,45 +773,27 @@ static const char gpuarr__cl_preamble_text[] =
     "#define GPUARR_K_F64_BITS(x) as_ulong(x)\n#define GPUARR_K_BITS_F64(u) as_double(u)\n"
     "#define GPUARR_K_CLZ64(x) ((int)clz((ulong)(x)))\n#define GPUARR_K_U64(c) c##UL\n"
     "#define GPUARR_K_KERNEL __kernel\n#define GPUARR_K_GLOBAL __global\n#define GPUARR_K_SIZE ulong\n"
-    "#define GPUARR_K_INDEX get_global_id(0)\n#define GPUARR_K_STRIDE get_global_size(0)\n";
+    "#define GPUARR_K_INDEX get_global_id(0)\n";
 
-/* The program text for one device: preamble, the shared source, the instantiations. Returned as
-   pieces for clCreateProgramWithSource, and hashed for the cache. */
+/* The program text for one dtype pair on one device: preamble, the shared source, one
+   instantiation. Returned as pieces for clCreateProgramWithSource, and hashed for the cache. */
 typedef struct gpuarr__cl_source {
-    const char **pieces;
+    const char *pieces[sizeof gpuarr__kernels_source / sizeof gpuarr__kernels_source[0] + 3];
     size_t count;
-    char *generated; /* the instantiation lines (owned) */
+    char instantiation[256];
 } gpuarr__cl_source;
 
-static void gpuarr__cl_source_free(gpuarr__cl_source *src) {
-    gpuarr__free((void *)src->pieces);
-    gpuarr__free(src->generated);
-}
-
-static gpuarr_result gpuarr__cl_source_make(const gpuarr__cl_device *cd, gpuarr__cl_source *out) {
-    enum { LINE = 256 };
+static void gpuarr__cl_source_make(const gpuarr__cl_device *cd, int s, int t, gpuarr__cl_source *out) {
     size_t shared = sizeof gpuarr__kernels_source / sizeof gpuarr__kernels_source[0];
-    out->pieces = (const char **)gpuarr__calloc(sizeof(char *) * (shared + 3));
-    out->generated = (char *)gpuarr__malloc((size_t)LINE * GPUARR_DTYPE_COUNT * GPUARR_DTYPE_COUNT);
-    if (!out->pieces || !out->generated) {
-        gpuarr__cl_source_free(out);
-        return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the OpenCL kernel source");
-    }
     size_t n = 0;
     out->pieces[n++] = gpuarr__cl_preamble_text;
     out->pieces[n++] = cd->fp64 ? "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n#define GPUARR_K_HAVE_F64 1\n" : "\n";
     for (size_t i = 0; i < shared; i++) out->pieces[n++] = gpuarr__kernels_source[i];
-    char *p = out->generated;
-    for (int s = 1; s < GPUARR_DTYPE_COUNT; s++)
-        for (int t = 1; t < GPUARR_DTYPE_COUNT; t++) {
-            if (s == t || !gpuarr__cl_pair_supported(cd, s, t)) continue;
-            const gpuarr__dtype_text *a = &gpuarr__dtype_texts[s], *b = &gpuarr__dtype_texts[t];
-            p += snprintf(p, LINE, "GPUARR_K_CAST_KERNEL(%s, %s, %s, %s, %s, %s, %s, %s, %s)\n", a->name, a->store, a->kind,
-                          a->cat, b->name, b->store, b->kind, b->lo, b->hi);
-        }
-    out->pieces[n++] = out->generated;
+    const gpuarr__dtype_text *a = &gpuarr__dtype_texts[s], *b = &gpuarr__dtype_texts[t];
+    snprintf(out->instantiation, sizeof out->instantiation, "GPUARR_K_CAST_KERNEL(%s, %s, %s, %s, %s, %s, %s, %s, %s)\n", a->name,
+             a->store, a->kind, a->cat, b->name, b->store, b->kind, b->lo, b->hi);
+    out->pieces[n++] = out->instantiation;
     out->count = n;
-    return GPUARR_OK;
 }
 
 /* FNV-1a over the program text, the device and driver, and the build options. */
@@ -832,7 +868,9 @@ static gpuarr_result gpuarr__cl_build_error(gpuarr__dev *d, gpuarr__cl_program p
     return gpuarr__fail(GPUARR_ERROR_BACKEND, "%s: building the cast kernels failed (%s): %s", d->info.spec, gpuarr__cl_error_name(e), log);
 }
 
-static gpuarr_result gpuarr__cl_build(gpuarr__dev *d) {
+/* Builds the cast kernel for one pair: from the on-disk binary when it is there and loads, else
+   from source (then saved). Called with the device's kernel lock held. */
+static gpuarr_result gpuarr__cl_build_pair(gpuarr__dev *d, int s, int t) {
     gpuarr__cl_state *cl = &GPUARR__CL;
     gpuarr__cl_device *cd = GPUARR__CL_DEV(d);
     gpuarr__cl_context ctx = cl->platforms[cd->platform].context;
@@ -840,8 +878,7 @@ static gpuarr_result gpuarr__cl_build(gpuarr__dev *d) {
     char options[512];
     snprintf(options, sizeof options, "-cl-std=CL1.2 %s", extra ? extra : "");
     gpuarr__cl_source src;
-    memset(&src, 0, sizeof src);
-    GPUARR__CHECK(gpuarr__cl_source_make(cd, &src));
+    gpuarr__cl_source_make(cd, s, t, &src);
     char file[64], path[700];
     snprintf(file, sizeof file, "opencl-%016llx.bin", (unsigned long long)gpuarr__cl_cache_key(&src, d, options));
     bool cache = gpuarr__cache_path(path, sizeof path, file);
@@ -862,59 +899,44 @@ static gpuarr_result gpuarr__cl_build(gpuarr__dev *d) {
     bool from_source = !prog;
     if (!prog) {
         prog = cl->clCreateProgramWithSource(ctx, (gpuarr__cl_uint)src.count, src.pieces, NULL, &e);
-        if (!prog) {
-            gpuarr__cl_source_free(&src);
-            return gpuarr__cl_fail(e, "clCreateProgramWithSource", d->info.spec);
-        }
+        if (!prog) return gpuarr__cl_fail(e, "clCreateProgramWithSource", d->info.spec);
         e = cl->clBuildProgram(prog, 1, &cd->id, options, NULL, NULL);
         if (e != GPUARR__CL_SUCCESS) {
             gpuarr_result r = gpuarr__cl_build_error(d, prog, e);
             cl->clReleaseProgram(prog);
-            gpuarr__cl_source_free(&src);
             return r;
         }
     }
-    gpuarr__cl_source_free(&src);
-    for (int s = 1; s < GPUARR_DTYPE_COUNT; s++)
-        for (int t = 1; t < GPUARR_DTYPE_COUNT && e == GPUARR__CL_SUCCESS; t++) {
-            if (s == t || !gpuarr__cl_pair_supported(cd, s, t)) continue;
-            char name[96];
-            snprintf(name, sizeof name, "gpuarr_k_cast_%s_%s", gpuarr__dtype_texts[s].name, gpuarr__dtype_texts[t].name);
-            cd->casts[s][t] = cl->clCreateKernel(prog, name, &e);
-        }
-    if (e != GPUARR__CL_SUCCESS) {
-        gpuarr_result r = gpuarr__cl_fail(e, "clCreateKernel", d->info.spec);
-        for (int s = 0; s < GPUARR_DTYPE_COUNT; s++)
-            for (int t = 0; t < GPUARR_DTYPE_COUNT; t++)
-                if (cd->casts[s][t]) cl->clReleaseKernel(cd->casts[s][t]);
-        memset(cd->casts, 0, sizeof cd->casts);
+    char name[96];
+    snprintf(name, sizeof name, "gpuarr_k_cast_%s_%s", gpuarr__dtype_texts[s].name, gpuarr__dtype_texts[t].name);
+    gpuarr__cl_kernel k = cl->clCreateKernel(prog, name, &e);
+    if (!k) {
         cl->clReleaseProgram(prog);
-        return r;
+        return gpuarr__cl_fail(e, "clCreateKernel", d->info.spec);
     }
-    cd->program = prog;
     if (from_source && cache) gpuarr__cl_save_binary(prog, path);
+    cd->programs[s][t] = prog;
+    cd->casts[s][t] = k;
     return GPUARR_OK;
 }
 
-/* Builds once per device and process. A compile error is remembered and reported to every
-   later caller; running out of memory is not: the next cast tries again. */
-static gpuarr_result gpuarr__cl_ensure_kernels(gpuarr__dev *d) {
+/* The kernel for a pair, built at its first use (with the device's kernel lock held). A compile
+   error is remembered and reported to every later caller; running out of memory is not. */
+static gpuarr_result gpuarr__cl_ensure_kernel(gpuarr__dev *d, int s, int t) {
     gpuarr__cl_device *cd = GPUARR__CL_DEV(d);
-    if (!cd->build_tried) {
-        double t0 = gpuarr__now_ms();
-        gpuarr_result r = gpuarr__cl_build(d);
-        if (r == GPUARR_ERROR_OUT_OF_MEMORY) return r;
-        if (r != GPUARR_OK) {
-            const char *msg = strstr(gpuarr__tls.error, ": "); /* drop the "gpuarr_xxx: " prefix */
-            gpuarr__copy_string(cd->build_error, sizeof cd->build_error, msg ? msg + 2 : gpuarr__tls.error);
-        } else {
-            gpuarr__log(GPUARR_LOG_INFO, "%s: cast kernels ready in %.1f ms", d->info.spec, gpuarr__now_ms() - t0);
-        }
-        cd->build_result = r;
-        cd->build_tried = true;
-    }
     if (cd->build_result != GPUARR_OK) return gpuarr__fail(cd->build_result, "%s", cd->build_error);
-    return GPUARR_OK;
+    if (cd->casts[s][t]) return GPUARR_OK;
+    double t0 = gpuarr__now_ms();
+    gpuarr_result r = gpuarr__cl_build_pair(d, s, t);
+    if (r == GPUARR_OK) {
+        gpuarr__log(GPUARR_LOG_INFO, "%s: %s->%s cast kernel ready in %.1f ms", d->info.spec, gpuarr__dtype_names[s],
+                    gpuarr__dtype_names[t], gpuarr__now_ms() - t0);
+    } else if (r != GPUARR_ERROR_OUT_OF_MEMORY) {
+        const char *msg = strstr(gpuarr__tls.error, ": "); /* drop the "gpuarr_xxx: " prefix */
+        gpuarr__copy_string(cd->build_error, sizeof cd->build_error, msg ? msg + 2 : gpuarr__tls.error);
+        cd->build_result = r;
+    }
+    return r;
 }
 
 static gpuarr_result gpuarr__cl_cast(gpuarr__stream *s, void *dst, size_t dst_off, gpuarr_dtype dst_t, const void *src,
@@ -926,14 +948,12 @@ static gpuarr_result gpuarr__cl_cast(gpuarr__stream *s, void *dst, size_t dst_of
         return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "%s has no cl_khr_fp64: it cannot cast %s to %s", d->info.spec,
                             gpuarr__dtype_names[src_t], gpuarr__dtype_names[dst_t]);
     pthread_mutex_lock(&cd->kernel_lock);
-    gpuarr_result r = gpuarr__cl_ensure_kernels(d);
+    gpuarr_result r = gpuarr__cl_ensure_kernel(d, (int)src_t, (int)dst_t);
     if (r == GPUARR_OK) {
         gpuarr__cl_kernel k = cd->casts[src_t][dst_t];
         gpuarr__cl_mem sm = (gpuarr__cl_mem)(uintptr_t)src, dm = (gpuarr__cl_mem)dst;
         gpuarr__cl_ulong so = src_off / gpuarr__dtype_sizes[src_t], doff = dst_off / gpuarr__dtype_sizes[dst_t], n = count;
-        size_t local = 256, groups = (count + local - 1) / local;
-        size_t limit = (size_t)GPUARR__MAX(d->info.compute_units, 1) * 64; /* grid-stride past that */
-        size_t global = GPUARR__MIN(groups, limit) * local;
+        size_t local = 256, global = (count + local - 1) / local * local; /* one element per work-item */
         gpuarr__cl_int e = cl->clSetKernelArg(k, 0, sizeof sm, &sm);
         if (e == GPUARR__CL_SUCCESS) e = cl->clSetKernelArg(k, 1, sizeof so, &so);
         if (e == GPUARR__CL_SUCCESS) e = cl->clSetKernelArg(k, 2, sizeof dm, &dm);

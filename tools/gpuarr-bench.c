@@ -8,6 +8,13 @@
  * public gpuarr_convert, which also allocates (and first-touches) its output. Each repetition
  * runs memcpy, the kernel and gpuarr_convert back to back; ratios are the median over
  * repetitions of (cast rate / that repetition's memcpy rate). Then the median cost of gpuarr_empty + gpuarr_release of a 4 KiB host array.
+ *
+ * OpenCL section (each OpenCL device, or --device opencl:N): 64 MiB f32 uploads through
+ * gpuarr_from_host (which allocates the array) against a raw blocking clEnqueueWriteBuffer into
+ * a buffer that already exists, downloads through gpuarr_to_host against clEnqueueReadBuffer,
+ * both against memcpy; on-device casts f32->f64, f64->f32, f32->f16 timed by events around the
+ * kernel, against memcpy's rate; the first cast's kernel build time cold (empty caches, PoCL's
+ * own cache off) and warm (gpuarr's binary cache), each in a fresh process.
  * Output is a Markdown table, ready for bench/results/. */
 #define GPUARR_IMPLEMENTATION
 #include "gpuarr.h"
@@ -159,14 +166,196 @@ static void bench_small_alloc(void) {
            median(base, BATCHES) * 1e9);
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * OpenCL
+ * ------------------------------------------------------------------------------------------- */
+#ifndef GPUARR_NO_OPENCL
+typedef struct cl_times {
+    double memcpy_s[64], write_s[64], map_s[64], upload_s[64], read_s[64], download_s[64];
+} cl_times;
+
+/* One repetition of the raw baselines and gpuarr's calls, back to back. */
+static void cl_transfer_rep(gpuarr_device dev, gpuarr__cl_command_queue q, gpuarr__cl_mem buf, float *src, float *dst,
+                            float *scratch, size_t bytes, cl_times *t, int r) {
+    gpuarr__cl_state *cl = &GPUARR__CL;
+    int64_t shape[1] = {(int64_t)(bytes / 4)};
+    double t0 = now_s();
+    memcpy(scratch, src, bytes);
+    t->memcpy_s[r] = now_s() - t0;
+    t0 = now_s();
+    cl->clEnqueueWriteBuffer(q, buf, GPUARR__CL_TRUE, 0, bytes, src, 0, NULL, NULL);
+    t->write_s[r] = now_s() - t0;
+    t0 = now_s();
+    gpuarr__cl_int e = 0;
+    void *p = cl->clEnqueueMapBuffer(q, buf, GPUARR__CL_TRUE, GPUARR__CL_MAP_WRITE_INVALIDATE_REGION, 0, bytes, 0, NULL, NULL, &e);
+    memcpy(p, src, bytes);
+    cl->clEnqueueUnmapMemObject(q, buf, p, 0, NULL, NULL);
+    cl->clFinish(q);
+    t->map_s[r] = now_s() - t0;
+    gpuarr_array a;
+    t0 = now_s();
+    if (gpuarr_from_host_as(dev, GPUARR_F32, src, 1, shape, &a) != GPUARR_OK) die("gpuarr_from_host_as");
+    t->upload_s[r] = now_s() - t0;
+    t0 = now_s();
+    cl->clEnqueueReadBuffer(q, buf, GPUARR__CL_TRUE, 0, bytes, dst, 0, NULL, NULL);
+    t->read_s[r] = now_s() - t0;
+    t0 = now_s();
+    if (gpuarr_to_host_as(a, GPUARR_F32, dst, bytes / 4) != GPUARR_OK) die("gpuarr_to_host_as");
+    t->download_s[r] = now_s() - t0;
+    gpuarr_release(a);
+}
+
+static void bench_opencl_transfers(gpuarr_device dev, size_t mib, int reps) {
+    gpuarr__cl_state *cl = &GPUARR__CL;
+    size_t bytes = mib << 20;
+    void *ctx, *queue;
+    gpuarr_stream s;
+    if (gpuarr_stream_create(dev, 0, &s) != GPUARR_OK || gpuarr_opencl_context_raw(dev, &ctx) != GPUARR_OK ||
+        gpuarr_opencl_queue_raw(s, &queue) != GPUARR_OK)
+        die("opencl setup");
+    gpuarr__cl_int e = 0;
+    gpuarr__cl_mem buf = cl->clCreateBuffer((gpuarr__cl_context)ctx, GPUARR__CL_MEM_READ_WRITE, bytes, NULL, &e);
+    float *src = (float *)malloc(bytes), *dst = (float *)malloc(bytes), *scratch = (float *)malloc(bytes);
+    if (!buf || !src || !dst || !scratch) die("allocating the buffers");
+    fill_source(src, GPUARR_F32, bytes / 4);
+    memset(dst, 0, bytes);
+    memset(scratch, 0, bytes);
+    cl_times t;
+    for (int r = -2; r < reps; r++) cl_transfer_rep(dev, (gpuarr__cl_command_queue)queue, buf, src, dst, scratch, bytes, &t, r < 0 ? 0 : r);
+    double tm = median(t.memcpy_s, reps), tw = median(t.write_s, reps), tmap = median(t.map_s, reps), tu = median(t.upload_s, reps);
+    double tr = median(t.read_s, reps), td = median(t.download_s, reps);
+    double gb = (double)bytes / 1e9;
+    printf("| operation (%zu MiB f32) | median time | rate | vs clEnqueueWriteBuffer / ReadBuffer | vs memcpy |\n|---|---|---|---|---|\n", mib);
+    printf("| memcpy, 1 thread (baseline) | %.2f ms | %.2f GB/s | | 1.00 |\n", tm * 1e3, gb / tm);
+    printf("| clEnqueueWriteBuffer, blocking, existing buffer (baseline) | %.2f ms | %.2f GB/s | 1.00 | %.2f |\n", tw * 1e3, gb / tw, tm / tw);
+    printf("| map + memcpy + unmap, existing buffer (1 thread) | %.2f ms | %.2f GB/s | %.2f | %.2f |\n", tmap * 1e3, gb / tmap, tw / tmap, tm / tmap);
+    printf("| **gpuarr_from_host_as** (allocates the array) | %.2f ms | %.2f GB/s | **%.2f** | %.2f |\n", tu * 1e3, gb / tu, tw / tu, tm / tu);
+    printf("| clEnqueueReadBuffer, blocking (baseline) | %.2f ms | %.2f GB/s | 1.00 | %.2f |\n", tr * 1e3, gb / tr, tm / tr);
+    printf("| **gpuarr_to_host_as** into the caller's buffer | %.2f ms | %.2f GB/s | **%.2f** | %.2f |\n", td * 1e3, gb / td, tr / td, tm / td);
+    cl->clReleaseMemObject(buf);
+    gpuarr_stream_destroy(s);
+    free(src);
+    free(dst);
+    free(scratch);
+}
+
+static void bench_opencl_casts(gpuarr_device dev, size_t mib, int reps) {
+    static const cast_case cases[] = {{GPUARR_F32, GPUARR_F64}, {GPUARR_F64, GPUARR_F32}, {GPUARR_F32, GPUARR_F16}};
+    size_t src_bytes = mib << 20;
+    unsigned char *a = (unsigned char *)malloc(src_bytes), *m = (unsigned char *)malloc(src_bytes);
+    if (!a || !m) die("malloc");
+    memset(m, 1, src_bytes);
+    gpuarr_event e0, e1;
+    if (gpuarr_event_create(dev, GPUARR_EVENT_TIMING, &e0) != GPUARR_OK || gpuarr_event_create(dev, GPUARR_EVENT_TIMING, &e1) != GPUARR_OK)
+        die("gpuarr_event_create");
+    printf("\n| on-device cast (%zu MiB source) | bytes moved | kernel time (events) | rate | memcpy rate, same reps | ratio (median of reps) | gpuarr_convert with allocation |\n|---|---|---|---|---|---|---|\n", mib);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cast_case c = cases[i];
+        size_t n = src_bytes / gpuarr_dtype_size(c.src), moved = src_bytes + n * gpuarr_dtype_size(c.dst);
+        fill_source(a, c.src, n);
+        int64_t shape[1] = {(int64_t)n};
+        gpuarr_array src;
+        if (gpuarr_from_host_as(dev, c.src, a, 1, shape, &src) != GPUARR_OK) die("gpuarr_from_host_as");
+        double kernel[64], ratio[64], memcpy_s[64], total[64];
+        for (int r = -2; r < reps; r++) {
+            double t0 = now_s();
+            memcpy(m, a, src_bytes);
+            double tm = now_s() - t0;
+            gpuarr_array out;
+            t0 = now_s();
+            if (gpuarr_event_record(e0, (gpuarr_stream){0}) != GPUARR_OK ||
+                gpuarr_convert_async(src, dev, c.dst, (gpuarr_stream){0}, &out) != GPUARR_OK ||
+                gpuarr_event_record(e1, (gpuarr_stream){0}) != GPUARR_OK || gpuarr_event_sync(e1) != GPUARR_OK)
+                die("cast");
+            double tt = now_s() - t0, ms = 0;
+            if (gpuarr_event_elapsed_ms(e0, e1, &ms) != GPUARR_OK) die("gpuarr_event_elapsed_ms");
+            gpuarr_release(out);
+            if (r < 0) continue;
+            kernel[r] = ms * 1e-3;
+            memcpy_s[r] = tm;
+            total[r] = tt;
+            ratio[r] = ((double)moved / kernel[r]) / (2.0 * (double)src_bytes / tm);
+        }
+        gpuarr_release(src);
+        double tk = median(kernel, reps), tm = median(memcpy_s, reps), tt = median(total, reps);
+        printf("| %s->%s | %zu MiB | %.2f ms | %.2f GB/s | %.2f GB/s | %.2f | %.2f ms |\n", gpuarr_dtype_name(c.src),
+               gpuarr_dtype_name(c.dst), moved >> 20, tk * 1e3, (double)moved / tk / 1e9, 2.0 * (double)src_bytes / tm / 1e9,
+               median(ratio, reps), tt * 1e3);
+    }
+    gpuarr_event_destroy(e0);
+    gpuarr_event_destroy(e1);
+    free(a);
+    free(m);
+}
+
+/* In this (fresh) process: the time of the first cast on dev, which builds the kernels. */
+static int probe_build_time(const char *spec) {
+    if (gpuarr_init(NULL) != GPUARR_OK) die("gpuarr_init");
+    gpuarr_device dev;
+    if (gpuarr_device_find(spec, &dev) != GPUARR_OK) die("gpuarr_device_find");
+    float x[64] = {0};
+    int64_t shape[1] = {64};
+    gpuarr_array a, b;
+    if (gpuarr_from_host(dev, x, 1, shape, &a) != GPUARR_OK) die("from_host");
+    double t0 = now_s();
+    if (gpuarr_convert(a, dev, GPUARR_F16, &b) != GPUARR_OK) die("first cast");
+    printf("%.1f\n", (now_s() - t0) * 1e3);
+    gpuarr_release(a);
+    gpuarr_release(b);
+    gpuarr_shutdown();
+    return 0;
+}
+
+static double run_probe(const char *self, const char *spec, const char *cache_dir) {
+    char cmd[1024], line[64] = "";
+    snprintf(cmd, sizeof cmd, "POCL_KERNEL_CACHE=0 GPUARR_CACHE_DIR='%s' '%s' --probe-build '%s'", cache_dir, self, spec);
+    FILE *p = popen(cmd, "r");
+    if (!p || !fgets(line, sizeof line, p)) die("build-time probe");
+    pclose(p);
+    return strtod(line, NULL);
+}
+
+static void bench_opencl_build(const char *self, const char *spec) {
+    char dir[] = "/tmp/gpuarr-bench-cache-XXXXXX";
+    if (!mkdtemp(dir)) die("mkdtemp");
+    double cold = run_probe(self, spec, dir), warm = run_probe(self, spec, dir);
+    printf("\n| first f32->f16 cast on %s (builds that pair's kernel) | time |\n|---|---|\n", spec);
+    printf("| cold: empty gpuarr cache, PoCL's kernel cache off | %.1f ms |\n| warm: gpuarr's binary cache | %.1f ms |\n", cold, warm);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
+static void bench_opencl(const char *self, size_t mib, int reps, const char *only) {
+    for (int i = 0; i < gpuarr_device_count(); i++) {
+        gpuarr_device_info info;
+        gpuarr_device_get_info(gpuarr_device_at(i), &info);
+        if (info.backend != GPUARR_BACKEND_OPENCL || (only && strcmp(only, info.spec) != 0)) continue;
+        printf("\n## %s: %s (%s), %s\n\n", info.spec, info.name, info.vendor, info.version);
+        bench_opencl_transfers(info.device, mib, reps);
+        bench_opencl_casts(info.device, mib, reps);
+        bench_opencl_build(self, info.spec);
+        if (!only) break; /* one device per platform kind is enough unless asked */
+    }
+}
+#endif
+
 int main(int argc, char **argv) {
     size_t mib = 64;
     int reps = 11;
+    const char *only = NULL;
+    bool host = true, opencl = true;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--mib") == 0 && i + 1 < argc) mib = (size_t)strtoul(argv[++i], NULL, 10);
         else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) only = argv[++i];
+        else if (strcmp(argv[i], "--host-only") == 0) opencl = false;
+        else if (strcmp(argv[i], "--opencl-only") == 0) host = false;
+#ifndef GPUARR_NO_OPENCL
+        else if (strcmp(argv[i], "--probe-build") == 0 && i + 1 < argc) return probe_build_time(argv[i + 1]);
+#endif
         else {
-            fprintf(stderr, "usage: %s [--mib N] [--reps N (1..63)]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--mib N] [--reps N (1..63)] [--host-only | --opencl-only] [--device opencl:N]\n", argv[0]);
             return 2;
         }
     }
@@ -175,15 +364,23 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (gpuarr_init(NULL) != GPUARR_OK) die("gpuarr_init");
-    gpuarr_device_info host;
-    gpuarr_device_get_info(gpuarr_host(), &host);
+    gpuarr_device_info host_info;
+    gpuarr_device_get_info(gpuarr_host(), &host_info);
     gpuarr_desc desc;
     gpuarr_query_desc(&desc);
-    printf("## Host: %s, %d CPUs, gpuarr host threads: %d, cast kernels: %s\n\n", host.name, host.compute_units,
+    printf("## Host: %s, %d CPUs, gpuarr host threads: %d, cast kernels: %s\n\n", host_info.name, host_info.compute_units,
            desc.host_threads, gpuarr__g.host_isa);
-    printf("memcpy: glibc, one thread, %zu MiB, interleaved with each cast in every repetition; %d repetitions.\n\n", mib, reps);
-    bench_host_casts(mib, reps);
-    bench_small_alloc();
+    printf("memcpy: glibc, one thread, %zu MiB, interleaved with the measured calls in every repetition; %d repetitions.\n\n", mib, reps);
+    if (host) {
+        bench_host_casts(mib, reps);
+        bench_small_alloc();
+    }
+#ifndef GPUARR_NO_OPENCL
+    if (opencl) bench_opencl(argv[0], mib, reps, only);
+#else
+    GPUARR__UNUSED(only);
+    GPUARR__UNUSED(opencl);
+#endif
     gpuarr_shutdown();
     return 0;
 }
