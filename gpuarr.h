@@ -11,8 +11,9 @@
  * of them, conversions of those arrays between any two memory spaces with a dtype cast on the
  * way, streams, events and per-thread device/stream scopes.
  *
- * Backends today: the host (always). The OpenCL and CUDA backends plug into the same backend
- * table (see DESIGN.md) and are added by later releases.
+ * Backends today: the host (always) and OpenCL (every platform and device the ICD loader finds,
+ * loaded at run time: a machine without OpenCL just has no OpenCL devices). CUDA plugs into the
+ * same backend table and is the next release.
  *
  * =============================================================================================
  * HOW TO USE IT
@@ -59,7 +60,9 @@
  *   GPUARR_FREE(ptr)         defined together with GPUARR_FREE (all or none, else #error)
  *   GPUARR_API               storage/visibility of public functions (default: nothing = extern)
  *   GPUARR_NO_CUDA           leave the CUDA backend out (when it exists)
- *   GPUARR_NO_OPENCL         leave the OpenCL backend out (when it exists)
+ *   GPUARR_NO_OPENCL         leave the OpenCL backend out
+ *   GPUARR_NO_RUNTIME_LINKING  link the backends' libraries (-lOpenCL) instead of loading them at
+ *                            run time; <CL/cl.h> must then be on the include path
  *
  * Run-time: gpuarr_desc passed to gpuarr_init (zero or NULL = default for every field), then the
  * environment for fields left zero:
@@ -71,6 +74,11 @@
  *                    of online CPUs (at most 64). 1 = no worker threads.
  *   GPUARR_HOST_ISA  auto | baseline | avx2: the host cast kernels. Default auto = AVX2 kernels
  *                    when the CPU has AVX2 (x86-64, gcc/clang), else portable ones.
+ *   GPUARR_CACHE_DIR where compiled device kernels are kept ("off": nowhere). Default
+ *                    $XDG_CACHE_HOME/gpuarr, else $HOME/.cache/gpuarr.
+ *   GPUARR_OPENCL_LIBRARY  the ICD loader to open (default libOpenCL.so.1).
+ *   GPUARR_OPENCL_BUILD_OPTIONS  appended to the OpenCL kernel build options.
+ *   GPUARR_OPENCL_FP64  off: treat OpenCL devices as lacking doubles (slow or emulated fp64).
  * A malformed value makes gpuarr_init fail with GPUARR_ERROR_INVALID_ARGUMENT naming it.
  *
  * =============================================================================================
@@ -137,6 +145,30 @@
  * GPUARR_SCOPED_DEVICE(dev); / GPUARR_SCOPED_STREAM(s); (GCC/Clang cleanup attribute in C, RAII
  * in C++), which restore at the end of the enclosing block on every exit. If the device or
  * stream is invalid the block does not run and gpuarr_last_error() says why.
+ *
+ * =============================================================================================
+ * OPENCL
+ * =============================================================================================
+ * Each platform gets one context holding its devices, so arrays move between devices of one
+ * platform with clEnqueueCopyBuffer and between platforms through host memory. A stream is an
+ * in-order command queue with profiling on; an event is a marker. A device's global memory is
+ * its allocation limit (PoCL would otherwise hand out buffers until the host runs out), a
+ * request above CL_DEVICE_MAX_MEM_ALLOC_SIZE fails saying so, and buffers are made resident when
+ * allocated, so running out shows at allocation. On devices that share the host's memory (PoCL,
+ * integrated GPUs) arrays live in memory gpuarr allocates (CL_MEM_USE_HOST_PTR) and copies run on
+ * the host's worker threads. Casts run in kernels built from backends/gpuarr_kernels.h, one
+ * dtype pair at its first use, cached on disk; f16 and bf16 need no cl_khr_fp16, f64 needs
+ * cl_khr_fp64 (else GPUARR_ERROR_UNSUPPORTED). A kernel build failure is GPUARR_ERROR_BACKEND with
+ * the start of the build log in the message. gpuarr_opencl_* (below) give the native context,
+ * queue and buffer, and wrap a caller's cl_mem or queue without taking ownership.
+ *
+ * =============================================================================================
+ * CALLBACKS
+ * =============================================================================================
+ * The allocator, the logger and release callbacks (gpuarr_wrap_host) can run on any thread,
+ * sometimes with an internal lock held: they must not call gpuarr functions. Bytes of a BOOL
+ * array given through the _as functions should be 0 or 1: copies keep other values as they are,
+ * casts count them as 1.
  *
  * =============================================================================================
  * THREAD SAFETY
