@@ -28,7 +28,7 @@ TEST_CFLAGS = -I. -Itests
 HEADERS   := gpuarr.h $(wildcard backends/*.h)
 EXAMPLES  := $(basename $(notdir $(wildcard examples/*.c)))
 TESTS     := $(basename $(notdir $(wildcard tests/test_*.c)))
-THREADED_TESTS := test_threads test_streams
+THREADED_TESTS := test_threads test_streams test_pool
 TOOLS     := gpuarr-info gpuarr-bench
 
 # --- toolchains ---------------------------------------------------------------------------
@@ -189,7 +189,7 @@ run-asan: $(addprefix $(BUILD)/asan/tests/,$(TESTS))
 	$(call run_sanitized,asan,test_opencl,ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,opencl:0)
 
 run-tsan: $(addprefix $(BUILD)/tsan/tests/,$(THREADED_TESTS))
-	$(call run_sanitized,tsan,$(THREADED_TESTS),TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1,1,$(TEST_DEVICES))
+	$(call run_sanitized,tsan,$(THREADED_TESTS),GPUARR_STRESS_OPS=100000 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tools/tsan.supp",1,$(TEST_DEVICES))
 
 run-valgrind: $(addprefix $(BUILD)/rel/examples/,$(EXAMPLES)) $(BUILD)/rel/tools/gpuarr-info
 	@set -e; for e in $(EXAMPLES); do \

@@ -209,9 +209,11 @@ extern "C" {
 #endif
 
 /* ---------------------------------------------------------------------------------------------
- * Results. X(NAME, value, description). 0 is success, errors are negative.
+ * Results. X(NAME, value, description). 0 is success, errors are negative; the one positive code
+ * is a success with a note (only when its opt-in policy is on).
  * ------------------------------------------------------------------------------------------- */
 #define GPUARR_RESULT_LIST(X)                                                                  \
+    X(PLACED_ON_HOST, 1, "success, but the array was placed on the host (out of device memory)") \
     X(OK, 0, "success")                                                                        \
     X(ERROR_INVALID_ARGUMENT, -1, "invalid argument")                                          \
     X(ERROR_INVALID_HANDLE, -2, "invalid, released or stale handle")                           \
@@ -228,7 +230,7 @@ typedef enum gpuarr_result {
 #define GPUARR__RESULT_ENUM(name, value, text) GPUARR_##name = value,
     GPUARR_RESULT_LIST(GPUARR__RESULT_ENUM)
 #undef GPUARR__RESULT_ENUM
-    GPUARR_RESULT_COUNT = 11 /* number of codes; checked against the list in the implementation */
+    GPUARR_RESULT_COUNT = 12 /* number of codes; checked against the list in the implementation */
 } gpuarr_result;
 
 /* ---------------------------------------------------------------------------------------------
@@ -334,6 +336,9 @@ typedef struct gpuarr_desc {
     gpuarr_log_level log_level; /* 0 = GPUARR_LOG, else WARN */
     const char *devices;        /* NULL = GPUARR_DEVICES, else every device (copied by init) */
     int host_threads;           /* 0 = GPUARR_THREADS, else online CPUs (at most 64) */
+    const char *alloc_conf;     /* NULL = GPUARR_ALLOC_CONF: "key:value,..." (see MEMORY POOLS) */
+    bool oom_host_fallback;     /* out of device memory: place new arrays on the host instead,
+                                   returning GPUARR_PLACED_ON_HOST (also alloc_conf host_fallback:1) */
 } gpuarr_desc;
 
 /* Starts the library, or adds a reference when it is already running (the first caller's desc
@@ -454,6 +459,66 @@ GPUARR_API gpuarr_result gpuarr_array_get_info(gpuarr_array a, gpuarr_array_info
 /* The host pointer of an array on the host device, after any pending work producing it has
    completed. Valid while the array is referenced. GPUARR_ERROR_UNSUPPORTED for device arrays. */
 GPUARR_API gpuarr_result gpuarr_host_data(gpuarr_array a, void **out);
+
+/* Marks a's memory as used by work on s (for arrays also used on streams other than the ones
+   gpuarr ran their work on, e.g. through native interop): when a is freed, its memory is not
+   reused until s has passed that point. */
+GPUARR_API gpuarr_result gpuarr_array_record_stream(gpuarr_array a, gpuarr_stream s);
+
+/* ---------------------------------------------------------------------------------------------
+ * Memory pools: one caching allocator per device (see MEMORY POOLS in the manual).
+ * ------------------------------------------------------------------------------------------- */
+typedef struct gpuarr_pool_stats {
+    /* bytes of live arrays (rounded to blocks), and as asked for; current, peak, total */
+    uint64_t allocated_bytes, peak_allocated_bytes, total_allocated_bytes;
+    uint64_t requested_bytes, peak_requested_bytes, total_requested_bytes;
+    /* bytes held from the device (live + cached) */
+    uint64_t reserved_bytes, peak_reserved_bytes, total_reserved_bytes;
+    uint64_t allocations, peak_allocations, total_allocations; /* live blocks */
+    uint64_t segments, peak_segments, total_segments;          /* device allocations held */
+    uint64_t limit_bytes;             /* reserved bytes may not exceed this */
+    uint64_t release_threshold_bytes; /* cached bytes above this go back at sync points */
+    uint64_t cache_hits, cache_misses, backend_allocs, backend_frees, cross_stream_waits;
+    /* the out-of-memory ladder, step by step */
+    uint64_t oom_handler_calls, oom_oversize_releases, oom_waits, oom_trims, oom_retries, oom_failures;
+    uint64_t host_fallbacks;
+} gpuarr_pool_stats;
+
+typedef struct gpuarr_pool_segment_info {
+    uint64_t size;
+    bool small_pool;
+    uint32_t first_block, block_count; /* into the blocks array of gpuarr_pool_snapshot */
+} gpuarr_pool_segment_info;
+
+typedef struct gpuarr_pool_block_info {
+    uint64_t offset, size, requested; /* requested: 0 when free */
+    bool allocated;
+    uint32_t pending_events;          /* free, but reusable elsewhere only after these complete */
+} gpuarr_pool_block_info;
+
+/* Asked, in order, when a device allocation fails: return true to have gpuarr retry (say, after
+   freeing arrays of your own). Called without gpuarr's locks held, from the allocating thread. */
+typedef bool (*gpuarr_oom_fn)(gpuarr_device d, uint64_t requested_bytes, void *user_data);
+
+GPUARR_API gpuarr_result gpuarr_pool_get_stats(gpuarr_device d, gpuarr_pool_stats *out);
+GPUARR_API gpuarr_result gpuarr_pool_reset_peaks(gpuarr_device d);
+/* bytes = 0: no limit beyond the device's memory. Lowering it below what is reserved releases
+   cached memory as far as it can; live arrays are never affected. */
+GPUARR_API gpuarr_result gpuarr_pool_set_limit(gpuarr_device d, uint64_t bytes);
+/* Gives every cached segment of d back to the device (after the work that used it completes). */
+GPUARR_API gpuarr_result gpuarr_pool_trim(gpuarr_device d);
+/* A human-readable table of the stats, NUL-terminated, truncated to len. */
+GPUARR_API gpuarr_result gpuarr_pool_summary(gpuarr_device d, char *buf, size_t len);
+/* The pool's segments and their blocks in address order. Writes at most max_* entries and sets
+   *segment_count / *block_count to the totals (call with max 0 to size the arrays). */
+GPUARR_API gpuarr_result gpuarr_pool_snapshot(gpuarr_device d, gpuarr_pool_segment_info *segments, size_t max_segments,
+                                              size_t *segment_count, gpuarr_pool_block_info *blocks, size_t max_blocks,
+                                              size_t *block_count);
+GPUARR_API gpuarr_result gpuarr_oom_handler_add(gpuarr_oom_fn fn, void *user_data); /* at most 16 */
+GPUARR_API gpuarr_result gpuarr_oom_handler_remove(gpuarr_oom_fn fn, void *user_data);
+/* Fault injection for tests: the nth raw device allocation from now fails (0 = off), and every
+   raw allocation above above_bytes fails (0 = off). Also GPUARR_FAULTS (see the manual). */
+GPUARR_API gpuarr_result gpuarr_pool_inject_faults(gpuarr_device d, uint64_t nth, uint64_t above_bytes);
 
 /* ---------------------------------------------------------------------------------------------
  * Typed host I/O. X(C type, suffix, dtype). Each line makes gpuarr_from_host_<suffix> and
@@ -774,7 +839,9 @@ struct gpuarr__obj {
 /* The backend table: the only way the core reaches a backend. Memory handles are void *: a
    host pointer, a CUdeviceptr or a cl_mem. Offsets are in bytes. Copies and casts are enqueued
    on a stream; a backend whose `synchronous` flag is set completes them before returning.
-   device_info and mem_info work on a device that is not opened yet. activate makes d's native
+   device_info and mem_info work on a device that is not opened yet. The pool carves arrays out
+   of mem_alloc'ed segments at mem_alignment boundaries; mem_view gives the handle and offset an
+   array uses for such a block (the segment itself, or a sub-buffer). activate makes d's native
    context current on the calling thread (replacing, not pushing) and returns the one it
    replaced; deactivate puts that one back. stream_wait_event must accept an event of another
    device of the same backend (waiting on the host if the native API cannot). */
@@ -789,6 +856,10 @@ struct gpuarr__obj {
     X(gpuarr_result, mem_alloc, (gpuarr__dev * d, size_t bytes, void **mem))                   \
     X(void, mem_free, (gpuarr__dev * d, void *mem))                                            \
     X(void *, mem_host_ptr, (gpuarr__dev * d, void *mem))                                      \
+    X(size_t, mem_alignment, (gpuarr__dev * d))                                                \
+    X(gpuarr_result, mem_view,                                                                 \
+      (gpuarr__dev * d, void *segment, size_t offset, size_t bytes, void **mem, size_t *mem_offset)) \
+    X(void, mem_view_release, (gpuarr__dev * d, void *mem))                                    \
     X(gpuarr_result, copy_h2d,                                                                 \
       (gpuarr__stream * s, void *dst, size_t dst_off, const void *src, size_t bytes))          \
     X(gpuarr_result, copy_d2h,                                                                 \
@@ -827,6 +898,60 @@ struct gpuarr__backend {
 #undef GPUARR__PROC_MEMBER
 };
 
+/* Memory pools (see the pool section): a device's arrays are blocks carved out of segments the
+   backend allocated. A free block remembers the events to pass before a stream other than the
+   one that freed it may reuse it. */
+typedef struct gpuarr__segment gpuarr__segment;
+typedef struct gpuarr__block gpuarr__block;
+#define GPUARR__POOL_EVENTS 4
+#define GPUARR__TLSF_SL_BITS 4u
+#define GPUARR__TLSF_SL (1u << GPUARR__TLSF_SL_BITS)
+#define GPUARR__TLSF_FL 48u
+
+typedef struct gpuarr__block_event {
+    uint64_t stream_serial;
+    uint64_t seq; /* order of recording, process-wide: of two on one stream, the later covers both */
+    gpuarr__event *event;
+} gpuarr__block_event;
+
+struct gpuarr__block {
+    gpuarr__segment *seg;
+    size_t offset, size, requested;
+    gpuarr__block *prev, *next;           /* neighbours in the segment, by address */
+    gpuarr__block *free_prev, *free_next; /* in a free list */
+    bool allocated;
+    uint64_t owner; /* serial of the stream that freed it; it may reuse the block at once */
+    uint32_t nevents;
+    gpuarr__block_event events[GPUARR__POOL_EVENTS];
+    void *view; /* the handle arrays use while allocated, at view_offset */
+    size_t view_offset;
+};
+
+struct gpuarr__segment {
+    void *mem;
+    size_t size;
+    bool small;
+    gpuarr__block *first;
+    gpuarr__segment *prev, *next;
+};
+
+/* Free blocks by size: two-level segregated fit (TLSF), O(1) search with bounded waste. */
+typedef struct gpuarr__tlsf {
+    uint64_t fl_map;
+    uint32_t sl_map[GPUARR__TLSF_FL];
+    gpuarr__block *heads[GPUARR__TLSF_FL][GPUARR__TLSF_SL];
+} gpuarr__tlsf;
+
+typedef struct gpuarr__pool {
+    pthread_mutex_t lock;
+    size_t align;
+    bool caching;
+    gpuarr__tlsf free_small, free_large;
+    gpuarr__segment *segments;
+    gpuarr_pool_stats stats; /* limit and threshold live here too */
+    uint64_t fault_countdown, fault_above;
+} gpuarr__pool;
+
 struct gpuarr__dev {
     gpuarr_device_info info; /* static fields; free_memory is refreshed when asked */
     const gpuarr__backend *backend;
@@ -834,6 +959,7 @@ struct gpuarr__dev {
     pthread_mutex_t lock;    /* guards the lazy open and the default stream */
     bool opened;
     gpuarr__stream *default_stream;
+    gpuarr__pool pool;
 };
 
 typedef struct gpuarr__deferred {
@@ -847,6 +973,7 @@ typedef struct gpuarr__deferred {
 struct gpuarr__stream {
     gpuarr__obj obj;
     gpuarr__dev *dev;
+    uint64_t serial; /* unique for the process; names the stream in freed blocks */
     void *native;
     uint32_t id;          /* public handle id; 0 for a device's default stream */
     pthread_mutex_t lock; /* guards the deferred list */
@@ -873,6 +1000,9 @@ struct gpuarr__array {
     void *mem;     /* backend memory handle (NULL for an empty array) */
     size_t offset; /* bytes into mem */
     bool wrapped;  /* mem belongs to the caller */
+    gpuarr__block *block; /* its pool block (NULL when wrapped or empty) */
+    gpuarr__stream *uses[GPUARR__POOL_EVENTS]; /* async streams its memory was used on (held) */
+    uint32_t nuses;
     gpuarr_release_fn release_fn;
     void *release_user;
     gpuarr__event *ready; /* contents valid once this completes; NULL = valid now */
@@ -951,6 +1081,23 @@ typedef struct gpuarr__state {
     gpuarr__filter_item *filter;
     int filter_count;
     int host_threads;
+    struct { /* GPUARR_ALLOC_CONF and the desc, resolved */
+        uint64_t limit_bytes;   /* 0 = none */
+        uint32_t limit_percent; /* 0 = none */
+        uint64_t release_threshold, max_split;
+        bool caching, host_fallback;
+    } alloc_conf;
+    struct {
+        gpuarr_oom_fn fn;
+        void *user;
+    } oom_handlers[16];
+    int oom_handler_count;
+    pthread_mutex_t oom_lock;
+    pthread_mutex_t use_locks[64]; /* guard arrays' use lists, striped by address */
+    bool locks_ready;
+    uint64_t event_seq;            /* atomic: numbers block events */
+    uint64_t stream_serial;        /* atomic: numbers streams (kept across init cycles) */
+    char *faults_conf;             /* GPUARR_FAULTS, applied as pools open */
     gpuarr__cast_fn host_casts[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT]; /* for this CPU */
     const char *host_isa; /* "baseline", "avx2" or "avx2+f16c" */
     gpuarr__dev *devices;
@@ -1740,10 +1887,13 @@ static uint64_t gpuarr__stream_seq(gpuarr__stream *s) {
     return seq;
 }
 
+static void gpuarr__pool_apply_threshold(gpuarr__dev *d);
+
 static gpuarr_result gpuarr__stream_sync_raw(gpuarr__stream *s) {
     uint64_t seq = gpuarr__stream_seq(s);
     gpuarr_result r = s->dev->backend->stream_sync(s->dev, s->native);
     if (r == GPUARR_OK) gpuarr__stream_collect(s, seq);
+    if (r == GPUARR_OK && !s->dev->backend->synchronous) gpuarr__pool_apply_threshold(s->dev);
     return r;
 }
 
@@ -1796,6 +1946,7 @@ static gpuarr_result gpuarr__stream_adopt(gpuarr__dev *d, void *native, gpuarr__
     s->obj.refs = 1;
     s->obj.destroy = gpuarr__stream_destroy_obj;
     s->dev = d;
+    s->serial = __atomic_add_fetch(&gpuarr__g.stream_serial, 1, __ATOMIC_RELAXED);
     s->native = native;
     pthread_mutex_init(&s->lock, NULL);
     *out = s;
@@ -1960,17 +2111,527 @@ static gpuarr_result gpuarr__stream_order(gpuarr__stream *later, gpuarr__stream 
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * Memory pools. Each device caches what its arrays free: blocks carved from segments (requests
+ * up to 1 MiB share 2 MiB segments, larger ones get segments rounded up to 2 MiB), found by a
+ * TLSF index in O(1), split on allocation and merged with free neighbours when freed. A block is
+ * freed in stream order: it records an event on each stream its memory was used on; the stream
+ * that freed it reuses it at once, another stream first makes the device wait on those events.
+ * Running out of device memory walks a ladder before failing (gpuarr__pool_grow).
+ * ------------------------------------------------------------------------------------------- */
+#define GPUARR__POOL_SMALL_MAX ((size_t)1 << 20)
+#define GPUARR__POOL_SMALL_SEGMENT ((size_t)2 << 20)
+#define GPUARR__POOL_LARGE_ROUND ((size_t)2 << 20)
+#define GPUARR__POOL_MIN_SPLIT_LARGE ((size_t)1 << 20)
+#define GPUARR__POOL_PROBE 8 /* free blocks looked at for one that needs no cross-stream wait */
+
+static void gpuarr__pool_free(gpuarr__dev *d, gpuarr__block *b, gpuarr__stream *const *uses, uint32_t nuses);
+
+static size_t gpuarr__round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+static void gpuarr__tlsf_mapping(size_t size, uint32_t *fl, uint32_t *sl) {
+    uint32_t f = 63u - (uint32_t)__builtin_clzll((unsigned long long)size);
+    *fl = f;
+    *sl = (uint32_t)(size >> (f - GPUARR__TLSF_SL_BITS)) & (GPUARR__TLSF_SL - 1u);
+}
+
+static void gpuarr__tlsf_insert(gpuarr__tlsf *t, gpuarr__block *b) {
+    uint32_t fl, sl;
+    gpuarr__tlsf_mapping(b->size, &fl, &sl);
+    b->free_prev = NULL;
+    b->free_next = t->heads[fl][sl];
+    if (b->free_next) b->free_next->free_prev = b;
+    t->heads[fl][sl] = b;
+    t->sl_map[fl] |= 1u << sl;
+    t->fl_map |= (uint64_t)1 << fl;
+}
+
+static void gpuarr__tlsf_remove(gpuarr__tlsf *t, gpuarr__block *b) {
+    uint32_t fl, sl;
+    gpuarr__tlsf_mapping(b->size, &fl, &sl);
+    if (b->free_prev) b->free_prev->free_next = b->free_next;
+    else t->heads[fl][sl] = b->free_next;
+    if (b->free_next) b->free_next->free_prev = b->free_prev;
+    if (!t->heads[fl][sl]) {
+        t->sl_map[fl] &= ~(1u << sl);
+        if (!t->sl_map[fl]) t->fl_map &= ~((uint64_t)1 << fl);
+    }
+    b->free_prev = b->free_next = NULL;
+}
+
+/* A free block of at least size: from the smallest class whose every block fits, preferring,
+   among its first few, one that stream `serial` can use without waiting. NULL if none. */
+static gpuarr__block *gpuarr__tlsf_find(gpuarr__tlsf *t, size_t size, uint64_t serial) {
+    uint32_t fl, sl;
+    gpuarr__tlsf_mapping(size, &fl, &sl);
+    size_t up = size + ((size_t)1 << (fl - GPUARR__TLSF_SL_BITS)) - 1;
+    gpuarr__tlsf_mapping(up, &fl, &sl);
+    if (fl >= GPUARR__TLSF_FL) return NULL;
+    uint32_t sl_bits = t->sl_map[fl] & (~0u << sl);
+    if (!sl_bits) {
+        uint64_t fl_bits = fl + 1 < 64 ? t->fl_map & (~(uint64_t)0 << (fl + 1)) : 0;
+        if (!fl_bits) return NULL;
+        fl = (uint32_t)__builtin_ctzll(fl_bits);
+        sl_bits = t->sl_map[fl];
+    }
+    sl = (uint32_t)__builtin_ctz(sl_bits);
+    gpuarr__block *first = t->heads[fl][sl], *b = first;
+    for (int i = 0; b && i < GPUARR__POOL_PROBE; i++, b = b->free_next)
+        if (b->nevents == 0 || (serial != 0 && b->owner == serial)) return b;
+    return first;
+}
+
+static gpuarr__tlsf *gpuarr__pool_index(gpuarr__pool *p, bool small) { return small ? &p->free_small : &p->free_large; }
+
+static void gpuarr__stat_add(uint64_t *cur, uint64_t *peak, uint64_t *total, uint64_t n) {
+    *cur += n;
+    if (*cur > *peak) *peak = *cur;
+    if (total) *total += n;
+}
+
+static void gpuarr__block_drop_events(gpuarr__block *b) {
+    for (uint32_t i = 0; i < b->nevents; i++) gpuarr__obj_release(&b->events[i].event->obj);
+    b->nevents = 0;
+}
+
+/* Adds an event to b, one per stream: of two on one stream the later one is kept (it covers the
+   earlier). False when b has no room for another stream. */
+static bool gpuarr__block_add_event(gpuarr__block *b, gpuarr__block_event ev) {
+    for (uint32_t i = 0; i < b->nevents; i++) {
+        if (b->events[i].stream_serial != ev.stream_serial) continue;
+        gpuarr__block_event drop = b->events[i].seq < ev.seq ? b->events[i] : ev;
+        if (b->events[i].seq < ev.seq) b->events[i] = ev;
+        gpuarr__obj_release(&drop.event->obj);
+        return true;
+    }
+    if (b->nevents == GPUARR__POOL_EVENTS) return false;
+    b->events[b->nevents++] = ev;
+    return true;
+}
+
+/* Two free neighbours merge when the union of their events fits and, if both carry events, the
+   same stream freed them (so the merged block still has one owner). */
+static bool gpuarr__blocks_mergeable(const gpuarr__block *a, const gpuarr__block *b) {
+    if (a->nevents && b->nevents && a->owner != b->owner) return false;
+    uint32_t n = a->nevents;
+    for (uint32_t i = 0; i < b->nevents; i++) {
+        bool same_stream = false;
+        for (uint32_t k = 0; k < a->nevents; k++) same_stream = same_stream || a->events[k].stream_serial == b->events[i].stream_serial;
+        n += !same_stream;
+    }
+    return n <= GPUARR__POOL_EVENTS;
+}
+
+/* Folds free block `right` (the next by address) into `left`; both out of the index. */
+static void gpuarr__blocks_merge(gpuarr__block *left, gpuarr__block *right) {
+    if (right->nevents) left->owner = right->owner;
+    for (uint32_t i = 0; i < right->nevents; i++) gpuarr__block_add_event(left, right->events[i]);
+    right->nevents = 0;
+    left->size += right->size;
+    left->next = right->next;
+    if (right->next) right->next->prev = left;
+    gpuarr__free(right);
+}
+
+static uint64_t gpuarr__pool_cached(const gpuarr__pool *p) { return p->stats.reserved_bytes - p->stats.allocated_bytes; }
+
+/* ---- segments ---- */
+
+/* A raw allocation from the backend, within the pool's limit and the injected faults. Called
+   without the pool lock. */
+static gpuarr_result gpuarr__pool_raw_alloc(gpuarr__dev *d, size_t bytes, void **mem) {
+    gpuarr__pool *p = &d->pool;
+    pthread_mutex_lock(&p->lock);
+    bool over_limit = p->stats.limit_bytes && p->stats.reserved_bytes + bytes > p->stats.limit_bytes;
+    bool fault = (p->fault_above && bytes > p->fault_above) || (p->fault_countdown && --p->fault_countdown == 0);
+    uint64_t reserved = p->stats.reserved_bytes, limit = p->stats.limit_bytes;
+    pthread_mutex_unlock(&p->lock);
+    if (fault) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "%s: injected allocation failure (%zu bytes)", d->info.spec, bytes);
+    if (over_limit)
+        return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "%s: %zu bytes more would pass the pool limit (%llu of %llu reserved)",
+                            d->info.spec, bytes, (unsigned long long)reserved, (unsigned long long)limit);
+    return d->backend->mem_alloc(d, bytes, mem);
+}
+
+/* Links a new segment with one free block covering it (pool lock held). */
+static gpuarr__block *gpuarr__segment_add(gpuarr__pool *p, void *mem, size_t size, bool small, gpuarr__block *b, gpuarr__segment *seg) {
+    memset(seg, 0, sizeof *seg);
+    memset(b, 0, sizeof *b);
+    seg->mem = mem;
+    seg->size = size;
+    seg->small = small;
+    seg->first = b;
+    seg->next = p->segments;
+    if (p->segments) p->segments->prev = seg;
+    p->segments = seg;
+    b->seg = seg;
+    b->size = size;
+    gpuarr__stat_add(&p->stats.reserved_bytes, &p->stats.peak_reserved_bytes, &p->stats.total_reserved_bytes, size);
+    gpuarr__stat_add(&p->stats.segments, &p->stats.peak_segments, &p->stats.total_segments, 1);
+    p->stats.backend_allocs++;
+    return b;
+}
+
+static bool gpuarr__segment_free(const gpuarr__segment *seg) {
+    for (const gpuarr__block *b = seg->first; b; b = b->next)
+        if (b->allocated) return false;
+    return true;
+}
+
+/* Unlinks a segment whose blocks are all free (and in the index) and returns it to the backend
+   after the work its memory was last used by. Called with the pool lock held; gives it up
+   around the waits. */
+static void gpuarr__segment_release(gpuarr__dev *d, gpuarr__segment *seg) {
+    gpuarr__pool *p = &d->pool;
+    for (gpuarr__block *b = seg->first; b; b = b->next) gpuarr__tlsf_remove(gpuarr__pool_index(p, seg->small), b);
+    if (seg->prev) seg->prev->next = seg->next;
+    else p->segments = seg->next;
+    if (seg->next) seg->next->prev = seg->prev;
+    p->stats.reserved_bytes -= seg->size;
+    p->stats.segments--;
+    p->stats.backend_frees++;
+    pthread_mutex_unlock(&p->lock);
+    for (gpuarr__block *b = seg->first, *next; b; b = next) {
+        next = b->next;
+        for (uint32_t i = 0; i < b->nevents; i++) {
+            gpuarr__event *e = b->events[i].event;
+            e->dev->backend->event_sync(e->dev, e->native);
+        }
+        gpuarr__block_drop_events(b);
+        gpuarr__free(b);
+    }
+    d->backend->mem_free(d, seg->mem);
+    gpuarr__free(seg);
+    pthread_mutex_lock(&p->lock);
+}
+
+/* Gives back cached segments (all of whose blocks are free): all of them, or those at least
+   min_size bytes, stopping once the cache is down to keep_cached. Pool lock held. Returns how
+   many. */
+static uint64_t gpuarr__pool_release_cached(gpuarr__dev *d, size_t min_size, uint64_t keep_cached) {
+    gpuarr__pool *p = &d->pool;
+    uint64_t released = 0;
+    for (bool again = true; again;) {
+        again = false;
+        for (gpuarr__segment *seg = p->segments; seg; seg = seg->next) {
+            if (seg->size < min_size || gpuarr__pool_cached(p) <= keep_cached || !gpuarr__segment_free(seg)) continue;
+            gpuarr__segment_release(d, seg); /* drops the lock: start over */
+            released++;
+            again = true;
+            break;
+        }
+    }
+    return released;
+}
+
+/* ---- allocation ---- */
+
+#define GPUARR__POOL_OVERSIZE_WASTE ((size_t)20 << 20) /* an unsplittable block may waste this much */
+
+/* Hands out size bytes of the free block b (pool lock held): splits off the rest when it is
+   worth keeping, marks it allocated, counts it. */
+static void gpuarr__block_take(gpuarr__pool *p, gpuarr__block *b, size_t size, size_t requested) {
+    gpuarr__tlsf *index = gpuarr__pool_index(p, b->seg->small);
+    gpuarr__tlsf_remove(index, b);
+    size_t min_split = b->seg->small ? p->align : GPUARR__POOL_MIN_SPLIT_LARGE;
+    uint64_t max_split = gpuarr__g.alloc_conf.max_split;
+    bool splittable = b->seg->small || !max_split || b->size <= max_split;
+    gpuarr__block *rest = splittable && b->size - size >= min_split ? (gpuarr__block *)gpuarr__calloc(sizeof *rest) : NULL;
+    if (rest) { /* without memory for the record the whole block goes out, which is still right */
+        rest->seg = b->seg;
+        rest->offset = b->offset + size;
+        rest->size = b->size - size;
+        rest->owner = b->owner;
+        for (uint32_t i = 0; i < b->nevents; i++) {
+            rest->events[i] = b->events[i];
+            gpuarr__obj_retain(&rest->events[i].event->obj);
+        }
+        rest->nevents = b->nevents;
+        rest->prev = b;
+        rest->next = b->next;
+        if (b->next) b->next->prev = rest;
+        b->next = rest;
+        b->size = size;
+        gpuarr__tlsf_insert(index, rest);
+    }
+    b->allocated = true;
+    b->requested = requested;
+    gpuarr__stat_add(&p->stats.allocated_bytes, &p->stats.peak_allocated_bytes, &p->stats.total_allocated_bytes, b->size);
+    gpuarr__stat_add(&p->stats.requested_bytes, &p->stats.peak_requested_bytes, &p->stats.total_requested_bytes, requested);
+    gpuarr__stat_add(&p->stats.allocations, &p->stats.peak_allocations, &p->stats.total_allocations, 1);
+}
+
+/* Takes a cached block that fits, if any (pool lock held). */
+static gpuarr__block *gpuarr__pool_take_cached(gpuarr__pool *p, size_t size, size_t requested, bool small, uint64_t serial) {
+    if (!p->caching) return NULL; /* no reuse: every allocation is the backend's */
+    gpuarr__block *b = gpuarr__tlsf_find(gpuarr__pool_index(p, small), size, serial);
+    uint64_t max_split = gpuarr__g.alloc_conf.max_split;
+    if (b && !small && max_split && b->size > max_split && b->size - size > GPUARR__POOL_OVERSIZE_WASTE) b = NULL;
+    if (b) gpuarr__block_take(p, b, size, requested);
+    return b;
+}
+
+/* A new segment for size bytes, carved (pool lock not held). */
+static gpuarr_result gpuarr__pool_new_segment(gpuarr__dev *d, size_t size, size_t requested, bool small, gpuarr__block **out) {
+    gpuarr__pool *p = &d->pool;
+    size_t seg_size = !p->caching ? size : small ? GPUARR__POOL_SMALL_SEGMENT : gpuarr__round_up(size, GPUARR__POOL_LARGE_ROUND);
+    gpuarr__block *b = (gpuarr__block *)gpuarr__malloc(sizeof *b);
+    gpuarr__segment *seg = (gpuarr__segment *)gpuarr__malloc(sizeof *seg);
+    void *mem = NULL;
+    gpuarr_result r = b && seg ? gpuarr__pool_raw_alloc(d, seg_size, &mem)
+                               : gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the pool's records");
+    if (r != GPUARR_OK) {
+        gpuarr__free(b);
+        gpuarr__free(seg);
+        return r;
+    }
+    pthread_mutex_lock(&p->lock);
+    gpuarr__segment_add(p, mem, seg_size, small, b, seg);
+    gpuarr__tlsf_insert(gpuarr__pool_index(p, small), b);
+    gpuarr__block_take(p, b, size, requested);
+    pthread_mutex_unlock(&p->lock);
+    *out = b;
+    return GPUARR_OK;
+}
+
+static void gpuarr__collect_device(gpuarr__dev *d);
+
+/* One rung of the ladder: try the cache, then the backend. */
+static gpuarr_result gpuarr__pool_try(gpuarr__dev *d, size_t size, size_t requested, bool small, uint64_t serial, gpuarr__block **out) {
+    gpuarr__pool *p = &d->pool;
+    pthread_mutex_lock(&p->lock);
+    *out = gpuarr__pool_take_cached(p, size, requested, small, serial);
+    pthread_mutex_unlock(&p->lock);
+    return *out ? GPUARR_OK : gpuarr__pool_new_segment(d, size, requested, small, out);
+}
+
+/* The out-of-memory message: what was asked and what was there. */
+static gpuarr_result gpuarr__pool_oom(gpuarr__dev *d, size_t requested, const char *cause) {
+    gpuarr__pool *p = &d->pool;
+    uint64_t free_bytes = 0, total = 0;
+    d->backend->mem_info(d, &free_bytes, &total);
+    pthread_mutex_lock(&p->lock);
+    p->stats.oom_failures++;
+    uint64_t limit = p->stats.limit_bytes, allocated = p->stats.allocated_bytes, cached = gpuarr__pool_cached(p);
+    pthread_mutex_unlock(&p->lock);
+    return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY,
+                        "%s: out of memory: %zu bytes requested; device total %llu, free %llu; pool limit %llu, allocated %llu, "
+                        "cached %llu bytes (%s)",
+                        d->info.spec, requested, (unsigned long long)total, (unsigned long long)free_bytes,
+                        (unsigned long long)limit, (unsigned long long)allocated, (unsigned long long)cached, cause);
+}
+
+/* Allocation with the out-of-memory ladder, each step counted: the cache, then the backend; on
+   failure: the user's handlers (each may ask for a retry), then cached segments at least as big
+   as the request go back, then the work whose frees are pending is waited for and the cache
+   searched again, then every cached segment goes back and the backend is tried once more. */
+static gpuarr_result gpuarr__pool_grow(gpuarr__dev *d, size_t size, size_t requested, bool small, uint64_t serial, gpuarr__block **out) {
+    gpuarr__pool *p = &d->pool;
+    gpuarr_result r = gpuarr__pool_try(d, size, requested, small, serial, out);
+    if (r != GPUARR_ERROR_OUT_OF_MEMORY) return r;
+    char cause[300];
+    const char *msg = strstr(gpuarr__tls.error, ": ");
+    gpuarr__copy_string(cause, sizeof cause, msg ? msg + 2 : gpuarr__tls.error);
+    pthread_mutex_lock(&gpuarr__g.oom_lock);
+    int handlers = gpuarr__g.oom_handler_count;
+    pthread_mutex_unlock(&gpuarr__g.oom_lock);
+    for (int i = 0; i < handlers; i++) {
+        pthread_mutex_lock(&gpuarr__g.oom_lock);
+        gpuarr_oom_fn fn = i < gpuarr__g.oom_handler_count ? gpuarr__g.oom_handlers[i].fn : NULL;
+        void *user = i < gpuarr__g.oom_handler_count ? gpuarr__g.oom_handlers[i].user : NULL;
+        pthread_mutex_unlock(&gpuarr__g.oom_lock);
+        if (!fn) break;
+        pthread_mutex_lock(&p->lock);
+        p->stats.oom_handler_calls++;
+        pthread_mutex_unlock(&p->lock);
+        if (!fn(d->info.device, (uint64_t)requested, user)) continue;
+        pthread_mutex_lock(&p->lock);
+        p->stats.oom_retries++;
+        pthread_mutex_unlock(&p->lock);
+        if ((r = gpuarr__pool_try(d, size, requested, small, serial, out)) != GPUARR_ERROR_OUT_OF_MEMORY) return r;
+    }
+    pthread_mutex_lock(&p->lock);
+    uint64_t released = gpuarr__pool_release_cached(d, size, 0);
+    p->stats.oom_oversize_releases += released;
+    if (released) p->stats.oom_retries++;
+    pthread_mutex_unlock(&p->lock);
+    if (released && (r = gpuarr__pool_try(d, size, requested, small, serial, out)) != GPUARR_ERROR_OUT_OF_MEMORY) return r;
+    pthread_mutex_lock(&p->lock);
+    p->stats.oom_waits++;
+    p->stats.oom_retries++;
+    pthread_mutex_unlock(&p->lock);
+    gpuarr__collect_device(d); /* arrays released with work queued come back once it is done */
+    if ((r = gpuarr__pool_try(d, size, requested, small, serial, out)) != GPUARR_ERROR_OUT_OF_MEMORY) return r;
+    pthread_mutex_lock(&p->lock);
+    p->stats.oom_trims++;
+    p->stats.oom_retries++;
+    gpuarr__pool_release_cached(d, 0, 0);
+    pthread_mutex_unlock(&p->lock);
+    if ((r = gpuarr__pool_try(d, size, requested, small, serial, out)) != GPUARR_ERROR_OUT_OF_MEMORY) return r;
+    return gpuarr__pool_oom(d, requested, cause);
+}
+
+/* A block of at least `bytes` on d for work on stream s (NULL: the host will touch it, or the
+   device is synchronous). If its memory was last used on other streams, s is made to wait for
+   that work (or, without s, the host waits). */
+static gpuarr_result gpuarr__pool_alloc(gpuarr__dev *d, size_t bytes, gpuarr__stream *s, gpuarr__block **out) {
+    gpuarr__pool *p = &d->pool;
+    if (bytes > d->info.max_alloc_bytes && d->info.max_alloc_bytes)
+        return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "%s: %zu bytes requested, above the device's largest allocation (%llu bytes%s)",
+                            d->info.spec, bytes, (unsigned long long)d->info.max_alloc_bytes,
+                            d->backend->id == GPUARR_BACKEND_OPENCL ? ", CL_DEVICE_MAX_MEM_ALLOC_SIZE" : "");
+    GPUARR__CHECK(gpuarr__dev_open(d));
+    size_t size = gpuarr__round_up(bytes ? bytes : 1, p->align);
+    bool small = size <= GPUARR__POOL_SMALL_MAX && p->caching;
+    uint64_t serial = s ? s->serial : 0;
+    gpuarr__block *b = NULL;
+    pthread_mutex_lock(&p->lock);
+    b = gpuarr__pool_take_cached(p, size, bytes, small, serial);
+    if (b) p->stats.cache_hits++;
+    else p->stats.cache_misses++;
+    pthread_mutex_unlock(&p->lock);
+    gpuarr_result r = b ? GPUARR_OK : gpuarr__pool_grow(d, size, bytes, small, serial, &b);
+    if (r != GPUARR_OK) return r;
+    /* the memory's last users, on other streams, must be done before s writes it */
+    for (uint32_t i = 0; i < b->nevents && r == GPUARR_OK; i++) {
+        if (s && b->events[i].stream_serial == s->serial) continue;
+        gpuarr__event *e = b->events[i].event;
+        r = s ? gpuarr__stream_wait_raw(s, e) : e->dev->backend->event_sync(e->dev, e->native);
+        if (s) {
+            pthread_mutex_lock(&p->lock);
+            p->stats.cross_stream_waits++;
+            pthread_mutex_unlock(&p->lock);
+        }
+    }
+    gpuarr__block_drop_events(b);
+    if (r == GPUARR_OK) r = d->backend->mem_view(d, b->seg->mem, b->offset, b->size, &b->view, &b->view_offset);
+    if (r != GPUARR_OK) {
+        gpuarr__pool_free(d, b, NULL, 0);
+        return r;
+    }
+    *out = b;
+    return GPUARR_OK;
+}
+
+/* Returns b to d's pool. `uses` are the async streams its memory was used on: an event is
+   recorded on each, and until they pass only the freeing stream may reuse it. */
+static void gpuarr__pool_free(gpuarr__dev *d, gpuarr__block *b, gpuarr__stream *const *uses, uint32_t nuses) {
+    gpuarr__pool *p = &d->pool;
+    if (b->view) d->backend->mem_view_release(d, b->view);
+    b->view = NULL;
+    gpuarr__block_event evs[GPUARR__POOL_EVENTS];
+    uint32_t nevs = 0;
+    for (uint32_t i = 0; i < nuses && i < GPUARR__POOL_EVENTS; i++) {
+        gpuarr__event *e = NULL;
+        if (gpuarr__event_new(uses[i]->dev, false, &e) != GPUARR_OK || gpuarr__event_record_raw(e, uses[i]) != GPUARR_OK) {
+            if (e) gpuarr__obj_release(&e->obj);
+            gpuarr__stream_sync_raw(uses[i]); /* cannot record: wait instead */
+            continue;
+        }
+        evs[nevs].stream_serial = uses[i]->serial;
+        evs[nevs].seq = __atomic_add_fetch(&gpuarr__g.event_seq, 1, __ATOMIC_RELAXED);
+        evs[nevs].event = e;
+        nevs++;
+    }
+    pthread_mutex_lock(&p->lock);
+    p->stats.allocated_bytes -= b->size;
+    p->stats.requested_bytes -= b->requested;
+    p->stats.allocations--;
+    b->allocated = false;
+    b->requested = 0;
+    b->owner = nuses == 1 ? uses[0]->serial : 0;
+    for (uint32_t i = 0; i < nevs; i++) gpuarr__block_add_event(b, evs[i]);
+    gpuarr__tlsf *index = gpuarr__pool_index(p, b->seg->small);
+    if (b->prev && !b->prev->allocated && gpuarr__blocks_mergeable(b->prev, b)) {
+        gpuarr__block *left = b->prev;
+        gpuarr__tlsf_remove(index, left);
+        gpuarr__blocks_merge(left, b);
+        b = left;
+    }
+    if (b->next && !b->next->allocated && gpuarr__blocks_mergeable(b, b->next)) {
+        gpuarr__tlsf_remove(index, b->next);
+        gpuarr__blocks_merge(b, b->next);
+    }
+    gpuarr__tlsf_insert(index, b);
+    if (!p->caching && gpuarr__segment_free(b->seg)) gpuarr__segment_release(d, b->seg);
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* Cached bytes above the release threshold go back (at sync points: the events are done). */
+static void gpuarr__pool_apply_threshold(gpuarr__dev *d) {
+    gpuarr__pool *p = &d->pool;
+    if (p->stats.release_threshold_bytes == UINT64_MAX) return;
+    pthread_mutex_lock(&p->lock);
+    if (gpuarr__pool_cached(p) > p->stats.release_threshold_bytes) gpuarr__pool_release_cached(d, 0, p->stats.release_threshold_bytes);
+    pthread_mutex_unlock(&p->lock);
+}
+
+static void gpuarr__pool_init(gpuarr__dev *d) {
+    gpuarr__pool *p = &d->pool;
+    memset(p, 0, sizeof *p);
+    pthread_mutex_init(&p->lock, NULL);
+    p->align = GPUARR__MAX((size_t)512, d->backend->mem_alignment(d));
+    p->caching = gpuarr__g.alloc_conf.caching;
+    uint64_t limit = gpuarr__g.alloc_conf.limit_bytes;
+    if (gpuarr__g.alloc_conf.limit_percent) limit = d->info.total_memory / 100u * gpuarr__g.alloc_conf.limit_percent;
+    p->stats.limit_bytes = limit;
+    p->stats.release_threshold_bytes = gpuarr__g.alloc_conf.release_threshold;
+}
+
+/* Shutdown: every array is gone; the segments go back. */
+static void gpuarr__pool_destroy(gpuarr__dev *d) {
+    gpuarr__pool *p = &d->pool;
+    pthread_mutex_lock(&p->lock);
+    while (p->segments) {
+        gpuarr__segment *seg = p->segments;
+        if (!gpuarr__segment_free(seg)) { /* still in use: unreachable after teardown */
+            gpuarr__log(GPUARR_LOG_WARN, "%s: a pool segment is still in use at shutdown", d->info.spec);
+            p->segments = seg->next;
+            continue;
+        }
+        gpuarr__segment_release(d, seg);
+    }
+    pthread_mutex_unlock(&p->lock);
+    pthread_mutex_destroy(&p->lock);
+}
+
+/* ---------------------------------------------------------------------------------------------
  * Arrays
  * ------------------------------------------------------------------------------------------- */
 static void gpuarr__array_destroy_obj(gpuarr__obj *o) {
     gpuarr__array *a = (gpuarr__array *)o;
     if (a->wrapped) {
         if (a->release_fn) a->release_fn(a->mem, a->release_user);
-    } else if (a->mem) {
-        a->dev->backend->mem_free(a->dev, a->mem);
+    } else if (a->block) { /* in stream order: the streams it was used on record their point */
+        gpuarr__pool_free(a->dev, a->block, a->uses, a->nuses);
     }
+    for (uint32_t i = 0; i < a->nuses; i++) gpuarr__obj_release(&a->uses[i]->obj);
     if (a->ready) gpuarr__obj_release(&a->ready->obj);
     gpuarr__free(a);
+}
+
+/* Notes that a's memory is used by work queued on s (an async stream): its block must not be
+   reused by another stream before s passes this point. A full list waits for its oldest. */
+static void gpuarr__array_note_use(gpuarr__array *a, gpuarr__stream *s) {
+    if (!s || s->dev->backend->synchronous || a->wrapped || !a->block) return;
+    pthread_mutex_t *lock = &gpuarr__g.use_locks[((uintptr_t)a >> 6) % 64u];
+    pthread_mutex_lock(lock);
+    bool known = false;
+    for (uint32_t i = 0; i < a->nuses; i++) known = known || a->uses[i] == s;
+    gpuarr__stream *evicted = NULL;
+    if (!known) {
+        if (a->nuses == GPUARR__POOL_EVENTS) {
+            evicted = a->uses[0];
+            memmove(a->uses, a->uses + 1, sizeof a->uses[0] * (GPUARR__POOL_EVENTS - 1));
+            a->nuses--;
+        }
+        gpuarr__obj_retain(&s->obj);
+        a->uses[a->nuses++] = s;
+    }
+    pthread_mutex_unlock(lock);
+    if (evicted) {
+        gpuarr__stream_sync_raw(evicted);
+        gpuarr__obj_release(&evicted->obj);
+    }
 }
 
 static void gpuarr__release_obj_deferred(void *ctx) { gpuarr__obj_release((gpuarr__obj *)ctx); }
@@ -2021,21 +2682,37 @@ static gpuarr_result gpuarr__array_alloc_struct(gpuarr__dev *d, gpuarr_dtype t, 
     return GPUARR_OK;
 }
 
-/* A new array with device memory (none for an empty array), not yet behind a handle. */
-static gpuarr_result gpuarr__array_new(gpuarr__dev *d, gpuarr_dtype t, int ndim, const int64_t *shape, gpuarr__array **out) {
+static gpuarr__dev *gpuarr__host_dev(void);
+
+/* A new array with memory from d's pool (none for an empty array), not yet behind a handle. s:
+   the stream that will write it (NULL when the host will). With the host fallback on, an array
+   d has no memory for is placed on the host, and the result says so. */
+static gpuarr_result gpuarr__array_new(gpuarr__dev *d, gpuarr_dtype t, int ndim, const int64_t *shape, gpuarr__stream *s,
+                                       gpuarr__array **out) {
     gpuarr__array *a;
     GPUARR__CHECK(gpuarr__array_alloc_struct(d, t, ndim, shape, &a));
-    gpuarr_result r = GPUARR_OK;
-    if (a->nbytes > 0) {
-        r = gpuarr__dev_open(d);
-        if (r == GPUARR_OK) r = d->backend->mem_alloc(d, a->nbytes, &a->mem);
+    gpuarr_result r = a->nbytes ? gpuarr__pool_alloc(d, a->nbytes, s, &a->block) : GPUARR_OK;
+    if (r == GPUARR_ERROR_OUT_OF_MEMORY && gpuarr__g.alloc_conf.host_fallback && d != gpuarr__host_dev()) {
+        gpuarr__log(GPUARR_LOG_WARN, "%s; placing the array on the host instead", gpuarr__tls.error);
+        r = gpuarr__pool_alloc(gpuarr__host_dev(), a->nbytes, NULL, &a->block);
+        if (r == GPUARR_OK) {
+            pthread_mutex_lock(&d->pool.lock);
+            d->pool.stats.host_fallbacks++;
+            pthread_mutex_unlock(&d->pool.lock);
+            a->dev = gpuarr__host_dev();
+            r = GPUARR_PLACED_ON_HOST;
+        }
     }
-    if (r != GPUARR_OK) {
+    if (r != GPUARR_OK && r != GPUARR_PLACED_ON_HOST) {
         gpuarr__free(a);
         return r;
     }
+    if (a->block) {
+        a->mem = a->block->view;
+        a->offset = a->block->view_offset;
+    }
     *out = a;
-    return GPUARR_OK;
+    return r;
 }
 
 static gpuarr_result gpuarr__array_publish(gpuarr__array *a, uint32_t *id) {
@@ -2073,31 +2750,25 @@ static gpuarr__view gpuarr__make_view(gpuarr__dev *d, void *mem, size_t offset, 
 
 static unsigned char *gpuarr__view_host_ptr(gpuarr__view v) { return (unsigned char *)v.mem + v.offset; }
 
-typedef struct gpuarr__device_mem {
-    gpuarr__dev *dev;
-    void *mem;
-} gpuarr__device_mem;
+/* A temporary on s's device from its pool, and its return in s's order (s may reuse it at once). */
+typedef gpuarr__block gpuarr__device_mem;
 
-static void gpuarr__free_device_mem_deferred(void *ctx) {
-    gpuarr__device_mem *m = (gpuarr__device_mem *)ctx;
-    m->dev->backend->mem_free(m->dev, m->mem);
-    gpuarr__free(m);
+static gpuarr_result gpuarr__temp_alloc(gpuarr__stream *s, size_t bytes, gpuarr__device_mem **out) {
+    return gpuarr__pool_alloc(s->dev, bytes, s, out);
 }
+
+static void gpuarr__temp_free(gpuarr__stream *s, gpuarr__device_mem *tmp) {
+    gpuarr__stream *uses[1] = {s};
+    gpuarr__pool_free(s->dev, tmp, uses, s->dev->backend->synchronous ? 0u : 1u);
+}
+
+/* A temporary written on one stream and read on another of its device (peer copies). */
+static void gpuarr__temp_free2(gpuarr__stream *a, gpuarr__stream *b, gpuarr__device_mem *tmp) {
+    gpuarr__stream *uses[2] = {a, b};
+    gpuarr__pool_free(b->dev, tmp, uses, b->dev->backend->synchronous ? 0u : a == b ? 1u : 2u);
+}
+
 static void gpuarr__free_host_deferred(void *ctx) { gpuarr__aligned_free(ctx); }
-
-/* A temporary buffer on d, freed (via gpuarr__temp_release) when the stream passes. */
-static gpuarr_result gpuarr__temp_alloc(gpuarr__dev *d, size_t bytes, gpuarr__device_mem **out) {
-    gpuarr__device_mem *m = (gpuarr__device_mem *)gpuarr__malloc(sizeof *m);
-    if (!m) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a temporary buffer record");
-    m->dev = d;
-    gpuarr_result r = d->backend->mem_alloc(d, bytes, &m->mem);
-    if (r != GPUARR_OK) {
-        gpuarr__free(m);
-        return r;
-    }
-    *out = m;
-    return GPUARR_OK;
-}
 
 static gpuarr_result gpuarr__host_temp(size_t bytes, void **out) {
     *out = gpuarr__aligned_malloc(bytes, 64);
@@ -2139,10 +2810,10 @@ static gpuarr_result gpuarr__upload(gpuarr__stream *s, gpuarr__view dst, gpuarr_
         return r;
     }
     gpuarr__device_mem *tmp;
-    GPUARR__CHECK(gpuarr__temp_alloc(s->dev, n * ssz, &tmp));
-    gpuarr_result r = b->copy_h2d(s, tmp->mem, 0, sp, n * ssz);
-    if (r == GPUARR_OK) r = b->cast(s, dst.mem, dst.offset, dst.dtype, tmp->mem, 0, src.dtype, n);
-    gpuarr__stream_defer(s, gpuarr__free_device_mem_deferred, tmp);
+    GPUARR__CHECK(gpuarr__temp_alloc(s, n * ssz, &tmp));
+    gpuarr_result r = b->copy_h2d(s, tmp->view, tmp->view_offset, sp, n * ssz);
+    if (r == GPUARR_OK) r = b->cast(s, dst.mem, dst.offset, dst.dtype, tmp->view, tmp->view_offset, src.dtype, n);
+    gpuarr__temp_free(s, tmp);
     return r;
 }
 
@@ -2155,10 +2826,10 @@ static gpuarr_result gpuarr__download(gpuarr__stream *s, gpuarr__view dst, gpuar
     if (src.dtype == dst.dtype) return b->copy_d2h(s, dp, src.mem, src.offset, n * ssz);
     if (dsz <= ssz) {
         gpuarr__device_mem *tmp;
-        GPUARR__CHECK(gpuarr__temp_alloc(s->dev, n * dsz, &tmp));
-        gpuarr_result r = b->cast(s, tmp->mem, 0, dst.dtype, src.mem, src.offset, src.dtype, n);
-        if (r == GPUARR_OK) r = b->copy_d2h(s, dp, tmp->mem, 0, n * dsz);
-        gpuarr__stream_defer(s, gpuarr__free_device_mem_deferred, tmp);
+        GPUARR__CHECK(gpuarr__temp_alloc(s, n * dsz, &tmp));
+        gpuarr_result r = b->cast(s, tmp->view, tmp->view_offset, dst.dtype, src.mem, src.offset, src.dtype, n);
+        if (r == GPUARR_OK) r = b->copy_d2h(s, dp, tmp->view, tmp->view_offset, n * dsz);
+        gpuarr__temp_free(s, tmp);
         return r;
     }
     void *tmp;
@@ -2181,25 +2852,24 @@ static gpuarr_result gpuarr__move_peer(gpuarr__stream *ss, gpuarr__stream *ds, g
         gpuarr__view from = src;
         *last = ss;
         if (src.dtype != dst.dtype) {
-            GPUARR__CHECK(gpuarr__temp_alloc(ss->dev, n * dsz, &tmp));
-            from = gpuarr__make_view(ss->dev, tmp->mem, 0, dst.dtype);
-            r = b->cast(ss, tmp->mem, 0, dst.dtype, src.mem, src.offset, src.dtype, n);
+            GPUARR__CHECK(gpuarr__temp_alloc(ss, n * dsz, &tmp));
+            from = gpuarr__make_view(ss->dev, tmp->view, tmp->view_offset, dst.dtype);
+            r = b->cast(ss, tmp->view, tmp->view_offset, dst.dtype, src.mem, src.offset, src.dtype, n);
             if (r != GPUARR_OK) {
-                gpuarr__stream_defer(ss, gpuarr__free_device_mem_deferred, tmp);
+                gpuarr__temp_free(ss, tmp);
                 return r;
             }
         }
         r = b->copy_peer(ss, dst.dev, dst.mem, dst.offset, ss->dev, from.mem, from.offset, n * dsz);
-        if (tmp) gpuarr__stream_defer(ss, gpuarr__free_device_mem_deferred, tmp);
+        if (tmp) gpuarr__temp_free(ss, tmp);
         return r;
     }
     *last = ds; /* copy the narrow bytes, widen on the destination */
-    GPUARR__CHECK(gpuarr__temp_alloc(ds->dev, n * ssz, &tmp));
-    r = b->copy_peer(ss, ds->dev, tmp->mem, 0, ss->dev, src.mem, src.offset, n * ssz);
+    GPUARR__CHECK(gpuarr__temp_alloc(ds, n * ssz, &tmp));
+    r = b->copy_peer(ss, ds->dev, tmp->view, tmp->view_offset, ss->dev, src.mem, src.offset, n * ssz);
     if (r == GPUARR_OK) r = gpuarr__stream_order(ds, ss);
-    if (r == GPUARR_OK) r = b->cast(ds, dst.mem, dst.offset, dst.dtype, tmp->mem, 0, src.dtype, n);
-    if (r != GPUARR_OK) gpuarr__stream_sync_raw(ss); /* the copy may still be writing tmp */
-    gpuarr__stream_defer(ds, gpuarr__free_device_mem_deferred, tmp);
+    if (r == GPUARR_OK) r = b->cast(ds, dst.mem, dst.offset, dst.dtype, tmp->view, tmp->view_offset, src.dtype, n);
+    gpuarr__temp_free2(ss, ds, tmp); /* written on ss, read on ds */
     return r;
 }
 
@@ -2244,9 +2914,16 @@ typedef struct gpuarr__transfer {
 } gpuarr__transfer;
 
 /* Async: the result is valid once the last stream passes this point. Record that on the result,
-   keep both arrays alive until then, and make the caller's stream wait for it too, so that
-   "ready when the stream is" holds. */
-static gpuarr_result gpuarr__transfer_finish_async(gpuarr__transfer *t, gpuarr__stream *last) {
+   note the streams the arrays' memory is used on (so a release frees it in their order), keep
+   caller memory (wrapped arrays) alive until then, and make the caller's stream wait for it
+   too, so that "ready when the stream is" holds. */
+static gpuarr_result gpuarr__transfer_finish_async(gpuarr__transfer *t, gpuarr__stream *ss, gpuarr__stream *ds, gpuarr__stream *last) {
+    gpuarr__array *arrays[2] = {t->src_array, t->dst_array};
+    for (int i = 0; i < 2; i++) {
+        if (!arrays[i]) continue;
+        gpuarr__array_note_use(arrays[i], ss);
+        gpuarr__array_note_use(arrays[i], ds);
+    }
     if (last->dev->backend->synchronous) return GPUARR_OK;
     gpuarr__event *ready;
     GPUARR__CHECK(gpuarr__event_new(last->dev, false, &ready));
@@ -2257,11 +2934,10 @@ static gpuarr_result gpuarr__transfer_finish_async(gpuarr__transfer *t, gpuarr__
     }
     if (t->dst_array) t->dst_array->ready = ready;
     else gpuarr__obj_release(&ready->obj);
-    gpuarr__obj *keep[2] = {t->src_array ? &t->src_array->obj : NULL, t->dst_array ? &t->dst_array->obj : NULL};
     for (int i = 0; i < 2; i++) {
-        if (!keep[i]) continue;
-        gpuarr__obj_retain(keep[i]);
-        gpuarr__stream_defer(last, gpuarr__release_obj_deferred, keep[i]);
+        if (!arrays[i] || !arrays[i]->wrapped) continue;
+        gpuarr__obj_retain(&arrays[i]->obj);
+        gpuarr__stream_defer(last, gpuarr__release_obj_deferred, &arrays[i]->obj);
     }
     if (t->explicit_stream && t->explicit_stream != last) r = gpuarr__stream_order(t->explicit_stream, last);
     return r;
@@ -2274,7 +2950,7 @@ static gpuarr_result gpuarr__transfer_run(gpuarr__transfer *t) {
     if (r == GPUARR_OK && t->src_array && t->src_array->ready) r = gpuarr__stream_wait_raw(ss, t->src_array->ready);
     if (r == GPUARR_OK) r = gpuarr__move(ss, ds, t->dst, t->src, t->count, &last);
     if (r == GPUARR_OK && !t->async) r = gpuarr__stream_sync_raw(last);
-    if (r == GPUARR_OK && t->async) r = gpuarr__transfer_finish_async(t, last);
+    if (r == GPUARR_OK && t->async) r = gpuarr__transfer_finish_async(t, ss, ds, last);
     if (r != GPUARR_OK) { /* nothing may still be reading or writing once we report failure */
         if (ss) gpuarr__stream_sync_raw(ss);
         if (ds && ds != ss) gpuarr__stream_sync_raw(ds);
@@ -2321,7 +2997,12 @@ static gpuarr_result gpuarr__convert(gpuarr_array src, gpuarr_device dst, gpuarr
         if (r == GPUARR_OK) r = gpuarr__table_retain(&gpuarr__g.arrays, src.id, "src");
         id = src.id;
     } else if (r == GPUARR_OK) {
-        r = gpuarr__array_new(d, dt, a->ndim, a->shape, &b);
+        gpuarr__stream *writer = NULL;
+        r = gpuarr__stream_for(d, es, &writer);
+        gpuarr_result placed = GPUARR_OK;
+        if (r == GPUARR_OK) r = placed = gpuarr__array_new(d, dt, a->ndim, a->shape, writer, &b);
+        if (writer) gpuarr__obj_release(&writer->obj);
+        if (r == GPUARR_PLACED_ON_HOST) r = GPUARR_OK;
         if (r == GPUARR_OK) {
             gpuarr__transfer tr;
             memset(&tr, 0, sizeof tr);
@@ -2335,11 +3016,12 @@ static gpuarr_result gpuarr__convert(gpuarr_array src, gpuarr_device dst, gpuarr
             r = gpuarr__transfer_run(&tr);
             if (r == GPUARR_OK) r = gpuarr__array_publish(b, &id);
             else gpuarr__obj_release(&b->obj);
+            if (r == GPUARR_OK) r = placed;
         }
     }
     if (es) gpuarr__obj_release(&es->obj);
     gpuarr__obj_release(&a->obj);
-    if (r == GPUARR_OK) out->id = id;
+    if (r == GPUARR_OK || r == GPUARR_PLACED_ON_HOST) out->id = id;
     return r;
 }
 
@@ -2478,6 +3160,77 @@ static gpuarr_result gpuarr__select_host_isa(const char *want) {
     return GPUARR_OK;
 }
 
+/* "123", "64K", "512MiB", "2G": bytes (K/M/G/T = powers of 1024). */
+static bool gpuarr__parse_bytes(const char *s, size_t len, uint64_t *out) {
+    size_t i = 0;
+    uint64_t v = 0;
+    for (; i < len && s[i] >= '0' && s[i] <= '9'; i++) {
+        if (v > (UINT64_MAX - 9) / 10) return false;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    if (i == 0) return false;
+    unsigned shift = 0;
+    if (i < len) {
+        char u = s[i] >= 'a' ? (char)(s[i] - 32) : s[i];
+        shift = u == 'K' ? 10u : u == 'M' ? 20u : u == 'G' ? 30u : u == 'T' ? 40u : 99u;
+        if (shift == 99u) return false;
+        i++;
+        if (i < len && (s[i] == 'i' || s[i] == 'I')) i++;
+        if (i < len && (s[i] == 'b' || s[i] == 'B')) i++;
+    }
+    if (i != len || (shift && v > (UINT64_MAX >> shift))) return false;
+    *out = v << shift;
+    return true;
+}
+
+/* GPUARR_ALLOC_CONF / desc.alloc_conf: "key:value,..." with keys limit (bytes or N%),
+   release_threshold (bytes; "none" = never), max_split_size (bytes; 0 = split any block),
+   caching (0/1), host_fallback (0/1). An unknown key or a bad value fails gpuarr_init. */
+static gpuarr_result gpuarr__parse_alloc_conf(const char *text) {
+    for (const char *p = text; *p;) {
+        size_t len = strcspn(p, ",");
+        const char *colon = (const char *)memchr(p, ':', len);
+        if (!colon)
+            return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "GPUARR_ALLOC_CONF: \"%.*s\" is not key:value", (int)len, p);
+        size_t klen = (size_t)(colon - p), vlen = len - klen - 1;
+        const char *v = colon + 1;
+        uint64_t n = 0;
+        bool ok = true;
+#define GPUARR__KEY(name) (klen == sizeof(name) - 1 && strncmp(p, name, klen) == 0)
+        if (GPUARR__KEY("limit")) {
+            if (vlen > 1 && v[vlen - 1] == '%') {
+                long pct = 0;
+                ok = gpuarr__parse_uint(v, vlen - 1, 100, &pct) && pct > 0;
+                gpuarr__g.alloc_conf.limit_percent = (uint32_t)pct;
+            } else {
+                ok = gpuarr__parse_bytes(v, vlen, &n);
+                gpuarr__g.alloc_conf.limit_bytes = n;
+            }
+        } else if (GPUARR__KEY("release_threshold")) {
+            if (vlen == 4 && strncmp(v, "none", 4) == 0) n = UINT64_MAX;
+            else ok = gpuarr__parse_bytes(v, vlen, &n);
+            gpuarr__g.alloc_conf.release_threshold = n;
+        } else if (GPUARR__KEY("max_split_size")) {
+            ok = gpuarr__parse_bytes(v, vlen, &n);
+            gpuarr__g.alloc_conf.max_split = n;
+        } else if (GPUARR__KEY("caching") || GPUARR__KEY("host_fallback")) {
+            ok = vlen == 1 && (v[0] == '0' || v[0] == '1');
+            if (GPUARR__KEY("caching")) gpuarr__g.alloc_conf.caching = v[0] == '1';
+            else gpuarr__g.alloc_conf.host_fallback = gpuarr__g.alloc_conf.host_fallback || v[0] == '1';
+        } else {
+            return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT,
+                                "GPUARR_ALLOC_CONF: unknown key \"%.*s\" (known: limit, release_threshold, max_split_size, caching, "
+                                "host_fallback)",
+                                (int)klen, p);
+        }
+#undef GPUARR__KEY
+        if (!ok) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "GPUARR_ALLOC_CONF: bad value in \"%.*s\"", (int)len, p);
+        p += len;
+        if (*p) p++;
+    }
+    return GPUARR_OK;
+}
+
 static gpuarr_result gpuarr__resolve_config(const gpuarr_desc *d) {
     if (!d->allocator.alloc_fn != !d->allocator.free_fn)
         return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "desc->allocator: set both alloc_fn and free_fn, or neither");
@@ -2506,6 +3259,14 @@ static gpuarr_result gpuarr__resolve_config(const gpuarr_desc *d) {
     GPUARR__CHECK(gpuarr__select_host_isa(gpuarr__env("GPUARR_HOST_ISA")));
     const char *filter = d->devices ? d->devices : gpuarr__env("GPUARR_DEVICES");
     if (filter) GPUARR__CHECK(gpuarr__parse_filter(filter));
+    gpuarr__g.alloc_conf.caching = true;
+    gpuarr__g.alloc_conf.release_threshold = UINT64_MAX;
+    gpuarr__g.alloc_conf.host_fallback = d->oom_host_fallback;
+    const char *conf = d->alloc_conf ? d->alloc_conf : gpuarr__env("GPUARR_ALLOC_CONF");
+    if (conf) GPUARR__CHECK(gpuarr__parse_alloc_conf(conf));
+    const char *faults = gpuarr__env("GPUARR_FAULTS");
+    if (faults && !(gpuarr__g.faults_conf = gpuarr__strdup(faults)))
+        return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for GPUARR_FAULTS");
     return GPUARR_OK;
 }
 
@@ -2563,6 +3324,7 @@ static gpuarr_result gpuarr__registry_add(const gpuarr__backend *b, int index) {
     if (b->id == GPUARR_BACKEND_HOST) snprintf(d->info.spec, sizeof d->info.spec, "host");
     else snprintf(d->info.spec, sizeof d->info.spec, "%s:%d", b->name, index);
     pthread_mutex_init(&d->lock, NULL);
+    gpuarr__pool_init(d);
     gpuarr__g.device_count++;
     return GPUARR_OK;
 }
@@ -2616,25 +3378,39 @@ static void gpuarr__teardown(void) {
     }
     for (int i = 0; i < gpuarr__g.device_count; i++) {
         gpuarr__dev *d = &gpuarr__g.devices[i];
+        gpuarr__pool_destroy(d);
         if (d->opened) d->backend->device_close(d);
         pthread_mutex_destroy(&d->lock);
     }
     for (int i = GPUARR_BACKEND_COUNT - 1; i > 0; i--)
         if (gpuarr__g.backend_loaded[i]) gpuarr__backends[i]->unload();
     if (gpuarr__g.workers.wanted) gpuarr__workers_stop(&gpuarr__g.workers);
+    if (gpuarr__g.locks_ready) {
+        pthread_mutex_destroy(&gpuarr__g.oom_lock);
+        for (int i = 0; i < 64; i++) pthread_mutex_destroy(&gpuarr__g.use_locks[i]);
+    }
+    gpuarr__free(gpuarr__g.faults_conf);
     gpuarr__free(gpuarr__g.devices);
     gpuarr__free(gpuarr__g.filter);
     gpuarr__free(gpuarr__g.devices_filter);
     uint32_t epoch = gpuarr__g.epoch;
+    uint64_t serials = gpuarr__g.stream_serial, seq = gpuarr__g.event_seq;
     memset(&gpuarr__g, 0, sizeof gpuarr__g);
     gpuarr__g.epoch = epoch;
+    gpuarr__g.stream_serial = serials;
+    gpuarr__g.event_seq = seq;
 }
+
+static gpuarr_result gpuarr__apply_faults(const char *text);
 
 static gpuarr_result gpuarr__startup(const gpuarr_desc *desc) {
     gpuarr_desc d;
     memset(&d, 0, sizeof d);
     if (desc) d = *desc;
     gpuarr__g.epoch++;
+    pthread_mutex_init(&gpuarr__g.oom_lock, NULL);
+    for (int i = 0; i < 64; i++) pthread_mutex_init(&gpuarr__g.use_locks[i], NULL);
+    gpuarr__g.locks_ready = true;
     gpuarr_result r = gpuarr__resolve_config(&d);
     if (r == GPUARR_OK) {
         uint32_t gen = gpuarr__g.epoch * 97u; /* ids of earlier init cycles start elsewhere */
@@ -2644,6 +3420,7 @@ static gpuarr_result gpuarr__startup(const gpuarr_desc *desc) {
         gpuarr__workers_init(&gpuarr__g.workers, gpuarr__g.host_threads);
         r = gpuarr__registry_build();
     }
+    if (r == GPUARR_OK && gpuarr__g.faults_conf) r = gpuarr__apply_faults(gpuarr__g.faults_conf);
     if (r != GPUARR_OK) {
         gpuarr_allocator keep = gpuarr__g.allocator; /* teardown frees with the same allocator */
         gpuarr__g.allocator = keep;
@@ -2692,6 +3469,7 @@ GPUARR_API gpuarr_result gpuarr_query_desc(gpuarr_desc *out) {
     out->log_level = gpuarr__g.log_level;
     out->devices = gpuarr__g.devices_filter;
     out->host_threads = gpuarr__g.host_threads;
+    out->oom_host_fallback = gpuarr__g.alloc_conf.host_fallback;
     return GPUARR_OK;
 }
 
@@ -2790,10 +3568,20 @@ static gpuarr__dev *gpuarr__best_of_backend(gpuarr_backend b) {
     return best;
 }
 
+static gpuarr_result gpuarr__find_device(const char *spec, gpuarr__dev **out);
+
 GPUARR_API gpuarr_result gpuarr_device_find(const char *spec, gpuarr_device *out) {
     GPUARR__BEGIN();
     GPUARR__REQUIRE_PTR(spec);
     GPUARR__REQUIRE_PTR(out);
+    gpuarr__dev *found;
+    GPUARR__CHECK(gpuarr__find_device(spec, &found));
+    *out = found->info.device;
+    return GPUARR_OK;
+}
+
+/* The device a spec names (the registry must be built; used during init too). */
+static gpuarr_result gpuarr__find_device(const char *spec, gpuarr__dev **out) {
     gpuarr__dev *found = NULL;
     gpuarr_backend b;
     int index;
@@ -2820,7 +3608,7 @@ GPUARR_API gpuarr_result gpuarr_device_find(const char *spec, gpuarr_device *out
         return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT,
                             "spec \"%s\" is not one of host, cpu, gpu, any, cuda, cuda:N, opencl, opencl:N", spec);
     }
-    *out = found->info.device;
+    *out = found;
     return GPUARR_OK;
 }
 
@@ -2884,25 +3672,28 @@ static gpuarr_result gpuarr__create(gpuarr_device d, gpuarr_dtype t, int ndim, c
                                     gpuarr_array *out) {
     GPUARR__REQUIRE_PTR(out);
     gpuarr__dev *dev;
-    gpuarr__array *a;
+    gpuarr__array *a = NULL;
+    gpuarr__stream *s = NULL;
     GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
-    GPUARR__CHECK(gpuarr__array_new(dev, t, ndim, shape, &a));
-    gpuarr_result r = GPUARR_OK;
-    if (zero && a->nbytes) {
-        gpuarr__stream *s;
-        r = gpuarr__stream_for(dev, NULL, &s);
+    GPUARR__CHECK(gpuarr__stream_for(dev, NULL, &s));
+    gpuarr_result r = gpuarr__array_new(dev, t, ndim, shape, s, &a), placed = r;
+    if (r == GPUARR_PLACED_ON_HOST) r = GPUARR_OK;
+    if (r == GPUARR_OK && zero && a->nbytes) {
+        gpuarr__stream *fs = s;
+        if (a->dev != dev) r = gpuarr__stream_for(a->dev, NULL, &fs); /* placed on the host */
         if (r == GPUARR_OK) {
-            r = dev->backend->fill_zero(s, a->mem, 0, a->nbytes);
-            if (r == GPUARR_OK) r = gpuarr__stream_sync_raw(s);
-            else gpuarr__stream_sync_raw(s);
-            gpuarr__obj_release(&s->obj);
+            r = a->dev->backend->fill_zero(fs, a->mem, a->offset, a->nbytes);
+            gpuarr_result sr = gpuarr__stream_sync_raw(fs);
+            if (r == GPUARR_OK) r = sr;
+            if (fs != s) gpuarr__obj_release(&fs->obj);
         }
     }
+    gpuarr__obj_release(&s->obj);
     uint32_t id = 0;
     if (r == GPUARR_OK) r = gpuarr__array_publish(a, &id);
-    else gpuarr__obj_release(&a->obj);
+    else if (a) gpuarr__obj_release(&a->obj);
     if (r == GPUARR_OK) out->id = id;
-    return r;
+    return r == GPUARR_OK ? placed : r;
 }
 
 GPUARR_API gpuarr_result gpuarr_empty(gpuarr_device d, gpuarr_dtype t, int ndim, const int64_t *shape, gpuarr_array *out) {
@@ -2930,19 +3721,23 @@ GPUARR_API gpuarr_result gpuarr_from_host_as(gpuarr_device d, gpuarr_dtype t, co
     if ((uintptr_t)data % gpuarr__dtype_sizes[t] != 0)
         return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "data %p is not aligned to %zu bytes (the size of %s)", data,
                             gpuarr__dtype_sizes[t], gpuarr__dtype_names[t]);
-    GPUARR__CHECK(gpuarr__array_new(dev, t, ndim, shape, &a));
+    gpuarr__stream *writer;
+    GPUARR__CHECK(gpuarr__stream_for(dev, NULL, &writer));
+    gpuarr_result r = gpuarr__array_new(dev, t, ndim, shape, writer, &a), placed = r;
+    gpuarr__obj_release(&writer->obj);
+    if (r != GPUARR_OK && r != GPUARR_PLACED_ON_HOST) return r;
     gpuarr__transfer tr;
     memset(&tr, 0, sizeof tr);
     tr.dst = gpuarr__array_view(a);
     tr.src = gpuarr__make_view(gpuarr__host_dev(), (void *)(uintptr_t)data, 0, t);
     tr.count = (size_t)count;
     tr.dst_array = a;
-    gpuarr_result r = gpuarr__transfer_run(&tr);
+    r = gpuarr__transfer_run(&tr);
     uint32_t id = 0;
     if (r == GPUARR_OK) r = gpuarr__array_publish(a, &id);
     else gpuarr__obj_release(&a->obj);
     if (r == GPUARR_OK) out->id = id;
-    return r;
+    return r == GPUARR_OK ? placed : r;
 }
 
 GPUARR_API gpuarr_result gpuarr_to_host_as(gpuarr_array arr, gpuarr_dtype t, void *data, size_t count) {
@@ -3265,6 +4060,239 @@ GPUARR_API gpuarr_result gpuarr_event_elapsed_ms(gpuarr_event start, gpuarr_even
     if (r == GPUARR_OK) *ms = value;
     gpuarr__obj_release(&a->obj);
     gpuarr__obj_release(&b->obj);
+    return r;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Memory pools: the public side
+ * ------------------------------------------------------------------------------------------- */
+/* GPUARR_FAULTS: "host:nth=3,opencl:0:above=1M" -- per device, fail the nth raw allocation from
+   init, or every raw allocation above a size. */
+static gpuarr_result gpuarr__apply_faults(const char *text) {
+    gpuarr__tls.api = "gpuarr_init";
+    for (const char *p = text; *p;) {
+        size_t len = strcspn(p, ",");
+        char item[128];
+        if (len >= sizeof item) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "GPUARR_FAULTS: item too long");
+        memcpy(item, p, len);
+        item[len] = '\0';
+        char *colon = strrchr(item, ':'), *eq = colon ? strchr(colon, '=') : NULL;
+        gpuarr__dev *d = NULL;
+        uint64_t n = 0;
+        if (colon) *colon = '\0';
+        bool ok = colon && eq && gpuarr__parse_bytes(eq + 1, strlen(eq + 1), &n) &&
+                  (strncmp(colon + 1, "nth=", 4) == 0 || strncmp(colon + 1, "above=", 6) == 0);
+        ok = ok && gpuarr__find_device(item, &d) == GPUARR_OK;
+        if (!ok)
+            return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT,
+                                "GPUARR_FAULTS: \"%.*s\" is not <device>:nth=N or <device>:above=BYTES for a present device", (int)len, p);
+        if (colon[1] == 'n') d->pool.fault_countdown = n;
+        else d->pool.fault_above = n;
+        p += len;
+        if (*p) p++;
+    }
+    return GPUARR_OK;
+}
+
+GPUARR_API gpuarr_result gpuarr_pool_get_stats(gpuarr_device d, gpuarr_pool_stats *out) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(out);
+    gpuarr__dev *dev;
+    GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
+    pthread_mutex_lock(&dev->pool.lock);
+    *out = dev->pool.stats;
+    pthread_mutex_unlock(&dev->pool.lock);
+    return GPUARR_OK;
+}
+
+GPUARR_API gpuarr_result gpuarr_pool_reset_peaks(gpuarr_device d) {
+    GPUARR__BEGIN();
+    gpuarr__dev *dev;
+    GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
+    gpuarr_pool_stats *st = &dev->pool.stats;
+    pthread_mutex_lock(&dev->pool.lock);
+    st->peak_allocated_bytes = st->allocated_bytes;
+    st->peak_requested_bytes = st->requested_bytes;
+    st->peak_reserved_bytes = st->reserved_bytes;
+    st->peak_allocations = st->allocations;
+    st->peak_segments = st->segments;
+    pthread_mutex_unlock(&dev->pool.lock);
+    return GPUARR_OK;
+}
+
+GPUARR_API gpuarr_result gpuarr_pool_set_limit(gpuarr_device d, uint64_t bytes) {
+    GPUARR__BEGIN();
+    gpuarr__dev *dev;
+    GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
+    gpuarr__pool *p = &dev->pool;
+    pthread_mutex_lock(&p->lock);
+    p->stats.limit_bytes = bytes;
+    if (bytes && p->stats.reserved_bytes > bytes) /* shed cache; live arrays stay */
+        gpuarr__pool_release_cached(dev, 0, bytes > p->stats.allocated_bytes ? bytes - p->stats.allocated_bytes : 0);
+    pthread_mutex_unlock(&p->lock);
+    return GPUARR_OK;
+}
+
+GPUARR_API gpuarr_result gpuarr_pool_trim(gpuarr_device d) {
+    GPUARR__BEGIN();
+    gpuarr__dev *dev;
+    GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
+    gpuarr__collect_device(dev); /* frees that were waiting on finished work */
+    pthread_mutex_lock(&dev->pool.lock);
+    gpuarr__pool_release_cached(dev, 0, 0);
+    pthread_mutex_unlock(&dev->pool.lock);
+    return GPUARR_OK;
+}
+
+static int gpuarr__format_bytes(char *out, size_t cap, uint64_t n) {
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)n;
+    int u = 0;
+    while (v >= 1024.0 && u < 4) v /= 1024.0, u++;
+    return snprintf(out, cap, u ? "%.1f %s" : "%.0f %s", v, units[u]);
+}
+
+GPUARR_API gpuarr_result gpuarr_pool_summary(gpuarr_device d, char *buf, size_t len) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(buf);
+    if (!len) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "len is 0");
+    gpuarr__dev *dev;
+    gpuarr_pool_stats st;
+    GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
+    pthread_mutex_lock(&dev->pool.lock);
+    st = dev->pool.stats;
+    pthread_mutex_unlock(&dev->pool.lock);
+    char a[3][24];
+    size_t used = 0;
+#define GPUARR__PUT(...)                                                                       \
+    do {                                                                                       \
+        int n_ = snprintf(buf + used, len - used, __VA_ARGS__);                                \
+        used += n_ > 0 ? GPUARR__MIN((size_t)n_, len - used - 1) : 0;                          \
+    } while (0)
+#define GPUARR__ROW(label, cur, peak, total)                                                   \
+    do {                                                                                       \
+        gpuarr__format_bytes(a[0], sizeof a[0], cur);                                          \
+        gpuarr__format_bytes(a[1], sizeof a[1], peak);                                         \
+        gpuarr__format_bytes(a[2], sizeof a[2], total);                                        \
+        GPUARR__PUT("  %-16s %14s %14s %14s\n", label, a[0], a[1], a[2]);                      \
+    } while (0)
+    GPUARR__PUT("memory pool of %s (%s)\n  %-16s %14s %14s %14s\n", dev->info.spec, dev->pool.caching ? "caching" : "not caching",
+                "", "current", "peak", "total");
+    GPUARR__ROW("allocated", st.allocated_bytes, st.peak_allocated_bytes, st.total_allocated_bytes);
+    GPUARR__ROW("requested", st.requested_bytes, st.peak_requested_bytes, st.total_requested_bytes);
+    GPUARR__ROW("reserved", st.reserved_bytes, st.peak_reserved_bytes, st.total_reserved_bytes);
+    GPUARR__PUT("  %-16s %14llu %14llu %14llu\n", "allocations", (unsigned long long)st.allocations,
+                (unsigned long long)st.peak_allocations, (unsigned long long)st.total_allocations);
+    GPUARR__PUT("  %-16s %14llu %14llu %14llu\n", "segments", (unsigned long long)st.segments, (unsigned long long)st.peak_segments,
+                (unsigned long long)st.total_segments);
+    gpuarr__format_bytes(a[0], sizeof a[0], st.limit_bytes);
+    gpuarr__format_bytes(a[1], sizeof a[1], st.release_threshold_bytes);
+    GPUARR__PUT("  limit %s, release threshold %s\n", st.limit_bytes ? a[0] : "none",
+                st.release_threshold_bytes == UINT64_MAX ? "none" : a[1]);
+    GPUARR__PUT("  cache hits %llu, misses %llu; device allocations %llu, frees %llu; cross-stream waits %llu\n",
+                (unsigned long long)st.cache_hits, (unsigned long long)st.cache_misses, (unsigned long long)st.backend_allocs,
+                (unsigned long long)st.backend_frees, (unsigned long long)st.cross_stream_waits);
+    GPUARR__PUT("  out of memory: handler calls %llu, oversize releases %llu, waits %llu, trims %llu, retries %llu, "
+                "failures %llu, placed on host %llu\n",
+                (unsigned long long)st.oom_handler_calls, (unsigned long long)st.oom_oversize_releases, (unsigned long long)st.oom_waits,
+                (unsigned long long)st.oom_trims, (unsigned long long)st.oom_retries, (unsigned long long)st.oom_failures,
+                (unsigned long long)st.host_fallbacks);
+#undef GPUARR__ROW
+#undef GPUARR__PUT
+    return GPUARR_OK;
+}
+
+GPUARR_API gpuarr_result gpuarr_pool_snapshot(gpuarr_device d, gpuarr_pool_segment_info *segments, size_t max_segments,
+                                              size_t *segment_count, gpuarr_pool_block_info *blocks, size_t max_blocks,
+                                              size_t *block_count) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(segment_count);
+    GPUARR__REQUIRE_PTR(block_count);
+    if ((max_segments && !segments) || (max_blocks && !blocks))
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "a NULL array with a nonzero max");
+    gpuarr__dev *dev;
+    GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
+    size_t ns = 0, nb = 0;
+    pthread_mutex_lock(&dev->pool.lock);
+    for (gpuarr__segment *seg = dev->pool.segments; seg; seg = seg->next, ns++) {
+        if (ns < max_segments) {
+            segments[ns].size = seg->size;
+            segments[ns].small_pool = seg->small;
+            segments[ns].first_block = (uint32_t)nb;
+            segments[ns].block_count = 0;
+        }
+        for (gpuarr__block *b = seg->first; b; b = b->next, nb++) {
+            if (ns < max_segments) segments[ns].block_count++;
+            if (nb >= max_blocks) continue;
+            blocks[nb].offset = b->offset;
+            blocks[nb].size = b->size;
+            blocks[nb].requested = b->requested;
+            blocks[nb].allocated = b->allocated;
+            blocks[nb].pending_events = b->nevents;
+        }
+    }
+    pthread_mutex_unlock(&dev->pool.lock);
+    *segment_count = ns;
+    *block_count = nb;
+    return GPUARR_OK;
+}
+
+GPUARR_API gpuarr_result gpuarr_oom_handler_add(gpuarr_oom_fn fn, void *user_data) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(fn);
+    pthread_mutex_lock(&gpuarr__g.oom_lock);
+    gpuarr_result r = GPUARR_OK;
+    int n = gpuarr__g.oom_handler_count;
+    if (n == (int)(sizeof gpuarr__g.oom_handlers / sizeof gpuarr__g.oom_handlers[0])) {
+        r = gpuarr__fail(GPUARR_ERROR_OVERFLOW, "there are already %d out-of-memory handlers", n);
+    } else {
+        gpuarr__g.oom_handlers[n].fn = fn;
+        gpuarr__g.oom_handlers[n].user = user_data;
+        gpuarr__g.oom_handler_count = n + 1;
+    }
+    pthread_mutex_unlock(&gpuarr__g.oom_lock);
+    return r;
+}
+
+GPUARR_API gpuarr_result gpuarr_oom_handler_remove(gpuarr_oom_fn fn, void *user_data) {
+    GPUARR__BEGIN();
+    pthread_mutex_lock(&gpuarr__g.oom_lock);
+    int n = gpuarr__g.oom_handler_count, found = -1;
+    for (int i = 0; i < n && found < 0; i++)
+        if (gpuarr__g.oom_handlers[i].fn == fn && gpuarr__g.oom_handlers[i].user == user_data) found = i;
+    if (found >= 0) {
+        memmove(&gpuarr__g.oom_handlers[found], &gpuarr__g.oom_handlers[found + 1], sizeof gpuarr__g.oom_handlers[0] * (size_t)(n - found - 1));
+        gpuarr__g.oom_handler_count = n - 1;
+    }
+    pthread_mutex_unlock(&gpuarr__g.oom_lock);
+    return found >= 0 ? GPUARR_OK : gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "no such handler (fn, user_data) was added");
+}
+
+GPUARR_API gpuarr_result gpuarr_pool_inject_faults(gpuarr_device d, uint64_t nth, uint64_t above_bytes) {
+    GPUARR__BEGIN();
+    gpuarr__dev *dev;
+    GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
+    pthread_mutex_lock(&dev->pool.lock);
+    dev->pool.fault_countdown = nth;
+    dev->pool.fault_above = above_bytes;
+    pthread_mutex_unlock(&dev->pool.lock);
+    return GPUARR_OK;
+}
+
+GPUARR_API gpuarr_result gpuarr_array_record_stream(gpuarr_array a, gpuarr_stream s) {
+    GPUARR__BEGIN();
+    gpuarr__array *arr;
+    gpuarr__stream *st;
+    GPUARR__CHECK(gpuarr__get_array(a, "a", &arr));
+    gpuarr_result r = gpuarr__resolve_stream(s, "s", &st);
+    if (r == GPUARR_OK) {
+        if (st->dev != arr->dev)
+            r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "s is on %s but a lives on %s", st->dev->info.spec, arr->dev->info.spec);
+        else
+            gpuarr__array_note_use(arr, st);
+        gpuarr__obj_release(&st->obj);
+    }
+    gpuarr__obj_release(&arr->obj);
     return r;
 }
 

@@ -101,6 +101,16 @@ static gpuarr_result gpuarr__host_mem_alloc(gpuarr__dev *d, size_t bytes, void *
 
 static void gpuarr__host_mem_free(gpuarr__dev *d, void *mem) { GPUARR__UNUSED(d); gpuarr__aligned_free(mem); }
 static void *gpuarr__host_mem_host_ptr(gpuarr__dev *d, void *mem) { GPUARR__UNUSED(d); return mem; }
+static size_t gpuarr__host_mem_alignment(gpuarr__dev *d) { GPUARR__UNUSED(d); return GPUARR__HOST_ALIGN; }
+/* A pool block is the segment's pointer at an offset. */
+static gpuarr_result gpuarr__host_mem_view(gpuarr__dev *d, void *segment, size_t offset, size_t bytes, void **mem, size_t *mem_offset) {
+    GPUARR__UNUSED(d);
+    GPUARR__UNUSED(bytes);
+    *mem = segment;
+    *mem_offset = offset;
+    return GPUARR_OK;
+}
+static void gpuarr__host_mem_view_release(gpuarr__dev *d, void *mem) { GPUARR__UNUSED(d); GPUARR__UNUSED(mem); }
 
 static gpuarr_result gpuarr__host_copy_h2d(gpuarr__stream *s, void *dst, size_t dst_off, const void *src, size_t bytes) {
     GPUARR__UNUSED(s);

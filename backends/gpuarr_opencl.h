@@ -82,6 +82,7 @@ typedef void (*gpuarr__cl_mem_fn)(gpuarr__cl_mem, void *);
 #define GPUARR__CL_MAP_WRITE_INVALIDATE_REGION (1u << 2)
 #define GPUARR__CL_MIGRATE_MEM_OBJECT_CONTENT_UNDEFINED (1u << 1)
 #define GPUARR__CL_MEM_SIZE 0x1102u
+#define GPUARR__CL_BUFFER_CREATE_TYPE_REGION 0x1220u
 #define GPUARR__CL_MEM_CONTEXT 0x1106u
 #define GPUARR__CL_QUEUE_CONTEXT 0x1090u
 #define GPUARR__CL_PROGRAM_BINARY_SIZES 0x1165u
@@ -111,6 +112,8 @@ typedef void (*gpuarr__cl_mem_fn)(gpuarr__cl_mem, void *);
     X(gpuarr__cl_int, clReleaseCommandQueue, (gpuarr__cl_command_queue))                       \
     X(gpuarr__cl_int, clGetCommandQueueInfo, (gpuarr__cl_command_queue, gpuarr__cl_uint, size_t, void *, size_t *)) \
     X(gpuarr__cl_mem, clCreateBuffer, (gpuarr__cl_context, gpuarr__cl_bitfield, size_t, void *, gpuarr__cl_int *)) \
+    X(gpuarr__cl_mem, clCreateSubBuffer,                                                       \
+      (gpuarr__cl_mem, gpuarr__cl_bitfield, gpuarr__cl_uint, const void *, gpuarr__cl_int *))   \
     X(gpuarr__cl_int, clRetainMemObject, (gpuarr__cl_mem))                                     \
     X(gpuarr__cl_int, clReleaseMemObject, (gpuarr__cl_mem))                                    \
     X(gpuarr__cl_int, clGetMemObjectInfo, (gpuarr__cl_mem, gpuarr__cl_uint, size_t, void *, size_t *)) \
@@ -197,6 +200,8 @@ typedef struct gpuarr__cl_state {
     GPUARR__CL_PROCS(GPUARR__CL_PROC_MEMBER)
 #undef GPUARR__CL_PROC_MEMBER
     pthread_mutex_t context_lock;
+    pthread_mutex_t build_lock; /* one program build at a time, process-wide: drivers' compilers
+                                   (PoCL's LLVM) are not all safe to run concurrently */
     int platform_count, device_count;
     gpuarr__cl_platform *platforms;
     gpuarr__cl_device *devices;
@@ -340,6 +345,7 @@ static void gpuarr__cl_unload(void) {
     for (int i = 0; i < cl->platform_count; i++)
         if (cl->platforms[i].context) cl->clReleaseContext(cl->platforms[i].context);
     pthread_mutex_destroy(&cl->context_lock);
+    pthread_mutex_destroy(&cl->build_lock);
 #ifndef GPUARR_NO_RUNTIME_LINKING
     if (cl->library) dlclose(cl->library);
 #endif
@@ -397,6 +403,7 @@ static gpuarr_result gpuarr__cl_load(void) {
     gpuarr__cl_state *cl = (gpuarr__cl_state *)gpuarr__calloc(sizeof *cl);
     if (!cl) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the OpenCL backend");
     pthread_mutex_init(&cl->context_lock, NULL);
+    pthread_mutex_init(&cl->build_lock, NULL);
     gpuarr__g.backend_state[GPUARR_BACKEND_OPENCL] = cl;
     gpuarr_result r = gpuarr__cl_bind(cl) ? gpuarr__cl_enumerate(cl)
                                           : gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "no usable OpenCL loader (libOpenCL.so.1)");
@@ -664,6 +671,27 @@ static void gpuarr__cl_mem_free(gpuarr__dev *d, void *mem) {
     GPUARR__CL.clReleaseMemObject((gpuarr__cl_mem)mem);
 }
 
+/* Pool blocks start at multiples of this, so each can be its own sub-buffer. */
+static size_t gpuarr__cl_mem_alignment(gpuarr__dev *d) { return GPUARR__CL_DEV(d)->host_align; }
+
+/* A pool block is a sub-buffer of its segment: its own cl_mem, so work on different blocks of
+   one segment from different queues is defined (OpenCL 1.2, 5.2.1). */
+static gpuarr_result gpuarr__cl_mem_view(gpuarr__dev *d, void *segment, size_t offset, size_t bytes, void **mem, size_t *mem_offset) {
+    size_t region[2] = {offset, bytes};
+    gpuarr__cl_int e = GPUARR__CL_SUCCESS;
+    gpuarr__cl_mem sub = GPUARR__CL.clCreateSubBuffer((gpuarr__cl_mem)segment, GPUARR__CL_MEM_READ_WRITE,
+                                                      GPUARR__CL_BUFFER_CREATE_TYPE_REGION, region, &e);
+    if (!sub) return gpuarr__cl_fail(e, "clCreateSubBuffer", d->info.spec);
+    *mem = sub;
+    *mem_offset = 0;
+    return GPUARR_OK;
+}
+
+static void gpuarr__cl_mem_view_release(gpuarr__dev *d, void *mem) {
+    GPUARR__UNUSED(d);
+    GPUARR__CL.clReleaseMemObject((gpuarr__cl_mem)mem);
+}
+
 static void *gpuarr__cl_mem_host_ptr(gpuarr__dev *d, void *mem) {
     GPUARR__UNUSED(d);
     GPUARR__UNUSED(mem);
@@ -927,7 +955,9 @@ static gpuarr_result gpuarr__cl_ensure_kernel(gpuarr__dev *d, int s, int t) {
     if (cd->build_result != GPUARR_OK) return gpuarr__fail(cd->build_result, "%s", cd->build_error);
     if (cd->casts[s][t]) return GPUARR_OK;
     double t0 = gpuarr__now_ms();
+    pthread_mutex_lock(&GPUARR__CL.build_lock);
     gpuarr_result r = gpuarr__cl_build_pair(d, s, t);
+    pthread_mutex_unlock(&GPUARR__CL.build_lock);
     if (r == GPUARR_OK) {
         gpuarr__log(GPUARR_LOG_INFO, "%s: %s->%s cast kernel ready in %.1f ms", d->info.spec, gpuarr__dtype_names[s],
                     gpuarr__dtype_names[t], gpuarr__now_ms() - t0);

@@ -150,6 +150,14 @@ Test(opencl, allocations_above_the_device_limit_say_requested_and_available) {
     TEST_OK(gpuarr_device_get_info(d0, &now));
     cr_assert(now.free_memory < info.max_alloc_bytes, "free memory %llu while full", (unsigned long long)now.free_memory);
     for (int i = 0; i < n; i++) TEST_OK(gpuarr_release(held[i]));
+    /* released arrays stay cached in the pool until trimmed */
+    gpuarr_pool_stats st;
+    TEST_OK(gpuarr_pool_get_stats(d0, &st));
+    cr_assert_eq(st.allocated_bytes, 0u);
+    cr_assert_geq(st.reserved_bytes, (uint64_t)n * info.max_alloc_bytes);
+    TEST_OK(gpuarr_pool_trim(d0));
+    TEST_OK(gpuarr_pool_get_stats(d0, &st));
+    cr_assert_eq(st.reserved_bytes, 0u);
     TEST_OK(gpuarr_device_get_info(d0, &now));
     cr_assert(now.free_memory >= info.max_alloc_bytes, "memory not given back: %llu free", (unsigned long long)now.free_memory);
 }
