@@ -452,7 +452,7 @@ Test(pool, sixteen_threads_of_random_allocations_leave_nothing_behind, .timeout 
     int n = 0;
     devs[n++] = gpuarr_host();
     for (int i = 0; i < 2; i++) {
-        char spec[16];
+        char spec[32];
         snprintf(spec, sizeof spec, "opencl:%d", i);
         if (gpuarr_device_find(spec, &devs[n]) == GPUARR_OK) n++;
     }
