@@ -110,3 +110,26 @@ Test(robustness, misaligned_caller_buffers_are_refused) {
     TEST_OK(gpuarr_to_host_as(a, GPUARR_U8, raw + 1, 4)); /* bytes have no alignment */
     TEST_OK(gpuarr_release(a));
 }
+
+/* Copies larger than the cache use streaming stores (with unaligned heads and tails): exact. */
+Test(robustness, large_copies_are_exact_whatever_the_alignment) {
+    gpuarr_device dev = test_device();
+    enum { N = (40 << 20) / 4 + 13 }; /* over the 32 MiB threshold, not a multiple of anything */
+    uint32_t *in = malloc(sizeof(uint32_t) * N), *raw = malloc(sizeof(uint32_t) * (N + 8));
+    cr_assert(in && raw);
+    test_rng rng = {99};
+    for (int i = 0; i < N; i++) in[i] = (uint32_t)test_rng_next(&rng);
+    int64_t shape[1] = {N};
+    gpuarr_array a, b;
+    TEST_OK(gpuarr_from_host_as(dev, GPUARR_U32, in, 1, shape, &a));
+    TEST_OK(gpuarr_convert(a, gpuarr_host(), 0, &b)); /* device (or host) to host, same dtype */
+    uint32_t *out = raw + 1;                           /* 4-byte aligned, not 32-byte aligned */
+    TEST_OK(gpuarr_to_host_as(b, GPUARR_U32, out, N));
+    cr_assert_eq(memcmp(in, out, sizeof(uint32_t) * N), 0, "a large copy changed the data");
+    TEST_OK(gpuarr_to_host_as(a, GPUARR_U32, out, N));
+    cr_assert_eq(memcmp(in, out, sizeof(uint32_t) * N), 0, "a large download changed the data");
+    TEST_OK(gpuarr_release(a));
+    TEST_OK(gpuarr_release(b));
+    free(in);
+    free(raw);
+}
