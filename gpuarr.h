@@ -79,6 +79,7 @@
  *   GPUARR_OPENCL_LIBRARY  the ICD loader to open (default libOpenCL.so.1).
  *   GPUARR_OPENCL_BUILD_OPTIONS  appended to the OpenCL kernel build options.
  *   GPUARR_OPENCL_FP64  off: treat OpenCL devices as lacking doubles (slow or emulated fp64).
+ *   GPUARR_ALLOC_CONF, GPUARR_FAULTS  memory pools: see MEMORY POOLS.
  * A malformed value makes gpuarr_init fail with GPUARR_ERROR_INVALID_ARGUMENT naming it.
  *
  * =============================================================================================
@@ -161,6 +162,39 @@
  * cl_khr_fp64 (else GPUARR_ERROR_UNSUPPORTED). A kernel build failure is GPUARR_ERROR_BACKEND with
  * the start of the build log in the message. gpuarr_opencl_* (below) give the native context,
  * queue and buffer, and wrap a caller's cl_mem or queue without taking ownership.
+ *
+ * =============================================================================================
+ * MEMORY POOLS
+ * =============================================================================================
+ * Each device (the host too) caches the memory its arrays free, so allocating and freeing in a
+ * loop costs a few hundred nanoseconds instead of a device allocation. Arrays are blocks of
+ * segments the device allocated: up to 1 MiB they share 2 MiB segments, larger ones get
+ * segments rounded up to 2 MiB; a free block is found in O(1) (two-level segregated fit), split
+ * when larger than asked, and merged with its free neighbours when freed. Frees follow stream
+ * order: a block freed while work on stream S still uses it can be reused by S at once; another
+ * stream first makes the device wait for S's work (never the host). gpuarr_array_record_stream
+ * names further streams an array is used on (native interop). When the device has no memory
+ * left, gpuarr walks a ladder, each step counted in gpuarr_pool_stats: the cache, the handlers
+ * added with gpuarr_oom_handler_add (each may free memory and ask for a retry), cached blocks too
+ * big to split go back, finished work's frees are collected and the cache searched again, every
+ * cached segment goes back and the device is tried once more; then GPUARR_ERROR_OUT_OF_MEMORY
+ * with the request, the device's total and free memory, the pool's limit, allocated and cached
+ * bytes in the message. With desc.oom_host_fallback (or host_fallback:1) a new array that does
+ * not fit goes to the host instead and the call returns GPUARR_PLACED_ON_HOST.
+ *
+ * GPUARR_ALLOC_CONF="key:value,..." (or desc.alloc_conf), an unknown key or bad value failing
+ * gpuarr_init with the key named:
+ *   limit:<bytes or N%>          cap on reserved bytes per device (percent of its memory)
+ *   release_threshold:<bytes>    cached bytes above this go back at sync points (default none)
+ *   max_split_size:<bytes>       larger cached blocks are not split (and serve only requests
+ *                                within 20 MiB of their size); default: any block is split
+ *   caching:0                    every free goes back to the device: valgrind and
+ *                                compute-sanitizer see each allocation
+ *   host_fallback:1              as desc.oom_host_fallback
+ * Sizes take K, M, G suffixes (KiB, MiB, GiB). gpuarr_pool_set_limit and gpuarr_pool_trim change
+ * and shed it at run time; gpuarr_pool_get_stats, _summary and _snapshot show it.
+ * GPUARR_FAULTS="<device>:nth=N,<device>:above=BYTES" (or gpuarr_pool_inject_faults) makes the
+ * nth raw allocation of a device fail, or every one above a size: for testing recovery paths.
  *
  * =============================================================================================
  * CALLBACKS

@@ -2,6 +2,7 @@
  *
  *   gpuarr-info           a table
  *   gpuarr-info --json    the same as JSON (one object with a "devices" array)
+ *   gpuarr-info --memory  each device's memory pool: allocated, reserved, peaks, the ladder
  *
  * GPUARR_DEVICES filters the list as it does for any program. */
 #define GPUARR_IMPLEMENTATION
@@ -106,13 +107,26 @@ static void print_table(void) {
     }
 }
 
+static void print_memory(void) {
+    char text[4096];
+    for (int i = 0; i < gpuarr_device_count(); i++) {
+        if (gpuarr_pool_summary(gpuarr_device_at(i), text, sizeof text) != GPUARR_OK) {
+            fprintf(stderr, "gpuarr-info: %s\n", gpuarr_last_error());
+            continue;
+        }
+        printf("%s%s", i ? "\n" : "", text);
+    }
+}
+
 int main(int argc, char **argv) {
-    bool json = false;
+    bool json = false, memory = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) {
             json = true;
+        } else if (strcmp(argv[i], "--memory") == 0) {
+            memory = true;
         } else {
-            fprintf(stderr, "usage: %s [--json]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--json | --memory]\n", argv[0]);
             return strcmp(argv[i], "--help") == 0 ? 0 : 2;
         }
     }
@@ -121,6 +135,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (json) print_json();
+    else if (memory) print_memory();
     else print_table();
     gpuarr_shutdown();
     return 0;
