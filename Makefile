@@ -111,6 +111,9 @@ $(eval $(call flavour_rules,tsan,$(CFLAGS_TSAN)))
 # absence is a failure: GPUARR_TEST_REQUIRE=1). The OpenCL-specific tests use two PoCL devices.
 TEST_DEVICES ?= host opencl:0
 GENERIC_TESTS := $(filter-out test_opencl,$(TESTS))
+# ... and again on opencl:0 handled as a discrete GPU (own memory, pinned staging): the paths a
+# CUDA or discrete OpenCL device takes, on PoCL. The cast tables are the same there: not rerun.
+DISCRETE_TESTS := $(filter-out test_casts,$(GENERIC_TESTS))
 export POCL_DEVICES ?= pthread pthread
 export GPUARR_TEST_REQUIRE ?= 1
 
@@ -124,11 +127,15 @@ run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS))
 	    GPUARR_TEST_DEVICE=$$dev $(BUILD)/rel/tests/$$t --jobs 2; \
 	  done; \
 	done
+	@set -e; for t in $(DISCRETE_TESTS); do \
+	  echo "== $$t on opencl:0 handled as a discrete device (GPUARR_OPENCL_UNIFIED=off: staged copies)"; \
+	  GPUARR_OPENCL_UNIFIED=off GPUARR_TEST_DEVICE=opencl:0 $(BUILD)/rel/tests/$$t --jobs 2; \
+	done
 	@echo "== test_opencl (POCL_DEVICES=\"$$POCL_DEVICES\")"
 	@$(BUILD)/rel/tests/test_opencl --jobs 2
 	@echo "== gpuarr-info lists the OpenCL devices"
 	@$(BUILD)/rel/tools/gpuarr-info | grep -q "^opencl:1 " || { $(BUILD)/rel/tools/gpuarr-info; exit 1; }
-	@echo "make test: all suites passed on: $(TEST_DEVICES), and two PoCL devices"
+	@echo "make test: all suites passed on: $(TEST_DEVICES), opencl:0 as a discrete device, and two PoCL devices"
 
 # The device kernels are compiled from backends/gpuarr_kernels.h, embedded as text in
 # backends/gpuarr_kernels_source.h: regenerate with `make kernels`; the test fails when stale.
@@ -187,6 +194,7 @@ endef
 run-asan: $(addprefix $(BUILD)/asan/tests/,$(TESTS))
 	$(call run_sanitized,asan,$(GENERIC_TESTS),ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,$(TEST_DEVICES))
 	$(call run_sanitized,asan,test_opencl,ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,opencl:0)
+	$(call run_sanitized,asan,$(DISCRETE_TESTS),GPUARR_OPENCL_UNIFIED=off ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,opencl:0)
 
 run-tsan: $(addprefix $(BUILD)/tsan/tests/,$(THREADED_TESTS))
 	$(call run_sanitized,tsan,$(THREADED_TESTS),GPUARR_STRESS_OPS=100000 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tools/tsan.supp",1,$(TEST_DEVICES))

@@ -79,6 +79,8 @@
  *   GPUARR_OPENCL_LIBRARY  the ICD loader to open (default libOpenCL.so.1).
  *   GPUARR_OPENCL_BUILD_OPTIONS  appended to the OpenCL kernel build options.
  *   GPUARR_OPENCL_FP64  off: treat OpenCL devices as lacking doubles (slow or emulated fp64).
+ *   GPUARR_OPENCL_UNIFIED  off: handle every OpenCL device as discrete (own memory, staged
+ *                          copies): how PoCL exercises the paths of a discrete GPU.
  *   GPUARR_ALLOC_CONF, GPUARR_FAULTS  memory pools: see MEMORY POOLS.
  * A malformed value makes gpuarr_init fail with GPUARR_ERROR_INVALID_ARGUMENT naming it.
  *
@@ -194,7 +196,14 @@
  * Sizes take K, M, G suffixes (KiB, MiB, GiB). gpuarr_pool_set_limit and gpuarr_pool_trim change
  * and shed it at run time; gpuarr_pool_get_stats, _summary and _snapshot show it.
  * GPUARR_FAULTS="<device>:nth=N,<device>:above=BYTES" (or gpuarr_pool_inject_faults) makes the
- * nth raw allocation of a device fail, or every one above a size: for testing recovery paths.
+ * nth raw allocation of a device fail, or every one above a size: for testing recovery paths;
+ * "<device>:pinned_above=BYTES" does the same to its pinned staging pool.
+ *
+ * Transfers of 1 MiB or more between pageable host memory and a device with its own memory are
+ * staged through a ring of three 8 MiB chunks of pinned host memory (a second pool per device,
+ * gpuarr_pool_get_pinned_stats): the host copies or casts one chunk while the device copies the
+ * previous one, and a chunk is refilled only once its copy has completed. Without pinned memory
+ * the transfer copies directly. Devices that share the host's memory need no staging.
  *
  * =============================================================================================
  * CALLBACKS
@@ -535,6 +544,9 @@ typedef struct gpuarr_pool_block_info {
 typedef bool (*gpuarr_oom_fn)(gpuarr_device d, uint64_t requested_bytes, void *user_data);
 
 GPUARR_API gpuarr_result gpuarr_pool_get_stats(gpuarr_device d, gpuarr_pool_stats *out);
+/* The same counters for d's pinned host pool: the staging chunks that large transfers between
+   pageable host memory and a discrete device go through (all zero where the device needs none). */
+GPUARR_API gpuarr_result gpuarr_pool_get_pinned_stats(gpuarr_device d, gpuarr_pool_stats *out);
 GPUARR_API gpuarr_result gpuarr_pool_reset_peaks(gpuarr_device d);
 /* bytes = 0: no limit beyond the device's memory. Lowering it below what is reserved releases
    cached memory as far as it can; live arrays are never affected. */
@@ -875,7 +887,9 @@ struct gpuarr__obj {
    on a stream; a backend whose `synchronous` flag is set completes them before returning.
    device_info and mem_info work on a device that is not opened yet. The pool carves arrays out
    of mem_alloc'ed segments at mem_alignment boundaries; mem_view gives the handle and offset an
-   array uses for such a block (the segment itself, or a sub-buffer). activate makes d's native
+   array uses for such a block (the segment itself, or a sub-buffer). pinned_alloc gives host
+   memory the device copies from and to at full speed (UNSUPPORTED: the backend has none, and
+   gets no staging). activate makes d's native
    context current on the calling thread (replacing, not pushing) and returns the one it
    replaced; deactivate puts that one back. stream_wait_event must accept an event of another
    device of the same backend (waiting on the host if the native API cannot). */
@@ -894,6 +908,8 @@ struct gpuarr__obj {
     X(gpuarr_result, mem_view,                                                                 \
       (gpuarr__dev * d, void *segment, size_t offset, size_t bytes, void **mem, size_t *mem_offset)) \
     X(void, mem_view_release, (gpuarr__dev * d, void *mem))                                    \
+    X(gpuarr_result, pinned_alloc, (gpuarr__dev * d, size_t bytes, void **handle, void **host_ptr)) \
+    X(void, pinned_free, (gpuarr__dev * d, void *handle))                                      \
     X(gpuarr_result, copy_h2d,                                                                 \
       (gpuarr__stream * s, void *dst, size_t dst_off, const void *src, size_t bytes))          \
     X(gpuarr_result, copy_d2h,                                                                 \
@@ -963,6 +979,7 @@ struct gpuarr__block {
 
 struct gpuarr__segment {
     void *mem;
+    void *host_base; /* pinned pools: the host address of mem */
     size_t size;
     bool small;
     gpuarr__block *first;
@@ -978,6 +995,8 @@ typedef struct gpuarr__tlsf {
 
 typedef struct gpuarr__pool {
     pthread_mutex_t lock;
+    gpuarr__dev *dev;
+    bool pinned; /* pinned host memory for staging (mem = the backend's handle, view = host pointer) */
     size_t align;
     bool caching;
     gpuarr__tlsf free_small, free_large;
@@ -993,7 +1012,8 @@ struct gpuarr__dev {
     pthread_mutex_t lock;    /* guards the lazy open and the default stream */
     bool opened;
     gpuarr__stream *default_stream;
-    gpuarr__pool pool;
+    gpuarr__pool pool;   /* the device's memory */
+    gpuarr__pool pinned; /* pinned host memory for its staging pipelines (if the backend has it) */
 };
 
 typedef struct gpuarr__deferred {
@@ -1953,13 +1973,13 @@ static uint64_t gpuarr__stream_seq(gpuarr__stream *s) {
     return seq;
 }
 
-static void gpuarr__pool_apply_threshold(gpuarr__dev *d);
+static void gpuarr__pool_apply_threshold(gpuarr__pool *p);
 
 static gpuarr_result gpuarr__stream_sync_raw(gpuarr__stream *s) {
     uint64_t seq = gpuarr__stream_seq(s);
     gpuarr_result r = s->dev->backend->stream_sync(s->dev, s->native);
     if (r == GPUARR_OK) gpuarr__stream_collect(s, seq);
-    if (r == GPUARR_OK && !s->dev->backend->synchronous) gpuarr__pool_apply_threshold(s->dev);
+    if (r == GPUARR_OK && !s->dev->backend->synchronous) gpuarr__pool_apply_threshold(&s->dev->pool);
     return r;
 }
 
@@ -2190,7 +2210,7 @@ static gpuarr_result gpuarr__stream_order(gpuarr__stream *later, gpuarr__stream 
 #define GPUARR__POOL_MIN_SPLIT_LARGE ((size_t)1 << 20)
 #define GPUARR__POOL_PROBE 8 /* free blocks looked at for one that needs no cross-stream wait */
 
-static void gpuarr__pool_free(gpuarr__dev *d, gpuarr__block *b, gpuarr__stream *const *uses, uint32_t nuses);
+static void gpuarr__pool_free(gpuarr__pool *p, gpuarr__block *b, gpuarr__stream *const *uses, uint32_t nuses);
 
 static size_t gpuarr__round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
@@ -2304,8 +2324,8 @@ static uint64_t gpuarr__pool_cached(const gpuarr__pool *p) { return p->stats.res
 
 /* A raw allocation from the backend, within the pool's limit and the injected faults. Called
    without the pool lock. */
-static gpuarr_result gpuarr__pool_raw_alloc(gpuarr__dev *d, size_t bytes, void **mem) {
-    gpuarr__pool *p = &d->pool;
+static gpuarr_result gpuarr__pool_raw_alloc(gpuarr__pool *p, size_t bytes, void **mem, void **host_base) {
+    gpuarr__dev *d = p->dev;
     pthread_mutex_lock(&p->lock);
     bool over_limit = p->stats.limit_bytes && p->stats.reserved_bytes + bytes > p->stats.limit_bytes;
     bool fault = (p->fault_above && bytes > p->fault_above) || (p->fault_countdown && --p->fault_countdown == 0);
@@ -2315,14 +2335,16 @@ static gpuarr_result gpuarr__pool_raw_alloc(gpuarr__dev *d, size_t bytes, void *
     if (over_limit)
         return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "%s: %zu bytes more would pass the pool limit (%llu of %llu reserved)",
                             d->info.spec, bytes, (unsigned long long)reserved, (unsigned long long)limit);
-    return d->backend->mem_alloc(d, bytes, mem);
+    return p->pinned ? d->backend->pinned_alloc(d, bytes, mem, host_base) : d->backend->mem_alloc(d, bytes, mem);
 }
 
 /* Links a new segment with one free block covering it (pool lock held). */
-static gpuarr__block *gpuarr__segment_add(gpuarr__pool *p, void *mem, size_t size, bool small, gpuarr__block *b, gpuarr__segment *seg) {
+static gpuarr__block *gpuarr__segment_add(gpuarr__pool *p, void *mem, void *host_base, size_t size, bool small, gpuarr__block *b,
+                                          gpuarr__segment *seg) {
     memset(seg, 0, sizeof *seg);
     memset(b, 0, sizeof *b);
     seg->mem = mem;
+    seg->host_base = host_base;
     seg->size = size;
     seg->small = small;
     seg->first = b;
@@ -2346,8 +2368,8 @@ static bool gpuarr__segment_free(const gpuarr__segment *seg) {
 /* Unlinks a segment whose blocks are all free (and in the index) and returns it to the backend
    after the work its memory was last used by. Called with the pool lock held; gives it up
    around the waits. */
-static void gpuarr__segment_release(gpuarr__dev *d, gpuarr__segment *seg) {
-    gpuarr__pool *p = &d->pool;
+static void gpuarr__segment_release(gpuarr__pool *p, gpuarr__segment *seg) {
+    gpuarr__dev *d = p->dev;
     for (gpuarr__block *b = seg->first; b; b = b->next) gpuarr__tlsf_remove(gpuarr__pool_index(p, seg->small), b);
     if (seg->prev) seg->prev->next = seg->next;
     else p->segments = seg->next;
@@ -2365,7 +2387,8 @@ static void gpuarr__segment_release(gpuarr__dev *d, gpuarr__segment *seg) {
         gpuarr__block_drop_events(b);
         gpuarr__free(b);
     }
-    d->backend->mem_free(d, seg->mem);
+    if (p->pinned) d->backend->pinned_free(d, seg->mem);
+    else d->backend->mem_free(d, seg->mem);
     gpuarr__free(seg);
     pthread_mutex_lock(&p->lock);
 }
@@ -2373,14 +2396,13 @@ static void gpuarr__segment_release(gpuarr__dev *d, gpuarr__segment *seg) {
 /* Gives back cached segments (all of whose blocks are free): all of them, or those at least
    min_size bytes, stopping once the cache is down to keep_cached. Pool lock held. Returns how
    many. */
-static uint64_t gpuarr__pool_release_cached(gpuarr__dev *d, size_t min_size, uint64_t keep_cached) {
-    gpuarr__pool *p = &d->pool;
+static uint64_t gpuarr__pool_release_cached(gpuarr__pool *p, size_t min_size, uint64_t keep_cached) {
     uint64_t released = 0;
     for (bool again = true; again;) {
         again = false;
         for (gpuarr__segment *seg = p->segments; seg; seg = seg->next) {
             if (seg->size < min_size || gpuarr__pool_cached(p) <= keep_cached || !gpuarr__segment_free(seg)) continue;
-            gpuarr__segment_release(d, seg); /* drops the lock: start over */
+            gpuarr__segment_release(p, seg); /* drops the lock: start over */
             released++;
             again = true;
             break;
@@ -2437,13 +2459,12 @@ static gpuarr__block *gpuarr__pool_take_cached(gpuarr__pool *p, size_t size, siz
 }
 
 /* A new segment for size bytes, carved (pool lock not held). */
-static gpuarr_result gpuarr__pool_new_segment(gpuarr__dev *d, size_t size, size_t requested, bool small, gpuarr__block **out) {
-    gpuarr__pool *p = &d->pool;
+static gpuarr_result gpuarr__pool_new_segment(gpuarr__pool *p, size_t size, size_t requested, bool small, gpuarr__block **out) {
     size_t seg_size = !p->caching ? size : small ? GPUARR__POOL_SMALL_SEGMENT : gpuarr__round_up(size, GPUARR__POOL_LARGE_ROUND);
     gpuarr__block *b = (gpuarr__block *)gpuarr__malloc(sizeof *b);
     gpuarr__segment *seg = (gpuarr__segment *)gpuarr__malloc(sizeof *seg);
-    void *mem = NULL;
-    gpuarr_result r = b && seg ? gpuarr__pool_raw_alloc(d, seg_size, &mem)
+    void *mem = NULL, *host_base = NULL;
+    gpuarr_result r = b && seg ? gpuarr__pool_raw_alloc(p, seg_size, &mem, &host_base)
                                : gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the pool's records");
     if (r != GPUARR_OK) {
         gpuarr__free(b);
@@ -2451,7 +2472,7 @@ static gpuarr_result gpuarr__pool_new_segment(gpuarr__dev *d, size_t size, size_
         return r;
     }
     pthread_mutex_lock(&p->lock);
-    gpuarr__segment_add(p, mem, seg_size, small, b, seg);
+    gpuarr__segment_add(p, mem, host_base, seg_size, small, b, seg);
     gpuarr__tlsf_insert(gpuarr__pool_index(p, small), b);
     gpuarr__block_take(p, b, size, requested);
     pthread_mutex_unlock(&p->lock);
@@ -2462,17 +2483,16 @@ static gpuarr_result gpuarr__pool_new_segment(gpuarr__dev *d, size_t size, size_
 static void gpuarr__collect_device(gpuarr__dev *d);
 
 /* One rung of the ladder: try the cache, then the backend. */
-static gpuarr_result gpuarr__pool_try(gpuarr__dev *d, size_t size, size_t requested, bool small, uint64_t serial, gpuarr__block **out) {
-    gpuarr__pool *p = &d->pool;
+static gpuarr_result gpuarr__pool_try(gpuarr__pool *p, size_t size, size_t requested, bool small, uint64_t serial, gpuarr__block **out) {
     pthread_mutex_lock(&p->lock);
     *out = gpuarr__pool_take_cached(p, size, requested, small, serial);
     pthread_mutex_unlock(&p->lock);
-    return *out ? GPUARR_OK : gpuarr__pool_new_segment(d, size, requested, small, out);
+    return *out ? GPUARR_OK : gpuarr__pool_new_segment(p, size, requested, small, out);
 }
 
 /* The out-of-memory message: what was asked and what was there. */
-static gpuarr_result gpuarr__pool_oom(gpuarr__dev *d, size_t requested, const char *cause) {
-    gpuarr__pool *p = &d->pool;
+static gpuarr_result gpuarr__pool_oom(gpuarr__pool *p, size_t requested, const char *cause) {
+    gpuarr__dev *d = p->dev;
     uint64_t free_bytes = 0, total = 0;
     d->backend->mem_info(d, &free_bytes, &total);
     pthread_mutex_lock(&p->lock);
@@ -2490,10 +2510,18 @@ static gpuarr_result gpuarr__pool_oom(gpuarr__dev *d, size_t requested, const ch
    failure: the user's handlers (each may ask for a retry), then cached segments at least as big
    as the request go back, then the work whose frees are pending is waited for and the cache
    searched again, then every cached segment goes back and the backend is tried once more. */
-static gpuarr_result gpuarr__pool_grow(gpuarr__dev *d, size_t size, size_t requested, bool small, uint64_t serial, gpuarr__block **out) {
-    gpuarr__pool *p = &d->pool;
-    gpuarr_result r = gpuarr__pool_try(d, size, requested, small, serial, out);
+static gpuarr_result gpuarr__pool_grow(gpuarr__pool *p, size_t size, size_t requested, bool small, uint64_t serial, gpuarr__block **out) {
+    gpuarr__dev *d = p->dev;
+    gpuarr_result r = gpuarr__pool_try(p, size, requested, small, serial, out);
     if (r != GPUARR_ERROR_OUT_OF_MEMORY) return r;
+    if (p->pinned) { /* staging memory: shed the cache once; the caller copies directly without it */
+        pthread_mutex_lock(&p->lock);
+        p->stats.oom_trims++;
+        uint64_t released = gpuarr__pool_release_cached(p, 0, 0);
+        pthread_mutex_unlock(&p->lock);
+        if (released) r = gpuarr__pool_try(p, size, requested, small, serial, out);
+        return r;
+    }
     char cause[300];
     const char *msg = strstr(gpuarr__tls.error, ": ");
     gpuarr__copy_string(cause, sizeof cause, msg ? msg + 2 : gpuarr__tls.error);
@@ -2513,34 +2541,34 @@ static gpuarr_result gpuarr__pool_grow(gpuarr__dev *d, size_t size, size_t reque
         pthread_mutex_lock(&p->lock);
         p->stats.oom_retries++;
         pthread_mutex_unlock(&p->lock);
-        if ((r = gpuarr__pool_try(d, size, requested, small, serial, out)) != GPUARR_ERROR_OUT_OF_MEMORY) return r;
+        if ((r = gpuarr__pool_try(p, size, requested, small, serial, out)) != GPUARR_ERROR_OUT_OF_MEMORY) return r;
     }
     pthread_mutex_lock(&p->lock);
-    uint64_t released = gpuarr__pool_release_cached(d, size, 0);
+    uint64_t released = gpuarr__pool_release_cached(p, size, 0);
     p->stats.oom_oversize_releases += released;
     if (released) p->stats.oom_retries++;
     pthread_mutex_unlock(&p->lock);
-    if (released && (r = gpuarr__pool_try(d, size, requested, small, serial, out)) != GPUARR_ERROR_OUT_OF_MEMORY) return r;
+    if (released && (r = gpuarr__pool_try(p, size, requested, small, serial, out)) != GPUARR_ERROR_OUT_OF_MEMORY) return r;
     pthread_mutex_lock(&p->lock);
     p->stats.oom_waits++;
     p->stats.oom_retries++;
     pthread_mutex_unlock(&p->lock);
     gpuarr__collect_device(d); /* arrays released with work queued come back once it is done */
-    if ((r = gpuarr__pool_try(d, size, requested, small, serial, out)) != GPUARR_ERROR_OUT_OF_MEMORY) return r;
+    if ((r = gpuarr__pool_try(p, size, requested, small, serial, out)) != GPUARR_ERROR_OUT_OF_MEMORY) return r;
     pthread_mutex_lock(&p->lock);
     p->stats.oom_trims++;
     p->stats.oom_retries++;
-    gpuarr__pool_release_cached(d, 0, 0);
+    gpuarr__pool_release_cached(p, 0, 0);
     pthread_mutex_unlock(&p->lock);
-    if ((r = gpuarr__pool_try(d, size, requested, small, serial, out)) != GPUARR_ERROR_OUT_OF_MEMORY) return r;
-    return gpuarr__pool_oom(d, requested, cause);
+    if ((r = gpuarr__pool_try(p, size, requested, small, serial, out)) != GPUARR_ERROR_OUT_OF_MEMORY) return r;
+    return gpuarr__pool_oom(p, requested, cause);
 }
 
 /* A block of at least `bytes` on d for work on stream s (NULL: the host will touch it, or the
    device is synchronous). If its memory was last used on other streams, s is made to wait for
    that work (or, without s, the host waits). */
-static gpuarr_result gpuarr__pool_alloc(gpuarr__dev *d, size_t bytes, gpuarr__stream *s, gpuarr__block **out) {
-    gpuarr__pool *p = &d->pool;
+static gpuarr_result gpuarr__pool_alloc(gpuarr__pool *p, size_t bytes, gpuarr__stream *s, gpuarr__block **out) {
+    gpuarr__dev *d = p->dev;
     if (bytes > d->info.max_alloc_bytes && d->info.max_alloc_bytes)
         return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "%s: %zu bytes requested, above the device's largest allocation (%llu bytes%s)",
                             d->info.spec, bytes, (unsigned long long)d->info.max_alloc_bytes,
@@ -2555,7 +2583,7 @@ static gpuarr_result gpuarr__pool_alloc(gpuarr__dev *d, size_t bytes, gpuarr__st
     if (b) p->stats.cache_hits++;
     else p->stats.cache_misses++;
     pthread_mutex_unlock(&p->lock);
-    gpuarr_result r = b ? GPUARR_OK : gpuarr__pool_grow(d, size, bytes, small, serial, &b);
+    gpuarr_result r = b ? GPUARR_OK : gpuarr__pool_grow(p, size, bytes, small, serial, &b);
     if (r != GPUARR_OK) return r;
     /* the memory's last users, on other streams, must be done before s writes it */
     for (uint32_t i = 0; i < b->nevents && r == GPUARR_OK; i++) {
@@ -2569,9 +2597,14 @@ static gpuarr_result gpuarr__pool_alloc(gpuarr__dev *d, size_t bytes, gpuarr__st
         }
     }
     gpuarr__block_drop_events(b);
-    if (r == GPUARR_OK) r = d->backend->mem_view(d, b->seg->mem, b->offset, b->size, &b->view, &b->view_offset);
+    if (r == GPUARR_OK && p->pinned) {
+        b->view = (unsigned char *)b->seg->host_base + b->offset;
+        b->view_offset = 0;
+    } else if (r == GPUARR_OK) {
+        r = d->backend->mem_view(d, b->seg->mem, b->offset, b->size, &b->view, &b->view_offset);
+    }
     if (r != GPUARR_OK) {
-        gpuarr__pool_free(d, b, NULL, 0);
+        gpuarr__pool_free(p, b, NULL, 0);
         return r;
     }
     *out = b;
@@ -2580,9 +2613,9 @@ static gpuarr_result gpuarr__pool_alloc(gpuarr__dev *d, size_t bytes, gpuarr__st
 
 /* Returns b to d's pool. `uses` are the async streams its memory was used on: an event is
    recorded on each, and until they pass only the freeing stream may reuse it. */
-static void gpuarr__pool_free(gpuarr__dev *d, gpuarr__block *b, gpuarr__stream *const *uses, uint32_t nuses) {
-    gpuarr__pool *p = &d->pool;
-    if (b->view) d->backend->mem_view_release(d, b->view);
+static void gpuarr__pool_free(gpuarr__pool *p, gpuarr__block *b, gpuarr__stream *const *uses, uint32_t nuses) {
+    gpuarr__dev *d = p->dev;
+    if (b->view && !p->pinned) d->backend->mem_view_release(d, b->view);
     b->view = NULL;
     gpuarr__block_event evs[GPUARR__POOL_EVENTS];
     uint32_t nevs = 0;
@@ -2618,25 +2651,29 @@ static void gpuarr__pool_free(gpuarr__dev *d, gpuarr__block *b, gpuarr__stream *
         gpuarr__blocks_merge(b, b->next);
     }
     gpuarr__tlsf_insert(index, b);
-    if (!p->caching && gpuarr__segment_free(b->seg)) gpuarr__segment_release(d, b->seg);
+    if (!p->caching && gpuarr__segment_free(b->seg)) gpuarr__segment_release(p, b->seg);
     pthread_mutex_unlock(&p->lock);
 }
 
 /* Cached bytes above the release threshold go back (at sync points: the events are done). */
-static void gpuarr__pool_apply_threshold(gpuarr__dev *d) {
-    gpuarr__pool *p = &d->pool;
+static void gpuarr__pool_apply_threshold(gpuarr__pool *p) {
     if (p->stats.release_threshold_bytes == UINT64_MAX) return;
     pthread_mutex_lock(&p->lock);
-    if (gpuarr__pool_cached(p) > p->stats.release_threshold_bytes) gpuarr__pool_release_cached(d, 0, p->stats.release_threshold_bytes);
+    if (gpuarr__pool_cached(p) > p->stats.release_threshold_bytes) gpuarr__pool_release_cached(p, 0, p->stats.release_threshold_bytes);
     pthread_mutex_unlock(&p->lock);
 }
 
-static void gpuarr__pool_init(gpuarr__dev *d) {
-    gpuarr__pool *p = &d->pool;
+static void gpuarr__pool_init(gpuarr__pool *p, gpuarr__dev *d, bool pinned) {
     memset(p, 0, sizeof *p);
     pthread_mutex_init(&p->lock, NULL);
-    p->align = GPUARR__MAX((size_t)512, d->backend->mem_alignment(d));
+    p->dev = d;
+    p->pinned = pinned;
+    p->align = pinned ? (size_t)4096 : GPUARR__MAX((size_t)512, d->backend->mem_alignment(d));
     p->caching = gpuarr__g.alloc_conf.caching;
+    if (pinned) { /* a few staging chunks of host memory: the device's limit and threshold are not about it */
+        p->stats.release_threshold_bytes = UINT64_MAX;
+        return;
+    }
     uint64_t limit = gpuarr__g.alloc_conf.limit_bytes;
     if (gpuarr__g.alloc_conf.limit_percent) limit = d->info.total_memory / 100u * gpuarr__g.alloc_conf.limit_percent;
     p->stats.limit_bytes = limit;
@@ -2644,8 +2681,8 @@ static void gpuarr__pool_init(gpuarr__dev *d) {
 }
 
 /* Shutdown: every array is gone; the segments go back. */
-static void gpuarr__pool_destroy(gpuarr__dev *d) {
-    gpuarr__pool *p = &d->pool;
+static void gpuarr__pool_destroy(gpuarr__pool *p) {
+    gpuarr__dev *d = p->dev;
     pthread_mutex_lock(&p->lock);
     while (p->segments) {
         gpuarr__segment *seg = p->segments;
@@ -2654,7 +2691,7 @@ static void gpuarr__pool_destroy(gpuarr__dev *d) {
             p->segments = seg->next;
             continue;
         }
-        gpuarr__segment_release(d, seg);
+        gpuarr__segment_release(p, seg);
     }
     pthread_mutex_unlock(&p->lock);
     pthread_mutex_destroy(&p->lock);
@@ -2668,7 +2705,7 @@ static void gpuarr__array_destroy_obj(gpuarr__obj *o) {
     if (a->wrapped) {
         if (a->release_fn) a->release_fn(a->mem, a->release_user);
     } else if (a->block) { /* in stream order: the streams it was used on record their point */
-        gpuarr__pool_free(a->dev, a->block, a->uses, a->nuses);
+        gpuarr__pool_free(&a->dev->pool, a->block, a->uses, a->nuses);
     }
     for (uint32_t i = 0; i < a->nuses; i++) gpuarr__obj_release(&a->uses[i]->obj);
     if (a->ready) gpuarr__obj_release(&a->ready->obj);
@@ -2757,10 +2794,10 @@ static gpuarr_result gpuarr__array_new(gpuarr__dev *d, gpuarr_dtype t, int ndim,
                                        gpuarr__array **out) {
     gpuarr__array *a;
     GPUARR__CHECK(gpuarr__array_alloc_struct(d, t, ndim, shape, &a));
-    gpuarr_result r = a->nbytes ? gpuarr__pool_alloc(d, a->nbytes, s, &a->block) : GPUARR_OK;
+    gpuarr_result r = a->nbytes ? gpuarr__pool_alloc(&d->pool, a->nbytes, s, &a->block) : GPUARR_OK;
     if (r == GPUARR_ERROR_OUT_OF_MEMORY && gpuarr__g.alloc_conf.host_fallback && d != gpuarr__host_dev()) {
         gpuarr__log(GPUARR_LOG_WARN, "%s; placing the array on the host instead", gpuarr__tls.error);
-        r = gpuarr__pool_alloc(gpuarr__host_dev(), a->nbytes, NULL, &a->block);
+        r = gpuarr__pool_alloc(&gpuarr__host_dev()->pool, a->nbytes, NULL, &a->block);
         if (r == GPUARR_OK) {
             pthread_mutex_lock(&d->pool.lock);
             d->pool.stats.host_fallbacks++;
@@ -2820,18 +2857,18 @@ static unsigned char *gpuarr__view_host_ptr(gpuarr__view v) { return (unsigned c
 typedef gpuarr__block gpuarr__device_mem;
 
 static gpuarr_result gpuarr__temp_alloc(gpuarr__stream *s, size_t bytes, gpuarr__device_mem **out) {
-    return gpuarr__pool_alloc(s->dev, bytes, s, out);
+    return gpuarr__pool_alloc(&s->dev->pool, bytes, s, out);
 }
 
 static void gpuarr__temp_free(gpuarr__stream *s, gpuarr__device_mem *tmp) {
     gpuarr__stream *uses[1] = {s};
-    gpuarr__pool_free(s->dev, tmp, uses, s->dev->backend->synchronous ? 0u : 1u);
+    gpuarr__pool_free(&s->dev->pool, tmp, uses, s->dev->backend->synchronous ? 0u : 1u);
 }
 
 /* A temporary written on one stream and read on another of its device (peer copies). */
 static void gpuarr__temp_free2(gpuarr__stream *a, gpuarr__stream *b, gpuarr__device_mem *tmp) {
     gpuarr__stream *uses[2] = {a, b};
-    gpuarr__pool_free(b->dev, tmp, uses, b->dev->backend->synchronous ? 0u : a == b ? 1u : 2u);
+    gpuarr__pool_free(&b->dev->pool, tmp, uses, b->dev->backend->synchronous ? 0u : a == b ? 1u : 2u);
 }
 
 static void gpuarr__free_host_deferred(void *ctx) { gpuarr__aligned_free(ctx); }
@@ -2861,11 +2898,144 @@ static gpuarr_result gpuarr__move_local(gpuarr__stream *s, gpuarr__view dst, gpu
     return b->cast(s, dst.mem, dst.offset, dst.dtype, src.mem, src.offset, src.dtype, n);
 }
 
+/* ---- staging through pinned memory ----
+   Between pageable host memory and a device that does not share it, large transfers go through
+   a ring of pinned chunks: the host copies (or casts) chunk i while the device copies chunk i-1,
+   and a chunk is refilled only after its copy has completed. */
+#define GPUARR__STAGE_MIN ((size_t)1 << 20)   /* below this the driver's own path is as good */
+#define GPUARR__STAGE_CHUNK ((size_t)8 << 20)
+#define GPUARR__STAGE_RING 3
+
+static bool gpuarr__stages(gpuarr__dev *d, size_t bytes) {
+    return !d->info.host_unified && d->backend->id != GPUARR_BACKEND_HOST && bytes >= GPUARR__STAGE_MIN;
+}
+
+typedef struct gpuarr__ring {
+    gpuarr__block *chunk[GPUARR__STAGE_RING];
+    gpuarr__event *done[GPUARR__STAGE_RING]; /* the copy that last used each chunk */
+    int count;
+} gpuarr__ring;
+
+/* count pinned chunks of `bytes` each (the host waits for their previous users). */
+static gpuarr_result gpuarr__ring_open(gpuarr__dev *d, size_t bytes, int count, gpuarr__ring *r) {
+    memset(r, 0, sizeof *r);
+    for (int i = 0; i < count; i++) {
+        gpuarr_result res = gpuarr__pool_alloc(&d->pinned, bytes, NULL, &r->chunk[i]);
+        if (res != GPUARR_OK) return res;
+        r->count++;
+    }
+    return GPUARR_OK;
+}
+
+/* Waits until chunk j's last copy is done (before the host touches it again). */
+static gpuarr_result gpuarr__ring_wait(gpuarr__ring *r, int j) {
+    gpuarr__event *e = r->done[j];
+    if (!e) return GPUARR_OK;
+    gpuarr_result res = e->dev->backend->event_sync(e->dev, e->native);
+    gpuarr__obj_release(&e->obj);
+    r->done[j] = NULL;
+    return res;
+}
+
+static gpuarr_result gpuarr__ring_mark(gpuarr__ring *r, int j, gpuarr__stream *s) {
+    gpuarr_result res = gpuarr__event_new(s->dev, false, &r->done[j]);
+    if (res == GPUARR_OK) res = gpuarr__event_record_raw(r->done[j], s);
+    return res;
+}
+
+/* The chunks go back to the pinned pool in s's order: a later user waits for s's copies. */
+static void gpuarr__ring_close(gpuarr__dev *d, gpuarr__ring *r, gpuarr__stream *s) {
+    gpuarr__stream *uses[1] = {s};
+    for (int j = 0; j < r->count; j++) {
+        if (r->done[j]) gpuarr__obj_release(&r->done[j]->obj);
+        gpuarr__pool_free(&d->pinned, r->chunk[j], uses, 1);
+    }
+}
+
+/* No pinned memory for the ring (none left, or the backend has none): the caller copies directly,
+   more slowly. Returns UNSUPPORTED for it to know. */
+static gpuarr_result gpuarr__staging_unavailable(gpuarr__dev *d) {
+    gpuarr__log(GPUARR_LOG_INFO, "%s: no pinned memory to stage through (%s); copying directly", d->info.spec, gpuarr__tls.error);
+    return GPUARR_ERROR_UNSUPPORTED;
+}
+
+/* Host memory (dtype st) -> device memory at (mem, off) in dtype t, where t is st or narrower:
+   the host casts into the pinned chunks. Returns UNSUPPORTED, with nothing done, when the
+   device has no pinned memory. */
+static gpuarr_result gpuarr__staged_upload(gpuarr__stream *s, void *mem, size_t off, gpuarr_dtype t, const unsigned char *src,
+                                           gpuarr_dtype st, size_t n) {
+    gpuarr__dev *d = s->dev;
+    size_t tsz = gpuarr__dtype_sizes[t], ssz = gpuarr__dtype_sizes[st];
+    size_t per = GPUARR__STAGE_CHUNK / tsz, chunks = (n + per - 1) / per;
+    gpuarr__ring ring;
+    gpuarr_result r = gpuarr__ring_open(d, GPUARR__MIN(per, n) * tsz, (int)GPUARR__MIN(chunks, (size_t)GPUARR__STAGE_RING), &ring);
+    for (size_t i = 0; r == GPUARR_OK && i < chunks; i++) {
+        int j = (int)(i % (size_t)ring.count);
+        size_t first = i * per, count = GPUARR__MIN(per, n - first);
+        r = gpuarr__ring_wait(&ring, j);
+        if (r == GPUARR_OK) r = gpuarr__host_step(ring.chunk[j]->view, t, src + first * ssz, st, count);
+        if (r == GPUARR_OK) r = d->backend->copy_h2d(s, mem, off + first * tsz, ring.chunk[j]->view, count * tsz);
+        if (r == GPUARR_OK) r = gpuarr__ring_mark(&ring, j, s);
+    }
+    gpuarr__ring_close(d, &ring, s);
+    if (ring.count < (int)GPUARR__MIN(chunks, (size_t)GPUARR__STAGE_RING)) return gpuarr__staging_unavailable(d);
+    return r;
+}
+
+/* Device memory (mem, off) in dtype t -> host memory in dtype ht, where ht is t or wider: the
+   host casts out of the pinned chunks. Blocks until the data is in place. UNSUPPORTED as above. */
+static gpuarr_result gpuarr__staged_download(gpuarr__stream *s, unsigned char *dst, gpuarr_dtype ht, const void *mem, size_t off,
+                                             gpuarr_dtype t, size_t n) {
+    gpuarr__dev *d = s->dev;
+    size_t tsz = gpuarr__dtype_sizes[t], hsz = gpuarr__dtype_sizes[ht];
+    size_t per = GPUARR__STAGE_CHUNK / tsz, chunks = (n + per - 1) / per;
+    int want = (int)GPUARR__MIN(chunks, (size_t)GPUARR__STAGE_RING);
+    gpuarr__ring ring;
+    gpuarr_result r = gpuarr__ring_open(d, GPUARR__MIN(per, n) * tsz, want, &ring);
+    if (ring.count < want) {
+        gpuarr__ring_close(d, &ring, s);
+        return gpuarr__staging_unavailable(d);
+    }
+    for (size_t i = 0; r == GPUARR_OK && i < (size_t)want; i++) { /* the first copies in flight */
+        size_t count = GPUARR__MIN(per, n - i * per);
+        r = d->backend->copy_d2h(s, ring.chunk[i]->view, mem, off + i * per * tsz, count * tsz);
+        if (r == GPUARR_OK) r = gpuarr__ring_mark(&ring, (int)i, s);
+    }
+    for (size_t i = 0; r == GPUARR_OK && i < chunks; i++) {
+        int j = (int)(i % (size_t)ring.count);
+        size_t first = i * per, count = GPUARR__MIN(per, n - first);
+        r = gpuarr__ring_wait(&ring, j);
+        if (r == GPUARR_OK) r = gpuarr__host_step(dst + first * hsz, ht, ring.chunk[j]->view, t, count);
+        size_t next = i + (size_t)ring.count;
+        if (r == GPUARR_OK && next < chunks) {
+            size_t ncount = GPUARR__MIN(per, n - next * per);
+            r = d->backend->copy_d2h(s, ring.chunk[j]->view, mem, off + next * per * tsz, ncount * tsz);
+            if (r == GPUARR_OK) r = gpuarr__ring_mark(&ring, j, s);
+        }
+    }
+    if (r != GPUARR_OK) gpuarr__stream_sync_raw(s);
+    gpuarr__ring_close(d, &ring, s);
+    return r;
+}
+
 /* Host -> device on s: narrowing casts run on the host first, others on the device after. */
 static gpuarr_result gpuarr__upload(gpuarr__stream *s, gpuarr__view dst, gpuarr__view src, size_t n) {
     const gpuarr__backend *b = s->dev->backend;
     size_t ssz = gpuarr__dtype_sizes[src.dtype], dsz = gpuarr__dtype_sizes[dst.dtype];
     const unsigned char *sp = gpuarr__view_host_ptr(src);
+    if (gpuarr__stages(s->dev, n * GPUARR__MIN(ssz, dsz))) {
+        gpuarr_result r;
+        if (src.dtype == dst.dtype || dsz < ssz) { /* same, or narrowed on the host into the chunks */
+            r = gpuarr__staged_upload(s, dst.mem, dst.offset, dst.dtype, sp, src.dtype, n);
+        } else { /* widened on the device after arrival */
+            gpuarr__device_mem *tmp;
+            GPUARR__CHECK(gpuarr__temp_alloc(s, n * ssz, &tmp));
+            r = gpuarr__staged_upload(s, tmp->view, tmp->view_offset, src.dtype, sp, src.dtype, n);
+            if (r == GPUARR_OK) r = b->cast(s, dst.mem, dst.offset, dst.dtype, tmp->view, tmp->view_offset, src.dtype, n);
+            gpuarr__temp_free(s, tmp);
+        }
+        if (r != GPUARR_ERROR_UNSUPPORTED) return r; /* else: no pinned memory, the direct path */
+    }
     if (src.dtype == dst.dtype) return b->copy_h2d(s, dst.mem, dst.offset, sp, n * dsz);
     if (dsz < ssz) {
         void *tmp;
@@ -2885,10 +3055,23 @@ static gpuarr_result gpuarr__upload(gpuarr__stream *s, gpuarr__view dst, gpuarr_
 
 /* Device -> host on s: narrowing and same-width casts run on the device first; widening ones
    on the host after the bytes arrive (which waits for s). */
-static gpuarr_result gpuarr__download(gpuarr__stream *s, gpuarr__view dst, gpuarr__view src, size_t n) {
+static gpuarr_result gpuarr__download(gpuarr__stream *s, gpuarr__view dst, gpuarr__view src, size_t n, bool may_block) {
     const gpuarr__backend *b = s->dev->backend;
     size_t ssz = gpuarr__dtype_sizes[src.dtype], dsz = gpuarr__dtype_sizes[dst.dtype];
     unsigned char *dp = gpuarr__view_host_ptr(dst);
+    if (may_block && gpuarr__stages(s->dev, n * GPUARR__MIN(ssz, dsz))) {
+        gpuarr_result r;
+        if (src.dtype == dst.dtype || dsz > ssz) { /* same, or widened on the host out of the chunks */
+            r = gpuarr__staged_download(s, dp, dst.dtype, src.mem, src.offset, src.dtype, n);
+        } else { /* narrowed on the device before leaving */
+            gpuarr__device_mem *tmp;
+            GPUARR__CHECK(gpuarr__temp_alloc(s, n * dsz, &tmp));
+            r = b->cast(s, tmp->view, tmp->view_offset, dst.dtype, src.mem, src.offset, src.dtype, n);
+            if (r == GPUARR_OK) r = gpuarr__staged_download(s, dp, dst.dtype, tmp->view, tmp->view_offset, dst.dtype, n);
+            gpuarr__temp_free(s, tmp);
+        }
+        if (r != GPUARR_ERROR_UNSUPPORTED) return r;
+    }
     if (src.dtype == dst.dtype) return b->copy_d2h(s, dp, src.mem, src.offset, n * ssz);
     if (dsz <= ssz) {
         gpuarr__device_mem *tmp;
@@ -2942,7 +3125,7 @@ static gpuarr_result gpuarr__move_peer(gpuarr__stream *ss, gpuarr__stream *ds, g
 /* Any two views. On return every step has been enqueued (host steps are done), and *last is the
    stream that ran the final one: the data is in dst when *last has passed this point. */
 static gpuarr_result gpuarr__move(gpuarr__stream *ss, gpuarr__stream *ds, gpuarr__view dst, gpuarr__view src, size_t n,
-                                  gpuarr__stream **last) {
+                                  bool may_block, gpuarr__stream **last) {
     gpuarr__dev *sd = src.dev, *dd = dst.dev;
     *last = ss;
     if (n == 0) return GPUARR_OK;
@@ -2951,7 +3134,7 @@ static gpuarr_result gpuarr__move(gpuarr__stream *ss, gpuarr__stream *ds, gpuarr
         *last = ds;
         return gpuarr__upload(ds, dst, src, n);
     }
-    if (dd->backend->id == GPUARR_BACKEND_HOST) return gpuarr__download(ss, dst, src, n);
+    if (dd->backend->id == GPUARR_BACKEND_HOST) return gpuarr__download(ss, dst, src, n, may_block);
     if (sd->backend == dd->backend && sd->backend->can_copy_peer(dd, sd)) return gpuarr__move_peer(ss, ds, dst, src, n, last);
     /* Through host memory, in the narrower of the two dtypes. */
     *last = ds;
@@ -2959,7 +3142,7 @@ static gpuarr_result gpuarr__move(gpuarr__stream *ss, gpuarr__stream *ds, gpuarr
     void *tmp;
     GPUARR__CHECK(gpuarr__host_temp(n * gpuarr__dtype_sizes[mid], &tmp));
     gpuarr__view hv = gpuarr__make_view(gpuarr__host_dev(), tmp, 0, mid);
-    gpuarr_result r = gpuarr__download(ss, hv, src, n);
+    gpuarr_result r = gpuarr__download(ss, hv, src, n, true); /* this path waits for it anyway */
     if (r == GPUARR_OK) r = gpuarr__stream_sync_raw(ss);
     if (r == GPUARR_OK) r = gpuarr__upload(ds, dst, hv, n);
     if (r != GPUARR_OK) gpuarr__stream_sync_raw(ss);
@@ -3014,7 +3197,7 @@ static gpuarr_result gpuarr__transfer_run(gpuarr__transfer *t) {
     gpuarr_result r = gpuarr__stream_for(t->src.dev, t->explicit_stream, &ss);
     if (r == GPUARR_OK) r = gpuarr__stream_for(t->dst.dev, t->explicit_stream, &ds);
     if (r == GPUARR_OK && t->src_array && t->src_array->ready) r = gpuarr__stream_wait_raw(ss, t->src_array->ready);
-    if (r == GPUARR_OK) r = gpuarr__move(ss, ds, t->dst, t->src, t->count, &last);
+    if (r == GPUARR_OK) r = gpuarr__move(ss, ds, t->dst, t->src, t->count, !t->async, &last);
     if (r == GPUARR_OK && !t->async) r = gpuarr__stream_sync_raw(last);
     if (r == GPUARR_OK && t->async) r = gpuarr__transfer_finish_async(t, ss, ds, last);
     if (r != GPUARR_OK) { /* nothing may still be reading or writing once we report failure */
@@ -3391,7 +3574,8 @@ static gpuarr_result gpuarr__registry_add(const gpuarr__backend *b, int index) {
     if (b->id == GPUARR_BACKEND_HOST) snprintf(d->info.spec, sizeof d->info.spec, "host");
     else snprintf(d->info.spec, sizeof d->info.spec, "%s:%d", b->name, index);
     pthread_mutex_init(&d->lock, NULL);
-    gpuarr__pool_init(d);
+    gpuarr__pool_init(&d->pool, d, false);
+    gpuarr__pool_init(&d->pinned, d, true);
     gpuarr__g.device_count++;
     return GPUARR_OK;
 }
@@ -3445,7 +3629,8 @@ static void gpuarr__teardown(void) {
     }
     for (int i = 0; i < gpuarr__g.device_count; i++) {
         gpuarr__dev *d = &gpuarr__g.devices[i];
-        gpuarr__pool_destroy(d);
+        gpuarr__pool_destroy(&d->pinned);
+        gpuarr__pool_destroy(&d->pool);
         if (d->opened) d->backend->device_close(d);
         pthread_mutex_destroy(&d->lock);
     }
@@ -4147,14 +4332,18 @@ static gpuarr_result gpuarr__apply_faults(const char *text) {
         gpuarr__dev *d = NULL;
         uint64_t n = 0;
         if (colon) *colon = '\0';
-        bool ok = colon && eq && gpuarr__parse_bytes(eq + 1, strlen(eq + 1), &n) &&
-                  (strncmp(colon + 1, "nth=", 4) == 0 || strncmp(colon + 1, "above=", 6) == 0);
+        const char *key = colon ? colon + 1 : "";
+        bool nth = strncmp(key, "nth=", 4) == 0, above = strncmp(key, "above=", 6) == 0, pinned = strncmp(key, "pinned_above=", 13) == 0;
+        bool ok = colon && eq && gpuarr__parse_bytes(eq + 1, strlen(eq + 1), &n) && (nth || above || pinned);
         ok = ok && gpuarr__find_device(item, &d) == GPUARR_OK;
         if (!ok)
             return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT,
-                                "GPUARR_FAULTS: \"%.*s\" is not <device>:nth=N or <device>:above=BYTES for a present device", (int)len, p);
-        if (colon[1] == 'n') d->pool.fault_countdown = n;
-        else d->pool.fault_above = n;
+                                "GPUARR_FAULTS: \"%.*s\" is not <device>:nth=N, <device>:above=BYTES or <device>:pinned_above=BYTES "
+                                "for a present device",
+                                (int)len, p);
+        if (nth) d->pool.fault_countdown = n;
+        else if (above) d->pool.fault_above = n;
+        else d->pinned.fault_above = n;
         p += len;
         if (*p) p++;
     }
@@ -4169,6 +4358,17 @@ GPUARR_API gpuarr_result gpuarr_pool_get_stats(gpuarr_device d, gpuarr_pool_stat
     pthread_mutex_lock(&dev->pool.lock);
     *out = dev->pool.stats;
     pthread_mutex_unlock(&dev->pool.lock);
+    return GPUARR_OK;
+}
+
+GPUARR_API gpuarr_result gpuarr_pool_get_pinned_stats(gpuarr_device d, gpuarr_pool_stats *out) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(out);
+    gpuarr__dev *dev;
+    GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
+    pthread_mutex_lock(&dev->pinned.lock);
+    *out = dev->pinned.stats;
+    pthread_mutex_unlock(&dev->pinned.lock);
     return GPUARR_OK;
 }
 
@@ -4195,7 +4395,7 @@ GPUARR_API gpuarr_result gpuarr_pool_set_limit(gpuarr_device d, uint64_t bytes) 
     pthread_mutex_lock(&p->lock);
     p->stats.limit_bytes = bytes;
     if (bytes && p->stats.reserved_bytes > bytes) /* shed cache; live arrays stay */
-        gpuarr__pool_release_cached(dev, 0, bytes > p->stats.allocated_bytes ? bytes - p->stats.allocated_bytes : 0);
+        gpuarr__pool_release_cached(&dev->pool, 0, bytes > p->stats.allocated_bytes ? bytes - p->stats.allocated_bytes : 0);
     pthread_mutex_unlock(&p->lock);
     return GPUARR_OK;
 }
@@ -4205,9 +4405,12 @@ GPUARR_API gpuarr_result gpuarr_pool_trim(gpuarr_device d) {
     gpuarr__dev *dev;
     GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
     gpuarr__collect_device(dev); /* frees that were waiting on finished work */
-    pthread_mutex_lock(&dev->pool.lock);
-    gpuarr__pool_release_cached(dev, 0, 0);
-    pthread_mutex_unlock(&dev->pool.lock);
+    gpuarr__pool *pools[2] = {&dev->pool, &dev->pinned};
+    for (int i = 0; i < 2; i++) {
+        pthread_mutex_lock(&pools[i]->lock);
+        gpuarr__pool_release_cached(pools[i], 0, 0);
+        pthread_mutex_unlock(&pools[i]->lock);
+    }
     return GPUARR_OK;
 }
 
@@ -4224,11 +4427,14 @@ GPUARR_API gpuarr_result gpuarr_pool_summary(gpuarr_device d, char *buf, size_t 
     GPUARR__REQUIRE_PTR(buf);
     if (!len) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "len is 0");
     gpuarr__dev *dev;
-    gpuarr_pool_stats st;
+    gpuarr_pool_stats st, pin;
     GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
     pthread_mutex_lock(&dev->pool.lock);
     st = dev->pool.stats;
     pthread_mutex_unlock(&dev->pool.lock);
+    pthread_mutex_lock(&dev->pinned.lock);
+    pin = dev->pinned.stats;
+    pthread_mutex_unlock(&dev->pinned.lock);
     char a[3][24];
     size_t used = 0;
 #define GPUARR__PUT(...)                                                                       \
@@ -4264,6 +4470,12 @@ GPUARR_API gpuarr_result gpuarr_pool_summary(gpuarr_device d, char *buf, size_t 
                 (unsigned long long)st.oom_handler_calls, (unsigned long long)st.oom_oversize_releases, (unsigned long long)st.oom_waits,
                 (unsigned long long)st.oom_trims, (unsigned long long)st.oom_retries, (unsigned long long)st.oom_failures,
                 (unsigned long long)st.host_fallbacks);
+    if (pin.total_segments) {
+        gpuarr__format_bytes(a[0], sizeof a[0], pin.reserved_bytes);
+        gpuarr__format_bytes(a[1], sizeof a[1], pin.peak_reserved_bytes);
+        GPUARR__PUT("  pinned staging memory: reserved %s (peak %s), chunks handed out %llu (cache hits %llu)\n", a[0], a[1],
+                    (unsigned long long)pin.total_allocations, (unsigned long long)pin.cache_hits);
+    }
 #undef GPUARR__ROW
 #undef GPUARR__PUT
     return GPUARR_OK;

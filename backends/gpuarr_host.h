@@ -111,6 +111,12 @@ static gpuarr_result gpuarr__host_mem_view(gpuarr__dev *d, void *segment, size_t
     return GPUARR_OK;
 }
 static void gpuarr__host_mem_view_release(gpuarr__dev *d, void *mem) { GPUARR__UNUSED(d); GPUARR__UNUSED(mem); }
+/* Host memory needs no staging. */
+static gpuarr_result gpuarr__host_pinned_alloc(gpuarr__dev *d, size_t bytes, void **handle, void **host_ptr) {
+    GPUARR__UNUSED(d); GPUARR__UNUSED(bytes); GPUARR__UNUSED(handle); GPUARR__UNUSED(host_ptr);
+    return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "the host has no pinned memory to stage through");
+}
+static void gpuarr__host_pinned_free(gpuarr__dev *d, void *handle) { GPUARR__UNUSED(d); GPUARR__UNUSED(handle); }
 
 static gpuarr_result gpuarr__host_copy_h2d(gpuarr__stream *s, void *dst, size_t dst_off, const void *src, size_t bytes) {
     GPUARR__UNUSED(s);

@@ -79,6 +79,7 @@ typedef void (*gpuarr__cl_mem_fn)(gpuarr__cl_mem, void *);
 #define GPUARR__CL_MEM_USE_HOST_PTR (1u << 3)
 #define GPUARR__CL_MEM_ALLOC_HOST_PTR (1u << 4)
 #define GPUARR__CL_MAP_READ (1u << 0)
+#define GPUARR__CL_MAP_WRITE (1u << 1)
 #define GPUARR__CL_MAP_WRITE_INVALIDATE_REGION (1u << 2)
 #define GPUARR__CL_MIGRATE_MEM_OBJECT_CONTENT_UNDEFINED (1u << 1)
 #define GPUARR__CL_MEM_SIZE 0x1102u
@@ -498,7 +499,10 @@ static gpuarr_result gpuarr__cl_device_info(int index, gpuarr_device_info *info)
     info->total_memory = d->global_mem;
     info->free_memory = d->global_mem;
     info->max_alloc_bytes = d->max_alloc;
-    d->host_unified = gpuarr__cl_info_u32(d->id, GPUARR__CL_DEVICE_HOST_UNIFIED_MEMORY) != 0;
+    /* GPUARR_OPENCL_UNIFIED=off handles every device as discrete (own memory, staged copies):
+       how PoCL tests the paths a discrete GPU takes. */
+    const char *unified = gpuarr__env("GPUARR_OPENCL_UNIFIED");
+    d->host_unified = gpuarr__cl_info_u32(d->id, GPUARR__CL_DEVICE_HOST_UNIFIED_MEMORY) != 0 && !(unified && strcmp(unified, "off") == 0);
     d->host_align = GPUARR__MAX((size_t)64, (size_t)gpuarr__cl_info_u32(d->id, GPUARR__CL_DEVICE_MEM_BASE_ADDR_ALIGN) / 8u);
     info->host_unified = d->host_unified;
     /* GPUARR_OPENCL_FP64=off treats every device as lacking doubles (slow or emulated fp64). */
@@ -690,6 +694,45 @@ static gpuarr_result gpuarr__cl_mem_view(gpuarr__dev *d, void *segment, size_t o
 static void gpuarr__cl_mem_view_release(gpuarr__dev *d, void *mem) {
     GPUARR__UNUSED(d);
     GPUARR__CL.clReleaseMemObject((gpuarr__cl_mem)mem);
+}
+
+/* Pinned host memory: a buffer the runtime allocates host-side (CL_MEM_ALLOC_HOST_PTR), mapped
+   once for good. Drivers recognize its address in clEnqueueRead/WriteBuffer and copy by DMA. */
+typedef struct gpuarr__cl_pinned {
+    gpuarr__cl_mem mem;
+    void *host;
+} gpuarr__cl_pinned;
+
+static gpuarr_result gpuarr__cl_pinned_alloc(gpuarr__dev *d, size_t bytes, void **handle, void **host_ptr) {
+    gpuarr__cl_state *cl = &GPUARR__CL;
+    gpuarr__cl_device *cd = GPUARR__CL_DEV(d);
+    gpuarr__cl_pinned *pin = (gpuarr__cl_pinned *)gpuarr__calloc(sizeof *pin);
+    if (!pin) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a pinned buffer record");
+    gpuarr__cl_int e = GPUARR__CL_SUCCESS;
+    pin->mem = cl->clCreateBuffer(cl->platforms[cd->platform].context, GPUARR__CL_MEM_READ_WRITE | GPUARR__CL_MEM_ALLOC_HOST_PTR, bytes, NULL, &e);
+    if (pin->mem)
+        pin->host = cl->clEnqueueMapBuffer(cd->internal_queue, pin->mem, GPUARR__CL_TRUE, GPUARR__CL_MAP_READ | GPUARR__CL_MAP_WRITE, 0,
+                                           bytes, 0, NULL, NULL, &e);
+    if (!pin->host) {
+        if (pin->mem) cl->clReleaseMemObject(pin->mem);
+        gpuarr__free(pin);
+        return gpuarr__cl_fail(e, "allocating pinned host memory", d->info.spec);
+    }
+    *handle = pin;
+    *host_ptr = pin->host;
+    return GPUARR_OK;
+}
+
+static void gpuarr__cl_pinned_free(gpuarr__dev *d, void *handle) {
+    gpuarr__cl_state *cl = &GPUARR__CL;
+    gpuarr__cl_pinned *pin = (gpuarr__cl_pinned *)handle;
+    gpuarr__cl_event ev = NULL;
+    if (cl->clEnqueueUnmapMemObject(GPUARR__CL_DEV(d)->internal_queue, pin->mem, pin->host, 0, NULL, &ev) == GPUARR__CL_SUCCESS) {
+        cl->clWaitForEvents(1, &ev);
+        cl->clReleaseEvent(ev);
+    }
+    cl->clReleaseMemObject(pin->mem);
+    gpuarr__free(pin);
 }
 
 static void *gpuarr__cl_mem_host_ptr(gpuarr__dev *d, void *mem) {

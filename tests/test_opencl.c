@@ -361,3 +361,108 @@ Test(opencl, an_identity_conversion_of_a_pending_array_is_ready_with_its_stream)
     free(in);
     free(out);
 }
+
+/* ---- staging through pinned memory: PoCL handled as a discrete device ----------------------
+   GPUARR_OPENCL_UNIFIED=off gives the device its own memory, so transfers of 1 MiB and more go
+   through the ring of pinned chunks, as they do on a discrete GPU. */
+static gpuarr_device discrete_device(const char *faults) {
+    gpuarr_shutdown();
+    setenv_or_die("GPUARR_OPENCL_UNIFIED", "off");
+    if (faults) setenv_or_die("GPUARR_FAULTS", faults);
+    TEST_OK(gpuarr_init(NULL));
+    unsetenv("GPUARR_OPENCL_UNIFIED");
+    unsetenv("GPUARR_FAULTS");
+    gpuarr_device d = cl_device(0);
+    gpuarr_device_info info;
+    TEST_OK(gpuarr_device_get_info(d, &info));
+    cr_assert(!info.host_unified, "GPUARR_OPENCL_UNIFIED=off left %s unified", info.spec);
+    return d;
+}
+
+/* host (dtype h) -> device (dtype t) -> host (dtype back), N elements, checked element by element:
+   each pair takes one of the paths (same dtype; narrowed or widened on the host side of the
+   chunks; narrowed or widened on the device). */
+static void staged_round_trips(gpuarr_device d, size_t n) {
+    static const gpuarr_dtype chains[][3] = {
+        {GPUARR_F32, GPUARR_F32, GPUARR_F32}, /* plain copies both ways */
+        {GPUARR_F64, GPUARR_F32, GPUARR_F64}, /* narrowed into the chunks, widened out of them */
+        {GPUARR_F16, GPUARR_F32, GPUARR_BF16}, /* widened on the device after arrival, narrowed before leaving */
+        {GPUARR_U8, GPUARR_I64, GPUARR_I16},
+    };
+    unsigned char *src = malloc(n * 8);
+    cr_assert(src);
+    int64_t shape[1] = {(int64_t)n};
+    for (size_t c = 0; c < sizeof chains / sizeof chains[0]; c++) {
+        fill_values(chains[c][0], src, n, 500 + c);
+        gpuarr_array h, a;
+        TEST_OK(gpuarr_wrap_host(src, chains[c][0], 1, shape, NULL, NULL, &h));
+        TEST_OK(gpuarr_convert(h, d, chains[c][1], &a));
+        expect_chain(a, chains[c][0], src, chains[c][1], chains[c][2], n);
+        TEST_OK(gpuarr_release(a));
+        TEST_OK(gpuarr_release(h));
+    }
+    free(src);
+}
+
+Test(opencl, staged_transfers_are_exact_and_reuse_their_pinned_chunks) {
+    gpuarr_device d = discrete_device(NULL);
+    staged_round_trips(d, 5000003); /* several 8 MiB chunks, the last one partial */
+    gpuarr_pool_stats pin;
+    TEST_OK(gpuarr_pool_get_pinned_stats(d, &pin));
+    cr_assert_gt(pin.total_allocations, 8, "the transfers were not staged: %llu chunks handed out",
+                 (unsigned long long)pin.total_allocations);
+    cr_assert_leq(pin.backend_allocs, 3, "the ring's chunks were not reused: %llu pinned allocations",
+                  (unsigned long long)pin.backend_allocs);
+    cr_assert_gt(pin.cache_hits, 0);
+    cr_assert_eq(pin.allocated_bytes, 0, "chunks still held after the transfers");
+    char summary[2048];
+    TEST_OK(gpuarr_pool_summary(d, summary, sizeof summary));
+    cr_assert(strstr(summary, "pinned staging memory"), "%s", summary);
+    TEST_OK(gpuarr_pool_trim(d));
+    TEST_OK(gpuarr_pool_get_pinned_stats(d, &pin));
+    cr_assert_eq(pin.reserved_bytes, 0, "trim kept %llu pinned bytes", (unsigned long long)pin.reserved_bytes);
+    /* below the staging size the copies are direct */
+    staged_round_trips(d, 1000);
+    TEST_OK(gpuarr_pool_get_pinned_stats(d, &pin));
+    cr_assert_eq(pin.reserved_bytes, 0);
+}
+
+Test(opencl, without_pinned_memory_transfers_copy_directly_and_stay_exact) {
+    gpuarr_device d = discrete_device("opencl:0:pinned_above=1");
+    staged_round_trips(d, 3000001);
+    gpuarr_pool_stats pin;
+    TEST_OK(gpuarr_pool_get_pinned_stats(d, &pin));
+    cr_assert_eq(pin.total_allocations, 0);
+    cr_assert_gt(pin.oom_trims, 0, "the pinned pool was never asked");
+}
+
+/* Async uploads on two streams share the ring: a chunk goes to the second stream's copy only
+   after the first stream's copy out of it completes. */
+Test(opencl, staged_async_uploads_on_two_streams_do_not_overwrite_each_other) {
+    gpuarr_device d = discrete_device(NULL);
+    enum { N = 6000001, ROUNDS = 3 };
+    float *in[2];
+    gpuarr_stream s[2];
+    gpuarr_array h[2], a[2][ROUNDS];
+    int64_t shape[1] = {N};
+    for (int k = 0; k < 2; k++) {
+        in[k] = malloc(sizeof(float) * N);
+        cr_assert(in[k]);
+        fill_values(GPUARR_F32, in[k], N, 900 + (uint64_t)k);
+        TEST_OK(gpuarr_stream_create(d, 0, &s[k]));
+        TEST_OK(gpuarr_wrap_host(in[k], GPUARR_F32, 1, shape, NULL, NULL, &h[k]));
+    }
+    for (int r = 0; r < ROUNDS; r++)
+        for (int k = 0; k < 2; k++) TEST_OK(gpuarr_convert_async(h[k], d, GPUARR_F32, s[k], &a[k][r]));
+    for (int k = 0; k < 2; k++) TEST_OK(gpuarr_stream_sync(s[k]));
+    for (int r = 0; r < ROUNDS; r++)
+        for (int k = 0; k < 2; k++) {
+            expect_chain(a[k][r], GPUARR_F32, in[k], GPUARR_F32, GPUARR_F32, N);
+            TEST_OK(gpuarr_release(a[k][r]));
+        }
+    for (int k = 0; k < 2; k++) {
+        TEST_OK(gpuarr_release(h[k]));
+        TEST_OK(gpuarr_stream_destroy(s[k]));
+        free(in[k]);
+    }
+}

@@ -188,8 +188,8 @@ static double time_pairs(gpuarr__dev *d, size_t bytes, int mode, int n) {
     for (int i = 0; i < n; i++) {
         if (mode == 0) { /* the pool alone */
             gpuarr__block *b;
-            if (gpuarr__pool_alloc(d, bytes, NULL, &b) != GPUARR_OK) die("gpuarr__pool_alloc");
-            gpuarr__pool_free(d, b, NULL, 0);
+            if (gpuarr__pool_alloc(&d->pool, bytes, NULL, &b) != GPUARR_OK) die("gpuarr__pool_alloc");
+            gpuarr__pool_free(&d->pool, b, NULL, 0);
         } else if (mode == 1) { /* the public calls */
             int64_t shape[1] = {(int64_t)bytes};
             gpuarr_array a;
@@ -246,11 +246,11 @@ static void bench_pool_replay(gpuarr__dev *d) {
     for (int i = 0; i < STEPS; i++) { /* pool */
         int slot = frees[i];
         if (live[slot]) {
-            gpuarr__pool_free(d, (gpuarr__block *)live[slot], NULL, 0);
+            gpuarr__pool_free(&d->pool, (gpuarr__block *)live[slot], NULL, 0);
             requested_now -= live_size[slot];
         }
         gpuarr__block *b;
-        if (gpuarr__pool_alloc(d, sizes[i], NULL, &b) != GPUARR_OK) die("replay: gpuarr__pool_alloc");
+        if (gpuarr__pool_alloc(&d->pool, sizes[i], NULL, &b) != GPUARR_OK) die("replay: gpuarr__pool_alloc");
         live[slot] = b;
         live_size[slot] = sizes[i];
         requested_now += sizes[i];
@@ -260,7 +260,7 @@ static void bench_pool_replay(gpuarr__dev *d) {
     gpuarr_pool_stats st;
     gpuarr_pool_get_stats(dev, &st);
     for (int s = 0; s < LIVE; s++)
-        if (live[s]) gpuarr__pool_free(d, (gpuarr__block *)live[s], NULL, 0), live[s] = NULL;
+        if (live[s]) gpuarr__pool_free(&d->pool, (gpuarr__block *)live[s], NULL, 0), live[s] = NULL;
     gpuarr_pool_trim(dev);
     t0 = now_s();
     for (int i = 0; i < STEPS; i++) { /* raw */
