@@ -140,10 +140,10 @@ run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS))
 # The device kernels are compiled from backends/gpuarr_kernels.h, embedded as text in
 # backends/gpuarr_kernels_source.h: regenerate with `make kernels`; the test fails when stale.
 kernels:
-	tools/embed-kernels.sh backends/gpuarr_kernels.h > backends/gpuarr_kernels_source.h
+	tools/embed-kernels.sh > backends/gpuarr_kernels_source.h
 
 kernels-check:
-	@tools/embed-kernels.sh backends/gpuarr_kernels.h | cmp -s - backends/gpuarr_kernels_source.h || \
+	@tools/embed-kernels.sh | cmp -s - backends/gpuarr_kernels_source.h || \
 	  { echo "backends/gpuarr_kernels_source.h is stale: run 'make kernels'"; exit 1; }
 
 # The header as users compile it: C11 with gcc and clang, C++17, a .cu file, two translation

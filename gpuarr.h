@@ -436,6 +436,7 @@ typedef struct gpuarr_device_info {
     uint64_t free_memory;      /* bytes, read when this info is asked for */
     uint64_t max_alloc_bytes;  /* largest single allocation the device allows */
     int compute_units;         /* SMs, OpenCL compute units, online CPUs */
+    int copy_engines;          /* CUDA: copies that can run alongside kernels; 0 if unknown */
     int clock_mhz;             /* 0 if unknown */
     bool host_unified;         /* device memory is host memory */
     bool has_pci;              /* pci_* fields valid */
@@ -889,7 +890,8 @@ struct gpuarr__obj {
    of mem_alloc'ed segments at mem_alignment boundaries; mem_view gives the handle and offset an
    array uses for such a block (the segment itself, or a sub-buffer). pinned_alloc gives host
    memory the device copies from and to at full speed (UNSUPPORTED: the backend has none, and
-   gets no staging). activate makes d's native
+   gets no staging); host_ptr_pinned says whether the device copies from and to host memory at p
+   at full speed as it is (page-locked by the caller), so staging would only cost. activate makes d's native
    context current on the calling thread (replacing, not pushing) and returns the one it
    replaced; deactivate puts that one back. stream_wait_event must accept an event of another
    device of the same backend (waiting on the host if the native API cannot). */
@@ -910,6 +912,7 @@ struct gpuarr__obj {
     X(void, mem_view_release, (gpuarr__dev * d, void *mem))                                    \
     X(gpuarr_result, pinned_alloc, (gpuarr__dev * d, size_t bytes, void **handle, void **host_ptr)) \
     X(void, pinned_free, (gpuarr__dev * d, void *handle))                                      \
+    X(bool, host_ptr_pinned, (gpuarr__dev * d, const void *p))                                 \
     X(gpuarr_result, copy_h2d,                                                                 \
       (gpuarr__stream * s, void *dst, size_t dst_off, const void *src, size_t bytes))          \
     X(gpuarr_result, copy_d2h,                                                                 \
@@ -1155,6 +1158,7 @@ typedef struct gpuarr__state {
     gpuarr__cast_fn host_casts[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT]; /* for this CPU */
     const char *host_isa; /* "baseline", "avx2" or "avx2+f16c" */
     bool streaming_copies; /* the CPU has AVX2 and the ISA was not forced to baseline */
+    bool no_peer_copies;   /* GPUARR_PEER_COPIES=off: device to device always through the host */
     gpuarr__dev *devices;
     int device_count;
     int best_gpu; /* index or -1 */
@@ -1861,6 +1865,81 @@ static uint32_t gpuarr__table_destroy(gpuarr__table *t) {
 /* Configuration helpers the backends read (defined with the rest of the configuration). */
 static const char *gpuarr__env(const char *name);
 static bool gpuarr__filter_allows(gpuarr_backend b, int index);
+
+/* ---- for the device backends: kernel text, hashes, the on-disk kernel cache ---- */
+#if defined(__GNUC__) || defined(__clang__)
+#define GPUARR__FOR_BACKENDS __attribute__((unused)) /* a build may leave out every device backend */
+#else
+#define GPUARR__FOR_BACKENDS
+#endif
+typedef struct gpuarr__dtype_text {
+    const char *name, *store, *kind, *cat, *lo, *hi;
+} gpuarr__dtype_text;
+static const gpuarr__dtype_text gpuarr__dtype_texts[GPUARR_DTYPE_COUNT] = {
+    {NULL, NULL, NULL, NULL, NULL, NULL},
+#define GPUARR__TEXT_ENTRY(NAME, str, store, size, kind, cat, lo, hi) {#NAME, #store, #kind, #cat, #lo, #hi},
+    GPUARR_DTYPE_LIST(GPUARR__TEXT_ENTRY)
+#undef GPUARR__TEXT_ENTRY
+};
+
+/* The line that instantiates the cast kernel for one pair in gpuarr_kernels.h, and its name. */
+GPUARR__FOR_BACKENDS static void gpuarr__kernel_instantiation(int s, int t, char *out, size_t cap) {
+    const gpuarr__dtype_text *a = &gpuarr__dtype_texts[s], *b = &gpuarr__dtype_texts[t];
+    snprintf(out, cap, "GPUARR_K_CAST_KERNEL(%s, %s, %s, %s, %s, %s, %s, %s, %s)\n", a->name, a->store, a->kind, a->cat, b->name,
+             b->store, b->kind, b->lo, b->hi);
+}
+GPUARR__FOR_BACKENDS static void gpuarr__kernel_name(int s, int t, char *out, size_t cap) {
+    snprintf(out, cap, "gpuarr_k_cast_%s_%s", gpuarr__dtype_texts[s].name, gpuarr__dtype_texts[t].name);
+}
+
+/* FNV-1a over NUL-terminated pieces (cache keys; not for security). */
+#define GPUARR__HASH_SEED 1469598103934665603ull
+GPUARR__FOR_BACKENDS static uint64_t gpuarr__hash_pieces(uint64_t h, const char *const *pieces, size_t count) {
+    for (size_t i = 0; i < count; i++)
+        for (const unsigned char *c = (const unsigned char *)(pieces[i] ? pieces[i] : ""); *c; c++) h = (h ^ *c) * 1099511628211ull;
+    return h;
+}
+
+/* GPUARR_CACHE_DIR, else $XDG_CACHE_HOME/gpuarr, else $HOME/.cache/gpuarr; "off" disables. */
+GPUARR__FOR_BACKENDS static bool gpuarr__cache_path(char *out, size_t cap, const char *file) {
+    const char *dir = gpuarr__env("GPUARR_CACHE_DIR");
+    if (dir && strcmp(dir, "off") == 0) return false;
+    char base[512];
+    if (dir) snprintf(base, sizeof base, "%s", dir);
+    else if (gpuarr__env("XDG_CACHE_HOME")) snprintf(base, sizeof base, "%s/gpuarr", gpuarr__env("XDG_CACHE_HOME"));
+    else if (gpuarr__env("HOME")) snprintf(base, sizeof base, "%s/.cache/gpuarr", gpuarr__env("HOME"));
+    else return false;
+    mkdir(base, 0755); /* the parent may be missing; then the write fails and nothing is cached */
+    return snprintf(out, cap, "%s/%s", base, file) < (int)cap;
+}
+
+GPUARR__FOR_BACKENDS static unsigned char *gpuarr__read_file(const char *path, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    unsigned char *data = NULL;
+    long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (n > 0 && fseek(f, 0, SEEK_SET) == 0) {
+        data = (unsigned char *)gpuarr__malloc((size_t)n);
+        if (data && fread(data, 1, (size_t)n, f) != (size_t)n) {
+            gpuarr__free(data);
+            data = NULL;
+        }
+    }
+    fclose(f);
+    *size = (size_t)(n > 0 ? n : 0);
+    return data;
+}
+
+/* Written to a temporary name first, so a reader never sees half a file. */
+GPUARR__FOR_BACKENDS static void gpuarr__write_file_atomic(const char *path, const void *data, size_t size) {
+    char tmp[800];
+    if (snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid()) >= (int)sizeof tmp) return;
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return;
+    bool ok = fwrite(data, 1, size, f) == size;
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) remove(tmp);
+}
 
 #include "backends/gpuarr_host.h"
 #define GPUARR__BACKEND_PTR_HOST (&gpuarr__backend_host)
@@ -2906,8 +2985,9 @@ static gpuarr_result gpuarr__move_local(gpuarr__stream *s, gpuarr__view dst, gpu
 #define GPUARR__STAGE_CHUNK ((size_t)8 << 20)
 #define GPUARR__STAGE_RING 3
 
-static bool gpuarr__stages(gpuarr__dev *d, size_t bytes) {
-    return !d->info.host_unified && d->backend->id != GPUARR_BACKEND_HOST && bytes >= GPUARR__STAGE_MIN;
+static bool gpuarr__stages(gpuarr__dev *d, const void *host, size_t bytes) {
+    return !d->info.host_unified && d->backend->id != GPUARR_BACKEND_HOST && bytes >= GPUARR__STAGE_MIN &&
+           !d->backend->host_ptr_pinned(d, host);
 }
 
 typedef struct gpuarr__ring {
@@ -3018,12 +3098,73 @@ static gpuarr_result gpuarr__staged_download(gpuarr__stream *s, unsigned char *d
     return r;
 }
 
+/* Device memory to device memory of another device, bytes in chunks through pinned host
+   memory: chunk k is copied out on ss into slot k % R, then (once the host has seen that copy
+   finish) in on ds; a slot is copied into again only after its copy in has finished. With R = 3
+   two copies out run ahead of the copies in. UNSUPPORTED, with nothing done, without pinned
+   memory. */
+static gpuarr_result gpuarr__staged_bounce(gpuarr__stream *ss, gpuarr__stream *ds, void *dmem, size_t doff, const void *smem,
+                                           size_t soff, size_t bytes) {
+    /* CUDA copies at full speed only from its own pinned memory; OpenCL takes any host memory */
+    gpuarr__dev *pd = ds->dev->backend->id == GPUARR_BACKEND_CUDA ? ds->dev : ss->dev;
+    size_t chunk = GPUARR__MIN(GPUARR__STAGE_CHUNK, bytes), chunks = (bytes + chunk - 1) / chunk;
+    int want = (int)GPUARR__MIN(chunks, (size_t)GPUARR__STAGE_RING);
+    gpuarr__ring out, in; /* out: the ring's chunks and their copies out; in: their copies in */
+    gpuarr_result r = gpuarr__ring_open(pd, chunk, want, &out);
+    if (out.count < want) {
+        gpuarr__ring_close(pd, &out, ss);
+        return gpuarr__staging_unavailable(pd);
+    }
+    memset(&in, 0, sizeof in);
+    for (size_t k = 0; r == GPUARR_OK && k < chunks + (size_t)want - 1; k++) {
+        if (k < chunks) { /* copy chunk k out into its slot, after the slot's last copy in */
+            int j = (int)(k % (size_t)want);
+            r = gpuarr__ring_wait(&in, j);
+            if (r == GPUARR_OK) r = ss->dev->backend->copy_d2h(ss, out.chunk[j]->view, smem, soff + k * chunk, GPUARR__MIN(chunk, bytes - k * chunk));
+            if (r == GPUARR_OK) r = gpuarr__ring_mark(&out, j, ss);
+        }
+        if (r == GPUARR_OK && k + 1 >= (size_t)want) { /* copy chunk c in, want - 1 behind */
+            size_t c = k + 1 - (size_t)want;
+            int j = (int)(c % (size_t)want);
+            r = gpuarr__ring_wait(&out, j);
+            if (r == GPUARR_OK) r = ds->dev->backend->copy_h2d(ds, dmem, doff + c * chunk, out.chunk[j]->view, GPUARR__MIN(chunk, bytes - c * chunk));
+            if (r == GPUARR_OK) r = gpuarr__ring_mark(&in, j, ds);
+        }
+    }
+    if (r != GPUARR_OK) gpuarr__stream_sync_raw(ss);
+    for (int j = 0; j < want; j++)
+        if (in.done[j]) gpuarr__obj_release(&in.done[j]->obj);
+    gpuarr__ring_close(pd, &out, ds); /* reused after ds's copies in */
+    return r;
+}
+
+/* src on one device -> dst on another through the host, cast to mid (the narrower dtype) on the
+   source and from it on the destination. UNSUPPORTED, with nothing done, without pinned memory. */
+static gpuarr_result gpuarr__move_bounce(gpuarr__stream *ss, gpuarr__stream *ds, gpuarr__view dst, gpuarr__view src, gpuarr_dtype mid,
+                                         size_t n) {
+    size_t msz = gpuarr__dtype_sizes[mid];
+    gpuarr__device_mem *stmp = NULL, *dtmp = NULL;
+    gpuarr__view from = src, to = dst;
+    gpuarr_result r = GPUARR_OK;
+    if (src.dtype != mid && (r = gpuarr__temp_alloc(ss, n * msz, &stmp)) == GPUARR_OK) {
+        from = gpuarr__make_view(ss->dev, stmp->view, stmp->view_offset, mid);
+        r = ss->dev->backend->cast(ss, stmp->view, stmp->view_offset, mid, src.mem, src.offset, src.dtype, n);
+    }
+    if (r == GPUARR_OK && dst.dtype != mid && (r = gpuarr__temp_alloc(ds, n * msz, &dtmp)) == GPUARR_OK)
+        to = gpuarr__make_view(ds->dev, dtmp->view, dtmp->view_offset, mid);
+    if (r == GPUARR_OK) r = gpuarr__staged_bounce(ss, ds, to.mem, to.offset, from.mem, from.offset, n * msz);
+    if (r == GPUARR_OK && dtmp) r = ds->dev->backend->cast(ds, dst.mem, dst.offset, dst.dtype, dtmp->view, dtmp->view_offset, mid, n);
+    if (stmp) gpuarr__temp_free(ss, stmp);
+    if (dtmp) gpuarr__temp_free(ds, dtmp);
+    return r;
+}
+
 /* Host -> device on s: narrowing casts run on the host first, others on the device after. */
 static gpuarr_result gpuarr__upload(gpuarr__stream *s, gpuarr__view dst, gpuarr__view src, size_t n) {
     const gpuarr__backend *b = s->dev->backend;
     size_t ssz = gpuarr__dtype_sizes[src.dtype], dsz = gpuarr__dtype_sizes[dst.dtype];
     const unsigned char *sp = gpuarr__view_host_ptr(src);
-    if (gpuarr__stages(s->dev, n * GPUARR__MIN(ssz, dsz))) {
+    if (gpuarr__stages(s->dev, sp, n * GPUARR__MIN(ssz, dsz))) {
         gpuarr_result r;
         if (src.dtype == dst.dtype || dsz < ssz) { /* same, or narrowed on the host into the chunks */
             r = gpuarr__staged_upload(s, dst.mem, dst.offset, dst.dtype, sp, src.dtype, n);
@@ -3059,7 +3200,7 @@ static gpuarr_result gpuarr__download(gpuarr__stream *s, gpuarr__view dst, gpuar
     const gpuarr__backend *b = s->dev->backend;
     size_t ssz = gpuarr__dtype_sizes[src.dtype], dsz = gpuarr__dtype_sizes[dst.dtype];
     unsigned char *dp = gpuarr__view_host_ptr(dst);
-    if (may_block && gpuarr__stages(s->dev, n * GPUARR__MIN(ssz, dsz))) {
+    if (may_block && gpuarr__stages(s->dev, dp, n * GPUARR__MIN(ssz, dsz))) {
         gpuarr_result r;
         if (src.dtype == dst.dtype || dsz > ssz) { /* same, or widened on the host out of the chunks */
             r = gpuarr__staged_download(s, dp, dst.dtype, src.mem, src.offset, src.dtype, n);
@@ -3109,7 +3250,9 @@ static gpuarr_result gpuarr__move_peer(gpuarr__stream *ss, gpuarr__stream *ds, g
                 return r;
             }
         }
-        r = b->copy_peer(ss, dst.dev, dst.mem, dst.offset, ss->dev, from.mem, from.offset, n * dsz);
+        /* dst was allocated for ds: ss writes it only after what ds was told to wait for */
+        r = gpuarr__stream_order(ss, ds);
+        if (r == GPUARR_OK) r = b->copy_peer(ss, dst.dev, dst.mem, dst.offset, ss->dev, from.mem, from.offset, n * dsz);
         if (tmp) gpuarr__temp_free(ss, tmp);
         return r;
     }
@@ -3135,10 +3278,16 @@ static gpuarr_result gpuarr__move(gpuarr__stream *ss, gpuarr__stream *ds, gpuarr
         return gpuarr__upload(ds, dst, src, n);
     }
     if (dd->backend->id == GPUARR_BACKEND_HOST) return gpuarr__download(ss, dst, src, n, may_block);
-    if (sd->backend == dd->backend && sd->backend->can_copy_peer(dd, sd)) return gpuarr__move_peer(ss, ds, dst, src, n, last);
-    /* Through host memory, in the narrower of the two dtypes. */
+    if (sd->backend == dd->backend && !gpuarr__g.no_peer_copies && sd->backend->can_copy_peer(dd, sd))
+        return gpuarr__move_peer(ss, ds, dst, src, n, last);
+    /* Through host memory, in the narrower of the two dtypes: pinned chunks, pipelined, when
+       there is enough to move; else one host buffer. */
     *last = ds;
     gpuarr_dtype mid = gpuarr__dtype_sizes[dst.dtype] <= gpuarr__dtype_sizes[src.dtype] ? dst.dtype : src.dtype;
+    if (n * gpuarr__dtype_sizes[mid] >= GPUARR__STAGE_MIN) {
+        gpuarr_result r = gpuarr__move_bounce(ss, ds, dst, src, mid, n);
+        if (r != GPUARR_ERROR_UNSUPPORTED) return r;
+    }
     void *tmp;
     GPUARR__CHECK(gpuarr__host_temp(n * gpuarr__dtype_sizes[mid], &tmp));
     gpuarr__view hv = gpuarr__make_view(gpuarr__host_dev(), tmp, 0, mid);
@@ -3507,6 +3656,10 @@ static gpuarr_result gpuarr__resolve_config(const gpuarr_desc *d) {
         gpuarr__g.host_threads = cpus < 1 ? 1 : cpus > 64 ? 64 : (int)cpus;
     }
     GPUARR__CHECK(gpuarr__select_host_isa(gpuarr__env("GPUARR_HOST_ISA")));
+    env = gpuarr__env("GPUARR_PEER_COPIES");
+    if (env && !gpuarr__streq_nocase(env, "on") && !gpuarr__streq_nocase(env, "off"))
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "GPUARR_PEER_COPIES=\"%s\": expected on or off", env);
+    gpuarr__g.no_peer_copies = env && gpuarr__streq_nocase(env, "off");
     const char *filter = d->devices ? d->devices : gpuarr__env("GPUARR_DEVICES");
     if (filter) GPUARR__CHECK(gpuarr__parse_filter(filter));
     gpuarr__g.alloc_conf.caching = true;

@@ -117,6 +117,7 @@ static gpuarr_result gpuarr__host_pinned_alloc(gpuarr__dev *d, size_t bytes, voi
     return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "the host has no pinned memory to stage through");
 }
 static void gpuarr__host_pinned_free(gpuarr__dev *d, void *handle) { GPUARR__UNUSED(d); GPUARR__UNUSED(handle); }
+static bool gpuarr__host_host_ptr_pinned(gpuarr__dev *d, const void *p) { GPUARR__UNUSED(d); GPUARR__UNUSED(p); return false; }
 
 static gpuarr_result gpuarr__host_copy_h2d(gpuarr__stream *s, void *dst, size_t dst_off, const void *src, size_t bytes) {
     GPUARR__UNUSED(s);

@@ -1,4 +1,7 @@
-/* Generated from backends/gpuarr_kernels.h by tools/embed-kernels.sh (make kernels). Do not edit. */
+/* Generated from backends/gpuarr_kernels.h and backends/gpuarr_kernels_cuda.h by tools/embed-kernels.sh
+   (make kernels). Do not edit. */
+#ifndef GPUARR_KERNELS_SOURCE_INCLUDED
+#define GPUARR_KERNELS_SOURCE_INCLUDED
 static const char *const gpuarr__kernels_source[] = {
     "/*\n",
     " * gpuarr_kernels.h -- the one source of gpuarr's conversion rules, compiled three ways:\n",
@@ -218,3 +221,53 @@ static const char *const gpuarr__kernels_source[] = {
     "\n",
     "#endif /* GPUARR_KERNELS_INCLUDED */\n",
 };
+static const char *const gpuarr__kernels_cuda_source[] = {
+    "/*\n",
+    " * gpuarr_kernels_cuda.h -- the CUDA C++ dialect of gpuarr_kernels.h (see its header comment).\n",
+    " *\n",
+    " * NVRTC compiles this text, followed by one GPUARR_K_CAST_KERNEL(...) line per dtype pair, with\n",
+    " * gpuarr_kernels.h handed over as an in-memory header: at run time when the committed PTX\n",
+    " * cannot be used, and in tools/cuda-ptx.c, which makes that PTX. nvcc compiles it as is.\n",
+    " * Both receive it as text from backends/gpuarr_kernels_source.h (tools/embed-kernels.sh).\n",
+    " */\n",
+    "#ifdef __CUDACC_RTC__ /* NVRTC has no C library headers */\n",
+    "typedef signed char int8_t;\n",
+    "typedef unsigned char uint8_t;\n",
+    "typedef short int16_t;\n",
+    "typedef unsigned short uint16_t;\n",
+    "typedef int int32_t;\n",
+    "typedef unsigned int uint32_t;\n",
+    "typedef long long int64_t;\n",
+    "typedef unsigned long long uint64_t;\n",
+    "#define INT8_MIN (-128)\n",
+    "#define INT8_MAX 127\n",
+    "#define UINT8_MAX 255\n",
+    "#define INT16_MIN (-32767 - 1)\n",
+    "#define INT16_MAX 32767\n",
+    "#define UINT16_MAX 65535\n",
+    "#define INT32_MIN (-2147483647 - 1)\n",
+    "#define INT32_MAX 2147483647\n",
+    "#define UINT32_MAX 4294967295u\n",
+    "#define INT64_MIN (-9223372036854775807LL - 1)\n",
+    "#define INT64_MAX 9223372036854775807LL\n",
+    "#define UINT64_MAX 18446744073709551615ULL\n",
+    "#else\n",
+    "#include <stdint.h>\n",
+    "#endif\n",
+    "\n",
+    "#define GPUARR_K_FN static __device__ __forceinline__\n",
+    "#define GPUARR_K_F32_BITS(x) __float_as_uint(x)\n",
+    "#define GPUARR_K_BITS_F32(u) __uint_as_float(u)\n",
+    "#define GPUARR_K_F64_BITS(x) ((uint64_t)__double_as_longlong(x))\n",
+    "#define GPUARR_K_BITS_F64(u) __longlong_as_double((long long)(u))\n",
+    "#define GPUARR_K_CLZ64(x) __clzll((long long)(x))\n",
+    "#define GPUARR_K_U64(c) c##ULL\n",
+    "#define GPUARR_K_HAVE_F64 1\n",
+    "#define GPUARR_K_KERNEL extern \"C\" __global__\n",
+    "#define GPUARR_K_GLOBAL\n",
+    "#define GPUARR_K_SIZE uint64_t\n",
+    "#define GPUARR_K_INDEX ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x)\n",
+    "\n",
+    "#include \"gpuarr_kernels.h\"\n",
+};
+#endif

@@ -735,6 +735,13 @@ static void gpuarr__cl_pinned_free(gpuarr__dev *d, void *handle) {
     gpuarr__free(pin);
 }
 
+/* OpenCL cannot tell whether the caller's memory is page-locked: assume not. */
+static bool gpuarr__cl_host_ptr_pinned(gpuarr__dev *d, const void *p) {
+    GPUARR__UNUSED(d);
+    GPUARR__UNUSED(p);
+    return false;
+}
+
 static void *gpuarr__cl_mem_host_ptr(gpuarr__dev *d, void *mem) {
     GPUARR__UNUSED(d);
     GPUARR__UNUSED(mem);
@@ -822,16 +829,6 @@ static gpuarr_result gpuarr__cl_fill_zero(gpuarr__stream *s, void *dst, size_t d
  * Kernels: the shared source plus one instantiation line per dtype pair, built for one device at
  * its first cast (thread-safe), from a cached binary when there is one.
  * ------------------------------------------------------------------------------------------- */
-typedef struct gpuarr__dtype_text {
-    const char *name, *store, *kind, *cat, *lo, *hi;
-} gpuarr__dtype_text;
-static const gpuarr__dtype_text gpuarr__dtype_texts[GPUARR_DTYPE_COUNT] = {
-    {NULL, NULL, NULL, NULL, NULL, NULL},
-#define GPUARR__TEXT_ENTRY(NAME, str, store, size, kind, cat, lo, hi) {#NAME, #store, #kind, #cat, #lo, #hi},
-    GPUARR_DTYPE_LIST(GPUARR__TEXT_ENTRY)
-#undef GPUARR__TEXT_ENTRY
-};
-
 static bool gpuarr__cl_pair_supported(const gpuarr__cl_device *cd, int s, int t) {
     return cd->fp64 || (s != GPUARR_F64 && t != GPUARR_F64);
 }
@@ -844,7 +841,13 @@ static const char gpuarr__cl_preamble_text[] =
     "#define GPUARR_K_F64_BITS(x) as_ulong(x)\n#define GPUARR_K_BITS_F64(u) as_double(u)\n"
     "#define GPUARR_K_CLZ64(x) ((int)clz((ulong)(x)))\n#define GPUARR_K_U64(c) c##UL\n"
     "#define GPUARR_K_KERNEL __kernel\n#define GPUARR_K_GLOBAL __global\n#define GPUARR_K_SIZE ulong\n"
-    "#define GPUARR_K_INDEX get_global_id(0)\n";
+    "#define GPUARR_K_INDEX get_global_id(0)\n"
+    /* the dtype table's limits: OpenCL C does not promise the <stdint.h> names (PoCL has them) */
+    "#ifndef INT8_MIN\n#define INT8_MIN (-128)\n#define INT8_MAX 127\n#define UINT8_MAX 255\n"
+    "#define INT16_MIN (-32767 - 1)\n#define INT16_MAX 32767\n#define UINT16_MAX 65535\n"
+    "#define INT32_MIN (-2147483647 - 1)\n#define INT32_MAX 2147483647\n#define UINT32_MAX 4294967295u\n"
+    "#define INT64_MIN (-9223372036854775807L - 1)\n#define INT64_MAX 9223372036854775807L\n"
+    "#define UINT64_MAX 18446744073709551615UL\n#endif\n";
 
 /* The program text for one dtype pair on one device: preamble, the shared source, one
    instantiation. Returned as pieces for clCreateProgramWithSource, and hashed for the cache. */
@@ -860,62 +863,16 @@ static void gpuarr__cl_source_make(const gpuarr__cl_device *cd, int s, int t, gp
     out->pieces[n++] = gpuarr__cl_preamble_text;
     out->pieces[n++] = cd->fp64 ? "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n#define GPUARR_K_HAVE_F64 1\n" : "\n";
     for (size_t i = 0; i < shared; i++) out->pieces[n++] = gpuarr__kernels_source[i];
-    const gpuarr__dtype_text *a = &gpuarr__dtype_texts[s], *b = &gpuarr__dtype_texts[t];
-    snprintf(out->instantiation, sizeof out->instantiation, "GPUARR_K_CAST_KERNEL(%s, %s, %s, %s, %s, %s, %s, %s, %s)\n", a->name,
-             a->store, a->kind, a->cat, b->name, b->store, b->kind, b->lo, b->hi);
+    gpuarr__kernel_instantiation(s, t, out->instantiation, sizeof out->instantiation);
     out->pieces[n++] = out->instantiation;
     out->count = n;
 }
 
-/* FNV-1a over the program text, the device and driver, and the build options. */
+/* Over the program text, the device and driver, and the build options. */
 static uint64_t gpuarr__cl_cache_key(const gpuarr__cl_source *src, const gpuarr__dev *d, const char *options) {
-    uint64_t h = 1469598103934665603ull;
+    uint64_t h = gpuarr__hash_pieces(GPUARR__HASH_SEED, src->pieces, src->count);
     const char *parts[4] = {d->info.name, d->info.version, options, gpuarr__cl_preamble_text};
-    for (size_t i = 0; i < src->count + 4; i++)
-        for (const unsigned char *c = (const unsigned char *)(i < src->count ? src->pieces[i] : parts[i - src->count]); *c; c++)
-            h = (h ^ *c) * 1099511628211ull;
-    return h;
-}
-
-/* GPUARR_CACHE_DIR, else $XDG_CACHE_HOME/gpuarr, else $HOME/.cache/gpuarr; "off" disables. */
-static bool gpuarr__cache_path(char *out, size_t cap, const char *file) {
-    const char *dir = gpuarr__env("GPUARR_CACHE_DIR");
-    if (dir && strcmp(dir, "off") == 0) return false;
-    char base[512];
-    if (dir) snprintf(base, sizeof base, "%s", dir);
-    else if (gpuarr__env("XDG_CACHE_HOME")) snprintf(base, sizeof base, "%s/gpuarr", gpuarr__env("XDG_CACHE_HOME"));
-    else if (gpuarr__env("HOME")) snprintf(base, sizeof base, "%s/.cache/gpuarr", gpuarr__env("HOME"));
-    else return false;
-    mkdir(base, 0755); /* the parent may be missing; then the write fails and nothing is cached */
-    return snprintf(out, cap, "%s/%s", base, file) < (int)cap;
-}
-
-static unsigned char *gpuarr__read_file(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    unsigned char *data = NULL;
-    long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-    if (n > 0 && fseek(f, 0, SEEK_SET) == 0) {
-        data = (unsigned char *)gpuarr__malloc((size_t)n);
-        if (data && fread(data, 1, (size_t)n, f) != (size_t)n) {
-            gpuarr__free(data);
-            data = NULL;
-        }
-    }
-    fclose(f);
-    *size = (size_t)(n > 0 ? n : 0);
-    return data;
-}
-
-/* Written to a temporary name first, so a reader never sees half a file. */
-static void gpuarr__write_file_atomic(const char *path, const void *data, size_t size) {
-    char tmp[800];
-    if (snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid()) >= (int)sizeof tmp) return;
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return;
-    bool ok = fwrite(data, 1, size, f) == size;
-    ok = fclose(f) == 0 && ok;
-    if (!ok || rename(tmp, path) != 0) remove(tmp);
+    return gpuarr__hash_pieces(h, parts, 4);
 }
 
 static void gpuarr__cl_save_binary(gpuarr__cl_program prog, const char *path) {
@@ -979,7 +936,7 @@ static gpuarr_result gpuarr__cl_build_pair(gpuarr__dev *d, int s, int t) {
         }
     }
     char name[96];
-    snprintf(name, sizeof name, "gpuarr_k_cast_%s_%s", gpuarr__dtype_texts[s].name, gpuarr__dtype_texts[t].name);
+    gpuarr__kernel_name(s, t, name, sizeof name);
     gpuarr__cl_kernel k = cl->clCreateKernel(prog, name, &e);
     if (!k) {
         cl->clReleaseProgram(prog);

@@ -466,3 +466,46 @@ Test(opencl, staged_async_uploads_on_two_streams_do_not_overwrite_each_other) {
         free(in[k]);
     }
 }
+
+/* GPUARR_PEER_COPIES=off: opencl:0 -> opencl:1 goes through pinned host chunks, pipelined (the
+   path of two GPUs without peer access, or of CUDA <-> OpenCL), with a cast on either side. */
+Test(opencl, device_to_device_through_pinned_chunks_is_exact_with_a_cast_on_either_side) {
+    gpuarr_shutdown();
+    setenv_or_die("GPUARR_PEER_COPIES", "off");
+    setenv_or_die("GPUARR_OPENCL_UNIFIED", "off");
+    TEST_OK(gpuarr_init(NULL));
+    unsetenv("GPUARR_PEER_COPIES");
+    unsetenv("GPUARR_OPENCL_UNIFIED");
+    gpuarr_device d0 = cl_device(0), d1 = cl_device(1);
+    static const gpuarr_dtype chains[][3] = {
+        {GPUARR_F32, GPUARR_F32, GPUARR_F32}, /* plain */
+        {GPUARR_F64, GPUARR_F16, GPUARR_F32}, /* narrowed on opencl:0 before leaving */
+        {GPUARR_I16, GPUARR_F64, GPUARR_F64}, /* widened on opencl:1 after arrival */
+    };
+    enum { N = 2500001 }; /* 2 to 20 MB: one to three chunks, the last partial */
+    unsigned char *src = malloc((size_t)N * 8);
+    cr_assert(src);
+    int64_t shape[1] = {N};
+    for (size_t c = 0; c < sizeof chains / sizeof chains[0]; c++) {
+        fill_values(chains[c][0], src, N, 70 + c);
+        gpuarr_array a, b;
+        TEST_OK(gpuarr_from_host_as(d0, chains[c][0], src, 1, shape, &a));
+        TEST_OK(gpuarr_convert(a, d1, chains[c][1], &b));
+        expect_chain(b, chains[c][0], src, chains[c][1], chains[c][2], N);
+        TEST_OK(gpuarr_release(a));
+        TEST_OK(gpuarr_release(b));
+    }
+    gpuarr_pool_stats pin;
+    TEST_OK(gpuarr_pool_get_pinned_stats(d0, &pin));
+    cr_assert_gt(pin.total_allocations, 0, "the device-to-device copies were not staged");
+    cr_assert_eq(pin.allocated_bytes, 0);
+    free(src);
+    gpuarr_device d;
+    gpuarr_shutdown();
+    setenv_or_die("GPUARR_PEER_COPIES", "sometimes");
+    cr_assert_eq(gpuarr_init(NULL), GPUARR_ERROR_INVALID_ARGUMENT);
+    cr_assert(strstr(gpuarr_last_error(), "GPUARR_PEER_COPIES"), "%s", gpuarr_last_error());
+    unsetenv("GPUARR_PEER_COPIES");
+    TEST_OK(gpuarr_init(NULL));
+    TEST_OK(gpuarr_device_find("host", &d));
+}

@@ -1,11 +1,21 @@
 #!/bin/sh
-# Writes backends/gpuarr_kernels.h as C string literals, one per line, to stdout:
+# Writes the kernel sources as C string literals, one per line, to stdout:
 #   tools/embed-kernels.sh > backends/gpuarr_kernels_source.h      (make kernels)
+#   gpuarr__kernels_source       backends/gpuarr_kernels.h (the conversion rules)
+#   gpuarr__kernels_cuda_source  backends/gpuarr_kernels_cuda.h (its CUDA dialect)
 # One literal per line keeps each under the 4095 characters ISO C promises; OpenCL takes the
 # array as is, NVRTC gets it joined.
 set -eu
-src=${1:-backends/gpuarr_kernels.h}
-echo "/* Generated from $src by tools/embed-kernels.sh (make kernels). Do not edit. */"
-echo "static const char *const gpuarr__kernels_source[] = {"
-sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/    "/' -e 's/$/\\n",/' "$src"
-echo "};"
+dir=${1:-backends}
+embed() { # name file
+    echo "static const char *const $1[] = {"
+    sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/    "/' -e 's/$/\\n",/' "$2"
+    echo "};"
+}
+echo "/* Generated from $dir/gpuarr_kernels.h and $dir/gpuarr_kernels_cuda.h by tools/embed-kernels.sh"
+echo "   (make kernels). Do not edit. */"
+echo "#ifndef GPUARR_KERNELS_SOURCE_INCLUDED"
+echo "#define GPUARR_KERNELS_SOURCE_INCLUDED"
+embed gpuarr__kernels_source "$dir/gpuarr_kernels.h"
+embed gpuarr__kernels_cuda_source "$dir/gpuarr_kernels_cuda.h"
+echo "#endif"
