@@ -42,7 +42,7 @@ TEST_PACKAGES  := gcc g++ clang make libcriterion-dev \
 CHECK_PACKAGES := $(TEST_PACKAGES) valgrind
 
 .PHONY: all demo test check bench install clean deps-test deps-check info compile-tests \
-        run-tests run-asan run-tsan run-valgrind kernels kernels-check
+        run-tests run-asan run-tsan run-valgrind kernels kernels-check cuda-kernels
 
 all: $(addprefix $(BUILD)/rel/examples/,$(EXAMPLES)) $(addprefix $(BUILD)/rel/tools/,$(TOOLS))
 
@@ -110,7 +110,7 @@ $(eval $(call flavour_rules,tsan,$(CFLAGS_TSAN)))
 # One suite, run on each device class: the host, and OpenCL on PoCL (installed above, so its
 # absence is a failure: GPUARR_TEST_REQUIRE=1). The OpenCL-specific tests use two PoCL devices.
 TEST_DEVICES ?= host opencl:0
-GENERIC_TESTS := $(filter-out test_opencl,$(TESTS))
+GENERIC_TESTS := $(filter-out test_opencl test_cuda,$(TESTS))
 # ... and again on opencl:0 handled as a discrete GPU (own memory, pinned staging): the paths a
 # CUDA or discrete OpenCL device takes, on PoCL. The cast tables are the same there: not rerun.
 DISCRETE_TESTS := $(filter-out test_casts,$(GENERIC_TESTS))
@@ -133,18 +133,37 @@ run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS))
 	done
 	@echo "== test_opencl (POCL_DEVICES=\"$$POCL_DEVICES\")"
 	@$(BUILD)/rel/tests/test_opencl --jobs 2
+	@echo "== test_cuda (its GPU tests skip, saying why, where there is no GPU)"
+	@$(BUILD)/rel/tests/test_cuda --jobs 2
+	@set -e; if $(BUILD)/rel/tools/gpuarr-info | grep -q "^cuda:0 "; then \
+	  for t in $(GENERIC_TESTS); do echo "== $$t on cuda:0"; GPUARR_TEST_DEVICE=cuda:0 $(BUILD)/rel/tests/$$t --jobs 2; done; \
+	else echo "== the suite on cuda:0 skipped: $$($(BUILD)/rel/tools/gpuarr-info --find cuda:0)"; fi
 	@echo "== gpuarr-info lists the OpenCL devices"
 	@$(BUILD)/rel/tools/gpuarr-info | grep -q "^opencl:1 " || { $(BUILD)/rel/tools/gpuarr-info; exit 1; }
-	@echo "make test: all suites passed on: $(TEST_DEVICES), opencl:0 as a discrete device, and two PoCL devices"
+	@echo "make test: all suites passed on: $(TEST_DEVICES), opencl:0 as a discrete device, two PoCL devices, and CUDA where present"
 
 # The device kernels are compiled from backends/gpuarr_kernels.h, embedded as text in
 # backends/gpuarr_kernels_source.h: regenerate with `make kernels`; the test fails when stale.
 kernels:
 	tools/embed-kernels.sh > backends/gpuarr_kernels_source.h
 
-kernels-check:
+# The CUDA kernels also come as committed PTX (backends/gpuarr_cuda_ptx.h, made by NVRTC from the
+# same text): `make cuda-kernels` remakes it; the test fails when it is stale, and where the
+# toolkit is, ptxas verifies every module and NVRTC compiles every pair for the newest GPUs.
+kernels-check: $(BUILD)/rel/tools/cuda-ptx
 	@tools/embed-kernels.sh | cmp -s - backends/gpuarr_kernels_source.h || \
 	  { echo "backends/gpuarr_kernels_source.h is stale: run 'make kernels'"; exit 1; }
+	@rm -rf $(BUILD)/cuda-ptx && mkdir -p $(BUILD)/cuda-ptx && $(BUILD)/rel/tools/cuda-ptx --check $(BUILD)/cuda-ptx
+ifneq ($(NVCC),)
+	@for f in $(BUILD)/cuda-ptx/*.ptx; do $(CUDA_HOME)/bin/ptxas -arch=sm_75 $$f -o /dev/null || { echo "ptxas refused $$f"; exit 1; }; done
+	@$(BUILD)/rel/tools/cuda-ptx --nvrtc sm_90
+	@echo "CUDA kernels: the committed PTX is current and ptxas accepts all of it (ISA 7.0, sm_75)"
+else
+	@echo "CUDA kernels: the committed PTX is current (ptxas and NVRTC checks skipped: no CUDA toolkit)"
+endif
+
+cuda-kernels: $(BUILD)/rel/tools/cuda-ptx
+	$(BUILD)/rel/tools/cuda-ptx > $(BUILD)/gpuarr_cuda_ptx.h && mv $(BUILD)/gpuarr_cuda_ptx.h backends/gpuarr_cuda_ptx.h
 
 # The header as users compile it: C11 with gcc and clang, C++17, a .cu file, two translation
 # units, the implementation after a plain include, and the all-or-none allocator rule.
@@ -160,14 +179,21 @@ compile-tests:
 	@if $(CC) -std=c11 -ffast-math -I. -c tests/compile/compile_c.c -o $(BUILD)/compile/never.o 2>/dev/null; then \
 	  echo "compile test: the implementation should refuse -ffast-math"; exit 1; fi
 	$(CC) -std=c11 $(WARN) -I. tests/compile/opencl_decls.c -o $(BUILD)/compile/opencl-decls $(LIBS)
-	$(CC) -std=c11 $(WARN) -DGPUARR_NO_RUNTIME_LINKING -I. tests/compile/compile_c.c -o $(BUILD)/compile/linked-opencl -lOpenCL $(LIBS)
+	$(CC) -std=c11 $(WARN) -DGPUARR_NO_RUNTIME_LINKING -DGPUARR_NO_CUDA -I. tests/compile/compile_c.c -o $(BUILD)/compile/linked-opencl -lOpenCL $(LIBS)
 	$(CC) -std=c11 $(WARN) -DGPUARR_NO_OPENCL -I. tests/compile/compile_c.c -o $(BUILD)/compile/no-opencl $(LIBS)
-	@for p in c11-gcc c11-clang cxx17 two-units custom-malloc opencl-decls linked-opencl no-opencl; do $(BUILD)/compile/$$p || exit 1; done
+	$(CC) -std=c11 $(WARN) -DGPUARR_NO_CUDA -DGPUARR_NO_OPENCL -I. tests/compile/compile_c.c -o $(BUILD)/compile/host-only $(LIBS)
+	@for p in c11-gcc c11-clang cxx17 two-units custom-malloc opencl-decls linked-opencl no-opencl host-only; do $(BUILD)/compile/$$p || exit 1; done
 ifneq ($(NVCC),)
 	$(NVCC) -std=c++17 -Werror all-warnings -I. tests/compile/compile_cu.cu -o $(BUILD)/compile/cu $(LIBS)
 	@$(BUILD)/compile/cu
+	$(CC) -std=c11 $(WARN) -I. -I$(CUDA_HOME)/include -c tests/compile/cuda_decls.c -o $(BUILD)/compile/cuda-decls.o
+	$(CLANG) -std=c11 $(WARN) -I. -I$(CUDA_HOME)/include -c tests/compile/cuda_decls.c -o $(BUILD)/compile/cuda-decls-clang.o
+	@# linked, not run: the toolkit's stub stands in for the driver at link time only
+	$(CC) -std=c11 $(WARN) -DGPUARR_NO_RUNTIME_LINKING -DGPUARR_NO_OPENCL -I. -I$(CUDA_HOME)/include tests/compile/compile_c.c \
+	  -o $(BUILD)/compile/linked-cuda -L$(CUDA_HOME)/lib64/stubs -lcuda $(LIBS)
+	@echo "compile tests: CUDA declarations match <cuda.h> and <nvrtc.h>; -lcuda links"
 else
-	@echo "compile test: .cu skipped: nvcc not found (set CUDA_HOME)"
+	@echo "compile test: .cu and CUDA declarations skipped: nvcc not found (set CUDA_HOME)"
 endif
 	@echo "compile tests passed"
 
@@ -194,6 +220,7 @@ endef
 run-asan: $(addprefix $(BUILD)/asan/tests/,$(TESTS))
 	$(call run_sanitized,asan,$(GENERIC_TESTS),ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,$(TEST_DEVICES))
 	$(call run_sanitized,asan,test_opencl,ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,opencl:0)
+	$(call run_sanitized,asan,test_cuda,ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,cuda:0)
 	$(call run_sanitized,asan,$(DISCRETE_TESTS),GPUARR_OPENCL_UNIFIED=off ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,opencl:0)
 
 run-tsan: $(addprefix $(BUILD)/tsan/tests/,$(THREADED_TESTS))

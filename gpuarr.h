@@ -705,6 +705,29 @@ GPUARR_API gpuarr_result gpuarr_opencl_wrap_mem_raw(gpuarr_device d, void *cl_me
                                                     int ndim, const int64_t *shape, gpuarr_array *out);
 GPUARR_API gpuarr_result gpuarr_opencl_wrap_queue_raw(gpuarr_device d, void *cl_command_queue, gpuarr_stream *out);
 
+/* ---------------------------------------------------------------------------------------------
+ * CUDA interop. The handles are the driver's, declared with CUDA's own struct tags, so CUcontext,
+ * CUstream and cudaStream_t pass as they are (no cast, no CUDA header needed here). The context
+ * is the device's primary context: the CUDA runtime uses the same one, so runtime pointers,
+ * streams and kernels work with gpuarr's and the other way round. What gpuarr returns stays
+ * owned by gpuarr and valid while its device, stream or array lives. Wrapping never takes
+ * ownership; a wrapped pointer's `release` (if not NULL) is called once gpuarr no longer uses it.
+ * Without the CUDA backend these return GPUARR_ERROR_UNSUPPORTED.
+ * ------------------------------------------------------------------------------------------- */
+struct CUctx_st;
+struct CUstream_st;
+GPUARR_API gpuarr_result gpuarr_cuda_context(gpuarr_device d, struct CUctx_st **out);
+/* The CUDA device ordinal (cudaSetDevice's; "cuda:N" is ordinal N). */
+GPUARR_API gpuarr_result gpuarr_cuda_device_ordinal(gpuarr_device d, int *out);
+GPUARR_API gpuarr_result gpuarr_cuda_stream(gpuarr_stream s, struct CUstream_st **out);
+/* The device address of a's first element. */
+GPUARR_API gpuarr_result gpuarr_cuda_ptr(gpuarr_array a, void **out);
+/* ptr: device memory of d's primary context (cudaMalloc, cuMemAlloc), aligned for t, holding the
+   whole array. stream: one of d's primary context (created by the runtime or the driver). */
+GPUARR_API gpuarr_result gpuarr_cuda_wrap_ptr(gpuarr_device d, void *ptr, gpuarr_dtype t, int ndim, const int64_t *shape,
+                                              gpuarr_release_fn release, void *user_data, gpuarr_array *out);
+GPUARR_API gpuarr_result gpuarr_cuda_wrap_stream(gpuarr_device d, struct CUstream_st *stream, gpuarr_stream *out);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
@@ -1165,6 +1188,7 @@ typedef struct gpuarr__state {
     gpuarr__table arrays, streams, events;
     gpuarr__workers workers;
     bool backend_loaded[GPUARR_BACKEND_COUNT];
+    char backend_error[GPUARR_BACKEND_COUNT][256]; /* why a backend is not available */
     void *backend_state[GPUARR_BACKEND_COUNT];
 } gpuarr__state;
 
@@ -1943,6 +1967,9 @@ GPUARR__FOR_BACKENDS static void gpuarr__write_file_atomic(const char *path, con
 
 #include "backends/gpuarr_host.h"
 #define GPUARR__BACKEND_PTR_HOST (&gpuarr__backend_host)
+#ifndef GPUARR_NO_CUDA
+#include "backends/gpuarr_cuda.h"
+#endif
 #ifndef GPUARR_NO_OPENCL
 #include "backends/gpuarr_opencl.h"
 #endif
@@ -3741,8 +3768,10 @@ static gpuarr_result gpuarr__registry_build(void) {
         gpuarr_result r = b->load();
         if (r == GPUARR_ERROR_OUT_OF_MEMORY) return r;
         if (r != GPUARR_OK) { /* its library is missing (UNSUPPORTED) or broken: zero devices */
+            const char *why = strstr(gpuarr__tls.error, ": ");
+            gpuarr__copy_string(gpuarr__g.backend_error[i], sizeof gpuarr__g.backend_error[i], why ? why + 2 : gpuarr__tls.error);
             gpuarr__log(r == GPUARR_ERROR_UNSUPPORTED ? GPUARR_LOG_INFO : GPUARR_LOG_WARN, "the %s backend is unavailable: %s",
-                        b->name, gpuarr__tls.error);
+                        b->name, gpuarr__g.backend_error[i]);
             continue;
         }
         gpuarr__g.backend_loaded[i] = true;
@@ -4004,11 +4033,15 @@ static gpuarr_result gpuarr__find_device(const char *spec, gpuarr__dev **out) {
         if (index < 0) found = gpuarr__best_of_backend(b);
         for (int i = 0; index >= 0 && i < gpuarr__g.device_count; i++)
             if (gpuarr__g.devices[i].info.backend == b && gpuarr__g.devices[i].info.index == index) found = &gpuarr__g.devices[i];
+        if (!found && !gpuarr__backends[b])
+            return gpuarr__fail(GPUARR_ERROR_NO_DEVICE, "spec \"%s\": no such device (the %s backend is not compiled in)", spec,
+                                gpuarr__backend_names[b]);
+        if (!found && !gpuarr__g.backend_loaded[b])
+            return gpuarr__fail(GPUARR_ERROR_NO_DEVICE, "spec \"%s\": no such device (the %s backend is not available at run time: %s)", spec,
+                                gpuarr__backend_names[b], gpuarr__g.backend_error[b][0] ? gpuarr__g.backend_error[b] : "not asked for by GPUARR_DEVICES");
         if (!found)
-            return gpuarr__fail(GPUARR_ERROR_NO_DEVICE, "spec \"%s\": no such device%s", spec,
-                                !gpuarr__backends[b]            ? " (backend not compiled in)"
-                                : !gpuarr__g.backend_loaded[b] ? " (backend not available at run time)"
-                                                                : "");
+            return gpuarr__fail(GPUARR_ERROR_NO_DEVICE, "spec \"%s\": no such device (%d %s devices)", spec,
+                                gpuarr__backends[b]->device_count(), gpuarr__backend_names[b]);
     } else {
         return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT,
                             "spec \"%s\" is not one of host, cpu, gpu, any, cuda, cuda:N, opencl, opencl:N", spec);
@@ -4829,8 +4862,29 @@ GPUARR_API void gpuarr_scope_leave(gpuarr_scope *scope) {
 
 /* Second part of each backend: its public interop functions, which use the core above. */
 #define GPUARR__BACKEND_INTEROP_PART
+#ifndef GPUARR_NO_CUDA
+#include "backends/gpuarr_cuda.h"
+#endif
 #ifndef GPUARR_NO_OPENCL
 #include "backends/gpuarr_opencl.h"
+#endif
+
+#ifdef GPUARR_NO_CUDA
+static gpuarr_result gpuarr__no_cuda(void) {
+    return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "this build has no CUDA backend (GPUARR_NO_CUDA)");
+}
+GPUARR_API gpuarr_result gpuarr_cuda_context(gpuarr_device d, struct CUctx_st **out) { GPUARR__BEGIN(); GPUARR__UNUSED(d); GPUARR__UNUSED(out); return gpuarr__no_cuda(); }
+GPUARR_API gpuarr_result gpuarr_cuda_device_ordinal(gpuarr_device d, int *out) { GPUARR__BEGIN(); GPUARR__UNUSED(d); GPUARR__UNUSED(out); return gpuarr__no_cuda(); }
+GPUARR_API gpuarr_result gpuarr_cuda_stream(gpuarr_stream s, struct CUstream_st **out) { GPUARR__BEGIN(); GPUARR__UNUSED(s); GPUARR__UNUSED(out); return gpuarr__no_cuda(); }
+GPUARR_API gpuarr_result gpuarr_cuda_ptr(gpuarr_array a, void **out) { GPUARR__BEGIN(); GPUARR__UNUSED(a); GPUARR__UNUSED(out); return gpuarr__no_cuda(); }
+GPUARR_API gpuarr_result gpuarr_cuda_wrap_ptr(gpuarr_device d, void *ptr, gpuarr_dtype t, int ndim, const int64_t *shape,
+                                              gpuarr_release_fn release, void *user_data, gpuarr_array *out) {
+    GPUARR__BEGIN(); GPUARR__UNUSED(d); GPUARR__UNUSED(ptr); GPUARR__UNUSED(t); GPUARR__UNUSED(ndim); GPUARR__UNUSED(shape);
+    GPUARR__UNUSED(release); GPUARR__UNUSED(user_data); GPUARR__UNUSED(out); return gpuarr__no_cuda();
+}
+GPUARR_API gpuarr_result gpuarr_cuda_wrap_stream(gpuarr_device d, struct CUstream_st *stream, gpuarr_stream *out) {
+    GPUARR__BEGIN(); GPUARR__UNUSED(d); GPUARR__UNUSED(stream); GPUARR__UNUSED(out); return gpuarr__no_cuda();
+}
 #endif
 
 #ifdef GPUARR_NO_OPENCL

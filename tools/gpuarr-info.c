@@ -3,6 +3,8 @@
  *   gpuarr-info           a table
  *   gpuarr-info --json    the same as JSON (one object with a "devices" array)
  *   gpuarr-info --memory  each device's memory pool: allocated, reserved, peaks, the ladder
+ *   gpuarr-info --find SPEC  the device SPEC ("gpu", "cuda:1", ...) names, or why there is none
+ *                            (exit status 1)
  *
  * GPUARR_DEVICES filters the list as it does for any program. */
 #define GPUARR_IMPLEMENTATION
@@ -60,7 +62,7 @@ static void print_json(void) {
                (unsigned long long)d.free_memory, (unsigned long long)d.max_alloc_bytes);
         printf(", \"compute_units\": %d, \"clock_mhz\": %d, \"compute_capability\": \"%d.%d\"", d.compute_units, d.clock_mhz,
                d.compute_capability_major, d.compute_capability_minor);
-        printf(", \"host_unified\": %s, \"pci_bus_id\": ", d.host_unified ? "true" : "false");
+        printf(", \"copy_engines\": %d, \"host_unified\": %s, \"pci_bus_id\": ", d.copy_engines, d.host_unified ? "true" : "false");
         json_string(d.pci_bus_id);
         printf(", \"uuid\": ");
         json_string(uuid);
@@ -99,6 +101,11 @@ static void print_table(void) {
     printf("\nbackends compiled in:");
     for (int b = 1; b < GPUARR_BACKEND_COUNT; b++)
         if (gpuarr_backend_compiled((gpuarr_backend)b)) printf(" %s", gpuarr_backend_name((gpuarr_backend)b));
+    for (int b = 1; b < GPUARR_BACKEND_COUNT; b++) { /* and why one has no devices */
+        gpuarr_device none;
+        if (gpuarr_backend_compiled((gpuarr_backend)b) && gpuarr_device_find(gpuarr_backend_name((gpuarr_backend)b), &none) != GPUARR_OK)
+            printf("\n  %s: %s", gpuarr_backend_name((gpuarr_backend)b), gpuarr_last_error());
+    }
     gpuarr_device any;
     if (gpuarr_device_find("any", &any) == GPUARR_OK) {
         gpuarr_device_info d;
@@ -118,15 +125,29 @@ static void print_memory(void) {
     }
 }
 
+static int find(const char *spec) {
+    gpuarr_device d;
+    gpuarr_device_info info;
+    if (gpuarr_device_find(spec, &d) != GPUARR_OK || gpuarr_device_get_info(d, &info) != GPUARR_OK) {
+        printf("%s\n", gpuarr_last_error());
+        return 1;
+    }
+    printf("%s\n", info.spec);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     bool json = false, memory = false;
+    const char *spec = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) {
             json = true;
         } else if (strcmp(argv[i], "--memory") == 0) {
             memory = true;
+        } else if (strcmp(argv[i], "--find") == 0 && i + 1 < argc) {
+            spec = argv[++i];
         } else {
-            fprintf(stderr, "usage: %s [--json | --memory]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--json | --memory | --find SPEC]\n", argv[0]);
             return strcmp(argv[i], "--help") == 0 ? 0 : 2;
         }
     }
@@ -134,9 +155,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "gpuarr-info: %s\n", gpuarr_last_error());
         return 1;
     }
-    if (json) print_json();
+    int status = 0;
+    if (spec) status = find(spec);
+    else if (json) print_json();
     else if (memory) print_memory();
     else print_table();
     gpuarr_shutdown();
-    return 0;
+    return status;
 }

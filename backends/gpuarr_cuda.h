@@ -1,0 +1,1121 @@
+/*
+ * gpuarr_cuda.h -- the CUDA backend: every NVIDIA GPU the driver shows, through the driver API.
+ *
+ * Included by gpuarr.h's implementation unless GPUARR_NO_CUDA. The driver (libcuda.so.1, or
+ * GPUARR_CUDA_LIBRARY) is opened at run time and its entry points come from one X-macro list,
+ * by their exported names (the _v2 ones where they exist); no driver or no GPU means zero CUDA
+ * devices, never an error, so a program built with plain gcc runs anywhere. The types below are
+ * the library's own, with CUDA's struct tags, checked against <cuda.h> by
+ * tests/compile/cuda_decls.c. GPUARR_NO_RUNTIME_LINKING links -lcuda instead (<cuda.h> needed).
+ * CUDA_VISIBLE_DEVICES is applied by the driver: "cuda:N" is the runtime's device N.
+ *
+ * Shape: each device's primary context (the one the CUDA runtime uses, so a user's runtime
+ * code shares pointers, streams and events with gpuarr), made current only around gpuarr's own
+ * driver calls and then restored; non-blocking streams; events without timing unless asked;
+ * cast kernels from backends/gpuarr_kernels.h, one module per dtype pair at its first use: the
+ * committed PTX (backends/gpuarr_cuda_ptx.h, loaded by the driver's JIT) or, where that PTX
+ * cannot be used, NVRTC (loaded at run time) compiling for the device, cached on disk.
+ */
+#if !defined(GPUARR_CUDA_BACKEND_INCLUDED)
+#define GPUARR_CUDA_BACKEND_INCLUDED
+
+#include "gpuarr_kernels_source.h"
+#include "gpuarr_cuda_ptx.h"
+
+/* ---------------------------------------------------------------------------------------------
+ * Declarations (the driver API's ABI). CUresult and the attribute enums have only non-negative
+ * values, so their C type is unsigned int.
+ * ------------------------------------------------------------------------------------------- */
+typedef unsigned int gpuarr__cu_result;
+typedef int gpuarr__cu_device;
+typedef unsigned long long gpuarr__cu_ptr; /* CUdeviceptr */
+typedef struct CUctx_st *gpuarr__cu_context;
+typedef struct CUstream_st *gpuarr__cu_stream;
+typedef struct CUevent_st *gpuarr__cu_event;
+typedef struct CUmod_st *gpuarr__cu_module;
+typedef struct CUfunc_st *gpuarr__cu_function;
+typedef struct CUmemPoolHandle_st *gpuarr__cu_mempool;
+struct CUuuid_st; /* 16 bytes */
+
+#define GPUARR__CUDA_SUCCESS 0u
+#define GPUARR__CUDA_ERROR_OUT_OF_MEMORY 2u
+#define GPUARR__CUDA_ERROR_NO_DEVICE 100u
+#define GPUARR__CUDA_ERROR_NOT_READY 600u
+#define GPUARR__CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED 704u
+#define GPUARR__CU_DEVICE_ATTRIBUTE_CLOCK_RATE 13u
+#define GPUARR__CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT 16u
+#define GPUARR__CU_DEVICE_ATTRIBUTE_INTEGRATED 18u
+#define GPUARR__CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT 40u
+#define GPUARR__CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING 41u
+#define GPUARR__CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR 75u
+#define GPUARR__CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR 76u
+#define GPUARR__CU_STREAM_NON_BLOCKING 1u
+#define GPUARR__CU_EVENT_DISABLE_TIMING 2u
+#define GPUARR__CU_MEMHOSTALLOC_PORTABLE 1u
+#define GPUARR__CU_POINTER_ATTRIBUTE_CONTEXT 1u
+#define GPUARR__CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2u
+#define GPUARR__CU_MEMORYTYPE_HOST 1u
+#define GPUARR__CU_MEMORYTYPE_DEVICE 2u
+#define GPUARR__CU_JIT_ERROR_LOG_BUFFER 5u
+#define GPUARR__CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES 6u
+#define GPUARR__CU_MEMPOOL_ATTR_RELEASE_THRESHOLD 4u
+
+/* ---------------------------------------------------------------------------------------------
+ * Entry points: X(return type, exported name, parameters). Members are p_<name>, so no macro
+ * of <cuda.h> (which renames cuEventRecord and others) can touch them.
+ * ------------------------------------------------------------------------------------------- */
+#define GPUARR__CU_PROCS(X)                                                                    \
+    X(gpuarr__cu_result, cuInit, (unsigned int))                                               \
+    X(gpuarr__cu_result, cuDriverGetVersion, (int *))                                          \
+    X(gpuarr__cu_result, cuDeviceGetCount, (int *))                                            \
+    X(gpuarr__cu_result, cuDeviceGet, (gpuarr__cu_device *, int))                              \
+    X(gpuarr__cu_result, cuDeviceGetName, (char *, int, gpuarr__cu_device))                    \
+    X(gpuarr__cu_result, cuDeviceGetAttribute, (int *, unsigned int, gpuarr__cu_device))       \
+    X(gpuarr__cu_result, cuDeviceTotalMem_v2, (size_t *, gpuarr__cu_device))                   \
+    X(gpuarr__cu_result, cuDeviceGetPCIBusId, (char *, int, gpuarr__cu_device))                \
+    X(gpuarr__cu_result, cuDeviceCanAccessPeer, (int *, gpuarr__cu_device, gpuarr__cu_device)) \
+    X(gpuarr__cu_result, cuDevicePrimaryCtxRetain, (gpuarr__cu_context *, gpuarr__cu_device))  \
+    X(gpuarr__cu_result, cuDevicePrimaryCtxRelease_v2, (gpuarr__cu_device))                    \
+    X(gpuarr__cu_result, cuDevicePrimaryCtxGetState, (gpuarr__cu_device, unsigned int *, int *)) \
+    X(gpuarr__cu_result, cuCtxGetCurrent, (gpuarr__cu_context *))                              \
+    X(gpuarr__cu_result, cuCtxSetCurrent, (gpuarr__cu_context))                                \
+    X(gpuarr__cu_result, cuCtxEnablePeerAccess, (gpuarr__cu_context, unsigned int))            \
+    X(gpuarr__cu_result, cuMemGetInfo_v2, (size_t *, size_t *))                                \
+    X(gpuarr__cu_result, cuMemAlloc_v2, (gpuarr__cu_ptr *, size_t))                            \
+    X(gpuarr__cu_result, cuMemFree_v2, (gpuarr__cu_ptr))                                       \
+    X(gpuarr__cu_result, cuMemHostAlloc, (void **, size_t, unsigned int))                      \
+    X(gpuarr__cu_result, cuMemFreeHost, (void *))                                              \
+    X(gpuarr__cu_result, cuMemGetAddressRange_v2, (gpuarr__cu_ptr *, size_t *, gpuarr__cu_ptr)) \
+    X(gpuarr__cu_result, cuPointerGetAttribute, (void *, unsigned int, gpuarr__cu_ptr))        \
+    X(gpuarr__cu_result, cuMemcpyHtoD_v2, (gpuarr__cu_ptr, const void *, size_t))              \
+    X(gpuarr__cu_result, cuMemcpyDtoH_v2, (void *, gpuarr__cu_ptr, size_t))                    \
+    X(gpuarr__cu_result, cuMemcpyHtoDAsync_v2, (gpuarr__cu_ptr, const void *, size_t, gpuarr__cu_stream)) \
+    X(gpuarr__cu_result, cuMemcpyDtoHAsync_v2, (void *, gpuarr__cu_ptr, size_t, gpuarr__cu_stream)) \
+    X(gpuarr__cu_result, cuMemcpyDtoDAsync_v2, (gpuarr__cu_ptr, gpuarr__cu_ptr, size_t, gpuarr__cu_stream)) \
+    X(gpuarr__cu_result, cuMemcpyPeerAsync,                                                    \
+      (gpuarr__cu_ptr, gpuarr__cu_context, gpuarr__cu_ptr, gpuarr__cu_context, size_t, gpuarr__cu_stream)) \
+    X(gpuarr__cu_result, cuMemsetD8Async, (gpuarr__cu_ptr, unsigned char, size_t, gpuarr__cu_stream)) \
+    X(gpuarr__cu_result, cuStreamCreate, (gpuarr__cu_stream *, unsigned int))                  \
+    X(gpuarr__cu_result, cuStreamDestroy_v2, (gpuarr__cu_stream))                              \
+    X(gpuarr__cu_result, cuStreamSynchronize, (gpuarr__cu_stream))                             \
+    X(gpuarr__cu_result, cuStreamQuery, (gpuarr__cu_stream))                                   \
+    X(gpuarr__cu_result, cuStreamWaitEvent, (gpuarr__cu_stream, gpuarr__cu_event, unsigned int)) \
+    X(gpuarr__cu_result, cuStreamGetCtx, (gpuarr__cu_stream, gpuarr__cu_context *))            \
+    X(gpuarr__cu_result, cuEventCreate, (gpuarr__cu_event *, unsigned int))                    \
+    X(gpuarr__cu_result, cuEventDestroy_v2, (gpuarr__cu_event))                                \
+    X(gpuarr__cu_result, cuEventRecord, (gpuarr__cu_event, gpuarr__cu_stream))                 \
+    X(gpuarr__cu_result, cuEventSynchronize, (gpuarr__cu_event))                               \
+    X(gpuarr__cu_result, cuEventQuery, (gpuarr__cu_event))                                     \
+    X(gpuarr__cu_result, cuEventElapsedTime, (float *, gpuarr__cu_event, gpuarr__cu_event))    \
+    X(gpuarr__cu_result, cuModuleLoadDataEx, (gpuarr__cu_module *, const void *, unsigned int, unsigned int *, void **)) \
+    X(gpuarr__cu_result, cuModuleUnload, (gpuarr__cu_module))                                  \
+    X(gpuarr__cu_result, cuModuleGetFunction, (gpuarr__cu_function *, gpuarr__cu_module, const char *)) \
+    X(gpuarr__cu_result, cuLaunchKernel,                                                       \
+      (gpuarr__cu_function, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, \
+       unsigned int, gpuarr__cu_stream, void **, void **))                                     \
+    X(gpuarr__cu_result, cuGetErrorName, (gpuarr__cu_result, const char **))                   \
+    X(gpuarr__cu_result, cuGetErrorString, (gpuarr__cu_result, const char **))
+
+/* Newer than the oldest driver gpuarr runs on: NULL where missing. */
+#define GPUARR__CU_OPTIONAL_PROCS(X)                                                           \
+    X(gpuarr__cu_result, cuDeviceGetUuid_v2, (struct CUuuid_st *, gpuarr__cu_device))          \
+    X(gpuarr__cu_result, cuDeviceGetUuid, (struct CUuuid_st *, gpuarr__cu_device))             \
+    X(gpuarr__cu_result, cuMemAllocAsync, (gpuarr__cu_ptr *, size_t, gpuarr__cu_stream))       \
+    X(gpuarr__cu_result, cuMemFreeAsync, (gpuarr__cu_ptr, gpuarr__cu_stream))                  \
+    X(gpuarr__cu_result, cuDeviceGetDefaultMemPool, (gpuarr__cu_mempool *, gpuarr__cu_device)) \
+    X(gpuarr__cu_result, cuMemPoolSetAttribute, (gpuarr__cu_mempool, unsigned int, void *))    \
+    X(gpuarr__cu_result, cuMemHostRegister_v2, (void *, size_t, unsigned int))                 \
+    X(gpuarr__cu_result, cuMemHostUnregister, (void *))
+
+/* NVRTC, loaded at the first kernel it has to compile (always at run time). */
+typedef unsigned int gpuarr__nvrtc_result; /* nvrtcResult: an enum of non-negative values */
+typedef struct _nvrtcProgram *gpuarr__nvrtc_program;
+#define GPUARR__NVRTC_PROCS(X)                                                                 \
+    X(const char *, nvrtcGetErrorString, (gpuarr__nvrtc_result))                               \
+    X(gpuarr__nvrtc_result, nvrtcVersion, (int *, int *))                                      \
+    X(gpuarr__nvrtc_result, nvrtcCreateProgram,                                                \
+      (gpuarr__nvrtc_program *, const char *, const char *, int, const char *const *, const char *const *)) \
+    X(gpuarr__nvrtc_result, nvrtcDestroyProgram, (gpuarr__nvrtc_program *))                    \
+    X(gpuarr__nvrtc_result, nvrtcCompileProgram, (gpuarr__nvrtc_program, int, const char *const *)) \
+    X(gpuarr__nvrtc_result, nvrtcGetProgramLogSize, (gpuarr__nvrtc_program, size_t *))         \
+    X(gpuarr__nvrtc_result, nvrtcGetProgramLog, (gpuarr__nvrtc_program, char *))               \
+    X(gpuarr__nvrtc_result, nvrtcGetPTXSize, (gpuarr__nvrtc_program, size_t *))                \
+    X(gpuarr__nvrtc_result, nvrtcGetPTX, (gpuarr__nvrtc_program, char *))                      \
+    X(gpuarr__nvrtc_result, nvrtcGetCUBINSize, (gpuarr__nvrtc_program, size_t *))              \
+    X(gpuarr__nvrtc_result, nvrtcGetCUBIN, (gpuarr__nvrtc_program, char *))
+
+/* ---------------------------------------------------------------------------------------------
+ * State
+ * ------------------------------------------------------------------------------------------- */
+#define GPUARR__CU_PROC_MEMBER(ret, name, params) ret(*p_##name) params;
+
+typedef struct gpuarr__cu_device_state {
+    gpuarr__cu_device dev;
+    gpuarr__cu_context ctx; /* the primary context, retained while the device is open */
+    int cc_major, cc_minor;
+    pthread_mutex_t kernel_lock; /* builds */
+    gpuarr_result build_result;  /* a failure to get kernels at all, remembered; OK otherwise */
+    char build_error[512];
+    gpuarr__cu_module modules[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT];
+    gpuarr__cu_function casts[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT];
+    signed char *peer; /* per other device: 0 not asked yet, 1 peer copies, -1 none */
+} gpuarr__cu_device_state;
+
+typedef struct gpuarr__cu_state {
+    void *library;
+    GPUARR__CU_PROCS(GPUARR__CU_PROC_MEMBER)
+    GPUARR__CU_OPTIONAL_PROCS(GPUARR__CU_PROC_MEMBER)
+    int driver_version;
+    int device_count;
+    gpuarr__cu_device_state *devices;
+    pthread_mutex_t peer_lock;
+} gpuarr__cu_state;
+
+typedef struct gpuarr__nvrtc_state {
+    pthread_mutex_t lock;
+    bool tried, loaded;
+    void *library;
+    char error[256]; /* why it is not loaded */
+    int major, minor;
+    GPUARR__NVRTC_PROCS(GPUARR__CU_PROC_MEMBER)
+} gpuarr__nvrtc_state;
+/* Process-wide and kept: NVRTC does not depend on gpuarr_init (tools/cuda-ptx uses it alone). */
+static gpuarr__nvrtc_state gpuarr__nvrtc = {PTHREAD_MUTEX_INITIALIZER, false, false, NULL, "", 0, 0,
+#define GPUARR__NULL_MEMBER(ret, name, params) NULL,
+                                            GPUARR__NVRTC_PROCS(GPUARR__NULL_MEMBER)
+#undef GPUARR__NULL_MEMBER
+};
+#undef GPUARR__CU_PROC_MEMBER
+
+/* A stream: the driver's, and whether gpuarr made it (a wrapped one is the caller's). */
+typedef struct gpuarr__cu_stream_box {
+    gpuarr__cu_stream stream;
+    bool owned;
+} gpuarr__cu_stream_box;
+
+#define GPUARR__CU (*(gpuarr__cu_state *)gpuarr__g.backend_state[GPUARR_BACKEND_CUDA])
+#define GPUARR__CU_DEV(d) (&GPUARR__CU.devices[(d)->info.index])
+#define GPUARR__CU_STREAM(native) (((gpuarr__cu_stream_box *)(native))->stream)
+#define GPUARR__CU_PTR(mem, off) ((gpuarr__cu_ptr)(uintptr_t)(mem) + (gpuarr__cu_ptr)(off))
+
+/* The errors that stop cuInit, named even where the driver cannot (its stub, a broken install). */
+static const char *gpuarr__cu_error_name(gpuarr__cu_state *cu, gpuarr__cu_result e) {
+    const char *name = NULL;
+    if (cu && cu->p_cuGetErrorName && cu->p_cuGetErrorName(e, &name) == GPUARR__CUDA_SUCCESS && name) return name;
+    switch (e) {
+    case 3: return "CUDA_ERROR_NOT_INITIALIZED";
+    case 34: return "CUDA_ERROR_STUB_LIBRARY";
+    case 35: return "CUDA_ERROR_INSUFFICIENT_DRIVER";
+    case 46: return "CUDA_ERROR_DEVICES_UNAVAILABLE";
+    case 100: return "CUDA_ERROR_NO_DEVICE";
+    case 101: return "CUDA_ERROR_INVALID_DEVICE";
+    case 803: return "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH";
+    case 804: return "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE";
+    case 999: return "CUDA_ERROR_UNKNOWN";
+    default: return "CUDA error";
+    }
+}
+
+/* Maps a driver error to a result, naming the call and the driver's words. */
+static gpuarr_result gpuarr__cu_fail(gpuarr__cu_result e, const char *call, const char *where) {
+    const char *name, *text = NULL;
+    gpuarr__cu_state *cu = (gpuarr__cu_state *)gpuarr__g.backend_state[GPUARR_BACKEND_CUDA];
+    name = gpuarr__cu_error_name(cu, e);
+    if (cu && cu->p_cuGetErrorString) cu->p_cuGetErrorString(e, &text);
+    return gpuarr__fail(e == GPUARR__CUDA_ERROR_OUT_OF_MEMORY ? GPUARR_ERROR_OUT_OF_MEMORY : GPUARR_ERROR_BACKEND, "%s: %s failed: %s (%u): %s",
+                        where, call, name, e, text ? text : "no description");
+}
+
+/* The device's primary context is made current around gpuarr's driver calls and the caller's
+   context put back after, so a user's CUDA runtime code on this thread is not disturbed. */
+typedef struct gpuarr__cu_scope {
+    gpuarr__cu_context previous;
+    bool switched;
+} gpuarr__cu_scope;
+
+static gpuarr__cu_result gpuarr__cu_enter(gpuarr__dev *d, gpuarr__cu_scope *sc) {
+    gpuarr__cu_context want = GPUARR__CU_DEV(d)->ctx, cur = NULL;
+    sc->switched = false;
+    gpuarr__cu_result e = GPUARR__CU.p_cuCtxGetCurrent(&cur);
+    sc->previous = cur;
+    if (e != GPUARR__CUDA_SUCCESS || cur == want) return e;
+    e = GPUARR__CU.p_cuCtxSetCurrent(want);
+    sc->switched = e == GPUARR__CUDA_SUCCESS;
+    return e;
+}
+
+static void gpuarr__cu_leave(gpuarr__cu_scope *sc) {
+    if (sc->switched) GPUARR__CU.p_cuCtxSetCurrent(sc->previous);
+}
+
+/* One driver call on d's context: GPUARR__CU_DO(d, "cuMemFree", cuMemFree_v2(p)). */
+#define GPUARR__CU_DO(d, what, call)                                                           \
+    do {                                                                                       \
+        gpuarr__cu_scope sc_;                                                                  \
+        gpuarr__cu_result e_ = gpuarr__cu_enter((d), &sc_);                                    \
+        if (e_ == GPUARR__CUDA_SUCCESS) e_ = GPUARR__CU.p_##call;                              \
+        gpuarr__cu_leave(&sc_);                                                                \
+        if (e_ != GPUARR__CUDA_SUCCESS) return gpuarr__cu_fail(e_, what, (d)->info.spec);      \
+    } while (0)
+
+/* ---------------------------------------------------------------------------------------------
+ * Loading
+ * ------------------------------------------------------------------------------------------- */
+/* dlsym returns an object pointer; copying its bits into the function pointer is the portable
+   way ISO C accepts. */
+static void *gpuarr__dl_symbol(void *library, const char *name, void *member, size_t size) {
+    void *sym = dlsym(library, name);
+    if (sym) memcpy(member, &sym, size);
+    return sym;
+}
+
+#ifdef GPUARR_NO_RUNTIME_LINKING
+#include <cuda.h>
+static bool gpuarr__cu_bind(gpuarr__cu_state *cu) {
+    void (*fp)(void);
+#define GPUARR__CU_BIND_STATIC(ret, name, params)                                              \
+    fp = (void (*)(void))&name;                                                                \
+    memcpy(&cu->p_##name, &fp, sizeof fp);
+    GPUARR__CU_PROCS(GPUARR__CU_BIND_STATIC)
+#undef GPUARR__CU_BIND_STATIC
+    cu->library = dlopen(NULL, RTLD_NOW); /* the program, linked with -lcuda: for the optional entry points */
+    return true;
+}
+#else
+static bool gpuarr__cu_bind(gpuarr__cu_state *cu) {
+    /* kept loaded: the driver registers exit handlers and must not be unloaded mid-process */
+#ifdef RTLD_NODELETE
+    const int flags = RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE;
+#else
+    const int flags = RTLD_NOW | RTLD_LOCAL;
+#endif
+    const char *path = gpuarr__env("GPUARR_CUDA_LIBRARY");
+    cu->library = dlopen(path ? path : "libcuda.so.1", flags);
+    if (!cu->library) {
+        gpuarr__log(GPUARR_LOG_INFO, "no CUDA: cannot load %s: %s", path ? path : "libcuda.so.1", dlerror());
+        return false;
+    }
+#define GPUARR__CU_BIND_DYNAMIC(ret, name, params)                                             \
+    if (!gpuarr__dl_symbol(cu->library, #name, &cu->p_##name, sizeof cu->p_##name)) {        \
+        gpuarr__log(GPUARR_LOG_WARN, "no CUDA: the driver lacks %s (too old)", #name);         \
+        return false;                                                                          \
+    }
+    GPUARR__CU_PROCS(GPUARR__CU_BIND_DYNAMIC)
+#undef GPUARR__CU_BIND_DYNAMIC
+    return true;
+}
+#endif
+
+static void gpuarr__cu_unload(void) {
+    gpuarr__cu_state *cu = (gpuarr__cu_state *)gpuarr__g.backend_state[GPUARR_BACKEND_CUDA];
+    if (!cu) return;
+    for (int i = 0; i < cu->device_count; i++) {
+        pthread_mutex_destroy(&cu->devices[i].kernel_lock);
+        gpuarr__free(cu->devices[i].peer);
+    }
+    pthread_mutex_destroy(&cu->peer_lock);
+#ifndef GPUARR_NO_RUNTIME_LINKING
+    if (cu->library) dlclose(cu->library);
+#endif
+    gpuarr__free(cu->devices);
+    gpuarr__free(cu);
+    gpuarr__g.backend_state[GPUARR_BACKEND_CUDA] = NULL;
+}
+
+static gpuarr_result gpuarr__cu_enumerate(gpuarr__cu_state *cu) {
+    gpuarr__cu_result e = cu->p_cuInit(0);
+    if (e == GPUARR__CUDA_ERROR_NO_DEVICE) return GPUARR_OK; /* a driver but no GPU */
+    if (e != GPUARR__CUDA_SUCCESS)
+        return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "cuInit failed: %s (%u)", gpuarr__cu_error_name(cu, e), e);
+    cu->p_cuDriverGetVersion(&cu->driver_version);
+    int count = 0;
+    if ((e = cu->p_cuDeviceGetCount(&count)) != GPUARR__CUDA_SUCCESS) return gpuarr__cu_fail(e, "cuDeviceGetCount", "listing CUDA devices");
+    cu->devices = (gpuarr__cu_device_state *)gpuarr__calloc(sizeof *cu->devices * (size_t)GPUARR__MAX(count, 1));
+    if (!cu->devices) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the CUDA device list");
+    for (int i = 0; i < count; i++) {
+        gpuarr__cu_device_state *ds = &cu->devices[i];
+        if ((e = cu->p_cuDeviceGet(&ds->dev, i)) != GPUARR__CUDA_SUCCESS) return gpuarr__cu_fail(e, "cuDeviceGet", "listing CUDA devices");
+        ds->peer = (signed char *)gpuarr__calloc((size_t)count);
+        if (!ds->peer) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the CUDA device list");
+        pthread_mutex_init(&ds->kernel_lock, NULL);
+        cu->device_count++;
+    }
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__cu_load(void) {
+    gpuarr__cu_state *cu = (gpuarr__cu_state *)gpuarr__calloc(sizeof *cu);
+    if (!cu) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the CUDA backend");
+    pthread_mutex_init(&cu->peer_lock, NULL);
+    gpuarr__g.backend_state[GPUARR_BACKEND_CUDA] = cu;
+    gpuarr_result r = gpuarr__cu_bind(cu) ? GPUARR_OK : gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "no usable CUDA driver (libcuda.so.1)");
+    if (r == GPUARR_OK) {
+#define GPUARR__CU_BIND_OPTIONAL(ret, name, params) gpuarr__dl_symbol(cu->library, #name, &cu->p_##name, sizeof cu->p_##name);
+        GPUARR__CU_OPTIONAL_PROCS(GPUARR__CU_BIND_OPTIONAL)
+#undef GPUARR__CU_BIND_OPTIONAL
+        r = gpuarr__cu_enumerate(cu);
+    }
+    if (r != GPUARR_OK) gpuarr__cu_unload();
+    return r;
+}
+
+static int gpuarr__cu_device_count(void) {
+    gpuarr__cu_state *cu = (gpuarr__cu_state *)gpuarr__g.backend_state[GPUARR_BACKEND_CUDA];
+    return cu ? cu->device_count : 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Device properties
+ * ------------------------------------------------------------------------------------------- */
+static int gpuarr__cu_attribute(gpuarr__cu_device dev, unsigned int what) {
+    int v = 0;
+    if (GPUARR__CU.p_cuDeviceGetAttribute(&v, what, dev) != GPUARR__CUDA_SUCCESS) v = 0;
+    return v;
+}
+
+/* Free memory needs a context. Where the primary context is already active (gpuarr's or the
+   user's runtime's) it is asked; otherwise none is created just for that, and free = total. */
+static void gpuarr__cu_free_memory(gpuarr__cu_device_state *ds, uint64_t *free_bytes, uint64_t total) {
+    gpuarr__cu_state *cu = &GPUARR__CU;
+    unsigned int flags = 0;
+    int active = 0;
+    *free_bytes = total;
+    if (cu->p_cuDevicePrimaryCtxGetState(ds->dev, &flags, &active) != GPUARR__CUDA_SUCCESS || !active) return;
+    gpuarr__cu_context ctx = NULL, prev = NULL;
+    if (cu->p_cuDevicePrimaryCtxRetain(&ctx, ds->dev) != GPUARR__CUDA_SUCCESS) return;
+    size_t f = 0, t = 0;
+    cu->p_cuCtxGetCurrent(&prev);
+    if (cu->p_cuCtxSetCurrent(ctx) == GPUARR__CUDA_SUCCESS) {
+        if (cu->p_cuMemGetInfo_v2(&f, &t) == GPUARR__CUDA_SUCCESS) *free_bytes = f;
+        cu->p_cuCtxSetCurrent(prev);
+    }
+    cu->p_cuDevicePrimaryCtxRelease_v2(ds->dev);
+}
+
+static gpuarr_result gpuarr__cu_device_info(int index, gpuarr_device_info *info) {
+    gpuarr__cu_state *cu = &GPUARR__CU;
+    gpuarr__cu_device_state *ds = &cu->devices[index];
+    gpuarr__cu_result e = cu->p_cuDeviceGetName(info->name, (int)sizeof info->name - 1, ds->dev);
+    if (e != GPUARR__CUDA_SUCCESS) return gpuarr__cu_fail(e, "cuDeviceGetName", "reading a CUDA device's properties");
+    info->type = GPUARR_DEVICE_TYPE_GPU;
+    gpuarr__copy_string(info->vendor, sizeof info->vendor, "NVIDIA Corporation");
+    snprintf(info->version, sizeof info->version, "CUDA driver %d.%d", cu->driver_version / 1000, cu->driver_version % 1000 / 10);
+    ds->cc_major = info->compute_capability_major = gpuarr__cu_attribute(ds->dev, GPUARR__CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+    ds->cc_minor = info->compute_capability_minor = gpuarr__cu_attribute(ds->dev, GPUARR__CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+    size_t total = 0;
+    if ((e = cu->p_cuDeviceTotalMem_v2(&total, ds->dev)) != GPUARR__CUDA_SUCCESS)
+        return gpuarr__cu_fail(e, "cuDeviceTotalMem", "reading a CUDA device's properties");
+    info->total_memory = total;
+    info->max_alloc_bytes = total;
+    gpuarr__cu_free_memory(ds, &info->free_memory, total);
+    info->compute_units = gpuarr__cu_attribute(ds->dev, GPUARR__CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+    info->clock_mhz = gpuarr__cu_attribute(ds->dev, GPUARR__CU_DEVICE_ATTRIBUTE_CLOCK_RATE) / 1000;
+    info->copy_engines = gpuarr__cu_attribute(ds->dev, GPUARR__CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT);
+    info->host_unified = gpuarr__cu_attribute(ds->dev, GPUARR__CU_DEVICE_ATTRIBUTE_INTEGRATED) != 0; /* Jetson, GH200 C2C is not */
+    char bus[32] = "";
+    unsigned int dom = 0, b = 0, dv = 0, fn = 0;
+    if (cu->p_cuDeviceGetPCIBusId(bus, (int)sizeof bus, ds->dev) == GPUARR__CUDA_SUCCESS && sscanf(bus, "%x:%x:%x.%x", &dom, &b, &dv, &fn) == 4) {
+        info->has_pci = true;
+        info->pci_domain = (int)dom, info->pci_bus = (int)b, info->pci_device = (int)dv, info->pci_function = (int)fn;
+        snprintf(info->pci_bus_id, sizeof info->pci_bus_id, "%04x:%02x:%02x.%x", dom & 0xffffu, b & 0xffu, dv & 0xffu, fn & 7u);
+    }
+    /* v2 gives MIG instances their own UUID; both give the GPU's UUID otherwise */
+    gpuarr__cu_result (*get_uuid)(struct CUuuid_st *, gpuarr__cu_device) =
+        cu->p_cuDeviceGetUuid_v2 ? cu->p_cuDeviceGetUuid_v2 : cu->p_cuDeviceGetUuid;
+    if (get_uuid && get_uuid((struct CUuuid_st *)(void *)info->uuid, ds->dev) == GPUARR__CUDA_SUCCESS) info->has_uuid = true;
+    return GPUARR_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Contexts
+ * ------------------------------------------------------------------------------------------- */
+static gpuarr_result gpuarr__cu_device_open(gpuarr__dev *d) {
+    gpuarr__cu_device_state *ds = GPUARR__CU_DEV(d);
+    gpuarr__cu_result e = GPUARR__CU.p_cuDevicePrimaryCtxRetain(&ds->ctx, ds->dev);
+    if (e != GPUARR__CUDA_SUCCESS) return gpuarr__cu_fail(e, "cuDevicePrimaryCtxRetain", d->info.spec);
+    d->native = ds;
+    return GPUARR_OK;
+}
+
+static void gpuarr__cu_device_close(gpuarr__dev *d) {
+    gpuarr__cu_state *cu = &GPUARR__CU;
+    gpuarr__cu_device_state *ds = GPUARR__CU_DEV(d);
+    gpuarr__cu_scope sc;
+    if (gpuarr__cu_enter(d, &sc) == GPUARR__CUDA_SUCCESS) {
+        for (int s = 0; s < GPUARR_DTYPE_COUNT; s++)
+            for (int t = 0; t < GPUARR_DTYPE_COUNT; t++)
+                if (ds->modules[s][t]) cu->p_cuModuleUnload(ds->modules[s][t]);
+    }
+    gpuarr__cu_leave(&sc);
+    memset(ds->modules, 0, sizeof ds->modules);
+    memset(ds->casts, 0, sizeof ds->casts);
+    ds->build_result = GPUARR_OK;
+    cu->p_cuDevicePrimaryCtxRelease_v2(ds->dev); /* the runtime's own references keep it alive */
+    ds->ctx = NULL;
+}
+
+static gpuarr_result gpuarr__cu_activate(gpuarr__dev *d, void **previous) {
+    gpuarr__cu_context cur = NULL;
+    gpuarr__cu_result e = GPUARR__CU.p_cuCtxGetCurrent(&cur);
+    if (e == GPUARR__CUDA_SUCCESS) e = GPUARR__CU.p_cuCtxSetCurrent(GPUARR__CU_DEV(d)->ctx);
+    if (e != GPUARR__CUDA_SUCCESS) return gpuarr__cu_fail(e, "cuCtxSetCurrent", d->info.spec);
+    *previous = cur;
+    return GPUARR_OK;
+}
+
+static void gpuarr__cu_deactivate(gpuarr__dev *d, void *previous) {
+    GPUARR__UNUSED(d);
+    GPUARR__CU.p_cuCtxSetCurrent((gpuarr__cu_context)previous);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Memory. A block's handle is its device address (CUdeviceptr in a void *).
+ * ------------------------------------------------------------------------------------------- */
+static gpuarr_result gpuarr__cu_mem_info(gpuarr__dev *d, uint64_t *free_bytes, uint64_t *total_bytes) {
+    *total_bytes = d->info.total_memory;
+    if (!d->opened) {
+        gpuarr__cu_free_memory(GPUARR__CU_DEV(d), free_bytes, d->info.total_memory);
+        return GPUARR_OK;
+    }
+    size_t f = 0, t = 0;
+    GPUARR__CU_DO(d, "cuMemGetInfo", cuMemGetInfo_v2(&f, &t));
+    *free_bytes = f;
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__cu_mem_alloc(gpuarr__dev *d, size_t bytes, void **mem) {
+    gpuarr__cu_ptr p = 0;
+    GPUARR__CU_DO(d, "cuMemAlloc", cuMemAlloc_v2(&p, bytes));
+    *mem = (void *)(uintptr_t)p;
+    return GPUARR_OK;
+}
+
+static void gpuarr__cu_mem_free(gpuarr__dev *d, void *mem) {
+    gpuarr__cu_scope sc;
+    if (gpuarr__cu_enter(d, &sc) == GPUARR__CUDA_SUCCESS) GPUARR__CU.p_cuMemFree_v2(GPUARR__CU_PTR(mem, 0));
+    gpuarr__cu_leave(&sc);
+}
+
+static void *gpuarr__cu_mem_host_ptr(gpuarr__dev *d, void *mem) {
+    GPUARR__UNUSED(d);
+    GPUARR__UNUSED(mem);
+    return NULL;
+}
+
+static size_t gpuarr__cu_mem_alignment(gpuarr__dev *d) {
+    GPUARR__UNUSED(d);
+    return 256; /* cuMemAlloc's; the pool rounds to 512 anyway */
+}
+
+/* A block is an address inside its segment. */
+static gpuarr_result gpuarr__cu_mem_view(gpuarr__dev *d, void *segment, size_t offset, size_t bytes, void **mem, size_t *mem_offset) {
+    GPUARR__UNUSED(d);
+    GPUARR__UNUSED(bytes);
+    *mem = (void *)(uintptr_t)GPUARR__CU_PTR(segment, offset);
+    *mem_offset = 0;
+    return GPUARR_OK;
+}
+
+static void gpuarr__cu_mem_view_release(gpuarr__dev *d, void *mem) {
+    GPUARR__UNUSED(d);
+    GPUARR__UNUSED(mem);
+}
+
+/* Pinned (page-locked) host memory, usable by every context (portable). */
+static gpuarr_result gpuarr__cu_pinned_alloc(gpuarr__dev *d, size_t bytes, void **handle, void **host_ptr) {
+    void *p = NULL;
+    GPUARR__CU_DO(d, "cuMemHostAlloc", cuMemHostAlloc(&p, bytes, GPUARR__CU_MEMHOSTALLOC_PORTABLE));
+    *handle = p;
+    *host_ptr = p;
+    return GPUARR_OK;
+}
+
+static void gpuarr__cu_pinned_free(gpuarr__dev *d, void *handle) {
+    gpuarr__cu_scope sc;
+    if (gpuarr__cu_enter(d, &sc) == GPUARR__CUDA_SUCCESS) GPUARR__CU.p_cuMemFreeHost(handle);
+    gpuarr__cu_leave(&sc);
+}
+
+/* Page-locked by anyone (cudaHostAlloc, cudaHostRegister, gpuarr's own pinned pool). Pageable
+   memory is not known to the driver, which answers with an error. */
+static bool gpuarr__cu_host_ptr_pinned(gpuarr__dev *d, const void *p) {
+    unsigned int type = 0;
+    gpuarr__cu_scope sc;
+    gpuarr__cu_result e = gpuarr__cu_enter(d, &sc);
+    if (e == GPUARR__CUDA_SUCCESS)
+        e = GPUARR__CU.p_cuPointerGetAttribute(&type, GPUARR__CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (gpuarr__cu_ptr)(uintptr_t)p);
+    gpuarr__cu_leave(&sc);
+    return e == GPUARR__CUDA_SUCCESS && type == GPUARR__CU_MEMORYTYPE_HOST;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Copies, all on the stream. From pinned memory they are DMA transfers that return at once;
+ * from pageable memory the driver copies through its own staging (gpuarr stages large ones
+ * itself, see the core).
+ * ------------------------------------------------------------------------------------------- */
+static gpuarr_result gpuarr__cu_copy_h2d(gpuarr__stream *s, void *dst, size_t dst_off, const void *src, size_t bytes) {
+    GPUARR__CU_DO(s->dev, "cuMemcpyHtoDAsync", cuMemcpyHtoDAsync_v2(GPUARR__CU_PTR(dst, dst_off), src, bytes, GPUARR__CU_STREAM(s->native)));
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__cu_copy_d2h(gpuarr__stream *s, void *dst, const void *src, size_t src_off, size_t bytes) {
+    GPUARR__CU_DO(s->dev, "cuMemcpyDtoHAsync", cuMemcpyDtoHAsync_v2(dst, GPUARR__CU_PTR(src, src_off), bytes, GPUARR__CU_STREAM(s->native)));
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__cu_copy_d2d(gpuarr__stream *s, void *dst, size_t dst_off, const void *src, size_t src_off, size_t bytes) {
+    GPUARR__CU_DO(s->dev, "cuMemcpyDtoDAsync",
+                  cuMemcpyDtoDAsync_v2(GPUARR__CU_PTR(dst, dst_off), GPUARR__CU_PTR(src, src_off), bytes, GPUARR__CU_STREAM(s->native)));
+    return GPUARR_OK;
+}
+
+/* Peer copies where the two GPUs can reach each other (NVLink, or PCIe P2P): access is enabled
+   once, both ways. Elsewhere the core goes through pinned host memory. */
+static bool gpuarr__cu_can_copy_peer(gpuarr__dev *dst, gpuarr__dev *src) {
+    gpuarr__cu_state *cu = &GPUARR__CU;
+    gpuarr__cu_device_state *a = GPUARR__CU_DEV(dst), *b = GPUARR__CU_DEV(src);
+    if (!dst->opened || !src->opened) return false;
+    pthread_mutex_lock(&cu->peer_lock);
+    signed char known = a->peer[src->info.index];
+    if (!known) {
+        int ab = 0, ba = 0;
+        known = -1;
+        if (cu->p_cuDeviceCanAccessPeer(&ab, a->dev, b->dev) == GPUARR__CUDA_SUCCESS && ab &&
+            cu->p_cuDeviceCanAccessPeer(&ba, b->dev, a->dev) == GPUARR__CUDA_SUCCESS && ba) {
+            gpuarr__cu_scope sc;
+            gpuarr__cu_result e1 = gpuarr__cu_enter(dst, &sc), e2 = GPUARR__CUDA_SUCCESS;
+            if (e1 == GPUARR__CUDA_SUCCESS) e1 = cu->p_cuCtxEnablePeerAccess(b->ctx, 0);
+            gpuarr__cu_leave(&sc);
+            if ((e2 = gpuarr__cu_enter(src, &sc)) == GPUARR__CUDA_SUCCESS) e2 = cu->p_cuCtxEnablePeerAccess(a->ctx, 0);
+            gpuarr__cu_leave(&sc);
+            bool ok1 = e1 == GPUARR__CUDA_SUCCESS || e1 == GPUARR__CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+            bool ok2 = e2 == GPUARR__CUDA_SUCCESS || e2 == GPUARR__CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+            known = ok1 && ok2 ? 1 : -1;
+            if (!ok1 || !ok2) gpuarr__log(GPUARR_LOG_INFO, "%s <-> %s: enabling peer access failed (%u, %u); copies go through the host",
+                                          dst->info.spec, src->info.spec, e1, e2);
+        }
+        a->peer[src->info.index] = b->peer[dst->info.index] = known;
+    }
+    pthread_mutex_unlock(&cu->peer_lock);
+    return known > 0;
+}
+
+static gpuarr_result gpuarr__cu_copy_peer(gpuarr__stream *s, gpuarr__dev *dst_dev, void *dst, size_t dst_off, gpuarr__dev *src_dev,
+                                          const void *src, size_t src_off, size_t bytes) {
+    GPUARR__CU_DO(s->dev, "cuMemcpyPeerAsync",
+                  cuMemcpyPeerAsync(GPUARR__CU_PTR(dst, dst_off), GPUARR__CU_DEV(dst_dev)->ctx, GPUARR__CU_PTR(src, src_off),
+                                    GPUARR__CU_DEV(src_dev)->ctx, bytes, GPUARR__CU_STREAM(s->native)));
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__cu_fill_zero(gpuarr__stream *s, void *dst, size_t dst_off, size_t bytes) {
+    GPUARR__CU_DO(s->dev, "cuMemsetD8Async", cuMemsetD8Async(GPUARR__CU_PTR(dst, dst_off), 0, bytes, GPUARR__CU_STREAM(s->native)));
+    return GPUARR_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Kernel source: the CUDA dialect, the shared rules as an in-memory header, one instantiation.
+ * ------------------------------------------------------------------------------------------- */
+#define GPUARR__CU_PIECES(a) (sizeof(a) / sizeof((a)[0]))
+#define GPUARR__CU_NVRTC_OPTIONS "-std=c++17", "--fmad=false"
+
+/* Joins string pieces into one allocation (NUL-terminated). */
+static char *gpuarr__join_pieces(const char *const *pieces, size_t count) {
+    size_t n = 1;
+    for (size_t i = 0; i < count; i++) n += strlen(pieces[i]);
+    char *out = (char *)gpuarr__malloc(n), *p = out;
+    if (!out) return NULL;
+    for (size_t i = 0; i < count; i++) {
+        size_t len = strlen(pieces[i]);
+        memcpy(p, pieces[i], len);
+        p += len;
+    }
+    *p = '\0';
+    return out;
+}
+
+/* What the committed PTX was made from: the two sources, every instantiation and the options.
+   A mismatch means someone changed the kernels without `make cuda-kernels`. */
+static uint64_t gpuarr__cu_source_hash(void) {
+    uint64_t h = gpuarr__hash_pieces(GPUARR__HASH_SEED, gpuarr__kernels_source, GPUARR__CU_PIECES(gpuarr__kernels_source));
+    h = gpuarr__hash_pieces(h, gpuarr__kernels_cuda_source, GPUARR__CU_PIECES(gpuarr__kernels_cuda_source));
+    const char *options[] = {GPUARR__CU_NVRTC_OPTIONS};
+    h = gpuarr__hash_pieces(h, options, GPUARR__CU_PIECES(options));
+    for (int s = 1; s < GPUARR_DTYPE_COUNT; s++)
+        for (int t = 1; t < GPUARR_DTYPE_COUNT; t++) {
+            char line[256];
+            const char *piece = line;
+            gpuarr__kernel_instantiation(s, t, line, sizeof line);
+            h = gpuarr__hash_pieces(h, &piece, 1);
+        }
+    return h;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * NVRTC
+ * ------------------------------------------------------------------------------------------- */
+/* GPUARR_NVRTC_LIBRARY, else the names CUDA 11.2 to 13 install, then CUDA_HOME's. */
+static bool gpuarr__nvrtc_load(void) {
+    gpuarr__nvrtc_state *nv = &gpuarr__nvrtc;
+    pthread_mutex_lock(&nv->lock);
+    if (!nv->tried) {
+        nv->tried = true;
+        char home[600] = "";
+        const char *cuda_home = getenv("CUDA_HOME");
+        snprintf(home, sizeof home, "%s/lib64/libnvrtc.so", cuda_home && *cuda_home ? cuda_home : "/usr/local/cuda");
+        const char *env = getenv("GPUARR_NVRTC_LIBRARY");
+        const char *names[] = {env && *env ? env : "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so", home};
+        for (size_t i = 0; i < (env && *env ? 1u : GPUARR__CU_PIECES(names)) && !nv->library; i++)
+            nv->library = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        bool ok = nv->library != NULL;
+        if (!ok) snprintf(nv->error, sizeof nv->error, "NVRTC not found (%s; set GPUARR_NVRTC_LIBRARY)", env && *env ? env : "libnvrtc.so.*");
+#define GPUARR__NVRTC_BIND(ret, name, params)                                                  \
+    if (ok && !gpuarr__dl_symbol(nv->library, #name, &nv->p_##name, sizeof nv->p_##name)) {  \
+        ok = false;                                                                            \
+        snprintf(nv->error, sizeof nv->error, "the NVRTC found lacks %s (CUDA 11.1 or later is needed)", #name); \
+    }
+        GPUARR__NVRTC_PROCS(GPUARR__NVRTC_BIND)
+#undef GPUARR__NVRTC_BIND
+        if (ok) nv->p_nvrtcVersion(&nv->major, &nv->minor);
+        nv->loaded = ok;
+    }
+    bool loaded = nv->loaded;
+    pthread_mutex_unlock(&nv->lock);
+    return loaded;
+}
+
+/* Compiles the cast kernel of one pair for `arch` ("sm_90": a cubin; "compute_75": PTX). The
+   image is gpuarr__malloc'ed; on failure `log` holds the reason. */
+static gpuarr_result gpuarr__nvrtc_compile(int s, int t, const char *arch, unsigned char **image, size_t *size, char *log, size_t log_cap) {
+    gpuarr__nvrtc_state *nv = &gpuarr__nvrtc;
+    *image = NULL;
+    *size = 0;
+    if (!gpuarr__nvrtc_load()) {
+        gpuarr__copy_string(log, log_cap, nv->error);
+        return GPUARR_ERROR_UNSUPPORTED;
+    }
+    char line[256], arch_option[48];
+    gpuarr__kernel_instantiation(s, t, line, sizeof line);
+    const char *program_pieces[GPUARR__CU_PIECES(gpuarr__kernels_cuda_source) + 1];
+    memcpy(program_pieces, gpuarr__kernels_cuda_source, sizeof gpuarr__kernels_cuda_source);
+    program_pieces[GPUARR__CU_PIECES(gpuarr__kernels_cuda_source)] = line;
+    char *program = gpuarr__join_pieces(program_pieces, GPUARR__CU_PIECES(program_pieces));
+    char *rules = gpuarr__join_pieces(gpuarr__kernels_source, GPUARR__CU_PIECES(gpuarr__kernels_source));
+    gpuarr_result r = GPUARR_OK;
+    gpuarr__nvrtc_program prog = NULL;
+    if (!program || !rules) {
+        gpuarr__copy_string(log, log_cap, "no host memory for the kernel source");
+        r = GPUARR_ERROR_OUT_OF_MEMORY;
+    } else {
+        const char *headers[1] = {rules}, *names[1] = {"gpuarr_kernels.h"};
+        gpuarr__nvrtc_result e = nv->p_nvrtcCreateProgram(&prog, program, "gpuarr_cast.cu", 1, headers, names);
+        snprintf(arch_option, sizeof arch_option, "--gpu-architecture=%s", arch);
+        const char *options[] = {arch_option, GPUARR__CU_NVRTC_OPTIONS};
+        if (e == 0) e = nv->p_nvrtcCompileProgram(prog, (int)GPUARR__CU_PIECES(options), options);
+        bool cubin = strncmp(arch, "sm_", 3) == 0;
+        if (e == 0) e = cubin ? nv->p_nvrtcGetCUBINSize(prog, size) : nv->p_nvrtcGetPTXSize(prog, size);
+        if (e == 0 && !(*image = (unsigned char *)gpuarr__malloc(*size))) e = 1; /* NVRTC_ERROR_OUT_OF_MEMORY */
+        if (e == 0) e = cubin ? nv->p_nvrtcGetCUBIN(prog, (char *)*image) : nv->p_nvrtcGetPTX(prog, (char *)*image);
+        if (e != 0) {
+            size_t n = 0;
+            int len = snprintf(log, log_cap, "NVRTC %d.%d, %s: %s", nv->major, nv->minor, arch, nv->p_nvrtcGetErrorString(e));
+            if (prog && nv->p_nvrtcGetProgramLogSize(prog, &n) == 0 && n > 1 && len > 0 && (size_t)len + 3 < log_cap) {
+                char *full = (char *)gpuarr__malloc(n);
+                if (full && nv->p_nvrtcGetProgramLog(prog, full) == 0) snprintf(log + len, log_cap - (size_t)len, ": %s", full);
+                gpuarr__free(full);
+            }
+            gpuarr__free(*image);
+            *image = NULL;
+            r = e == 1 ? GPUARR_ERROR_OUT_OF_MEMORY : GPUARR_ERROR_BACKEND;
+        }
+    }
+    if (prog) nv->p_nvrtcDestroyProgram(&prog);
+    gpuarr__free(program);
+    gpuarr__free(rules);
+    return r;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Kernels, one module per dtype pair at its first use. GPUARR_CUDA_KERNELS = auto (default:
+ * the committed PTX, then NVRTC), ptx or nvrtc (only that).
+ * ------------------------------------------------------------------------------------------- */
+/* The committed PTX of one pair, joined (gpuarr__malloc'ed), or NULL when stale or absent. */
+static char *gpuarr__cu_committed_ptx(int s, int t) {
+    static int current = -1; /* the source hash matches: computed once */
+    int known = __atomic_load_n(&current, __ATOMIC_ACQUIRE);
+    if (known < 0) {
+        known = gpuarr__cu_source_hash() == GPUARR__CUDA_PTX_SOURCE_HASH;
+        if (!known) gpuarr__log(GPUARR_LOG_WARN, "backends/gpuarr_cuda_ptx.h is stale (run `make cuda-kernels`): compiling with NVRTC");
+        __atomic_store_n(&current, known, __ATOMIC_RELEASE);
+    }
+    if (!known || !gpuarr__cuda_ptx_index[s][t][1]) return NULL;
+    return gpuarr__join_pieces(gpuarr__cuda_ptx_lines + gpuarr__cuda_ptx_index[s][t][0], gpuarr__cuda_ptx_index[s][t][1]);
+}
+
+static gpuarr__cu_result gpuarr__cu_load_module(gpuarr__cu_module *mod, const void *image, char *log, size_t log_cap) {
+    unsigned int options[2] = {GPUARR__CU_JIT_ERROR_LOG_BUFFER, GPUARR__CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+    void *values[2] = {log, (void *)(uintptr_t)log_cap};
+    log[0] = '\0';
+    return GPUARR__CU.p_cuModuleLoadDataEx(mod, image, 2, options, values);
+}
+
+/* NVRTC for this device's architecture, through the disk cache. */
+static gpuarr_result gpuarr__cu_nvrtc_module(gpuarr__dev *d, int s, int t, gpuarr__cu_module *mod, char *why, size_t why_cap) {
+    gpuarr__cu_device_state *ds = GPUARR__CU_DEV(d);
+    char arch[16], file[64], path[700], line[256];
+    snprintf(arch, sizeof arch, "sm_%d%d", ds->cc_major, ds->cc_minor);
+    if (!gpuarr__nvrtc_load()) {
+        gpuarr__copy_string(why, why_cap, gpuarr__nvrtc.error);
+        return GPUARR_ERROR_UNSUPPORTED;
+    }
+    gpuarr__kernel_instantiation(s, t, line, sizeof line);
+    char version[32];
+    snprintf(version, sizeof version, "nvrtc %d.%d", gpuarr__nvrtc.major, gpuarr__nvrtc.minor);
+    const char *key_parts[3] = {arch, version, line};
+    uint64_t key = gpuarr__hash_pieces(gpuarr__cu_source_hash(), key_parts, 3);
+    snprintf(file, sizeof file, "cuda-%016llx.cubin", (unsigned long long)key);
+    bool cache = gpuarr__cache_path(path, sizeof path, file);
+    size_t size = 0;
+    unsigned char *image = cache ? gpuarr__read_file(path, &size) : NULL;
+    bool from_cache = image != NULL;
+    gpuarr_result r = GPUARR_OK;
+    if (!image && (r = gpuarr__nvrtc_compile(s, t, arch, &image, &size, why, why_cap)) != GPUARR_OK) return r;
+    char log[1024];
+    gpuarr__cu_scope sc;
+    gpuarr__cu_result e = gpuarr__cu_enter(d, &sc);
+    if (e == GPUARR__CUDA_SUCCESS) e = gpuarr__cu_load_module(mod, image, log, sizeof log);
+    gpuarr__cu_leave(&sc);
+    if (e == GPUARR__CUDA_SUCCESS && !from_cache && cache) gpuarr__write_file_atomic(path, image, size);
+    gpuarr__free(image);
+    if (e != GPUARR__CUDA_SUCCESS) {
+        snprintf(why, why_cap, "the NVRTC cubin for %s did not load (%u): %.400s", arch, e, log);
+        return GPUARR_ERROR_BACKEND;
+    }
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__cu_build_pair(gpuarr__dev *d, int s, int t) {
+    gpuarr__cu_device_state *ds = GPUARR__CU_DEV(d);
+    const char *mode = gpuarr__env("GPUARR_CUDA_KERNELS");
+    bool try_ptx = !mode || strcmp(mode, "nvrtc") != 0, try_nvrtc = !mode || strcmp(mode, "ptx") != 0;
+    char ptx_why[600] = "not tried (GPUARR_CUDA_KERNELS=nvrtc)", nvrtc_why[600] = "not tried (GPUARR_CUDA_KERNELS=ptx)";
+    gpuarr__cu_module mod = NULL;
+    gpuarr_result r = GPUARR_ERROR_BACKEND;
+    if (try_ptx) {
+        char *ptx = gpuarr__cu_committed_ptx(s, t), log[1024];
+        if (!ptx) {
+            gpuarr__copy_string(ptx_why, sizeof ptx_why, "the committed PTX is stale or missing");
+        } else {
+            gpuarr__cu_scope sc;
+            gpuarr__cu_result e = gpuarr__cu_enter(d, &sc);
+            if (e == GPUARR__CUDA_SUCCESS) e = gpuarr__cu_load_module(&mod, ptx, log, sizeof log);
+            gpuarr__cu_leave(&sc);
+            if (e == GPUARR__CUDA_SUCCESS) r = GPUARR_OK;
+            else snprintf(ptx_why, sizeof ptx_why, "the driver did not take the PTX (ISA %s, sm_%d) (%u): %.400s", GPUARR__CUDA_PTX_ISA,
+                          GPUARR__CUDA_PTX_ARCH, e, log);
+            if (e == GPUARR__CUDA_ERROR_OUT_OF_MEMORY) r = GPUARR_ERROR_OUT_OF_MEMORY;
+        }
+        gpuarr__free(ptx);
+    }
+    if (r == GPUARR_ERROR_BACKEND && try_nvrtc) r = gpuarr__cu_nvrtc_module(d, s, t, &mod, nvrtc_why, sizeof nvrtc_why);
+    if (r != GPUARR_OK)
+        return gpuarr__fail(r == GPUARR_ERROR_OUT_OF_MEMORY ? r : GPUARR_ERROR_BACKEND, "%s: no %s->%s cast kernel: PTX: %s; NVRTC: %s", d->info.spec,
+                            gpuarr__dtype_names[s], gpuarr__dtype_names[t], ptx_why, nvrtc_why);
+    char name[96];
+    gpuarr__kernel_name(s, t, name, sizeof name);
+    gpuarr__cu_function fn = NULL;
+    gpuarr__cu_result e = GPUARR__CU.p_cuModuleGetFunction(&fn, mod, name);
+    if (e != GPUARR__CUDA_SUCCESS) {
+        GPUARR__CU.p_cuModuleUnload(mod);
+        return gpuarr__cu_fail(e, "cuModuleGetFunction", d->info.spec);
+    }
+    ds->modules[s][t] = mod;
+    __atomic_store_n(&ds->casts[s][t], fn, __ATOMIC_RELEASE);
+    return GPUARR_OK;
+}
+
+/* The function for a pair: built once (under the device's kernel lock); launches need no lock. */
+static gpuarr_result gpuarr__cu_kernel(gpuarr__dev *d, int s, int t, gpuarr__cu_function *out) {
+    gpuarr__cu_device_state *ds = GPUARR__CU_DEV(d);
+    *out = __atomic_load_n(&ds->casts[s][t], __ATOMIC_ACQUIRE);
+    if (*out) return GPUARR_OK;
+    pthread_mutex_lock(&ds->kernel_lock);
+    gpuarr_result r = GPUARR_OK;
+    if (ds->build_result != GPUARR_OK) {
+        r = gpuarr__fail(ds->build_result, "%s", ds->build_error);
+    } else if (!ds->casts[s][t]) {
+        double t0 = gpuarr__now_ms();
+        r = gpuarr__cu_build_pair(d, s, t);
+        if (r == GPUARR_OK) {
+            gpuarr__log(GPUARR_LOG_INFO, "%s: %s->%s cast kernel ready in %.1f ms", d->info.spec, gpuarr__dtype_names[s], gpuarr__dtype_names[t],
+                        gpuarr__now_ms() - t0);
+        } else if (r == GPUARR_ERROR_BACKEND) { /* neither way works: do not retry at every cast */
+            const char *msg = strstr(gpuarr__tls.error, ": ");
+            gpuarr__copy_string(ds->build_error, sizeof ds->build_error, msg ? msg + 2 : gpuarr__tls.error);
+            ds->build_result = r;
+        }
+    }
+    *out = ds->casts[s][t];
+    pthread_mutex_unlock(&ds->kernel_lock);
+    return r;
+}
+
+static gpuarr_result gpuarr__cu_cast(gpuarr__stream *s, void *dst, size_t dst_off, gpuarr_dtype dst_t, const void *src, size_t src_off,
+                                     gpuarr_dtype src_t, size_t count) {
+    gpuarr__dev *d = s->dev;
+    gpuarr__cu_function fn;
+    GPUARR__CHECK(gpuarr__cu_kernel(d, (int)src_t, (int)dst_t, &fn));
+    const uint64_t block = 256, max_blocks = 0x7fffffffu;
+    gpuarr__cu_ptr sp = GPUARR__CU_PTR(src, 0), dp = GPUARR__CU_PTR(dst, 0);
+    uint64_t so = src_off / gpuarr__dtype_sizes[src_t], doff = dst_off / gpuarr__dtype_sizes[dst_t];
+    for (uint64_t done = 0; done < count;) { /* one element per thread; a grid holds 2^31 - 1 blocks */
+        uint64_t n = GPUARR__MIN((uint64_t)count - done, block * max_blocks);
+        uint64_t s_at = so + done, d_at = doff + done;
+        void *params[5] = {&sp, &s_at, &dp, &d_at, &n};
+        GPUARR__CU_DO(d, "cuLaunchKernel",
+                      cuLaunchKernel(fn, (unsigned int)((n + block - 1) / block), 1, 1, (unsigned int)block, 1, 1, 0, GPUARR__CU_STREAM(s->native),
+                                     params, NULL));
+        done += n;
+    }
+    return GPUARR_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Streams and events
+ * ------------------------------------------------------------------------------------------- */
+static gpuarr_result gpuarr__cu_stream_wrap(gpuarr__cu_stream stream, bool owned, void **native) {
+    gpuarr__cu_stream_box *box = (gpuarr__cu_stream_box *)gpuarr__calloc(sizeof *box);
+    if (!box) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a stream");
+    box->stream = stream;
+    box->owned = owned;
+    *native = box;
+    return GPUARR_OK;
+}
+
+/* Non-blocking: gpuarr's streams never wait for the legacy default stream (stream 0). */
+static gpuarr_result gpuarr__cu_stream_create(gpuarr__dev *d, void **native) {
+    gpuarr__cu_stream st = NULL;
+    GPUARR__CU_DO(d, "cuStreamCreate", cuStreamCreate(&st, GPUARR__CU_STREAM_NON_BLOCKING));
+    gpuarr_result r = gpuarr__cu_stream_wrap(st, true, native);
+    if (r != GPUARR_OK) GPUARR__CU.p_cuStreamDestroy_v2(st);
+    return r;
+}
+
+static void gpuarr__cu_stream_destroy(gpuarr__dev *d, void *native) {
+    gpuarr__cu_stream_box *box = (gpuarr__cu_stream_box *)native;
+    if (box->owned) {
+        gpuarr__cu_scope sc;
+        if (gpuarr__cu_enter(d, &sc) == GPUARR__CUDA_SUCCESS) GPUARR__CU.p_cuStreamDestroy_v2(box->stream);
+        gpuarr__cu_leave(&sc);
+    }
+    gpuarr__free(box);
+}
+
+static gpuarr_result gpuarr__cu_stream_sync(gpuarr__dev *d, void *native) {
+    GPUARR__CU_DO(d, "cuStreamSynchronize", cuStreamSynchronize(GPUARR__CU_STREAM(native)));
+    return GPUARR_OK;
+}
+
+/* NOT_READY is an answer, not an error. */
+static gpuarr_result gpuarr__cu_status(gpuarr__dev *d, gpuarr__cu_result e, const char *call, bool *done) {
+    *done = e == GPUARR__CUDA_SUCCESS;
+    if (e == GPUARR__CUDA_SUCCESS || e == GPUARR__CUDA_ERROR_NOT_READY) return GPUARR_OK;
+    return gpuarr__cu_fail(e, call, d->info.spec);
+}
+
+static gpuarr_result gpuarr__cu_stream_query(gpuarr__dev *d, void *native, bool *done) {
+    gpuarr__cu_scope sc;
+    gpuarr__cu_result e = gpuarr__cu_enter(d, &sc);
+    if (e == GPUARR__CUDA_SUCCESS) e = GPUARR__CU.p_cuStreamQuery(GPUARR__CU_STREAM(native));
+    gpuarr__cu_leave(&sc);
+    return gpuarr__cu_status(d, e, "cuStreamQuery", done);
+}
+
+static gpuarr_result gpuarr__cu_event_create(gpuarr__dev *d, bool timing, void **native) {
+    gpuarr__cu_event ev = NULL;
+    GPUARR__CU_DO(d, "cuEventCreate", cuEventCreate(&ev, timing ? 0u : GPUARR__CU_EVENT_DISABLE_TIMING));
+    *native = ev;
+    return GPUARR_OK;
+}
+
+static void gpuarr__cu_event_destroy(gpuarr__dev *d, void *native) {
+    gpuarr__cu_scope sc;
+    if (gpuarr__cu_enter(d, &sc) == GPUARR__CUDA_SUCCESS) GPUARR__CU.p_cuEventDestroy_v2((gpuarr__cu_event)native);
+    gpuarr__cu_leave(&sc);
+}
+
+static gpuarr_result gpuarr__cu_event_record(gpuarr__dev *d, void *event, void *stream) {
+    GPUARR__CU_DO(d, "cuEventRecord", cuEventRecord((gpuarr__cu_event)event, GPUARR__CU_STREAM(stream)));
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__cu_event_sync(gpuarr__dev *d, void *event) {
+    GPUARR__CU_DO(d, "cuEventSynchronize", cuEventSynchronize((gpuarr__cu_event)event));
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__cu_event_query(gpuarr__dev *d, void *event, bool *done) {
+    gpuarr__cu_scope sc;
+    gpuarr__cu_result e = gpuarr__cu_enter(d, &sc);
+    if (e == GPUARR__CUDA_SUCCESS) e = GPUARR__CU.p_cuEventQuery((gpuarr__cu_event)event);
+    gpuarr__cu_leave(&sc);
+    return gpuarr__cu_status(d, e, "cuEventQuery", done);
+}
+
+static gpuarr_result gpuarr__cu_event_elapsed(gpuarr__dev *d, void *start, void *end, double *ms) {
+    float t = 0;
+    gpuarr__cu_scope sc;
+    gpuarr__cu_result e = gpuarr__cu_enter(d, &sc);
+    if (e == GPUARR__CUDA_SUCCESS) e = GPUARR__CU.p_cuEventElapsedTime(&t, (gpuarr__cu_event)start, (gpuarr__cu_event)end);
+    gpuarr__cu_leave(&sc);
+    if (e == GPUARR__CUDA_ERROR_NOT_READY) return gpuarr__fail(GPUARR_ERROR_NOT_READY, "%s: the events have not completed yet", d->info.spec);
+    if (e != GPUARR__CUDA_SUCCESS) return gpuarr__cu_fail(e, "cuEventElapsedTime", d->info.spec);
+    *ms = t;
+    return GPUARR_OK;
+}
+
+/* The driver orders streams on events of any device. */
+static gpuarr_result gpuarr__cu_stream_wait_event(gpuarr__dev *d, void *stream, void *event) {
+    GPUARR__CU_DO(d, "cuStreamWaitEvent", cuStreamWaitEvent(GPUARR__CU_STREAM(stream), (gpuarr__cu_event)event, 0));
+    return GPUARR_OK;
+}
+
+#define GPUARR__CU_TABLE_PROC(ret, name, params) gpuarr__cu_##name,
+static const gpuarr__backend gpuarr__backend_cuda = {GPUARR_BACKEND_CUDA, "cuda", false, GPUARR__BACKEND_PROCS(GPUARR__CU_TABLE_PROC)};
+#undef GPUARR__CU_TABLE_PROC
+#define GPUARR__BACKEND_PTR_CUDA (&gpuarr__backend_cuda)
+
+#elif defined(GPUARR__BACKEND_INTEROP_PART) && !defined(GPUARR_CUDA_INTEROP_INCLUDED)
+#define GPUARR_CUDA_INTEROP_INCLUDED
+/* ---------------------------------------------------------------------------------------------
+ * Interop (the second part: included again at the end of the implementation, after the core)
+ * ------------------------------------------------------------------------------------------- */
+static gpuarr_result gpuarr__cu_get_dev(gpuarr_device d, const char *arg, gpuarr__dev **out) {
+    GPUARR__CHECK(gpuarr__get_dev(d, arg, out));
+    if ((*out)->backend->id != GPUARR_BACKEND_CUDA)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "%s is %s, not a CUDA device", arg, (*out)->info.spec);
+    return gpuarr__dev_open(*out);
+}
+
+GPUARR_API gpuarr_result gpuarr_cuda_context(gpuarr_device d, struct CUctx_st **out) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(out);
+    gpuarr__dev *dev;
+    GPUARR__CHECK(gpuarr__cu_get_dev(d, "d", &dev));
+    *out = GPUARR__CU_DEV(dev)->ctx;
+    return GPUARR_OK;
+}
+
+GPUARR_API gpuarr_result gpuarr_cuda_device_ordinal(gpuarr_device d, int *out) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(out);
+    gpuarr__dev *dev;
+    GPUARR__CHECK(gpuarr__cu_get_dev(d, "d", &dev));
+    *out = GPUARR__CU_DEV(dev)->dev;
+    return GPUARR_OK;
+}
+
+GPUARR_API gpuarr_result gpuarr_cuda_stream(gpuarr_stream s, struct CUstream_st **out) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(out);
+    gpuarr__stream *st;
+    GPUARR__CHECK(gpuarr__resolve_stream(s, "s", &st));
+    gpuarr_result r = GPUARR_OK;
+    if (st->dev->backend->id != GPUARR_BACKEND_CUDA)
+        r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "s belongs to %s, not to a CUDA device", st->dev->info.spec);
+    else
+        *out = GPUARR__CU_STREAM(st->native);
+    gpuarr__obj_release(&st->obj);
+    return r;
+}
+
+GPUARR_API gpuarr_result gpuarr_cuda_ptr(gpuarr_array a, void **out) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(out);
+    gpuarr__array *arr;
+    GPUARR__CHECK(gpuarr__get_array(a, "a", &arr));
+    gpuarr_result r = GPUARR_OK;
+    if (arr->dev->backend->id != GPUARR_BACKEND_CUDA)
+        r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "a lives on %s, not on a CUDA device", arr->dev->info.spec);
+    else
+        *out = (void *)(uintptr_t)GPUARR__CU_PTR(arr->mem, arr->offset);
+    gpuarr__obj_release(&arr->obj);
+    return r;
+}
+
+/* The pointer must be device memory of d's context, and hold the array from where it points. */
+static gpuarr_result gpuarr__cu_check_wrapped(gpuarr__dev *dev, void *ptr, const gpuarr__array *a) {
+    gpuarr__cu_state *cu = &GPUARR__CU;
+    gpuarr__cu_ptr p = (gpuarr__cu_ptr)(uintptr_t)ptr, base = 0;
+    gpuarr__cu_context ctx = NULL;
+    unsigned int type = 0;
+    size_t size = 0;
+    gpuarr__cu_scope sc;
+    gpuarr__cu_result e = gpuarr__cu_enter(dev, &sc);
+    if (e == GPUARR__CUDA_SUCCESS) e = cu->p_cuPointerGetAttribute(&type, GPUARR__CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p);
+    if (e == GPUARR__CUDA_SUCCESS) e = cu->p_cuPointerGetAttribute(&ctx, GPUARR__CU_POINTER_ATTRIBUTE_CONTEXT, p);
+    if (e == GPUARR__CUDA_SUCCESS) e = cu->p_cuMemGetAddressRange_v2(&base, &size, p);
+    gpuarr__cu_leave(&sc);
+    if (e != GPUARR__CUDA_SUCCESS || type != GPUARR__CU_MEMORYTYPE_DEVICE)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "ptr %p is not CUDA device memory (%s)", ptr,
+                            e != GPUARR__CUDA_SUCCESS ? "the driver does not know it" : "it is host memory");
+    if (ctx != GPUARR__CU_DEV(dev)->ctx)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "ptr %p belongs to another context than %s's primary context", ptr, dev->info.spec);
+    if (p % gpuarr__dtype_sizes[a->dtype] != 0)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "ptr %p is not aligned to %zu bytes (the size of %s)", ptr,
+                            gpuarr__dtype_sizes[a->dtype], gpuarr__dtype_names[a->dtype]);
+    if (base + size - p < a->nbytes)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "the allocation holding ptr %p has %llu bytes from there; the array needs %zu", ptr,
+                            (unsigned long long)(base + size - p), a->nbytes);
+    return GPUARR_OK;
+}
+
+GPUARR_API gpuarr_result gpuarr_cuda_wrap_ptr(gpuarr_device d, void *ptr, gpuarr_dtype t, int ndim, const int64_t *shape,
+                                              gpuarr_release_fn release, void *user_data, gpuarr_array *out) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(out);
+    GPUARR__REQUIRE_PTR(ptr);
+    gpuarr__dev *dev;
+    gpuarr__array *a;
+    GPUARR__CHECK(gpuarr__cu_get_dev(d, "d", &dev));
+    GPUARR__CHECK(gpuarr__array_alloc_struct(dev, t, ndim, shape, &a));
+    gpuarr_result r = gpuarr__cu_check_wrapped(dev, ptr, a);
+    uint32_t id = 0;
+    if (r == GPUARR_OK) {
+        a->mem = ptr;
+        a->offset = 0;
+        a->wrapped = true;
+        r = gpuarr__table_insert(&gpuarr__g.arrays, &a->obj, &id);
+    }
+    if (r != GPUARR_OK) { /* the caller keeps ownership: no release callback */
+        gpuarr__free(a);
+        return r;
+    }
+    a->release_fn = release;
+    a->release_user = user_data;
+    out->id = id;
+    return GPUARR_OK;
+}
+
+GPUARR_API gpuarr_result gpuarr_cuda_wrap_stream(gpuarr_device d, struct CUstream_st *stream, gpuarr_stream *out) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(out);
+    gpuarr__dev *dev;
+    GPUARR__CHECK(gpuarr__cu_get_dev(d, "d", &dev));
+    gpuarr__cu_context ctx = NULL;
+    gpuarr__cu_scope sc;
+    gpuarr__cu_result e = gpuarr__cu_enter(dev, &sc);
+    if (e == GPUARR__CUDA_SUCCESS) e = GPUARR__CU.p_cuStreamGetCtx(stream, &ctx);
+    gpuarr__cu_leave(&sc);
+    if (e != GPUARR__CUDA_SUCCESS) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "stream %p is not a valid CUDA stream (%u)", (void *)stream, e);
+    if (ctx != GPUARR__CU_DEV(dev)->ctx)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "stream %p belongs to another context than %s's primary context", (void *)stream,
+                            dev->info.spec);
+    void *native = NULL;
+    GPUARR__CHECK(gpuarr__cu_stream_wrap(stream, false, &native));
+    gpuarr__stream *s;
+    GPUARR__CHECK(gpuarr__stream_adopt(dev, native, &s));
+    return gpuarr__stream_publish(s, out);
+}
+
+#endif /* GPUARR_CUDA_BACKEND_INCLUDED / interop part */

@@ -1,0 +1,309 @@
+/* CUDA-specific behaviour. The generic suite also runs on cuda:0 (GPUARR_TEST_DEVICE=cuda:0, as
+   tools/gpu-check.sh does), which covers every cast kernel against the reference. Tests that need
+   a GPU skip, saying why, where there is none; the ones about a missing or broken driver run
+   everywhere. */
+#define _POSIX_C_SOURCE 200809L /* setenv */
+#include <criterion/criterion.h>
+#include <dlfcn.h>
+#include <stdlib.h>
+#include "test_common.h"
+
+TestSuite(cuda, .init = test_setup, .fini = test_teardown);
+
+static void setenv_or_die(const char *k, const char *v) { cr_assert_eq(setenv(k, v, 1), 0); }
+
+static void reinit_with(const char *key, const char *value) {
+    gpuarr_shutdown();
+    setenv_or_die(key, value);
+    gpuarr_result r = gpuarr_init(NULL);
+    unsetenv(key);
+    cr_assert_eq(r, GPUARR_OK, "gpuarr_init with %s=%s: %s", key, value, gpuarr_last_error());
+}
+
+/* cuda:N, or a skip that says why there is none (no driver, no GPU, ...). A CUDA machine with
+   GPUARR_TEST_REQUIRE=1 and GPUARR_TEST_DEVICE=cuda:* (tools/gpu-check.sh) fails instead. */
+static gpuarr_device cuda_device(int n) {
+    char spec[32];
+    snprintf(spec, sizeof spec, "cuda:%d", n);
+    gpuarr_device d = {0};
+    gpuarr_result r = gpuarr_device_find(spec, &d);
+    const char *want = getenv("GPUARR_TEST_DEVICE");
+    if (r != GPUARR_OK && test_devices_required() && want && strncmp(want, "cuda", 4) == 0)
+        cr_assert_fail("%s is absent but GPUARR_TEST_DEVICE=%s and GPUARR_TEST_REQUIRE=1: %s", spec, want, gpuarr_last_error());
+    if (r != GPUARR_OK) test_skip("no GPU here: %s", gpuarr_last_error());
+    return d;
+}
+
+static void expect_f32_to_f16(gpuarr_array h16, const float *src, size_t n) {
+    uint16_t *got = malloc(n * 2);
+    cr_assert(got);
+    TEST_OK(gpuarr_to_host_as(h16, GPUARR_F16, got, n));
+    for (size_t i = 0; i < n; i++) {
+        uint64_t want = ref_cast_bits(GPUARR_F32, test_f32_bits(src[i]), GPUARR_F16);
+        cr_assert_eq(got[i], want, "element %zu: f32 0x%08x -> f16: got 0x%04x, want 0x%04llx", i, test_f32_bits(src[i]), got[i],
+                     (unsigned long long)want);
+    }
+    free(got);
+}
+
+/* f32 -> f16 on the GPU, for values around every f16 boundary (subnormals, overflow, NaN). */
+static void cast_on_the_gpu(gpuarr_device d) {
+    enum { N = 1 << 20 };
+    float *src = malloc(sizeof(float) * N);
+    cr_assert(src);
+    test_rng rng = {42};
+    test_fill_random(GPUARR_F32, src, N, &rng);
+    int64_t shape[1] = {N};
+    gpuarr_array a, b;
+    TEST_OK(gpuarr_from_host(d, src, 1, shape, &a));
+    TEST_OK(gpuarr_convert(a, d, GPUARR_F16, &b)); /* on the device */
+    expect_f32_to_f16(b, src, N);
+    TEST_OK(gpuarr_release(a));
+    TEST_OK(gpuarr_release(b));
+    free(src);
+}
+
+/* ---- without a usable driver: run everywhere ---------------------------------------------- */
+Test(cuda, without_the_driver_there_are_no_cuda_devices_and_the_rest_works) {
+    reinit_with("GPUARR_CUDA_LIBRARY", "/nonexistent/libcuda.so.1");
+    for (int i = 0; i < gpuarr_device_count(); i++) {
+        gpuarr_device_info info;
+        TEST_OK(gpuarr_device_get_info(gpuarr_device_at(i), &info));
+        cr_assert_neq(info.backend, GPUARR_BACKEND_CUDA, "%s listed without a driver", info.spec);
+    }
+    gpuarr_device d;
+    cr_assert_eq(gpuarr_device_find("cuda:0", &d), GPUARR_ERROR_NO_DEVICE);
+    cr_assert(strstr(gpuarr_last_error(), "libcuda"), "the reason is not given: %s", gpuarr_last_error());
+    double in[3] = {1.5, -2.5, 3.25};
+    float out[3];
+    int64_t shape[1] = {3};
+    gpuarr_array a;
+    TEST_OK(gpuarr_from_host(gpuarr_host(), in, 1, shape, &a));
+    TEST_OK(gpuarr_to_host(a, out, 3));
+    cr_assert(out[2] == 3.25f);
+    struct CUstream_st *st = NULL;
+    void *p = NULL;
+    cr_assert_eq(gpuarr_cuda_ptr(a, &p), GPUARR_ERROR_INVALID_ARGUMENT, "a host array has no CUDA pointer");
+    cr_assert(strstr(gpuarr_last_error(), "not on a CUDA device"), "%s", gpuarr_last_error());
+    gpuarr_stream s;
+    TEST_OK(gpuarr_stream_create(gpuarr_host(), 0, &s));
+    cr_assert_eq(gpuarr_cuda_stream(s, &st), GPUARR_ERROR_INVALID_ARGUMENT);
+    cr_assert_eq(gpuarr_cuda_wrap_stream(gpuarr_host(), NULL, &s), GPUARR_ERROR_INVALID_ARGUMENT);
+    TEST_OK(gpuarr_stream_destroy(s));
+    TEST_OK(gpuarr_release(a));
+}
+
+/* The toolkit's stub library has every entry point, and cuInit fails in it (the situation of a
+   container with a mismatched driver): no CUDA devices, and the reason is kept. */
+Test(cuda, a_driver_that_cannot_start_gives_no_devices_and_says_why) {
+    const char *home = getenv("CUDA_HOME");
+    char stub[512];
+    snprintf(stub, sizeof stub, "%s/lib64/stubs/libcuda.so", home && *home ? home : "/usr/local/cuda");
+    void *probe = dlopen(stub, RTLD_NOW | RTLD_LOCAL);
+    if (!probe) test_skip("no CUDA toolkit stub driver at %s (set CUDA_HOME)", stub);
+    dlclose(probe);
+    reinit_with("GPUARR_CUDA_LIBRARY", stub);
+    gpuarr_device d;
+    cr_assert_eq(gpuarr_device_find("cuda:0", &d), GPUARR_ERROR_NO_DEVICE);
+    cr_assert(strstr(gpuarr_last_error(), "cuInit failed"), "%s", gpuarr_last_error());
+    cr_assert(strstr(gpuarr_last_error(), "STUB"), "the driver's error is not named: %s", gpuarr_last_error());
+    TEST_OK(gpuarr_device_find("any", &d));
+}
+
+/* ---- on a GPU ------------------------------------------------------------------------------ */
+Test(cuda, device_info_describes_the_gpu) {
+    gpuarr_device d = cuda_device(0);
+    gpuarr_device_info info;
+    TEST_OK(gpuarr_device_get_info(d, &info));
+    cr_assert_eq(info.type, GPUARR_DEVICE_TYPE_GPU);
+    cr_assert_gt(info.compute_capability_major, 0);
+    cr_assert_gt(info.compute_units, 0);
+    cr_assert_gt(info.clock_mhz, 0);
+    cr_assert_gt(info.total_memory, (uint64_t)1 << 28);
+    cr_assert_leq(info.free_memory, info.total_memory);
+    cr_assert_gt(info.copy_engines, 0);
+    cr_assert(info.has_pci && strlen(info.pci_bus_id) == 12, "PCI address \"%s\"", info.pci_bus_id);
+    cr_assert(info.has_uuid);
+    int ordinal = -1;
+    TEST_OK(gpuarr_cuda_device_ordinal(d, &ordinal));
+    cr_assert_eq(ordinal, 0);
+    /* the same GPU through OpenCL (NVIDIA's driver) is linked, and counted once */
+    if (info.same_as.id) {
+        gpuarr_device_info other;
+        TEST_OK(gpuarr_device_get_info(info.same_as, &other));
+        cr_assert_eq(other.backend, GPUARR_BACKEND_OPENCL);
+        cr_assert_eq(other.same_as.id, d.id);
+        gpuarr_device gpu;
+        TEST_OK(gpuarr_device_find("gpu", &gpu));
+        cr_assert_neq(gpu.id, other.device.id, "gpu picked the OpenCL view of a CUDA GPU");
+    }
+}
+
+Test(cuda, casts_run_from_the_committed_ptx) {
+    reinit_with("GPUARR_CUDA_KERNELS", "ptx");
+    cast_on_the_gpu(cuda_device(0));
+}
+
+Test(cuda, casts_run_from_nvrtc) {
+    gpuarr_shutdown();
+    setenv_or_die("GPUARR_CUDA_KERNELS", "nvrtc");
+    setenv_or_die("GPUARR_CACHE_DIR", "off");
+    TEST_OK(gpuarr_init(NULL));
+    gpuarr_device d = cuda_device(0);
+    float x[4] = {1, 2, 3, 4};
+    int64_t shape[1] = {4};
+    gpuarr_array a, b;
+    TEST_OK(gpuarr_from_host(d, x, 1, shape, &a));
+    gpuarr_result r = gpuarr_convert(a, d, GPUARR_F16, &b);
+    if (r != GPUARR_OK && strstr(gpuarr_last_error(), "NVRTC not found")) test_skip("%s", gpuarr_last_error());
+    TEST_OK(r);
+    TEST_OK(gpuarr_release(a));
+    TEST_OK(gpuarr_release(b));
+    cast_on_the_gpu(d);
+}
+
+Test(cuda, without_any_kernel_a_cast_fails_with_both_reasons_and_copies_still_work) {
+    gpuarr_shutdown();
+    setenv_or_die("GPUARR_CUDA_KERNELS", "nvrtc");
+    setenv_or_die("GPUARR_NVRTC_LIBRARY", "/nonexistent/libnvrtc.so");
+    setenv_or_die("GPUARR_CACHE_DIR", "off");
+    TEST_OK(gpuarr_init(NULL));
+    gpuarr_device d = cuda_device(0);
+    float x[4] = {1, 2, 3, 4}, y[4];
+    int64_t shape[1] = {4};
+    gpuarr_array a, b = {0xdeadbeefu};
+    TEST_OK(gpuarr_from_host(d, x, 1, shape, &a));
+    cr_assert_eq(gpuarr_convert(a, d, GPUARR_F16, &b), GPUARR_ERROR_BACKEND);
+    cr_assert(strstr(gpuarr_last_error(), "NVRTC") && strstr(gpuarr_last_error(), "f32->f16"), "%s", gpuarr_last_error());
+    cr_assert_eq(b.id, 0xdeadbeefu);
+    TEST_OK(gpuarr_to_host(a, y, 4));
+    cr_assert(y[3] == 4.0f);
+    TEST_OK(gpuarr_release(a));
+}
+
+static void count_release(void *data, void *user) {
+    (void)data;
+    ++*(int *)user;
+}
+
+Test(cuda, native_pointers_and_streams_go_both_ways_without_taking_ownership) {
+    gpuarr_device d = cuda_device(0);
+    enum { N = 1000 };
+    float x[N];
+    for (int i = 0; i < N; i++) x[i] = (float)i * 0.5f;
+    int64_t shape[1] = {N}, half[1] = {N / 2};
+    gpuarr_array a, w;
+    TEST_OK(gpuarr_from_host(d, x, 1, shape, &a));
+    void *p = NULL;
+    TEST_OK(gpuarr_cuda_ptr(a, &p));
+    cr_assert(p);
+    int released = 0;
+    /* the second half of a's memory, as an array of its own */
+    TEST_OK(gpuarr_cuda_wrap_ptr(d, (char *)p + N / 2 * sizeof(float), GPUARR_F32, 1, half, count_release, &released, &w));
+    float y[N / 2];
+    TEST_OK(gpuarr_to_host(w, y, N / 2));
+    cr_assert(y[0] == x[N / 2] && y[N / 2 - 1] == x[N - 1]);
+    TEST_OK(gpuarr_release(w));
+    cr_assert_eq(released, 1);
+    /* bad pointers are refused, and the caller keeps them */
+    cr_assert_eq(gpuarr_cuda_wrap_ptr(d, x, GPUARR_F32, 1, shape, count_release, &released, &w), GPUARR_ERROR_INVALID_ARGUMENT);
+    cr_assert(strstr(gpuarr_last_error(), "not CUDA device memory"), "%s", gpuarr_last_error());
+    cr_assert_eq(gpuarr_cuda_wrap_ptr(d, (char *)p + 4, GPUARR_F32, 1, shape, count_release, &released, &w), GPUARR_ERROR_INVALID_ARGUMENT);
+    cr_assert(strstr(gpuarr_last_error(), "the array needs"), "%s", gpuarr_last_error());
+    cr_assert_eq(gpuarr_cuda_wrap_ptr(d, (char *)p + 2, GPUARR_F32, 1, half, count_release, &released, &w), GPUARR_ERROR_INVALID_ARGUMENT);
+    cr_assert(strstr(gpuarr_last_error(), "aligned"), "%s", gpuarr_last_error());
+    cr_assert_eq(released, 1);
+    /* a gpuarr stream's CUstream, wrapped again, orders work with the original */
+    gpuarr_stream s, again, legacy;
+    struct CUstream_st *native = NULL;
+    TEST_OK(gpuarr_stream_create(d, 0, &s));
+    TEST_OK(gpuarr_cuda_stream(s, &native));
+    cr_assert(native);
+    TEST_OK(gpuarr_cuda_wrap_stream(d, native, &again));
+    gpuarr_array b;
+    TEST_OK(gpuarr_convert_async(a, d, GPUARR_F64, again, &b));
+    TEST_OK(gpuarr_stream_destroy(again)); /* does not destroy the CUstream s still uses */
+    TEST_OK(gpuarr_stream_sync(s));
+    double z[N];
+    TEST_OK(gpuarr_to_host(b, z, N));
+    cr_assert(z[N - 1] == (double)x[N - 1]);
+    TEST_OK(gpuarr_cuda_wrap_stream(d, NULL, &legacy)); /* the legacy default stream */
+    TEST_OK(gpuarr_stream_sync(legacy));
+    TEST_OK(gpuarr_stream_destroy(legacy));
+    TEST_OK(gpuarr_stream_destroy(s));
+    TEST_OK(gpuarr_release(a));
+    TEST_OK(gpuarr_release(b));
+}
+
+/* GPUARR_WITH_DEVICE makes the primary context current and puts the previous one back. */
+Test(cuda, a_device_scope_makes_the_primary_context_current_and_restores_it) {
+    gpuarr_device d = cuda_device(0);
+    void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    cr_assert(driver, "a CUDA device without libcuda.so.1?");
+    int (*get_current)(struct CUctx_st **) = NULL;
+    void *sym = dlsym(driver, "cuCtxGetCurrent");
+    memcpy(&get_current, &sym, sizeof sym);
+    cr_assert(get_current);
+    struct CUctx_st *primary = NULL, *before = NULL, *inside = NULL, *after = NULL;
+    TEST_OK(gpuarr_cuda_context(d, &primary));
+    get_current(&before);
+    GPUARR_WITH_DEVICE(d) { get_current(&inside); }
+    get_current(&after);
+    cr_assert_eq(inside, primary);
+    cr_assert_eq(after, before);
+    /* gpuarr's own calls leave the thread's context as they found it */
+    float x[2] = {1, 2};
+    int64_t shape[1] = {2};
+    gpuarr_array a;
+    TEST_OK(gpuarr_from_host(d, x, 1, shape, &a));
+    get_current(&after);
+    cr_assert_eq(after, before);
+    TEST_OK(gpuarr_release(a));
+    dlclose(driver);
+}
+
+/* Pageable uploads and downloads of 1 MiB and more go through the pinned ring. */
+Test(cuda, large_pageable_transfers_are_staged_and_exact) {
+    gpuarr_device d = cuda_device(0);
+    enum { N = 5000003 };
+    double *src = malloc(sizeof(double) * N);
+    float *back = malloc(sizeof(float) * N);
+    cr_assert(src && back);
+    test_rng rng = {9};
+    test_fill_random(GPUARR_F64, src, N, &rng);
+    int64_t shape[1] = {N};
+    gpuarr_array h, f;
+    TEST_OK(gpuarr_wrap_host(src, GPUARR_F64, 1, shape, NULL, NULL, &h));
+    TEST_OK(gpuarr_convert(h, d, GPUARR_F32, &f)); /* narrowed on the host into the chunks */
+    TEST_OK(gpuarr_to_host(f, back, N));
+    for (size_t i = 0; i < N; i++) {
+        uint64_t want = ref_cast_bits(GPUARR_F64, test_f64_bits(src[i]), GPUARR_F32);
+        cr_assert_eq(test_f32_bits(back[i]), want, "element %zu", i);
+    }
+    gpuarr_pool_stats pin;
+    TEST_OK(gpuarr_pool_get_pinned_stats(d, &pin));
+    cr_assert_gt(pin.total_allocations, 0, "not staged");
+    TEST_OK(gpuarr_release(h));
+    TEST_OK(gpuarr_release(f));
+    free(src);
+    free(back);
+}
+
+Test(cuda, two_gpus_copy_peer_to_peer_or_through_the_host) {
+    gpuarr_device d0 = cuda_device(0);
+    gpuarr_device d1;
+    if (gpuarr_device_find("cuda:1", &d1) != GPUARR_OK) test_skip("one GPU only: %s", gpuarr_last_error());
+    enum { N = 3000001 };
+    float *x = malloc(sizeof(float) * N);
+    cr_assert(x);
+    test_rng rng = {5};
+    test_fill_random(GPUARR_F32, x, N, &rng);
+    int64_t shape[1] = {N};
+    gpuarr_array a, b;
+    TEST_OK(gpuarr_from_host(d0, x, 1, shape, &a));
+    TEST_OK(gpuarr_convert(a, d1, GPUARR_F16, &b)); /* narrowed on cuda:0, then copied */
+    expect_f32_to_f16(b, x, N);
+    TEST_OK(gpuarr_release(a));
+    TEST_OK(gpuarr_release(b));
+    free(x);
+}
