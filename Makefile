@@ -44,7 +44,14 @@ CHECK_PACKAGES := $(TEST_PACKAGES) valgrind
 .PHONY: all demo test check bench install clean deps-test deps-check info compile-tests \
         run-tests run-asan run-tsan run-valgrind kernels kernels-check cuda-kernels
 
-all: $(addprefix $(BUILD)/rel/examples/,$(EXAMPLES)) $(addprefix $(BUILD)/rel/tools/,$(TOOLS))
+CU_EXAMPLES := $(if $(NVCC),$(basename $(notdir $(wildcard examples/*.cu))))
+
+all: $(addprefix $(BUILD)/rel/examples/,$(EXAMPLES) $(CU_EXAMPLES)) $(addprefix $(BUILD)/rel/tools/,$(TOOLS))
+
+# .cu examples: nvcc compiles gpuarr.h's implementation into them (it is C++ there)
+$(BUILD)/rel/examples/%: examples/%.cu $(HEADERS)
+	@mkdir -p $(@D)
+	$(NVCC) -std=c++17 -O2 -Werror all-warnings -I. $< -o $@ $(LIBS)
 
 demo: $(BUILD)/rel/examples/quickstart
 	@$(BUILD)/rel/examples/quickstart

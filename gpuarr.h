@@ -11,9 +11,9 @@
  * of them, conversions of those arrays between any two memory spaces with a dtype cast on the
  * way, streams, events and per-thread device/stream scopes.
  *
- * Backends today: the host (always) and OpenCL (every platform and device the ICD loader finds,
- * loaded at run time: a machine without OpenCL just has no OpenCL devices). CUDA plugs into the
- * same backend table and is the next release.
+ * Backends: the host (always), CUDA (every NVIDIA GPU the driver shows, through the driver API)
+ * and OpenCL (every platform and device the ICD loader finds). Both are loaded at run time: a
+ * program built with plain cc runs on a machine without them and just finds no such devices.
  *
  * =============================================================================================
  * HOW TO USE IT
@@ -25,7 +25,8 @@
  *
  * Everywhere else include gpuarr.h as a normal header. Build with
  *
- *     cc -std=c11 app.c -lm -lpthread -ldl
+ *     cc -std=c11 app.c -lm -lpthread -ldl          (no CUDA or OpenCL library to link)
+ *     nvcc -std=c++17 app.cu -ldl                   (the same, with your own kernels in it)
  *
  * Defining GPUARR_IMPLEMENTATION after an earlier plain include in the same file still works
  * (the implementation sits outside the include guard); defining it twice in one translation unit
@@ -59,10 +60,11 @@
  *   GPUARR_MALLOC(size)      replace malloc for every allocation the library makes; must be
  *   GPUARR_FREE(ptr)         defined together with GPUARR_FREE (all or none, else #error)
  *   GPUARR_API               storage/visibility of public functions (default: nothing = extern)
- *   GPUARR_NO_CUDA           leave the CUDA backend out (when it exists)
+ *   GPUARR_NO_CUDA           leave the CUDA backend out
  *   GPUARR_NO_OPENCL         leave the OpenCL backend out
- *   GPUARR_NO_RUNTIME_LINKING  link the backends' libraries (-lOpenCL) instead of loading them at
- *                            run time; <CL/cl.h> must then be on the include path
+ *   GPUARR_NO_RUNTIME_LINKING  link the backends' libraries (-lcuda, -lOpenCL) instead of loading
+ *                            them at run time; <cuda.h> and <CL/cl.h> must then be on the
+ *                            include path (define GPUARR_NO_CUDA or GPUARR_NO_OPENCL for one)
  *
  * Run-time: gpuarr_desc passed to gpuarr_init (zero or NULL = default for every field), then the
  * environment for fields left zero:
@@ -81,6 +83,12 @@
  *   GPUARR_OPENCL_FP64  off: treat OpenCL devices as lacking doubles (slow or emulated fp64).
  *   GPUARR_OPENCL_UNIFIED  off: handle every OpenCL device as discrete (own memory, staged
  *                          copies): how PoCL exercises the paths of a discrete GPU.
+ *   GPUARR_CUDA_LIBRARY  the driver to open (default libcuda.so.1).
+ *   GPUARR_CUDA_KERNELS  auto | ptx | nvrtc: where CUDA cast kernels come from (see CUDA).
+ *   GPUARR_NVRTC_LIBRARY  the NVRTC to open (default: libnvrtc.so.13, .12, .11.2, then
+ *                         $CUDA_HOME/lib64/libnvrtc.so).
+ *   GPUARR_PEER_COPIES  on | off: off sends device-to-device copies through pinned host memory
+ *                       even where the devices could copy directly (P2P trouble, testing).
  *   GPUARR_ALLOC_CONF, GPUARR_FAULTS  memory pools: see MEMORY POOLS.
  * A malformed value makes gpuarr_init fail with GPUARR_ERROR_INVALID_ARGUMENT naming it.
  *
@@ -148,6 +156,32 @@
  * GPUARR_SCOPED_DEVICE(dev); / GPUARR_SCOPED_STREAM(s); (GCC/Clang cleanup attribute in C, RAII
  * in C++), which restore at the end of the enclosing block on every exit. If the device or
  * stream is invalid the block does not run and gpuarr_last_error() says why.
+ *
+ * =============================================================================================
+ * CUDA
+ * =============================================================================================
+ * gpuarr talks to the driver (libcuda.so.1) directly, loaded at run time: no -lcudart, no nvcc
+ * needed. "cuda:N" is the runtime's device N (CUDA_VISIBLE_DEVICES applies). Each device's
+ * primary context -- the one the CUDA runtime uses -- is made current around gpuarr's own
+ * driver calls and the thread's previous context put back, so a program's runtime code is
+ * undisturbed; GPUARR_WITH_DEVICE(dev) makes it current for the block. gpuarr's streams are
+ * non-blocking (they never wait for the legacy stream 0); events time nothing unless created
+ * with GPUARR_EVENT_TIMING. Copies from and to page-locked memory (cudaHostAlloc,
+ * cudaHostRegister) are DMA on the stream. Larger ones from ordinary malloc memory go through
+ * pinned staging (see MEMORY POOLS), and a cast that narrows runs on the GPU before the bytes
+ * leave it. Between two GPUs that can reach each other, copies are peer to peer (access is
+ * enabled once, both ways); otherwise, and between CUDA and OpenCL, through pinned host memory,
+ * pipelined. A CUDA device and an OpenCL device that are the same GPU (same UUID, else the same
+ * full PCI address) are linked in their infos (same_as) and counted once by "gpu" and "any".
+ *
+ * Cast kernels come from backends/gpuarr_kernels.h, the same source as everywhere, loaded per
+ * dtype pair at first use: the PTX committed in backends/gpuarr_cuda_ptx.h (made by NVRTC for
+ * sm_75 and later, PTX ISA 7.0: drivers from CUDA 11.0 on), which the driver compiles for the
+ * GPU and caches; if the driver refuses it, NVRTC compiles for the exact GPU, cached in
+ * GPUARR_CACHE_DIR. GPUARR_CUDA_KERNELS=ptx or =nvrtc forces one way. Without either, a cast on
+ * the GPU fails with GPUARR_ERROR_BACKEND giving both reasons; copies still work.
+ * gpuarr_cuda_* (below) give the context, ordinal, streams and device pointers, and wrap a
+ * caller's pointer or stream without taking ownership.
  *
  * =============================================================================================
  * OPENCL

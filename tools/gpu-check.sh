@@ -1,0 +1,88 @@
+#!/bin/sh
+# tools/gpu-check.sh -- the whole GPU run, in one call of the device tool:
+#
+#   tools/gpu-deps.sh                                  (here, once: Criterion for the GPU machine)
+#   device run: command "tools/gpu-check.sh", carry [".gpu-deps"]
+#
+# On the GPU machine it builds everything with gcc and nvcc, checks the CUDA kernels (ptxas,
+# NVRTC), runs the whole suite on cuda:0 and test_cuda, then the OpenCL suite on NVIDIA's OpenCL
+# when the machine has it, the examples (custom_kernel.cu included), compute-sanitizer memcheck
+# and racecheck on the CUDA tests and the .cu example, and the CUDA benchmarks. Everything lands
+# in $OUT (three files: gpu-check.log, bench-cuda.md, info.json); the last lines of the log say
+# which steps passed. Parts: tools/gpu-check.sh [build] [test] [sanitize] [bench] (default: all).
+set -u
+OUT=${OUT:-build/gpu-check}
+mkdir -p "$OUT"
+LOG="$OUT/gpu-check.log"
+: > "$LOG"
+steps=${*:-build test sanitize bench}
+deps=$(pwd)/.gpu-deps
+export LD_LIBRARY_PATH="$deps/lib:/usr/local/nvidia/lib64:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export GPUARR_TEST_REQUIRE=1
+MAKEVARS="TEST_CFLAGS=-I. -Itests -I$deps/include"
+summary=""
+note() { echo "$*" | tee -a "$LOG"; }
+step() { # name command...: runs, logs, records the outcome
+    name=$1; shift
+    note "== $name: $*"
+    if "$@" >>"$LOG" 2>&1; then summary="$summary\n  ok      $name"; else summary="$summary\n  FAILED  $name"; fi
+}
+want() { case " $steps " in *" $1 "*) return 0;; esac; return 1; }
+suite_on() { # device: the generic suite
+    for t in build/rel/tests/test_*; do
+        case $t in *test_opencl|*test_cuda) continue;; esac
+        echo "-- $t on $1"
+        GPUARR_TEST_DEVICE=$1 "$t" --jobs 4 || return 1
+    done
+}
+without_caching() { (export GPUARR_ALLOC_CONF=caching:0; suite_on cuda:0); }
+sanitize() { # tool: test_cuda and test_roundtrip on cuda:0, and the .cu example
+    for t in test_cuda test_roundtrip test_streams; do
+        echo "-- compute-sanitizer --tool $1: $t"
+        GPUARR_TEST_DEVICE=cuda:0 GPUARR_ALLOC_CONF=caching:0 compute-sanitizer --tool "$1" --target-processes all --error-exitcode 1 \
+            "build/rel/tests/$t" --jobs 1 || return 1
+    done
+    compute-sanitizer --tool "$1" --error-exitcode 1 build/rel/examples/custom_kernel
+}
+
+{
+    echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"; uname -a
+    nvidia-smi --query-gpu=name,driver_version,memory.total,pci.bus_id --format=csv 2>&1
+    nvcc --version 2>&1 | tail -2; gcc --version | head -1
+    ls /etc/OpenCL/vendors 2>&1
+} >>"$LOG" 2>&1
+
+if want build; then
+    step "build (gcc, nvcc)" make -j16 all "$MAKEVARS" TEST_LIB_rel="-L$deps/lib -lcriterion" \
+        $(ls tests/test_*.c | sed 's|tests/\(.*\)\.c|build/rel/tests/\1|')
+    step "CUDA kernels: committed PTX current, ptxas, NVRTC" make kernels-check
+fi
+build/rel/tools/gpuarr-info --json > "$OUT/info.json" 2>>"$LOG"
+build/rel/tools/gpuarr-info >>"$LOG" 2>&1
+if want test; then
+    step "test_cuda" env GPUARR_TEST_DEVICE=cuda:0 build/rel/tests/test_cuda --jobs 4
+    step "the suite on cuda:0" suite_on cuda:0
+    step "the suite on cuda:0, no caching (every allocation a cuMemAlloc)" without_caching
+    if build/rel/tools/gpuarr-info --find opencl:0 >/dev/null 2>&1; then
+        step "the suite on opencl:0 (the GPU through OpenCL)" suite_on opencl:0
+    else
+        note "== OpenCL on the GPU: skipped: $(build/rel/tools/gpuarr-info --find opencl:0)"
+    fi
+    for e in build/rel/examples/*; do step "example $(basename "$e")" "$e"; done
+fi
+if want sanitize; then
+    step "compute-sanitizer memcheck" sanitize memcheck
+    step "compute-sanitizer racecheck" sanitize racecheck
+fi
+if want bench; then
+    note "== bench: build/rel/tools/gpuarr-bench --cuda-only --reps 11"
+    if build/rel/tools/gpuarr-bench --cuda-only --reps 11 > "$OUT/bench-cuda.md" 2>>"$LOG"; then
+        summary="$summary\n  ok      bench (bench-cuda.md)"
+    else
+        summary="$summary\n  FAILED  bench"
+    fi
+fi
+note "== summary"
+printf "%b\n" "$summary" | tee -a "$LOG"
+case "$summary" in *FAILED*) exit 1;; esac
+exit 0
