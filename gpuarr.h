@@ -145,7 +145,11 @@
  * enqueues the same work on a stream and returns at once: the result is ready when the stream
  * (or an event recorded after it) is. An array produced on one stream and used on another is
  * waited for automatically. The stream handle {0} means "the calling thread's current stream if
- * it belongs to the device doing the work, else that device's default stream". On the host
+ * it belongs to the device doing the work, else the thread's default stream on that device".
+ * Default streams are per thread (as CUDA's per-thread default stream): threads that share a
+ * device without naming streams do not wait for each other's work, and work a thread leaves
+ * queued there is finished, and its stream dropped, when the thread exits. gpuarr_device_sync
+ * waits for every thread's default stream and every stream made on the device. On the host
  * backend work runs to completion when it is enqueued, with the same API, ordering and errors.
  * Steps that run on the host (host-side casts) wait for their input first.
  *
@@ -1069,9 +1073,9 @@ struct gpuarr__dev {
     gpuarr_device_info info; /* static fields; free_memory is refreshed when asked */
     const gpuarr__backend *backend;
     void *native;            /* backend's per-device state, made by device_open */
-    pthread_mutex_t lock;    /* guards the lazy open and the default stream */
+    pthread_mutex_t lock;    /* guards the lazy open */
     bool opened;
-    gpuarr__stream *default_stream;
+    gpuarr__stream *thread_streams; /* each thread's default stream here; gpuarr__defaults_lock */
     gpuarr__pool pool;   /* the device's memory */
     gpuarr__pool pinned; /* pinned host memory for its staging pipelines (if the backend has it) */
 };
@@ -1089,7 +1093,9 @@ struct gpuarr__stream {
     gpuarr__dev *dev;
     uint64_t serial; /* unique for the process; names the stream in freed blocks */
     void *native;
-    uint32_t id;          /* public handle id; 0 for a device's default stream */
+    uint32_t id;          /* public handle id; 0 for a thread's default stream */
+    uint64_t owner_thread;              /* for a thread's default stream: the thread's serial */
+    struct gpuarr__stream *next_default; /* the device's list of per-thread default streams */
     pthread_mutex_t lock; /* guards the deferred list */
     gpuarr__deferred *deferred_head, *deferred_tail;
     uint64_t deferred_seq; /* the seq of the newest entry */
@@ -1235,8 +1241,17 @@ typedef struct gpuarr__thread_state {
     const char *api;       /* the public function running on this thread, for messages */
     uint32_t device_id;    /* current device; 0 = not set ("any") */
     uint32_t stream_id;    /* current stream; 0 = none */
+    uint64_t serial;       /* names the thread as the owner of its default streams; 0 = none yet */
+    struct {               /* the thread's default streams, by device index mod 8 */
+        uint32_t epoch;    /* the init cycle they belong to */
+        struct gpuarr__dev *dev;
+        struct gpuarr__stream *stream; /* borrowed: the device's list holds the reference */
+    } defaults[8];
 } gpuarr__thread_state;
 static GPUARR__THREAD_LOCAL gpuarr__thread_state gpuarr__tls;
+/* Guards every device's thread_streams list. A process-wide lock, but taken only the first time
+   a thread uses a device, when a thread exits, and by whole-device syncs. */
+static pthread_mutex_t gpuarr__defaults_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---------------------------------------------------------------------------------------------
  * Errors and logging
@@ -2199,24 +2214,130 @@ static gpuarr_result gpuarr__stream_publish(gpuarr__stream *s, gpuarr_stream *ou
     return GPUARR_OK;
 }
 
-/* The device's default stream, made at first use; returned with a reference. */
-static gpuarr_result gpuarr__default_stream(gpuarr__dev *d, gpuarr__stream **out) {
-    pthread_mutex_lock(&d->lock);
-    gpuarr__stream *s = d->default_stream;
-    if (s) gpuarr__obj_retain(&s->obj);
-    pthread_mutex_unlock(&d->lock);
-    if (!s) {
-        gpuarr__stream *made;
-        GPUARR__CHECK(gpuarr__stream_new(d, &made));
-        pthread_mutex_lock(&d->lock);
-        if (!d->default_stream) d->default_stream = made; /* another thread may have won */
-        else gpuarr__obj_release(&made->obj);
-        s = d->default_stream;
-        gpuarr__obj_retain(&s->obj);
-        pthread_mutex_unlock(&d->lock);
+/* ---------------------------------------------------------------------------------------------
+ * Per-thread default streams. Each thread that works on a device without naming a stream gets a
+ * stream of its own there, so threads sharing a GPU do not serialize behind one queue (what CUDA
+ * calls the per-thread default stream). The device keeps the list; a thread-specific-data
+ * destructor syncs and drops the thread's streams when it exits, and teardown drops the rest.
+ * ------------------------------------------------------------------------------------------- */
+static pthread_once_t gpuarr__thread_key_once = PTHREAD_ONCE_INIT;
+static pthread_key_t gpuarr__thread_key;
+static bool gpuarr__thread_key_ok;
+static uint64_t gpuarr__thread_serials; /* atomic */
+
+/* Unlinks the streams owned by `owner` (all of them when 0) from every device; returned as a list. */
+static gpuarr__stream *gpuarr__detach_thread_streams(uint64_t owner) {
+    gpuarr__stream *out = NULL;
+    for (int i = 0; i < gpuarr__g.device_count; i++) {
+        gpuarr__stream **link = &gpuarr__g.devices[i].thread_streams;
+        while (*link) {
+            gpuarr__stream *s = *link;
+            if (owner && s->owner_thread != owner) {
+                link = &s->next_default;
+                continue;
+            }
+            *link = s->next_default;
+            s->next_default = out;
+            out = s;
+        }
     }
+    return out;
+}
+
+static void gpuarr__release_stream_list(gpuarr__stream *list) {
+    while (list) {
+        gpuarr__stream *next = list->next_default;
+        gpuarr__obj_release(&list->obj); /* waits for the stream's work */
+        list = next;
+    }
+}
+
+static void gpuarr__thread_exit(void *unused) {
+    (void)unused;
+    pthread_mutex_lock(&gpuarr__defaults_lock);
+    gpuarr__stream *mine = GPUARR__ATOMIC_LOAD(&gpuarr__g.valid) ? gpuarr__detach_thread_streams(gpuarr__tls.serial) : NULL;
+    pthread_mutex_unlock(&gpuarr__defaults_lock);
+    gpuarr__release_stream_list(mine);
+}
+
+static void gpuarr__thread_key_make(void) {
+    gpuarr__thread_key_ok = pthread_key_create(&gpuarr__thread_key, gpuarr__thread_exit) == 0;
+}
+
+/* The thread's default stream on d, made at first use; returned with a reference. */
+static gpuarr_result gpuarr__default_stream(gpuarr__dev *d, gpuarr__stream **out) {
+    size_t slot = (size_t)(d - gpuarr__g.devices) & 7u;
+    if (gpuarr__tls.defaults[slot].dev == d && gpuarr__tls.defaults[slot].epoch == gpuarr__g.epoch) {
+        gpuarr__obj_retain(&gpuarr__tls.defaults[slot].stream->obj);
+        *out = gpuarr__tls.defaults[slot].stream;
+        return GPUARR_OK;
+    }
+    if (!gpuarr__tls.serial) {
+        pthread_once(&gpuarr__thread_key_once, gpuarr__thread_key_make);
+        /* Without the key the thread's streams live until gpuarr_shutdown instead. */
+        if (gpuarr__thread_key_ok) pthread_setspecific(gpuarr__thread_key, &gpuarr__thread_serials);
+        gpuarr__tls.serial = __atomic_add_fetch(&gpuarr__thread_serials, 1, __ATOMIC_RELAXED);
+    }
+    pthread_mutex_lock(&gpuarr__defaults_lock);
+    gpuarr__stream *s = d->thread_streams;
+    while (s && s->owner_thread != gpuarr__tls.serial) s = s->next_default;
+    pthread_mutex_unlock(&gpuarr__defaults_lock);
+    if (!s) { /* only this thread adds its own, so nobody can race us to it */
+        GPUARR__CHECK(gpuarr__stream_new(d, &s));
+        s->owner_thread = gpuarr__tls.serial;
+        pthread_mutex_lock(&gpuarr__defaults_lock);
+        s->next_default = d->thread_streams;
+        d->thread_streams = s;
+        pthread_mutex_unlock(&gpuarr__defaults_lock);
+    }
+    gpuarr__tls.defaults[slot].dev = d;
+    gpuarr__tls.defaults[slot].epoch = gpuarr__g.epoch;
+    gpuarr__tls.defaults[slot].stream = s;
+    gpuarr__obj_retain(&s->obj);
     *out = s;
     return GPUARR_OK;
+}
+
+/* Every thread's default stream on d, each with a reference, in a new array (NULL when none). */
+static gpuarr_result gpuarr__thread_streams_of(gpuarr__dev *d, gpuarr__stream ***out, size_t *count) {
+    *out = NULL;
+    *count = 0;
+    pthread_mutex_lock(&gpuarr__defaults_lock);
+    size_t n = 0;
+    for (gpuarr__stream *s = d->thread_streams; s; s = s->next_default) n++;
+    gpuarr__stream **list = n ? (gpuarr__stream **)gpuarr__calloc(n * sizeof *list) : NULL;
+    if (n && !list) {
+        pthread_mutex_unlock(&gpuarr__defaults_lock);
+        return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory to list %zu streams", n);
+    }
+    n = 0;
+    for (gpuarr__stream *s = d->thread_streams; s; s = s->next_default) {
+        gpuarr__obj_retain(&s->obj);
+        list[n++] = s;
+    }
+    pthread_mutex_unlock(&gpuarr__defaults_lock);
+    *out = list;
+    *count = n;
+    return GPUARR_OK;
+}
+
+/* Syncs (or, with sync false, collects the finished work of) every thread's default stream on d. */
+static gpuarr_result gpuarr__visit_thread_streams(gpuarr__dev *d, bool sync) {
+    gpuarr__stream **list;
+    size_t n;
+    GPUARR__CHECK(gpuarr__thread_streams_of(d, &list, &n));
+    gpuarr_result r = GPUARR_OK;
+    for (size_t i = 0; i < n; i++) {
+        if (sync) {
+            gpuarr_result sr = gpuarr__stream_sync_raw(list[i]);
+            if (r == GPUARR_OK) r = sr;
+        } else {
+            gpuarr__stream_collect(list[i], 0);
+        }
+        gpuarr__obj_release(&list[i]->obj);
+    }
+    gpuarr__free(list);
+    return r;
 }
 
 static gpuarr_result gpuarr__get_stream(gpuarr_stream s, const char *arg, gpuarr__stream **out) {
@@ -2229,14 +2350,7 @@ static gpuarr_result gpuarr__get_stream(gpuarr_stream s, const char *arg, gpuarr
 /* Runs the finished deferred work (frees, releases) of every stream of d, without waiting:
    called when the caller has just waited for something on d. */
 static void gpuarr__collect_device(gpuarr__dev *d) {
-    pthread_mutex_lock(&d->lock);
-    gpuarr__stream *def = d->default_stream;
-    if (def) gpuarr__obj_retain(&def->obj);
-    pthread_mutex_unlock(&d->lock);
-    if (def) {
-        gpuarr__stream_collect(def, 0);
-        gpuarr__obj_release(&def->obj);
-    }
+    (void)gpuarr__visit_thread_streams(d, false); /* short of memory: collected later */
     gpuarr__table *t = &gpuarr__g.streams;
     for (uint32_t i = 0;; i++) {
         pthread_mutex_lock(&t->lock);
@@ -3838,11 +3952,10 @@ static void gpuarr__teardown(void) {
     if (arrays || events || streams)
         gpuarr__log(GPUARR_LOG_WARN, "gpuarr_shutdown freed %u arrays, %u streams and %u events that were never released",
                     arrays, streams, events);
-    for (int i = 0; i < gpuarr__g.device_count; i++) {
-        gpuarr__dev *d = &gpuarr__g.devices[i];
-        if (d->default_stream) gpuarr__obj_release(&d->default_stream->obj);
-        d->default_stream = NULL;
-    }
+    pthread_mutex_lock(&gpuarr__defaults_lock);
+    gpuarr__stream *defaults = gpuarr__detach_thread_streams(0);
+    pthread_mutex_unlock(&gpuarr__defaults_lock);
+    gpuarr__release_stream_list(defaults);
     for (int i = 0; i < gpuarr__g.device_count; i++) {
         gpuarr__dev *d = &gpuarr__g.devices[i];
         gpuarr__pool_destroy(&d->pinned);
@@ -4124,15 +4237,7 @@ GPUARR_API gpuarr_result gpuarr_device_sync(gpuarr_device d) {
     GPUARR__BEGIN();
     gpuarr__dev *dev;
     GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
-    gpuarr_result r = GPUARR_OK;
-    pthread_mutex_lock(&dev->lock);
-    gpuarr__stream *def = dev->default_stream;
-    if (def) gpuarr__obj_retain(&def->obj);
-    pthread_mutex_unlock(&dev->lock);
-    if (def) {
-        r = gpuarr__stream_sync_raw(def);
-        gpuarr__obj_release(&def->obj);
-    }
+    gpuarr_result r = gpuarr__visit_thread_streams(dev, true);
     gpuarr_result pr = gpuarr__sync_public_streams(dev);
     return r != GPUARR_OK ? r : pr;
 }

@@ -4,6 +4,7 @@
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include "test_common.h"
 
@@ -508,4 +509,42 @@ Test(opencl, device_to_device_through_pinned_chunks_is_exact_with_a_cast_on_eith
     unsetenv("GPUARR_PEER_COPIES");
     TEST_OK(gpuarr_init(NULL));
     TEST_OK(gpuarr_device_find("host", &d));
+}
+
+/* {0} is the calling thread's own default stream: a different queue on each thread, the same one
+   for every call on a thread. */
+typedef struct queue_probe {
+    gpuarr_device dev;
+    void *queue, *again;
+    gpuarr_result r1, r2, r3;
+} queue_probe;
+
+static void *probe_default_queue(void *arg) {
+    queue_probe *p = arg;
+    p->r1 = gpuarr_set_current_device(p->dev);
+    p->r2 = gpuarr_opencl_queue_raw((gpuarr_stream){0}, &p->queue);
+    p->r3 = gpuarr_opencl_queue_raw((gpuarr_stream){0}, &p->again);
+    return NULL;
+}
+
+Test(opencl, each_thread_has_its_own_default_queue) {
+    queue_probe p[2] = {{.dev = cl_device(0)}, {.dev = cl_device(0)}};
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, probe_default_queue, &p[0]), 0);
+    pthread_join(t, NULL); /* its queue went with it: queues are compared with main's only */
+    cr_assert_eq(pthread_create(&t, NULL, probe_default_queue, &p[1]), 0);
+    pthread_join(t, NULL);
+    void *mine = NULL, *mine_again = NULL;
+    TEST_OK(gpuarr_set_current_device(p[0].dev));
+    TEST_OK(gpuarr_opencl_queue_raw((gpuarr_stream){0}, &mine));
+    TEST_OK(gpuarr_opencl_queue_raw((gpuarr_stream){0}, &mine_again));
+    TEST_OK(gpuarr_set_current_device((gpuarr_device){0}));
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(p[i].r1, GPUARR_OK);
+        cr_assert_eq(p[i].r2, GPUARR_OK, "thread %d: %s", i, gpuarr_result_name(p[i].r2));
+        cr_assert_eq(p[i].r3, GPUARR_OK);
+        cr_expect_eq(p[i].queue, p[i].again, "thread %d got two default queues", i);
+        cr_expect_neq(p[i].queue, mine, "thread %d shares main's default queue", i);
+    }
+    cr_expect_eq(mine, mine_again, "main got two default queues");
 }

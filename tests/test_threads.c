@@ -496,3 +496,85 @@ Test(threads, last_error_stays_per_thread_while_all_threads_fail, .init = test_s
     cr_expect_eq(atomic_load(&e.failures), 0, "%d wrong results or messages",
                  atomic_load(&e.failures));
 }
+
+/* ---------------------------------------------------------------------------------------------
+ * Per-thread default streams
+ * ------------------------------------------------------------------------------------------- */
+enum { DEFAULT_N = 1 << 20 };
+
+typedef struct default_check {
+    gpuarr_device dev;
+    gpuarr_array src;
+    gpuarr_array kept;  /* made by the thread that waits for main's device sync */
+    gpuarr_array left;  /* made by the thread that exits at once */
+    gpuarr_event marker;
+    pthread_barrier_t phase;
+    atomic_int failures, first_failure_line;
+} default_check;
+
+/* Enqueues a cast on the thread's default stream ({0}) and records an event after it, then
+   waits while main syncs the device, and exits without syncing anything itself. */
+static void *default_waiter(void *arg) {
+    default_check *c = arg;
+    if (gpuarr_set_current_device(c->dev) != GPUARR_OK) WORK_FAIL(c);
+    if (gpuarr_convert_async(c->src, c->dev, GPUARR_F64, (gpuarr_stream){0}, &c->kept) != GPUARR_OK) WORK_FAIL(c);
+    if (gpuarr_event_record(c->marker, (gpuarr_stream){0}) != GPUARR_OK) WORK_FAIL(c);
+    pthread_barrier_wait(&c->phase); /* main syncs the device now */
+    pthread_barrier_wait(&c->phase);
+    return NULL;
+}
+
+static void *default_leaver(void *arg) {
+    default_check *c = arg;
+    if (gpuarr_set_current_device(c->dev) != GPUARR_OK) WORK_FAIL(c);
+    if (gpuarr_convert_async(c->src, c->dev, GPUARR_I32, (gpuarr_stream){0}, &c->left) != GPUARR_OK) WORK_FAIL(c);
+    return NULL; /* with the cast possibly still queued on its default stream */
+}
+
+static void expect_default_values(gpuarr_array a, const char *what) {
+    double *v = malloc((size_t)DEFAULT_N * sizeof *v);
+    cr_assert_not_null(v);
+    TEST_OK(gpuarr_to_host_as(a, GPUARR_F64, v, DEFAULT_N));
+    size_t bad = DEFAULT_N;
+    for (size_t i = 0; i < DEFAULT_N && bad == DEFAULT_N; i++)
+        if (v[i] != (double)((int)(i % 3000) - 1500)) bad = i;
+    double got = bad < DEFAULT_N ? v[bad] : 0;
+    free(v);
+    cr_expect_eq(bad, (size_t)DEFAULT_N, "%s: element %zu = %g", what, bad, got);
+}
+
+Test(threads, default_streams_are_per_thread_synced_by_the_device_and_finished_at_thread_exit,
+     .init = test_setup, .fini = test_teardown) {
+    default_check c;
+    memset(&c, 0, sizeof c);
+    c.dev = test_device();
+    float *v = malloc((size_t)DEFAULT_N * sizeof *v);
+    cr_assert_not_null(v);
+    for (size_t i = 0; i < DEFAULT_N; i++) v[i] = (float)((int)(i % 3000) - 1500);
+    int64_t shape[1] = {DEFAULT_N};
+    TEST_OK(gpuarr_from_host(c.dev, v, 1, shape, &c.src));
+    free(v);
+    TEST_OK(gpuarr_event_create(c.dev, 0, &c.marker));
+    cr_assert_eq(pthread_barrier_init(&c.phase, NULL, 2), 0);
+    pthread_t waiter, leaver;
+    cr_assert_eq(pthread_create(&waiter, NULL, default_waiter, &c), 0);
+    cr_assert_eq(pthread_create(&leaver, NULL, default_leaver, &c), 0);
+    pthread_barrier_wait(&c.phase);
+    /* The waiter's work is on its own default stream, which main never named. */
+    TEST_OK(gpuarr_device_sync(c.dev));
+    bool done = false;
+    TEST_OK(gpuarr_event_query(c.marker, &done));
+    cr_expect(done, "gpuarr_device_sync returned before another thread's default-stream work");
+    pthread_barrier_wait(&c.phase);
+    pthread_join(waiter, NULL);
+    pthread_join(leaver, NULL);
+    cr_assert_eq(atomic_load(&c.failures), 0, "%d failures, the first at test_threads.c:%d",
+                 atomic_load(&c.failures), atomic_load(&c.first_failure_line));
+    expect_default_values(c.kept, "made on a thread's default stream, synced by the device");
+    expect_default_values(c.left, "made on the default stream of a thread that has exited");
+    TEST_OK(gpuarr_release(c.kept));
+    TEST_OK(gpuarr_release(c.left));
+    TEST_OK(gpuarr_release(c.src));
+    TEST_OK(gpuarr_event_destroy(c.marker));
+    pthread_barrier_destroy(&c.phase);
+}
