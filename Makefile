@@ -35,6 +35,7 @@ TOOLS     := gpuarr-info gpuarr-bench
 CUDA_HOME ?= $(firstword $(wildcard /usr/local/cuda) $(patsubst %/bin/nvcc,%,$(shell command -v nvcc 2>/dev/null)))
 NVCC      := $(firstword $(wildcard $(CUDA_HOME)/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
 HAVE_CL_H := $(wildcard /usr/include/CL/cl.h)
+CUDA_H    := $(firstword $(wildcard $(CUDA_HOME)/include/cuda.h))
 
 # --- Debian packages ------------------------------------------------------------------------
 TEST_PACKAGES  := gcc g++ clang make libcriterion-dev \
@@ -127,7 +128,16 @@ export GPUARR_TEST_REQUIRE ?= 1
 test: deps-test
 	@$(MAKE) --no-print-directory all kernels-check compile-tests run-tests
 
-run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS))
+# tests/fake_cuda: a CUDA driver that runs on the CPU and keeps the driver's contract strictly
+# (deferred stream work, pinned copies at run time, context checks, PTX/cubin checks), so the
+# CUDA backend's paths run in CI without a GPU. Built against cuda.h, where the toolkit is.
+FAKE_CUDA := $(if $(CUDA_H),$(BUILD)/fake-cuda/libcuda.so.1)
+$(BUILD)/fake-cuda/libcuda.so.1: tests/fake_cuda/fake_cuda.c $(HEADERS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_REL) -fPIC -shared -fvisibility=hidden -I. -I$(CUDA_HOME)/include -Wl,-soname,libcuda.so.1 $< -o $@ -lpthread -lm
+FAKE_ENV := GPUARR_CUDA_LIBRARY=$(abspath $(BUILD))/fake-cuda/libcuda.so.1 GPUARR_CACHE_DIR=$(abspath $(BUILD))/fake-cuda/cache
+
+run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA)
 	@set -e; for dev in $(TEST_DEVICES); do \
 	  for t in $(GENERIC_TESTS); do \
 	    echo "== $$t on $$dev"; \
@@ -145,9 +155,18 @@ run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS))
 	@set -e; if $(BUILD)/rel/tools/gpuarr-info | grep -q "^cuda:0 "; then \
 	  for t in $(GENERIC_TESTS); do echo "== $$t on cuda:0"; GPUARR_TEST_DEVICE=cuda:0 $(BUILD)/rel/tests/$$t --jobs 2; done; \
 	else echo "== the suite on cuda:0 skipped: $$($(BUILD)/rel/tools/gpuarr-info --find cuda:0)"; fi
+	@set -e; if [ -n "$(FAKE_CUDA)" ]; then \
+	  for t in $(GENERIC_TESTS); do echo "== $$t on cuda:0 of the fake driver (tests/fake_cuda)"; \
+	    $(FAKE_ENV) GPUARR_TEST_DEVICE=cuda:0 $(BUILD)/rel/tests/$$t --jobs 2; done; \
+	  echo "== test_cuda on the fake driver: two GPUs with peer access, then without"; \
+	  $(FAKE_ENV) $(BUILD)/rel/tests/test_cuda --jobs 2; \
+	  $(FAKE_ENV) FAKE_CUDA_PEER=0 $(BUILD)/rel/tests/test_cuda --jobs 2; \
+	  echo "== test_roundtrip on the fake driver, its PTX refused as too new: kernels from NVRTC"; \
+	  $(FAKE_ENV) FAKE_CUDA_PTX_MAX_ISA=6.0 GPUARR_TEST_DEVICE=cuda:0 $(BUILD)/rel/tests/test_roundtrip --jobs 2; \
+	else echo "== the fake CUDA driver skipped: no cuda.h (CUDA_HOME=$(CUDA_HOME))"; fi
 	@echo "== gpuarr-info lists the OpenCL devices"
 	@$(BUILD)/rel/tools/gpuarr-info | grep -q "^opencl:1 " || { $(BUILD)/rel/tools/gpuarr-info; exit 1; }
-	@echo "make test: all suites passed on: $(TEST_DEVICES), opencl:0 as a discrete device, two PoCL devices, and CUDA where present"
+	@echo "make test: all suites passed on: $(TEST_DEVICES), opencl:0 as a discrete device, two PoCL devices, the fake CUDA driver, and CUDA where present"
 
 # The device kernels are compiled from backends/gpuarr_kernels.h, embedded as text in
 # backends/gpuarr_kernels_source.h: regenerate with `make kernels`; the test fails when stale.
@@ -224,14 +243,16 @@ define run_sanitized
 	done; done
 endef
 
-run-asan: $(addprefix $(BUILD)/asan/tests/,$(TESTS))
+run-asan: $(addprefix $(BUILD)/asan/tests/,$(TESTS)) $(FAKE_CUDA)
 	$(call run_sanitized,asan,$(GENERIC_TESTS),ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,$(TEST_DEVICES))
 	$(call run_sanitized,asan,test_opencl,ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,opencl:0)
-	$(call run_sanitized,asan,test_cuda,ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,cuda:0)
+	$(call run_sanitized,asan,test_cuda,ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,host)
 	$(call run_sanitized,asan,$(DISCRETE_TESTS),GPUARR_OPENCL_UNIFIED=off ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,opencl:0)
+	$(if $(FAKE_CUDA),$(call run_sanitized,asan,$(GENERIC_TESTS) test_cuda,$(FAKE_ENV) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,cuda:0))
 
-run-tsan: $(addprefix $(BUILD)/tsan/tests/,$(THREADED_TESTS))
+run-tsan: $(addprefix $(BUILD)/tsan/tests/,$(THREADED_TESTS)) $(FAKE_CUDA)
 	$(call run_sanitized,tsan,$(THREADED_TESTS),GPUARR_STRESS_OPS=100000 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tools/tsan.supp",1,$(TEST_DEVICES))
+	$(if $(FAKE_CUDA),$(call run_sanitized,tsan,$(THREADED_TESTS),$(FAKE_ENV) TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tools/tsan.supp",1,cuda:0))
 
 # Definite leaks only: an indirect leak hangs off a definite one, which is reported (or, for the
 # few of PoCL's own in tools/valgrind.supp, suppressed together with what hangs off them).

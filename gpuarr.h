@@ -2254,10 +2254,18 @@ static void gpuarr__release_stream_list(gpuarr__stream *list) {
 
 static void gpuarr__thread_exit(void *unused) {
     (void)unused;
+    memset(gpuarr__tls.defaults, 0, sizeof gpuarr__tls.defaults);
+    /* Hold the library while the streams go: another thread may be running the last shutdown. */
+    pthread_mutex_lock(&gpuarr__init_lock);
+    bool alive = gpuarr__g.refs > 0;
+    if (alive) gpuarr__g.refs++;
+    pthread_mutex_unlock(&gpuarr__init_lock);
+    if (!alive) return;
     pthread_mutex_lock(&gpuarr__defaults_lock);
-    gpuarr__stream *mine = GPUARR__ATOMIC_LOAD(&gpuarr__g.valid) ? gpuarr__detach_thread_streams(gpuarr__tls.serial) : NULL;
+    gpuarr__stream *mine = gpuarr__detach_thread_streams(gpuarr__tls.serial);
     pthread_mutex_unlock(&gpuarr__defaults_lock);
     gpuarr__release_stream_list(mine);
+    gpuarr_shutdown();
 }
 
 static void gpuarr__thread_key_make(void) {

@@ -740,7 +740,10 @@ static gpuarr_result gpuarr__nvrtc_compile(int s, int t, const char *arch, unsig
  * the committed PTX, then NVRTC), ptx or nvrtc (only that).
  * ------------------------------------------------------------------------------------------- */
 /* The committed PTX of one pair, joined (gpuarr__malloc'ed), or NULL when stale or absent. */
-static char *gpuarr__cu_committed_ptx(int s, int t) {
+/* The committed PTX of a pair, NULL when it is stale or has none; OUT_OF_MEMORY when it cannot be
+   put together. */
+static gpuarr_result gpuarr__cu_committed_ptx(int s, int t, char **out) {
+    *out = NULL;
     static int current = -1; /* the source hash matches: computed once */
     int known = __atomic_load_n(&current, __ATOMIC_ACQUIRE);
     if (known < 0) {
@@ -748,8 +751,11 @@ static char *gpuarr__cu_committed_ptx(int s, int t) {
         if (!known) gpuarr__log(GPUARR_LOG_WARN, "backends/gpuarr_cuda_ptx.h is stale (run `make cuda-kernels`): compiling with NVRTC");
         __atomic_store_n(&current, known, __ATOMIC_RELEASE);
     }
-    if (!known || !gpuarr__cuda_ptx_index[s][t][1]) return NULL;
-    return gpuarr__join_pieces(gpuarr__cuda_ptx_lines + gpuarr__cuda_ptx_index[s][t][0], gpuarr__cuda_ptx_index[s][t][1]);
+    if (!known || !gpuarr__cuda_ptx_index[s][t][1]) return GPUARR_OK;
+    *out = gpuarr__join_pieces(gpuarr__cuda_ptx_lines + gpuarr__cuda_ptx_index[s][t][0], gpuarr__cuda_ptx_index[s][t][1]);
+    if (!*out) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the PTX of the %s->%s cast kernel", gpuarr__dtype_names[s],
+                                   gpuarr__dtype_names[t]);
+    return GPUARR_OK;
 }
 
 static gpuarr__cu_result gpuarr__cu_load_module(gpuarr__cu_module *mod, const void *image, char *log, size_t log_cap) {
@@ -802,7 +808,8 @@ static gpuarr_result gpuarr__cu_build_pair(gpuarr__dev *d, int s, int t) {
     gpuarr__cu_module mod = NULL;
     gpuarr_result r = GPUARR_ERROR_BACKEND;
     if (try_ptx) {
-        char *ptx = gpuarr__cu_committed_ptx(s, t), log[1024];
+        char *ptx, log[1024];
+        GPUARR__CHECK(gpuarr__cu_committed_ptx(s, t, &ptx));
         if (!ptx) {
             gpuarr__copy_string(ptx_why, sizeof ptx_why, "the committed PTX is stale or missing");
         } else {

@@ -95,7 +95,8 @@ static int check(const char *dir) {
     }
     for (int s = 1; s < GPUARR_DTYPE_COUNT; s++)
         for (int t = 1; t < GPUARR_DTYPE_COUNT; t++) {
-            char *ptx = gpuarr__cu_committed_ptx(s, t), path[600];
+            char *ptx = NULL, path[600];
+            if (gpuarr__cu_committed_ptx(s, t, &ptx) != GPUARR_OK) ptx = NULL;
             snprintf(path, sizeof path, "%s/%s_%s.ptx", dir, gpuarr_dtype_name((gpuarr_dtype)s), gpuarr_dtype_name((gpuarr_dtype)t));
             FILE *f = ptx ? fopen(path, "w") : NULL;
             bool ok = f && fputs(ptx, f) >= 0;

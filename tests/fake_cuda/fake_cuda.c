@@ -1,0 +1,1072 @@
+/*
+ * fake_cuda.c -- a CUDA driver (libcuda.so.1) that runs on the CPU, for testing gpuarr's CUDA
+ * backend on machines without a GPU. It is built as build/fake-cuda/libcuda.so.1 and loaded by
+ * gpuarr through GPUARR_CUDA_LIBRARY; `make test` runs the whole suite on its cuda:0 and cuda:1.
+ *
+ * It is not a GPU simulator; it is a strict model of the driver contract gpuarr relies on, so
+ * that the mistakes a real GPU would punish show up here as wrong values or errors:
+ *   - work on a stream runs only when the host waits for it (stream or event synchronize, a
+ *     query -- the first query of pending work answers NOT_READY, the second runs it -- a wait
+ *     of another stream, or a blocking call), so missing waits between streams read stale data;
+ *   - async copies from and to pinned memory (cuMemHostAlloc, cuMemHostRegister) happen when
+ *     the stream runs, so a staging buffer reused too early is caught; pageable sources are
+ *     copied at the call and pageable destinations make the call synchronous, as CUDA does;
+ *   - device addresses are non-canonical (dereferencing one on the host crashes) and never
+ *     reused; every copy, memset and kernel argument is checked against the allocations;
+ *   - every call that needs a context fails with CUDA_ERROR_INVALID_CONTEXT without one, and a
+ *     stream, event or function used from another device's context is refused;
+ *   - modules are PTX (its .version checked against FAKE_CUDA_PTX_MAX_ISA, default 9.0, and its
+ *     .target against the device) or a CUDA ELF cubin for the device's sm; kernels named
+ *     gpuarr_k_cast_<S>_<T> run gpuarr's own host reference casts, over the launched threads.
+ * Environment: FAKE_CUDA_DEVICES (default 2), FAKE_CUDA_MEMORY (bytes per device, default
+ * 1 GiB), FAKE_CUDA_PEER=0 (no peer access), FAKE_CUDA_PTX_MAX_ISA ("7.0" makes newer PTX fail
+ * to load, as an old driver does), FAKE_CUDA_TRACE=1 (a line per refused call on stderr).
+ */
+#define _GNU_SOURCE
+#include <cuda.h>
+#include <elf.h>
+#include <fenv.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* gpuarr's host casts are the reference the kernels compute (hidden: -fvisibility=hidden). */
+#define GPUARR_NO_CUDA
+#define GPUARR_NO_OPENCL
+#define GPUARR_IMPLEMENTATION
+#include "gpuarr.h"
+
+#define FAKE_API __attribute__((visibility("default")))
+#define FAKE_MAX_DEVICES 8
+#define FAKE_ADDRESS_BASE 0x8000000000000000ull /* non-canonical on x86-64 and arm64 */
+
+/* ---------------------------------------------------------------------------------------------
+ * State (one lock: the fake is about order, not speed)
+ * ------------------------------------------------------------------------------------------- */
+struct CUctx_st {
+    int device;
+    int retains;
+    int peer_enabled[FAKE_MAX_DEVICES];
+};
+
+typedef struct fake_alloc {
+    CUdeviceptr address;
+    size_t size;
+    char *data;
+    int device;
+} fake_alloc;
+
+typedef struct fake_pinned {
+    char *base;
+    size_t size;
+    bool registered; /* cuMemHostRegister: the caller owns the memory */
+    CUcontext ctx;
+} fake_pinned;
+
+typedef enum { OP_COPY, OP_SET, OP_CAST, OP_RECORD, OP_WAIT } fake_op_kind;
+
+typedef struct fake_op {
+    struct fake_op *next;
+    fake_op_kind kind;
+    char *dst;           /* host view of the destination (device memory is host memory here) */
+    const char *src;
+    size_t bytes;        /* OP_COPY, OP_SET */
+    unsigned char value; /* OP_SET */
+    char *owned;         /* a snapshot of a pageable source, freed with the op */
+    gpuarr__cast_fn cast; /* OP_CAST: NULL for an identity copy */
+    size_t count, src_size, dst_size;
+    CUevent event;          /* OP_RECORD */
+    struct CUstream_st *on; /* OP_WAIT: run `on` through its op number `through` */
+    uint64_t seq, through;  /* ops are numbered per stream */
+} fake_op;
+
+/* Streams are never freed, only marked destroyed (and listed): a wait queued elsewhere may still
+   name one. */
+struct CUstream_st {
+    CUcontext ctx;
+    struct CUstream_st *next_destroyed;
+    fake_op *head, *tail;
+    uint64_t queued, ran; /* op numbers */
+    bool asked;           /* a query saw the pending work once */
+    bool destroyed;
+};
+
+struct CUevent_st {
+    CUcontext ctx;
+    unsigned int flags;
+    CUstream stream; /* where the latest record went; NULL: none, or it ran at the call */
+    uint64_t seq;    /* its op number there */
+    bool recorded, asked;
+    double time_ms;
+};
+
+static bool fake_event_done(CUevent e) { return !e->stream || e->stream->ran >= e->seq; }
+
+typedef struct fake_kernel {
+    char name[96];
+    int src, dst; /* dtypes */
+} fake_kernel;
+
+struct CUmod_st {
+    CUcontext ctx;
+    int kernel_count;
+    struct CUfunc_st *functions;
+};
+
+struct CUfunc_st {
+    CUmodule module;
+    fake_kernel kernel;
+};
+
+static struct {
+    pthread_mutex_t lock;
+    bool initialized;
+    int device_count;
+    size_t memory;
+    bool peer;
+    int ptx_max_major, ptx_max_minor;
+    bool trace;
+    struct CUctx_st contexts[FAKE_MAX_DEVICES];
+    size_t used[FAKE_MAX_DEVICES];
+    CUdeviceptr next_address[FAKE_MAX_DEVICES];
+    fake_alloc *allocs;
+    size_t alloc_count, alloc_cap;
+    fake_pinned *pinned;
+    size_t pinned_count, pinned_cap;
+    CUstream destroyed;
+} fake = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static __thread CUcontext fake_current;
+
+static CUresult fake_refuse(CUresult e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static CUresult fake_refuse(CUresult e, const char *fmt, ...) {
+    if (fake.trace) {
+        va_list ap;
+        va_start(ap, fmt);
+        fprintf(stderr, "fake-cuda: error %d: ", (int)e);
+        vfprintf(stderr, fmt, ap);
+        fputc('\n', stderr);
+        va_end(ap);
+    }
+    return e;
+}
+
+#define FAKE_ENTER()                                                                               \
+    pthread_mutex_lock(&fake.lock);                                                                \
+    if (!fake.initialized) {                                                                       \
+        pthread_mutex_unlock(&fake.lock);                                                          \
+        return CUDA_ERROR_NOT_INITIALIZED;                                                         \
+    }
+#define FAKE_RETURN(e)                                                                             \
+    do {                                                                                           \
+        CUresult r_ = (e);                                                                         \
+        pthread_mutex_unlock(&fake.lock);                                                          \
+        return r_;                                                                                 \
+    } while (0)
+#define FAKE_NEED_CONTEXT()                                                                        \
+    if (!fake_current) FAKE_RETURN(fake_refuse(CUDA_ERROR_INVALID_CONTEXT, "%s without a current context", __func__))
+
+static double fake_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static size_t fake_env_size(const char *name, size_t fallback) {
+    const char *v = getenv(name);
+    return v && *v ? (size_t)strtoull(v, NULL, 0) : fallback;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Memory lookup
+ * ------------------------------------------------------------------------------------------- */
+static fake_alloc *fake_alloc_at(CUdeviceptr p) {
+    for (size_t i = 0; i < fake.alloc_count; i++)
+        if (p >= fake.allocs[i].address && p - fake.allocs[i].address < fake.allocs[i].size) return &fake.allocs[i];
+    return NULL;
+}
+
+/* The host view of [p, p + bytes) of device memory, or NULL when it is not inside one allocation. */
+static char *fake_device_range(CUdeviceptr p, size_t bytes, int *device) {
+    fake_alloc *a = fake_alloc_at(p);
+    if (!a || bytes > a->size - (p - a->address)) return bytes == 0 && a ? a->data : NULL;
+    if (device) *device = a->device;
+    return a->data + (p - a->address);
+}
+
+static fake_pinned *fake_pinned_at(const void *p, size_t bytes) {
+    for (size_t i = 0; i < fake.pinned_count; i++) {
+        fake_pinned *m = &fake.pinned[i];
+        if ((const char *)p >= m->base && (size_t)((const char *)p - m->base) < m->size &&
+            bytes <= m->size - (size_t)((const char *)p - m->base))
+            return m;
+    }
+    return NULL;
+}
+
+static bool fake_grow(void **array, size_t *cap, size_t count, size_t item) {
+    if (count < *cap) return true;
+    size_t n = *cap ? *cap * 2 : 64;
+    void *p = realloc(*array, n * item);
+    if (!p) return false;
+    *array = p;
+    *cap = n;
+    return true;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Streams: deferred work
+ * ------------------------------------------------------------------------------------------- */
+static void fake_drain(CUstream s, uint64_t through);
+
+static void fake_run(CUstream s, fake_op *op) {
+    switch (op->kind) {
+    case OP_COPY: memmove(op->dst, op->owned ? op->owned : op->src, op->bytes); break;
+    case OP_SET: memset(op->dst, op->value, op->bytes); break;
+    case OP_CAST: { /* a GPU ignores the host thread's rounding mode and flush-to-zero */
+        fenv_t caller;
+        fegetenv(&caller);
+        fesetenv(FE_DFL_ENV);
+        if (op->cast) op->cast(op->src, op->dst, op->count);
+        else memmove(op->dst, op->src, op->count * op->dst_size);
+        fesetenv(&caller);
+        break;
+    }
+    case OP_RECORD:
+        if (op->event->stream == s && op->event->seq == op->seq) op->event->time_ms = fake_now_ms();
+        break;
+    case OP_WAIT: fake_drain(op->on, op->through); break;
+    }
+}
+
+/* Runs s's work in order, through its op number `through`. */
+static void fake_drain(CUstream s, uint64_t through) {
+    while (s->head && s->ran < through) {
+        fake_op *op = s->head;
+        s->head = op->next;
+        if (!s->head) s->tail = NULL;
+        fake_run(s, op);
+        s->ran = op->seq;
+        free(op->owned);
+        free(op);
+    }
+    s->asked = false;
+}
+
+/* Stream 0 and the per-thread stream have no queue here: their work runs at the call. */
+static bool fake_immediate(CUstream s) { return s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD; }
+
+static CUresult fake_enqueue(CUstream s, fake_op *op) {
+    if (fake_immediate(s)) {
+        fake_run(NULL, op);
+        free(op->owned);
+        free(op);
+        return CUDA_SUCCESS;
+    }
+    op->seq = ++s->queued;
+    if (s->tail) s->tail->next = op;
+    else s->head = op;
+    s->tail = op;
+    return CUDA_SUCCESS;
+}
+
+static fake_op *fake_op_new(fake_op_kind kind) {
+    fake_op *op = (fake_op *)calloc(1, sizeof *op);
+    if (op) op->kind = kind;
+    return op;
+}
+
+/* A stream that may be used from the current context. */
+static CUresult fake_check_stream(CUstream s, const char *call) {
+    if (fake_immediate(s)) return CUDA_SUCCESS;
+    if (s->destroyed) return fake_refuse(CUDA_ERROR_INVALID_HANDLE, "%s: a destroyed stream", call);
+    if (s->ctx != fake_current)
+        return fake_refuse(CUDA_ERROR_INVALID_HANDLE, "%s: the stream belongs to device %d, the current context to device %d", call,
+                           s->ctx->device, fake_current->device);
+    return CUDA_SUCCESS;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Initialization, devices, contexts
+ * ------------------------------------------------------------------------------------------- */
+FAKE_API CUresult cuInit(unsigned int flags) {
+    if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&fake.lock);
+    if (!fake.initialized) {
+        fake.device_count = (int)fake_env_size("FAKE_CUDA_DEVICES", 2);
+        if (fake.device_count > FAKE_MAX_DEVICES) fake.device_count = FAKE_MAX_DEVICES;
+        fake.memory = fake_env_size("FAKE_CUDA_MEMORY", (size_t)1 << 30);
+        const char *peer = getenv("FAKE_CUDA_PEER");
+        fake.peer = !(peer && strcmp(peer, "0") == 0);
+        const char *isa = getenv("FAKE_CUDA_PTX_MAX_ISA");
+        fake.ptx_max_major = 9;
+        fake.ptx_max_minor = 0;
+        if (isa && sscanf(isa, "%d.%d", &fake.ptx_max_major, &fake.ptx_max_minor) != 2) fake.ptx_max_major = 9;
+        fake.trace = getenv("FAKE_CUDA_TRACE") && strcmp(getenv("FAKE_CUDA_TRACE"), "1") == 0;
+        for (int i = 0; i < FAKE_MAX_DEVICES; i++) {
+            fake.contexts[i].device = i;
+            fake.next_address[i] = FAKE_ADDRESS_BASE + ((CUdeviceptr)(i + 1) << 40);
+        }
+        fake.initialized = true;
+    }
+    pthread_mutex_unlock(&fake.lock);
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuDriverGetVersion(int *v) {
+    if (!v) return CUDA_ERROR_INVALID_VALUE;
+    *v = 13000;
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuDeviceGetCount(int *n) {
+    FAKE_ENTER();
+    if (!n) FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
+    *n = fake.device_count;
+    FAKE_RETURN(CUDA_SUCCESS);
+}
+
+#define FAKE_CHECK_DEVICE(dev)                                                                     \
+    if ((dev) < 0 || (dev) >= fake.device_count) FAKE_RETURN(fake_refuse(CUDA_ERROR_INVALID_DEVICE, "%s: device %d", __func__, (int)(dev)))
+
+FAKE_API CUresult cuDeviceGet(CUdevice *out, int ordinal) {
+    FAKE_ENTER();
+    FAKE_CHECK_DEVICE(ordinal);
+    if (!out) FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
+    *out = ordinal;
+    FAKE_RETURN(CUDA_SUCCESS);
+}
+
+FAKE_API CUresult cuDeviceGetName(char *name, int len, CUdevice dev) {
+    FAKE_ENTER();
+    FAKE_CHECK_DEVICE(dev);
+    if (!name || len <= 0) FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
+    snprintf(name, (size_t)len, "Fake CUDA Device %d (CPU)", (int)dev);
+    FAKE_RETURN(CUDA_SUCCESS);
+}
+
+FAKE_API CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute attr, CUdevice dev) {
+    FAKE_ENTER();
+    FAKE_CHECK_DEVICE(dev);
+    if (!v) FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
+    switch (attr) {
+    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: *v = 1755000; break;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = 132; break;
+    case CU_DEVICE_ATTRIBUTE_INTEGRATED: *v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: *v = 3; break;
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = 9; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = 0; break;
+    default: *v = 0; break;
+    }
+    FAKE_RETURN(CUDA_SUCCESS);
+}
+
+FAKE_API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
+    FAKE_ENTER();
+    FAKE_CHECK_DEVICE(dev);
+    if (!bytes) FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
+    *bytes = fake.memory;
+    FAKE_RETURN(CUDA_SUCCESS);
+}
+
+FAKE_API CUresult cuDeviceGetPCIBusId(char *id, int len, CUdevice dev) {
+    FAKE_ENTER();
+    FAKE_CHECK_DEVICE(dev);
+    if (!id || len <= 0) FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
+    snprintf(id, (size_t)len, "0000:%02X:00.0", 0x18 + (int)dev);
+    FAKE_RETURN(CUDA_SUCCESS);
+}
+
+FAKE_API CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev) {
+    FAKE_ENTER();
+    FAKE_CHECK_DEVICE(dev);
+    if (!uuid) FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
+    for (int i = 0; i < 16; i++) uuid->bytes[i] = (char)(0xfa ^ (i * 17) ^ (int)dev);
+    FAKE_RETURN(CUDA_SUCCESS);
+}
+
+FAKE_API CUresult cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer) {
+    FAKE_ENTER();
+    FAKE_CHECK_DEVICE(dev);
+    FAKE_CHECK_DEVICE(peer);
+    if (!can) FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
+    *can = fake.peer && dev != peer;
+    FAKE_RETURN(CUDA_SUCCESS);
+}
+
+FAKE_API CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev) {
+    FAKE_ENTER();
+    FAKE_CHECK_DEVICE(dev);
+    if (!ctx) FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
+    fake.contexts[dev].retains++;
+    *ctx = &fake.contexts[dev];
+    FAKE_RETURN(CUDA_SUCCESS);
+}
+
+FAKE_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+    FAKE_ENTER();
+    FAKE_CHECK_DEVICE(dev);
+    if (fake.contexts[dev].retains == 0)
+        FAKE_RETURN(fake_refuse(CUDA_ERROR_INVALID_CONTEXT, "cuDevicePrimaryCtxRelease of device %d, not retained", (int)dev));
+    fake.contexts[dev].retains--;
+    FAKE_RETURN(CUDA_SUCCESS);
+}
+
+FAKE_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active) {
+    FAKE_ENTER();
+    FAKE_CHECK_DEVICE(dev);
+    if (!flags || !active) FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
+    *flags = 0;
+    *active = fake.contexts[dev].retains > 0;
+    FAKE_RETURN(CUDA_SUCCESS);
+}
+
+FAKE_API CUresult cuCtxGetCurrent(CUcontext *ctx) {
+    FAKE_ENTER();
+    if (!ctx) FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
+    *ctx = fake_current;
+    FAKE_RETURN(CUDA_SUCCESS);
+}
+
+FAKE_API CUresult cuCtxSetCurrent(CUcontext ctx) {
+    FAKE_ENTER();
+    if (ctx && (ctx < &fake.contexts[0] || ctx >= &fake.contexts[fake.device_count] || ctx->retains == 0))
+        FAKE_RETURN(fake_refuse(CUDA_ERROR_INVALID_CONTEXT, "cuCtxSetCurrent of a context that is not retained"));
+    fake_current = ctx;
+    FAKE_RETURN(CUDA_SUCCESS);
+}
+
+FAKE_API CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
+    FAKE_ENTER();
+    FAKE_NEED_CONTEXT();
+    if (flags != 0 || !peer) FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (!fake.peer || peer == fake_current) FAKE_RETURN(CUDA_ERROR_PEER_ACCESS_UNSUPPORTED);
+    if (fake_current->peer_enabled[peer->device]) FAKE_RETURN(CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);
+    fake_current->peer_enabled[peer->device] = 1;
+    FAKE_RETURN(CUDA_SUCCESS);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Memory
+ * ------------------------------------------------------------------------------------------- */
+FAKE_API CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total) {
+    FAKE_ENTER();
+    FAKE_NEED_CONTEXT();
+    if (!free_bytes || !total) FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
+    *total = fake.memory;
+    *free_bytes = fake.memory - fake.used[fake_current->device];
+    FAKE_RETURN(CUDA_SUCCESS);
+}
+
+FAKE_API CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t bytes) {
+    FAKE_ENTER();
+    FAKE_NEED_CONTEXT();
+    if (!p || bytes == 0) FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
+    int dev = fake_current->device;
+    size_t rounded = (bytes + 511) & ~(size_t)511;
+    if (rounded > fake.memory - fake.used[dev]) FAKE_RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+    if (!fake_grow((void **)&fake.allocs, &fake.alloc_cap, fake.alloc_count, sizeof *fake.allocs)) FAKE_RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+    char *data = (char *)malloc(bytes); /* untouched pages cost nothing; contents are garbage, as on a GPU */
+    if (!data) FAKE_RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+    fake_alloc *a = &fake.allocs[fake.alloc_count++];
+    a->address = fake.next_address[dev];
+    a->size = bytes;
+    a->data = data;
+    a->device = dev;
+    fake.next_address[dev] += rounded + 512; /* a gap: one past the end is nobody's */
+    fake.used[dev] += rounded;
+    *p = a->address;
+    FAKE_RETURN(CUDA_SUCCESS);
+}
+
+/* cuMemFree waits for the device, as the real one does. */
+FAKE_API CUresult cuMemFree_v2(CUdeviceptr p) {
+    FAKE_ENTER();
+    FAKE_NEED_CONTEXT();
+    fake_alloc *a = fake_alloc_at(p);
+    if (!a || a->address != p) FAKE_RETURN(fake_refuse(CUDA_ERROR_INVALID_VALUE, "cuMemFree of 0x%llx, not an allocation's start", (unsigned long long)p));
+    int dev = a->device;
+    free(a->data);
+    fake.used[dev] -= (a->size + 511) & ~(size_t)511;
+    *a = fake.allocs[--fake.alloc_count];
+    FAKE_RETURN(CUDA_SUCCESS);
+}
+
+FAKE_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr p) {
+    FAKE_ENTER();
+    fake_alloc *a = fake_alloc_at(p);
+    if (!a) FAKE_RETURN(CUDA_ERROR_NOT_FOUND);
+    if (base) *base = a->address;
+    if (size) *size = a->size;
+    FAKE_RETURN(CUDA_SUCCESS);
+}
+
+static CUresult fake_pin(void *p, size_t bytes, bool registered) {
+    if (!fake_grow((void **)&fake.pinned, &fake.pinned_cap, fake.pinned_count, sizeof *fake.pinned)) return CUDA_ERROR_OUT_OF_MEMORY;
+    fake.pinned[fake.pinned_count++] = (fake_pinned){(char *)p, bytes, registered, fake_current};
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuMemHostAlloc(void **p, size_t bytes, unsigned int flags) {
+    FAKE_ENTER();
+    FAKE_NEED_CONTEXT();
+    if (!p || bytes == 0 || (flags & ~0xfu)) FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
+    void *m = NULL;
+    if (posix_memalign(&m, 4096, bytes) != 0) FAKE_RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+    CUresult e = fake_pin(m, bytes, false);
+    if (e != CUDA_SUCCESS) free(m);
+    else *p = m;
+    FAKE_RETURN(e);
+}
+
+static CUresult fake_unpin(void *p, bool registered) {
+    for (size_t i = 0; i < fake.pinned_count; i++)
+        if (fake.pinned[i].base == p && fake.pinned[i].registered == registered) {
+            if (!registered) free(p);
+            fake.pinned[i] = fake.pinned[--fake.pinned_count];
+            return CUDA_SUCCESS;
+        }
+    return registered ? CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED : CUDA_ERROR_INVALID_VALUE;
+}
+
+FAKE_API CUresult cuMemFreeHost(void *p) {
+    FAKE_ENTER();
+    FAKE_RETURN(fake_unpin(p, false));
+}
+
+FAKE_API CUresult cuMemHostRegister_v2(void *p, size_t bytes, unsigned int flags) {
+    FAKE_ENTER();
+    FAKE_NEED_CONTEXT();
+    (void)flags;
+    if (!p || bytes == 0) FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (fake_pinned_at(p, 1)) FAKE_RETURN(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
+    FAKE_RETURN(fake_pin(p, bytes, true));
+}
+
+FAKE_API CUresult cuMemHostUnregister(void *p) {
+    FAKE_ENTER();
+    FAKE_RETURN(fake_unpin(p, true));
+}
+
+FAKE_API CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr p) {
+    FAKE_ENTER();
+    if (!data) FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
+    fake_alloc *a = fake_alloc_at(p);
+    fake_pinned *m = a ? NULL : fake_pinned_at((const void *)(uintptr_t)p, 1);
+    if (!a && !m) FAKE_RETURN(CUDA_ERROR_INVALID_VALUE); /* memory CUDA does not know */
+    switch (attr) {
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *(unsigned int *)data = a ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST; break;
+    case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext *)data = a ? &fake.contexts[a->device] : m->ctx; break;
+    default: FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
+    }
+    FAKE_RETURN(CUDA_SUCCESS);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Copies
+ * ------------------------------------------------------------------------------------------- */
+/* The device memory [p, p + bytes) as seen from the current context, or an error. */
+static CUresult fake_device_view(CUdeviceptr p, size_t bytes, const char *call, char **out) {
+    int dev = -1;
+    *out = fake_device_range(p, bytes, &dev);
+    if (!*out) return fake_refuse(CUDA_ERROR_INVALID_VALUE, "%s: 0x%llx + %zu bytes is not inside one allocation", call, (unsigned long long)p, bytes);
+    return CUDA_SUCCESS;
+}
+
+static CUresult fake_copy_op(CUstream s, char *dst, const char *src, size_t bytes, bool snapshot) {
+    fake_op *op = fake_op_new(OP_COPY);
+    if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
+    op->dst = dst;
+    op->src = src;
+    op->bytes = bytes;
+    if (snapshot && !fake_immediate(s)) { /* pageable source: consumed at the call */
+        op->owned = (char *)malloc(bytes ? bytes : 1);
+        if (!op->owned) {
+            free(op);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        memcpy(op->owned, src, bytes);
+    }
+    return fake_enqueue(s, op);
+}
+
+FAKE_API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t bytes, CUstream s) {
+    FAKE_ENTER();
+    FAKE_NEED_CONTEXT();
+    CUresult e = fake_check_stream(s, __func__);
+    char *d = NULL;
+    if (e == CUDA_SUCCESS) e = fake_device_view(dst, bytes, __func__, &d);
+    if (e == CUDA_SUCCESS && bytes && !src) e = CUDA_ERROR_INVALID_VALUE;
+    if (e == CUDA_SUCCESS && bytes) e = fake_copy_op(s, d, (const char *)src, bytes, !fake_pinned_at(src, bytes));
+    FAKE_RETURN(e);
+}
+
+FAKE_API CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t bytes, CUstream s) {
+    FAKE_ENTER();
+    FAKE_NEED_CONTEXT();
+    CUresult e = fake_check_stream(s, __func__);
+    char *sv = NULL;
+    if (e == CUDA_SUCCESS) e = fake_device_view(src, bytes, __func__, &sv);
+    if (e == CUDA_SUCCESS && bytes && !dst) e = CUDA_ERROR_INVALID_VALUE;
+    if (e == CUDA_SUCCESS && bytes) e = fake_copy_op(s, (char *)dst, sv, bytes, false);
+    if (e == CUDA_SUCCESS && bytes && !fake_pinned_at(dst, bytes) && !fake_immediate(s))
+        fake_drain(s, UINT64_MAX); /* to pageable memory the call returns once the copy is done */
+    FAKE_RETURN(e);
+}
+
+FAKE_API CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t bytes) {
+    return cuMemcpyHtoDAsync_v2(dst, src, bytes, NULL);
+}
+
+FAKE_API CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t bytes) {
+    return cuMemcpyDtoHAsync_v2(dst, src, bytes, NULL);
+}
+
+FAKE_API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream s) {
+    FAKE_ENTER();
+    FAKE_NEED_CONTEXT();
+    CUresult e = fake_check_stream(s, __func__);
+    char *d = NULL, *sv = NULL;
+    if (e == CUDA_SUCCESS) e = fake_device_view(dst, bytes, __func__, &d);
+    if (e == CUDA_SUCCESS) e = fake_device_view(src, bytes, __func__, &sv);
+    if (e == CUDA_SUCCESS && bytes) e = fake_copy_op(s, d, sv, bytes, false);
+    FAKE_RETURN(e);
+}
+
+FAKE_API CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx, size_t bytes, CUstream s) {
+    FAKE_ENTER();
+    FAKE_NEED_CONTEXT();
+    CUresult e = fake_check_stream(s, __func__);
+    char *d = NULL, *sv = NULL;
+    int dd = -1, sd = -1;
+    if (e == CUDA_SUCCESS && (!dst_ctx || !src_ctx)) e = CUDA_ERROR_INVALID_CONTEXT;
+    if (e == CUDA_SUCCESS) e = fake_device_view(dst, bytes, __func__, &d);
+    if (e == CUDA_SUCCESS) e = fake_device_view(src, bytes, __func__, &sv);
+    if (e == CUDA_SUCCESS) {
+        fake_device_range(dst, bytes, &dd);
+        fake_device_range(src, bytes, &sd);
+        if (dd != dst_ctx->device || sd != src_ctx->device)
+            e = fake_refuse(CUDA_ERROR_INVALID_VALUE, "cuMemcpyPeerAsync: pointers on devices %d and %d, contexts of %d and %d", dd, sd,
+                            dst_ctx->device, src_ctx->device);
+    }
+    if (e == CUDA_SUCCESS && bytes) e = fake_copy_op(s, d, sv, bytes, false);
+    FAKE_RETURN(e);
+}
+
+FAKE_API CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t n, CUstream s) {
+    FAKE_ENTER();
+    FAKE_NEED_CONTEXT();
+    CUresult e = fake_check_stream(s, __func__);
+    char *d = NULL;
+    if (e == CUDA_SUCCESS) e = fake_device_view(dst, n, __func__, &d);
+    if (e == CUDA_SUCCESS && n) {
+        fake_op *op = fake_op_new(OP_SET);
+        if (!op) FAKE_RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+        op->dst = d;
+        op->bytes = n;
+        op->value = value;
+        e = fake_enqueue(s, op);
+    }
+    FAKE_RETURN(e);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Streams and events
+ * ------------------------------------------------------------------------------------------- */
+FAKE_API CUresult cuStreamCreate(CUstream *out, unsigned int flags) {
+    FAKE_ENTER();
+    FAKE_NEED_CONTEXT();
+    if (!out || (flags & ~1u)) FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
+    CUstream s = (CUstream)calloc(1, sizeof *s);
+    if (!s) FAKE_RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+    s->ctx = fake_current;
+    *out = s;
+    FAKE_RETURN(CUDA_SUCCESS);
+}
+
+/* The real driver lets queued work finish after the call; here it runs first. */
+FAKE_API CUresult cuStreamDestroy_v2(CUstream s) {
+    FAKE_ENTER();
+    if (fake_immediate(s) || s->destroyed) FAKE_RETURN(CUDA_ERROR_INVALID_HANDLE);
+    fake_drain(s, UINT64_MAX);
+    s->destroyed = true;
+    s->next_destroyed = fake.destroyed;
+    fake.destroyed = s;
+    FAKE_RETURN(CUDA_SUCCESS);
+}
+
+FAKE_API CUresult cuStreamSynchronize(CUstream s) {
+    FAKE_ENTER();
+    if (!fake_immediate(s)) fake_drain(s, UINT64_MAX);
+    FAKE_RETURN(CUDA_SUCCESS);
+}
+
+FAKE_API CUresult cuStreamQuery(CUstream s) {
+    FAKE_ENTER();
+    if (fake_immediate(s) || !s->head) FAKE_RETURN(CUDA_SUCCESS);
+    if (!s->asked) {
+        s->asked = true;
+        FAKE_RETURN(CUDA_ERROR_NOT_READY);
+    }
+    fake_drain(s, UINT64_MAX);
+    FAKE_RETURN(CUDA_SUCCESS);
+}
+
+FAKE_API CUresult cuStreamGetCtx(CUstream s, CUcontext *ctx) {
+    FAKE_ENTER();
+    if (!ctx) FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (fake_immediate(s)) {
+        FAKE_NEED_CONTEXT();
+        *ctx = fake_current;
+    } else {
+        *ctx = s->ctx;
+    }
+    FAKE_RETURN(CUDA_SUCCESS);
+}
+
+FAKE_API CUresult cuEventCreate(CUevent *out, unsigned int flags) {
+    FAKE_ENTER();
+    FAKE_NEED_CONTEXT();
+    if (!out || (flags & ~0xfu)) FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
+    CUevent e = (CUevent)calloc(1, sizeof *e);
+    if (!e) FAKE_RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+    e->ctx = fake_current;
+    e->flags = flags;
+    *out = e;
+    FAKE_RETURN(CUDA_SUCCESS);
+}
+
+/* A queued record names the event: destroying it first runs the work up to the record. */
+FAKE_API CUresult cuEventDestroy_v2(CUevent e) {
+    FAKE_ENTER();
+    if (!e) FAKE_RETURN(CUDA_ERROR_INVALID_HANDLE);
+    if (!fake_event_done(e)) fake_drain(e->stream, e->seq);
+    free(e);
+    FAKE_RETURN(CUDA_SUCCESS);
+}
+
+FAKE_API CUresult cuEventRecord(CUevent e, CUstream s) {
+    FAKE_ENTER();
+    FAKE_NEED_CONTEXT();
+    if (!e) FAKE_RETURN(CUDA_ERROR_INVALID_HANDLE);
+    CUresult r = fake_check_stream(s, __func__);
+    if (r != CUDA_SUCCESS) FAKE_RETURN(r);
+    if (e->ctx != fake_current)
+        FAKE_RETURN(fake_refuse(CUDA_ERROR_INVALID_HANDLE, "cuEventRecord: the event belongs to device %d, the current context to %d", e->ctx->device,
+                                fake_current->device));
+    if (!fake_event_done(e) && e->stream != s) fake_drain(e->stream, e->seq); /* its older record names it too */
+    fake_op *op = fake_op_new(OP_RECORD);
+    if (!op) FAKE_RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+    op->event = e;
+    e->recorded = true;
+    e->asked = false;
+    if (fake_immediate(s)) {
+        e->stream = NULL;
+        e->time_ms = fake_now_ms();
+        free(op);
+        FAKE_RETURN(CUDA_SUCCESS);
+    }
+    e->stream = s;
+    e->seq = s->queued + 1;
+    FAKE_RETURN(fake_enqueue(s, op));
+}
+
+FAKE_API CUresult cuEventSynchronize(CUevent e) {
+    FAKE_ENTER();
+    if (!e) FAKE_RETURN(CUDA_ERROR_INVALID_HANDLE);
+    if (!fake_event_done(e)) fake_drain(e->stream, e->seq);
+    FAKE_RETURN(CUDA_SUCCESS);
+}
+
+FAKE_API CUresult cuEventQuery(CUevent e) {
+    FAKE_ENTER();
+    if (!e) FAKE_RETURN(CUDA_ERROR_INVALID_HANDLE);
+    if (fake_event_done(e)) FAKE_RETURN(CUDA_SUCCESS);
+    if (!e->asked) {
+        e->asked = true;
+        FAKE_RETURN(CUDA_ERROR_NOT_READY);
+    }
+    fake_drain(e->stream, e->seq);
+    FAKE_RETURN(CUDA_SUCCESS);
+}
+
+/* cuda.h 12.8+ renames cuEventElapsedTime to _v2; drivers export both, and gpuarr uses the first. */
+#undef cuEventElapsedTime
+FAKE_API CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end);
+FAKE_API CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end) {
+    FAKE_ENTER();
+    if (!ms || !start || !end) FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
+    if ((start->flags | end->flags) & CU_EVENT_DISABLE_TIMING) FAKE_RETURN(CUDA_ERROR_INVALID_HANDLE);
+    if (!start->recorded || !end->recorded) FAKE_RETURN(CUDA_ERROR_INVALID_HANDLE);
+    if (!fake_event_done(start) || !fake_event_done(end)) FAKE_RETURN(CUDA_ERROR_NOT_READY);
+    *ms = (float)(end->time_ms - start->time_ms);
+    FAKE_RETURN(CUDA_SUCCESS);
+}
+
+FAKE_API CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags) {
+    FAKE_ENTER();
+    FAKE_NEED_CONTEXT();
+    if (!e || flags != 0) FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
+    CUresult r = fake_check_stream(s, __func__);
+    if (r != CUDA_SUCCESS) FAKE_RETURN(r);
+    if (fake_event_done(e) || e->stream == s) FAKE_RETURN(CUDA_SUCCESS); /* nothing to wait for, or in order already */
+    if (fake_immediate(s)) { /* the legacy stream: wait now */
+        fake_drain(e->stream, e->seq);
+        FAKE_RETURN(CUDA_SUCCESS);
+    }
+    fake_op *op = fake_op_new(OP_WAIT);
+    if (!op) FAKE_RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+    op->on = e->stream;
+    op->through = e->seq;
+    FAKE_RETURN(fake_enqueue(s, op));
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Modules and kernels
+ * ------------------------------------------------------------------------------------------- */
+static void fake_log(unsigned int n, CUjit_option *opts, void **values, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void fake_log(unsigned int n, CUjit_option *opts, void **values, const char *fmt, ...) {
+    char *buf = NULL;
+    size_t cap = 0;
+    for (unsigned int i = 0; i < n; i++) {
+        if (opts[i] == CU_JIT_ERROR_LOG_BUFFER) buf = (char *)values[i];
+        if (opts[i] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES) cap = (size_t)(uintptr_t)values[i];
+    }
+    if (!buf || !cap) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, cap, fmt, ap);
+    va_end(ap);
+}
+
+/* "gpuarr_k_cast_GPUARR_F32_GPUARR_F16" -> the two dtypes. */
+static bool fake_kernel_parse(const char *name, size_t len, fake_kernel *k) {
+    static const char prefix[] = "gpuarr_k_cast_";
+    if (len >= sizeof k->name || len < sizeof prefix || memcmp(name, prefix, sizeof prefix - 1) != 0) return false;
+    memcpy(k->name, name, len);
+    k->name[len] = 0;
+    for (int s = 1; s < GPUARR_DTYPE_COUNT; s++)
+        for (int t = 1; t < GPUARR_DTYPE_COUNT; t++) {
+            char want[96];
+            snprintf(want, sizeof want, "%s%s_%s", prefix, gpuarr__dtype_texts[s].name, gpuarr__dtype_texts[t].name);
+            if (strcmp(want, k->name) == 0) {
+                k->src = s;
+                k->dst = t;
+                return true;
+            }
+        }
+    return false;
+}
+
+/* Every gpuarr kernel name in [text, text + len). */
+static int fake_find_kernels(const char *text, size_t len, CUmodule m) {
+    static const char prefix[] = "gpuarr_k_cast_";
+    int found = 0;
+    for (const char *p = text; (p = (const char *)memmem(p, len - (size_t)(p - text), prefix, sizeof prefix - 1)) != NULL; p++) {
+        size_t n = 0;
+        while ((size_t)(p - text) + n < len && (p[n] == '_' || (p[n] >= 'a' && p[n] <= 'z') || (p[n] >= 'A' && p[n] <= 'Z') ||
+                                                (p[n] >= '0' && p[n] <= '9')))
+            n++;
+        fake_kernel k;
+        if (!fake_kernel_parse(p, n, &k)) continue;
+        bool seen = false;
+        for (int i = 0; i < m->kernel_count; i++) seen = seen || strcmp(m->functions[i].kernel.name, k.name) == 0;
+        if (seen) continue;
+        struct CUfunc_st *grown = (struct CUfunc_st *)realloc(m->functions, (size_t)(m->kernel_count + 1) * sizeof *grown);
+        if (!grown) return -1;
+        m->functions = grown;
+        m->functions[m->kernel_count++] = (struct CUfunc_st){m, k};
+        found++;
+    }
+    return found;
+}
+
+static CUresult fake_load_ptx(const char *ptx, CUmodule m, unsigned int n, CUjit_option *opts, void **values) {
+    int major = 0, minor = 0, sm = 0;
+    const char *v = strstr(ptx, ".version ");
+    const char *t = strstr(ptx, ".target sm_");
+    if (!v || sscanf(v, ".version %d.%d", &major, &minor) != 2 || !t || sscanf(t, ".target sm_%d", &sm) != 1) {
+        fake_log(n, opts, values, "ptxas fatal   : not PTX (no .version or .target)");
+        return CUDA_ERROR_INVALID_PTX;
+    }
+    if (major > fake.ptx_max_major || (major == fake.ptx_max_major && minor > fake.ptx_max_minor)) {
+        fake_log(n, opts, values, "ptxas application ptx input, line 1; fatal   : Unsupported .version %d.%d; current version is '%d.%d'", major, minor,
+                 fake.ptx_max_major, fake.ptx_max_minor);
+        return CUDA_ERROR_UNSUPPORTED_PTX_VERSION;
+    }
+    if (sm > 90) {
+        fake_log(n, opts, values, "ptxas fatal   : PTX for sm_%d does not run on sm_90", sm);
+        return CUDA_ERROR_INVALID_PTX;
+    }
+    if (fake_find_kernels(ptx, strlen(ptx), m) <= 0) {
+        fake_log(n, opts, values, "ptxas fatal   : no gpuarr kernel in this PTX");
+        return CUDA_ERROR_INVALID_PTX;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* A cubin: an ELF for the CUDA machine built for sm_90 (the arch is the low byte of e_flags). */
+static CUresult fake_load_cubin(const unsigned char *image, CUmodule m, unsigned int n, CUjit_option *opts, void **values) {
+    Elf64_Ehdr h;
+    memcpy(&h, image, sizeof h);
+    if (h.e_ident[EI_CLASS] != ELFCLASS64 || h.e_machine != 190 /* EM_CUDA */) {
+        fake_log(n, opts, values, "not a CUDA ELF image");
+        return CUDA_ERROR_INVALID_IMAGE;
+    }
+    unsigned arch = h.e_flags & 0xffu, arch_new = (h.e_flags >> 8) & 0xffu;
+    if (arch != 90 && arch_new != 90) {
+        fake_log(n, opts, values, "the cubin is for another architecture (e_flags 0x%x), the device is sm_90", h.e_flags);
+        return CUDA_ERROR_NO_BINARY_FOR_GPU;
+    }
+    size_t size = (size_t)h.e_shoff + (size_t)h.e_shnum * h.e_shentsize;
+    if (fake_find_kernels((const char *)image, size, m) <= 0) {
+        fake_log(n, opts, values, "no gpuarr kernel in this cubin");
+        return CUDA_ERROR_INVALID_IMAGE;
+    }
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuModuleLoadDataEx(CUmodule *out, const void *image, unsigned int n, CUjit_option *opts, void **values) {
+    FAKE_ENTER();
+    FAKE_NEED_CONTEXT();
+    if (!out || !image || (n && (!opts || !values))) FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
+    CUmodule m = (CUmodule)calloc(1, sizeof *m);
+    if (!m) FAKE_RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+    m->ctx = fake_current;
+    const unsigned char *bytes = (const unsigned char *)image;
+    CUresult e = memcmp(bytes, ELFMAG, SELFMAG) == 0 ? fake_load_cubin(bytes, m, n, opts, values) : fake_load_ptx((const char *)image, m, n, opts, values);
+    if (e != CUDA_SUCCESS) {
+        free(m->functions);
+        free(m);
+        FAKE_RETURN(e);
+    }
+    *out = m;
+    FAKE_RETURN(CUDA_SUCCESS);
+}
+
+FAKE_API CUresult cuModuleUnload(CUmodule m) {
+    FAKE_ENTER();
+    if (!m) FAKE_RETURN(CUDA_ERROR_INVALID_HANDLE);
+    free(m->functions);
+    free(m);
+    FAKE_RETURN(CUDA_SUCCESS);
+}
+
+FAKE_API CUresult cuModuleGetFunction(CUfunction *out, CUmodule m, const char *name) {
+    FAKE_ENTER();
+    if (!out || !m || !name) FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
+    for (int i = 0; i < m->kernel_count; i++)
+        if (strcmp(m->functions[i].kernel.name, name) == 0) {
+            *out = &m->functions[i];
+            FAKE_RETURN(CUDA_SUCCESS);
+        }
+    FAKE_RETURN(CUDA_ERROR_NOT_FOUND);
+}
+
+/* gpuarr's cast kernels take (src, src_index, dst, dst_index, n): thread i < n casts element i. */
+FAKE_API CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by, unsigned int bz,
+                                 unsigned int shared, CUstream s, void **params, void **extra) {
+    FAKE_ENTER();
+    FAKE_NEED_CONTEXT();
+    if (!f || !params || extra) FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (f->module->ctx != fake_current)
+        FAKE_RETURN(fake_refuse(CUDA_ERROR_INVALID_HANDLE, "cuLaunchKernel: a function of device %d launched in the context of %d",
+                                f->module->ctx->device, fake_current->device));
+    CUresult e = fake_check_stream(s, __func__);
+    if (e != CUDA_SUCCESS) FAKE_RETURN(e);
+    if (gx == 0 || gy != 1 || gz != 1 || bx == 0 || bx > 1024 || by != 1 || bz != 1 || gx > 0x7fffffffu || shared > 48 * 1024)
+        FAKE_RETURN(fake_refuse(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel: grid %ux%ux%u, block %ux%ux%u", gx, gy, gz, bx, by, bz));
+    CUdeviceptr sp, dp;
+    uint64_t s_at, d_at, n;
+    memcpy(&sp, params[0], sizeof sp);
+    memcpy(&s_at, params[1], sizeof s_at);
+    memcpy(&dp, params[2], sizeof dp);
+    memcpy(&d_at, params[3], sizeof d_at);
+    memcpy(&n, params[4], sizeof n);
+    uint64_t threads = (uint64_t)gx * bx, count = n < threads ? n : threads;
+    size_t ss = gpuarr__dtype_sizes[f->kernel.src], ds = gpuarr__dtype_sizes[f->kernel.dst];
+    char *src = NULL, *dst = NULL;
+    int sdev = -1, ddev = -1;
+    if (count) {
+        src = fake_device_range(sp + s_at * ss, count * ss, &sdev);
+        dst = fake_device_range(dp + d_at * ds, count * ds, &ddev);
+    }
+    int here = fake_current->device;
+    if (count && (!src || !dst || (sdev != here && !fake_current->peer_enabled[sdev]) || (ddev != here && !fake_current->peer_enabled[ddev])))
+        FAKE_RETURN(fake_refuse(CUDA_ERROR_ILLEGAL_ADDRESS, "%s: elements %llu.. of 0x%llx or %llu.. of 0x%llx (%llu of them) are not memory device %d can reach",
+                                f->kernel.name, (unsigned long long)s_at, (unsigned long long)sp, (unsigned long long)d_at, (unsigned long long)dp,
+                                (unsigned long long)count, here));
+    if (!count) FAKE_RETURN(CUDA_SUCCESS);
+    fake_op *op = fake_op_new(OP_CAST);
+    if (!op) FAKE_RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+    op->src = src;
+    op->dst = dst;
+    op->count = count;
+    op->src_size = ss;
+    op->dst_size = ds;
+    op->cast = gpuarr__host_casts_base[f->kernel.src][f->kernel.dst];
+    FAKE_RETURN(fake_enqueue(s, op));
+}
+
+/* NVRTC opens libcuda.so.1 too (this library, once loaded) and asks for the driver's private
+   tables, calling the result of dlsym unchecked: there are none here. */
+FAKE_API CUresult cuGetExportTable(const void **table, const CUuuid *id) {
+    (void)id;
+    if (table) *table = NULL;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Errors
+ * ------------------------------------------------------------------------------------------- */
+#define FAKE_ERRORS(X)                                                                             \
+    X(CUDA_SUCCESS, "no error")                                                                    \
+    X(CUDA_ERROR_INVALID_VALUE, "invalid argument")                                                \
+    X(CUDA_ERROR_OUT_OF_MEMORY, "out of memory")                                                   \
+    X(CUDA_ERROR_NOT_INITIALIZED, "initialization error")                                          \
+    X(CUDA_ERROR_INVALID_DEVICE, "invalid device ordinal")                                         \
+    X(CUDA_ERROR_INVALID_IMAGE, "device kernel image is invalid")                                  \
+    X(CUDA_ERROR_INVALID_CONTEXT, "invalid device context")                                        \
+    X(CUDA_ERROR_NO_BINARY_FOR_GPU, "no kernel image is available for execution on the device")    \
+    X(CUDA_ERROR_PEER_ACCESS_UNSUPPORTED, "peer access is not supported between these two devices") \
+    X(CUDA_ERROR_INVALID_PTX, "a PTX JIT compilation failed")                                      \
+    X(CUDA_ERROR_UNSUPPORTED_PTX_VERSION, "the provided PTX was compiled with an unsupported toolchain.") \
+    X(CUDA_ERROR_INVALID_HANDLE, "invalid resource handle")                                        \
+    X(CUDA_ERROR_NOT_FOUND, "named symbol not found")                                              \
+    X(CUDA_ERROR_NOT_READY, "device not ready")                                                    \
+    X(CUDA_ERROR_NOT_SUPPORTED, "operation not supported")                                         \
+    X(CUDA_ERROR_ILLEGAL_ADDRESS, "an illegal memory access was encountered")                      \
+    X(CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, "peer access is already enabled")                    \
+    X(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, "part or all of the requested memory range is already mapped") \
+    X(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, "pointer does not correspond to a registered memory region")
+
+FAKE_API CUresult cuGetErrorName(CUresult e, const char **out) {
+    if (!out) return CUDA_ERROR_INVALID_VALUE;
+#define FAKE_NAME(code, text)                                                                      \
+    if (e == code) {                                                                               \
+        *out = #code;                                                                              \
+        return CUDA_SUCCESS;                                                                       \
+    }
+    FAKE_ERRORS(FAKE_NAME)
+#undef FAKE_NAME
+    *out = NULL;
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+FAKE_API CUresult cuGetErrorString(CUresult e, const char **out) {
+    if (!out) return CUDA_ERROR_INVALID_VALUE;
+#define FAKE_TEXT(code, text)                                                                      \
+    if (e == code) {                                                                               \
+        *out = text;                                                                               \
+        return CUDA_SUCCESS;                                                                       \
+    }
+    FAKE_ERRORS(FAKE_TEXT)
+#undef FAKE_TEXT
+    *out = NULL;
+    return CUDA_ERROR_INVALID_VALUE;
+}
