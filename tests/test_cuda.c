@@ -5,6 +5,7 @@
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <criterion/criterion.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include "test_common.h"
 
@@ -308,4 +309,64 @@ Test(cuda, two_gpus_copy_peer_to_peer_or_through_the_host) {
     TEST_OK(gpuarr_release(a));
     TEST_OK(gpuarr_release(b));
     free(x);
+}
+
+/* CUDA <-> OpenCL through pinned host memory, with a dtype change on each hop, async on streams
+   of both devices (the OpenCL device is PoCL's in make test). */
+Test(cuda, conversions_between_cuda_and_opencl_are_exact_on_every_hop) {
+    gpuarr_device g = cuda_device(0), cl;
+    if (gpuarr_device_find("opencl:0", &cl) != GPUARR_OK) test_skip("no OpenCL device: %s", gpuarr_last_error());
+    enum { N = 3000017 };
+    float *x = malloc(sizeof(float) * N);
+    double *back = malloc(sizeof(double) * N);
+    cr_assert(x && back);
+    for (size_t i = 0; i < N; i++) x[i] = (float)((int)(i % 4001) - 2000); /* exact in i16, f16 and wider */
+    int64_t shape[1] = {N};
+    gpuarr_array a, on_cl, again, host;
+    gpuarr_stream sg, sc;
+    TEST_OK(gpuarr_stream_create(g, 0, &sg));
+    TEST_OK(gpuarr_stream_create(cl, 0, &sc));
+    TEST_OK(gpuarr_from_host(g, x, 1, shape, &a));
+    TEST_OK(gpuarr_convert_async(a, cl, GPUARR_I16, sg, &on_cl));     /* narrowed on the GPU, then across */
+    TEST_OK(gpuarr_convert_async(on_cl, g, GPUARR_F16, sc, &again));  /* i16 -> f16 on either side */
+    TEST_OK(gpuarr_convert_async(again, gpuarr_host(), GPUARR_F64, sg, &host));
+    TEST_OK(gpuarr_stream_sync(sg));
+    TEST_OK(gpuarr_to_host(host, back, N));
+    for (size_t i = 0; i < N; i++)
+        if (back[i] != (double)x[i]) cr_assert_fail("element %zu: %g, want %g", i, back[i], (double)x[i]);
+    gpuarr_array_info info;
+    TEST_OK(gpuarr_array_get_info(on_cl, &info));
+    cr_assert_eq(info.device.id, cl.id);
+    TEST_OK(gpuarr_release(a));
+    TEST_OK(gpuarr_release(on_cl));
+    TEST_OK(gpuarr_release(again));
+    TEST_OK(gpuarr_release(host));
+    TEST_OK(gpuarr_stream_destroy(sg));
+    TEST_OK(gpuarr_stream_destroy(sc));
+    free(x);
+    free(back);
+}
+
+/* {0} is the calling thread's own default stream: a different CUstream on each thread. */
+static void *probe_default_cu_stream(void *arg) {
+    struct CUstream_st **out = arg;
+    gpuarr_device d;
+    if (gpuarr_device_find("cuda:0", &d) == GPUARR_OK && gpuarr_set_current_device(d) == GPUARR_OK)
+        gpuarr_cuda_stream((gpuarr_stream){0}, out);
+    return NULL;
+}
+
+Test(cuda, each_thread_has_its_own_default_stream) {
+    gpuarr_device d = cuda_device(0);
+    struct CUstream_st *mine = NULL, *again = NULL, *theirs = NULL;
+    TEST_OK(gpuarr_set_current_device(d));
+    TEST_OK(gpuarr_cuda_stream((gpuarr_stream){0}, &mine));
+    TEST_OK(gpuarr_cuda_stream((gpuarr_stream){0}, &again));
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, probe_default_cu_stream, &theirs), 0);
+    pthread_join(t, NULL);
+    TEST_OK(gpuarr_set_current_device((gpuarr_device){0}));
+    cr_assert(mine && theirs, "no default stream");
+    cr_expect_eq(mine, again, "two default streams on one thread");
+    cr_expect_neq(mine, theirs, "two threads share a default stream");
 }

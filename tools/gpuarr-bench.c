@@ -871,7 +871,11 @@ static void bench_cuda(const char *self, size_t mib, int reps, const char *only)
                info.compute_capability_minor, info.compute_units, (double)info.total_memory / 1e9, info.pci_bus_id, info.version,
                info.copy_engines);
         bench_cuda_transfers(info.device, mib, reps);
-        bench_cuda_sweep(info.device, 1024);
+        /* 4 KiB .. 1 GiB; the pageable source, pinned buffers and arrays need about 4x the top size */
+        size_t sweep_mib = 1024;
+        while (sweep_mib > 1 && ((uint64_t)sweep_mib << 22) > info.total_memory) sweep_mib /= 4;
+        if (sweep_mib < 1024) printf("\nsweep capped at %zu MiB: the device has %.1f GB\n", sweep_mib, (double)info.total_memory / 1e9);
+        bench_cuda_sweep(info.device, sweep_mib);
         bench_cuda_casts(info.device, mib, reps);
         bench_cuda_narrow_download(info.device, mib, reps);
         bench_cuda_latency(info.device);
