@@ -20,7 +20,7 @@
  *     gpuarr_k_cast_<S>_<T> run gpuarr's own host reference casts, over the launched threads.
  * Environment: FAKE_CUDA_DEVICES (default 2), FAKE_CUDA_MEMORY (bytes per device, default
  * 1 GiB), FAKE_CUDA_PEER=0 (no peer access), FAKE_CUDA_PTX_MAX_ISA ("7.0" makes newer PTX fail
- * to load, as an old driver does), FAKE_CUDA_TRACE=1 (a line per refused call on stderr).
+ * to load, as an old driver does), FAKE_CUDA_TRACE=1 (a line per refused call on stderr; 2: also a line per operation run).
  */
 #define _GNU_SOURCE
 #include <cuda.h>
@@ -88,7 +88,7 @@ typedef struct fake_op {
    name one. */
 struct CUstream_st {
     CUcontext ctx;
-    struct CUstream_st *next_destroyed;
+    struct CUstream_st *next_stream; /* every stream ever made */
     fake_op *head, *tail;
     uint64_t queued, ran; /* op numbers */
     bool asked;           /* a query saw the pending work once */
@@ -129,7 +129,7 @@ static struct {
     size_t memory;
     bool peer;
     int ptx_max_major, ptx_max_minor;
-    bool trace;
+    bool trace, trace_ops;
     struct CUctx_st contexts[FAKE_MAX_DEVICES];
     size_t used[FAKE_MAX_DEVICES];
     CUdeviceptr next_address[FAKE_MAX_DEVICES];
@@ -137,7 +137,7 @@ static struct {
     size_t alloc_count, alloc_cap;
     fake_pinned *pinned;
     size_t pinned_count, pinned_cap;
-    CUstream destroyed;
+    CUstream streams;
 } fake = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static __thread CUcontext fake_current;
@@ -224,6 +224,10 @@ static bool fake_grow(void **array, size_t *cap, size_t count, size_t item) {
 static void fake_drain(CUstream s, uint64_t through);
 
 static void fake_run(CUstream s, fake_op *op) {
+    static const char *const kinds[] = {"copy", "set", "cast", "record", "wait"};
+    if (fake.trace_ops)
+        fprintf(stderr, "fake-cuda: run %s #%llu on %p: dst %p src %p bytes %zu count %zu\n", kinds[op->kind], (unsigned long long)op->seq, (void *)s,
+                (void *)op->dst, (const void *)(op->owned ? op->owned : op->src), op->bytes, op->count);
     switch (op->kind) {
     case OP_COPY: memmove(op->dst, op->owned ? op->owned : op->src, op->bytes); break;
     case OP_SET: memset(op->dst, op->value, op->bytes); break;
@@ -240,6 +244,11 @@ static void fake_run(CUstream s, fake_op *op) {
         if (op->event->stream == s && op->event->seq == op->seq) op->event->time_ms = fake_now_ms();
         break;
     case OP_WAIT: fake_drain(op->on, op->through); break;
+    }
+    if (fake.trace_ops && op->dst) {
+        uint64_t first = 0;
+        memcpy(&first, op->dst, 8);
+        fprintf(stderr, "fake-cuda:   the destination starts 0x%016llx\n", (unsigned long long)first);
     }
 }
 
@@ -306,7 +315,9 @@ FAKE_API CUresult cuInit(unsigned int flags) {
         fake.ptx_max_major = 9;
         fake.ptx_max_minor = 0;
         if (isa && sscanf(isa, "%d.%d", &fake.ptx_max_major, &fake.ptx_max_minor) != 2) fake.ptx_max_major = 9;
-        fake.trace = getenv("FAKE_CUDA_TRACE") && strcmp(getenv("FAKE_CUDA_TRACE"), "1") == 0;
+        const char *trace = getenv("FAKE_CUDA_TRACE");
+        fake.trace = trace && (strcmp(trace, "1") == 0 || strcmp(trace, "2") == 0);
+        fake.trace_ops = trace && strcmp(trace, "2") == 0;
         for (int i = 0; i < FAKE_MAX_DEVICES; i++) {
             fake.contexts[i].device = i;
             fake.next_address[i] = FAKE_ADDRESS_BASE + ((CUdeviceptr)(i + 1) << 40);
@@ -484,12 +495,33 @@ FAKE_API CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t bytes) {
     FAKE_RETURN(CUDA_SUCCESS);
 }
 
-/* cuMemFree waits for the device, as the real one does. */
+static bool fake_overlaps(const char *p, size_t n, const fake_alloc *a) { return p && p < a->data + a->size && a->data < p + n; }
+
+/* Whether queued work still reads or writes a. */
+static const char *fake_in_use(const fake_alloc *a) {
+    for (CUstream s = fake.streams; s; s = s->next_stream)
+        for (const fake_op *op = s->head; op; op = op->next) {
+            size_t dn = op->kind == OP_CAST ? op->count * op->dst_size : op->bytes;
+            size_t sn = op->kind == OP_CAST ? op->count * op->src_size : op->bytes;
+            if ((op->kind == OP_COPY || op->kind == OP_SET || op->kind == OP_CAST) &&
+                (fake_overlaps(op->dst, dn, a) || (op->kind != OP_SET && !op->owned && fake_overlaps(op->src, sn, a))))
+                return op->kind == OP_CAST ? "a kernel" : op->kind == OP_SET ? "a memset" : "a copy";
+        }
+    return NULL;
+}
+
+/* The real cuMemFree "may perform implicit synchronization": gpuarr must not count on it, so
+   freeing memory that queued work still uses is a fatal error here. */
 FAKE_API CUresult cuMemFree_v2(CUdeviceptr p) {
     FAKE_ENTER();
     FAKE_NEED_CONTEXT();
     fake_alloc *a = fake_alloc_at(p);
     if (!a || a->address != p) FAKE_RETURN(fake_refuse(CUDA_ERROR_INVALID_VALUE, "cuMemFree of 0x%llx, not an allocation's start", (unsigned long long)p));
+    const char *user = fake_in_use(a);
+    if (user) {
+        fprintf(stderr, "fake-cuda: cuMemFree of 0x%llx (%zu bytes) while %s queued on a stream still uses it\n", (unsigned long long)p, a->size, user);
+        abort();
+    }
     int dev = a->device;
     free(a->data);
     fake.used[dev] -= (a->size + 511) & ~(size_t)511;
@@ -685,6 +717,8 @@ FAKE_API CUresult cuStreamCreate(CUstream *out, unsigned int flags) {
     CUstream s = (CUstream)calloc(1, sizeof *s);
     if (!s) FAKE_RETURN(CUDA_ERROR_OUT_OF_MEMORY);
     s->ctx = fake_current;
+    s->next_stream = fake.streams;
+    fake.streams = s;
     *out = s;
     FAKE_RETURN(CUDA_SUCCESS);
 }
@@ -695,8 +729,6 @@ FAKE_API CUresult cuStreamDestroy_v2(CUstream s) {
     if (fake_immediate(s) || s->destroyed) FAKE_RETURN(CUDA_ERROR_INVALID_HANDLE);
     fake_drain(s, UINT64_MAX);
     s->destroyed = true;
-    s->next_destroyed = fake.destroyed;
-    fake.destroyed = s;
     FAKE_RETURN(CUDA_SUCCESS);
 }
 
@@ -779,6 +811,9 @@ FAKE_API CUresult cuEventRecord(CUevent e, CUstream s) {
 FAKE_API CUresult cuEventSynchronize(CUevent e) {
     FAKE_ENTER();
     if (!e) FAKE_RETURN(CUDA_ERROR_INVALID_HANDLE);
+    if (fake.trace_ops)
+        fprintf(stderr, "fake-cuda: cuEventSynchronize %p: stream %p, record #%llu, ran %llu\n", (void *)e, (void *)e->stream, (unsigned long long)e->seq,
+                e->stream ? (unsigned long long)e->stream->ran : 0ull);
     if (!fake_event_done(e)) fake_drain(e->stream, e->seq);
     FAKE_RETURN(CUDA_SUCCESS);
 }
