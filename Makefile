@@ -29,6 +29,7 @@ HEADERS   := gpuarr.h $(wildcard backends/*.h)
 EXAMPLES  := $(basename $(notdir $(wildcard examples/*.c)))
 TESTS     := $(basename $(notdir $(wildcard tests/test_*.c)))
 THREADED_TESTS := test_threads test_streams test_pool
+WHITEBOX_TESTS := test_registry
 TOOLS     := gpuarr-info gpuarr-bench
 
 # --- toolchains ---------------------------------------------------------------------------
@@ -101,6 +102,10 @@ $(BUILD)/$(1)/tools/%: tools/%.c $(HEADERS)
 $(BUILD)/$(1)/tests/%: tests/%.c tests/test_common.h $(BUILD)/$(1)/gpuarr.o
 	@mkdir -p $$(@D)
 	$(CC) $(2) -Wno-conversion $(TEST_CFLAGS) $(TEST_INCLUDE_$(1)) $$< $(BUILD)/$(1)/gpuarr.o -o $$@ $(TEST_LIB_$(1)) $$(LINK_$$*) $(LIBS)
+# white-box tests compile the implementation themselves
+$(addprefix $(BUILD)/$(1)/tests/,$(WHITEBOX_TESTS)): $(BUILD)/$(1)/tests/%: tests/%.c tests/test_common.h $(HEADERS)
+	@mkdir -p $$(@D)
+	$(CC) $(2) -Wno-conversion $(TEST_CFLAGS) $(TEST_INCLUDE_$(1)) $$< -o $$@ $(TEST_LIB_$(1)) $(LIBS)
 endef
 # Criterion cannot start under TSan (Snaipe/Criterion#274: its arena collides with TSan's shadow
 # memory), so the TSan build uses tests/tsan_shim, a small stand-in with the same API that also
@@ -118,7 +123,7 @@ $(eval $(call flavour_rules,tsan,$(CFLAGS_TSAN)))
 # One suite, run on each device class: the host, and OpenCL on PoCL (installed above, so its
 # absence is a failure: GPUARR_TEST_REQUIRE=1). The OpenCL-specific tests use two PoCL devices.
 TEST_DEVICES ?= host opencl:0
-GENERIC_TESTS := $(filter-out test_opencl test_cuda,$(TESTS))
+GENERIC_TESTS := $(filter-out test_opencl test_cuda $(WHITEBOX_TESTS),$(TESTS))
 # ... and again on opencl:0 handled as a discrete GPU (own memory, pinned staging): the paths a
 # CUDA or discrete OpenCL device takes, on PoCL. The cast tables are the same there: not rerun.
 DISCRETE_TESTS := $(filter-out test_casts,$(GENERIC_TESTS))
@@ -148,6 +153,7 @@ run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA)
 	  echo "== $$t on opencl:0 handled as a discrete device (GPUARR_OPENCL_UNIFIED=off: staged copies)"; \
 	  GPUARR_OPENCL_UNIFIED=off GPUARR_TEST_DEVICE=opencl:0 $(BUILD)/rel/tests/$$t --jobs 2; \
 	done
+	@set -e; for t in $(WHITEBOX_TESTS); do echo "== $$t (white-box)"; $(BUILD)/rel/tests/$$t --jobs 2; done
 	@echo "== test_opencl (POCL_DEVICES=\"$$POCL_DEVICES\")"
 	@$(BUILD)/rel/tests/test_opencl --jobs 2
 	@echo "== test_cuda (its GPU tests skip, saying why, where there is no GPU)"
@@ -245,6 +251,7 @@ endef
 
 run-asan: $(addprefix $(BUILD)/asan/tests/,$(TESTS)) $(FAKE_CUDA)
 	$(call run_sanitized,asan,$(GENERIC_TESTS),ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,$(TEST_DEVICES))
+	$(call run_sanitized,asan,$(WHITEBOX_TESTS),ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,host)
 	$(call run_sanitized,asan,test_opencl,ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,opencl:0)
 	$(call run_sanitized,asan,test_cuda,ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,host)
 	$(call run_sanitized,asan,$(DISCRETE_TESTS),GPUARR_OPENCL_UNIFIED=off ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,opencl:0)
