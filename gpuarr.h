@@ -4468,6 +4468,17 @@ static gpuarr_result gpuarr__resolve_stream(gpuarr_stream s, const char *arg, gp
     return gpuarr__default_stream(gpuarr__current_dev(), out);
 }
 
+/* s resolved ({0} included) and checked to be on a device of `backend` (`what` names that in the
+   message), with a reference, for the interop accessors. */
+GPUARR__FOR_BACKENDS static gpuarr_result gpuarr__resolve_stream_of(gpuarr_stream s, gpuarr_backend backend, const char *what,
+                                                                    gpuarr__stream **out) {
+    GPUARR__CHECK(gpuarr__resolve_stream(s, "s", out));
+    if ((*out)->dev->backend->id == backend) return GPUARR_OK;
+    gpuarr_result r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "s belongs to %s, not to %s", (*out)->dev->info.spec, what);
+    gpuarr__obj_release(&(*out)->obj);
+    return r;
+}
+
 GPUARR_API gpuarr_result gpuarr_stream_create(gpuarr_device d, uint32_t flags, gpuarr_stream *out) {
     GPUARR__BEGIN();
     GPUARR__REQUIRE_PTR(out);

@@ -1026,14 +1026,10 @@ GPUARR_API gpuarr_result gpuarr_cuda_stream(gpuarr_stream s, struct CUstream_st 
     GPUARR__BEGIN();
     GPUARR__REQUIRE_PTR(out);
     gpuarr__stream *st;
-    GPUARR__CHECK(gpuarr__resolve_stream(s, "s", &st));
-    gpuarr_result r = GPUARR_OK;
-    if (st->dev->backend->id != GPUARR_BACKEND_CUDA)
-        r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "s belongs to %s, not to a CUDA device", st->dev->info.spec);
-    else
-        *out = GPUARR__CU_STREAM(st->native);
+    GPUARR__CHECK(gpuarr__resolve_stream_of(s, GPUARR_BACKEND_CUDA, "a CUDA device", &st));
+    *out = GPUARR__CU_STREAM(st->native);
     gpuarr__obj_release(&st->obj);
-    return r;
+    return GPUARR_OK;
 }
 
 GPUARR_API gpuarr_result gpuarr_cuda_ptr(gpuarr_array a, void **out) {

@@ -1200,14 +1200,10 @@ GPUARR_API gpuarr_result gpuarr_opencl_queue_raw(gpuarr_stream s, void **out) {
     GPUARR__BEGIN();
     GPUARR__REQUIRE_PTR(out);
     gpuarr__stream *st;
-    GPUARR__CHECK(gpuarr__resolve_stream(s, "s", &st));
-    gpuarr_result r = GPUARR_OK;
-    if (st->dev->backend->id != GPUARR_BACKEND_OPENCL)
-        r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "s belongs to %s, not to an OpenCL device", st->dev->info.spec);
-    else
-        *out = GPUARR__CL_STREAM(st->native)->queue;
+    GPUARR__CHECK(gpuarr__resolve_stream_of(s, GPUARR_BACKEND_OPENCL, "an OpenCL device", &st));
+    *out = GPUARR__CL_STREAM(st->native)->queue;
     gpuarr__obj_release(&st->obj);
-    return r;
+    return GPUARR_OK;
 }
 
 GPUARR_API gpuarr_result gpuarr_opencl_mem_raw(gpuarr_array a, void **out, size_t *offset) {
