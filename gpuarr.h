@@ -67,7 +67,10 @@
  *                            include path (define GPUARR_NO_CUDA or GPUARR_NO_OPENCL for one)
  *
  * Run-time: gpuarr_desc passed to gpuarr_init (zero or NULL = default for every field), then the
- * environment for fields left zero:
+ * environment for fields left zero. gpuarr_init reads each variable below once (an empty one
+ * counts as unset) and the library uses what it parsed then. Keywords match in any case
+ * ("OFF" = "off"); a switch takes on|off, 1|0, true|false or yes|no; paths and lists are taken
+ * as written, at most 480 characters.
  *   GPUARR_DEVICES   device filter, comma separated: host, cuda, cuda:*, cuda:N, opencl,
  *                    opencl:*, opencl:N. The host is always present. Default: every device.
  *   GPUARR_LOG       off | error | warn (or warning) | info | debug. Default: warn (to stderr unless a logger
@@ -76,19 +79,21 @@
  *                    of online CPUs (at most 64). 1 = no worker threads.
  *   GPUARR_HOST_ISA  auto | baseline | avx2: the host cast kernels. Default auto = AVX2 kernels
  *                    when the CPU has AVX2 (x86-64, gcc/clang), else portable ones.
- *   GPUARR_CACHE_DIR where compiled device kernels are kept ("off": nowhere). Default
- *                    $XDG_CACHE_HOME/gpuarr, else $HOME/.cache/gpuarr.
+ *   GPUARR_CACHE_DIR where compiled device kernels are kept: an absolute path, or off (nowhere).
+ *                    Default $XDG_CACHE_HOME/gpuarr, else $HOME/.cache/gpuarr.
  *   GPUARR_OPENCL_LIBRARY  the ICD loader to open (default libOpenCL.so.1).
  *   GPUARR_OPENCL_BUILD_OPTIONS  appended to the OpenCL kernel build options.
- *   GPUARR_OPENCL_FP64  off: treat OpenCL devices as lacking doubles (slow or emulated fp64).
- *   GPUARR_OPENCL_UNIFIED  off: handle every OpenCL device as discrete (own memory, staged
- *                          copies): how PoCL exercises the paths of a discrete GPU.
+ *   GPUARR_OPENCL_FP64  switch, default on. off: treat OpenCL devices as lacking doubles (slow or
+ *                       emulated fp64).
+ *   GPUARR_OPENCL_UNIFIED  switch, default on. off: handle every OpenCL device as discrete (own
+ *                          memory, staged copies): how PoCL exercises the paths of a discrete GPU.
  *   GPUARR_CUDA_LIBRARY  the driver to open (default libcuda.so.1).
  *   GPUARR_CUDA_KERNELS  auto | ptx | nvrtc: where CUDA cast kernels come from (see CUDA).
  *   GPUARR_NVRTC_LIBRARY  the NVRTC to open (default: libnvrtc.so.13, .12, .11.2, then
  *                         $CUDA_HOME/lib64/libnvrtc.so).
- *   GPUARR_PEER_COPIES  on | off: off sends device-to-device copies through pinned host memory
- *                       even where the devices could copy directly (P2P trouble, testing).
+ *   GPUARR_PEER_COPIES  switch, default on. off sends device-to-device copies through pinned
+ *                       host memory even where the devices could copy directly (P2P trouble,
+ *                       testing).
  *   GPUARR_ALLOC_CONF, GPUARR_FAULTS  memory pools: see MEMORY POOLS.
  * A malformed value makes gpuarr_init fail with GPUARR_ERROR_INVALID_ARGUMENT naming it.
  *
@@ -422,15 +427,19 @@ typedef struct gpuarr_desc {
                                    returning GPUARR_PLACED_ON_HOST (also alloc_conf host_fallback:1) */
 } gpuarr_desc;
 
-/* Starts the library, or adds a reference when it is already running (the first caller's desc
-   wins; a later non-NULL desc is ignored with a log message). Thread-safe: racing callers all
-   get the one registry. Each successful call needs one gpuarr_shutdown. */
+/* Starts the library, or adds a reference when it is already running. A later call's desc (when
+   not NULL) must agree with the running configuration in every field it sets (non-zero): a field
+   that differs fails with GPUARR_ERROR_INVALID_ARGUMENT naming it and adds no reference; fields
+   left zero accept what is running. Thread-safe: racing callers all get the one registry. Each
+   successful call needs one gpuarr_shutdown. */
 GPUARR_API gpuarr_result gpuarr_init(const gpuarr_desc *desc);
 /* Drops a reference; the last one frees every array, stream and event still alive (with a
    warning naming how many) and unloads the backends. Harmless when not initialized. */
 GPUARR_API void gpuarr_shutdown(void);
 GPUARR_API bool gpuarr_is_initialized(void);
-/* The desc in effect, with every default resolved. out->devices stays valid until shutdown. */
+/* The desc in effect, with every default resolved: the desc's fields, else the environment's,
+   else the defaults; devices and alloc_conf are NULL when neither gave one. out->devices and
+   out->alloc_conf stay valid until shutdown. */
 GPUARR_API gpuarr_result gpuarr_query_desc(gpuarr_desc *out);
 
 /* ---------------------------------------------------------------------------------------------
@@ -1190,6 +1199,36 @@ typedef struct gpuarr__filter_item {
     int index; /* -1 = every device of the backend */
 } gpuarr__filter_item;
 
+/* Every GPUARR_* environment variable: X(NAME, check). gpuarr_init reads each one once (unless a
+   desc field takes its place), checks it with `check` and keeps a copy and the parsed value in
+   gpuarr__g.config; the rest of the library, backends included, reads only those. */
+#define GPUARR__SETTING_LIST(X)                                                                \
+    X(DEVICES, gpuarr__check_text)                                                             \
+    X(LOG, gpuarr__check_log)                                                                  \
+    X(THREADS, gpuarr__check_threads)                                                          \
+    X(HOST_ISA, gpuarr__check_host_isa)                                                        \
+    X(CACHE_DIR, gpuarr__check_cache_dir)                                                      \
+    X(OPENCL_LIBRARY, gpuarr__check_text)                                                      \
+    X(OPENCL_BUILD_OPTIONS, gpuarr__check_text)                                                \
+    X(OPENCL_FP64, gpuarr__check_flag)                                                         \
+    X(OPENCL_UNIFIED, gpuarr__check_flag)                                                      \
+    X(CUDA_LIBRARY, gpuarr__check_text)                                                        \
+    X(CUDA_KERNELS, gpuarr__check_cuda_kernels)                                                \
+    X(NVRTC_LIBRARY, gpuarr__check_text)                                                       \
+    X(PEER_COPIES, gpuarr__check_flag)                                                         \
+    X(ALLOC_CONF, gpuarr__check_text)                                                          \
+    X(FAULTS, gpuarr__check_text)
+
+typedef enum gpuarr__setting_id {
+#define GPUARR__SETTING_ENUM(NAME, check) GPUARR__SET_##NAME,
+    GPUARR__SETTING_LIST(GPUARR__SETTING_ENUM)
+#undef GPUARR__SETTING_ENUM
+    GPUARR__SETTING_COUNT
+} gpuarr__setting_id;
+/* The parsed values of the keyword settings (GPUARR_LOG's are gpuarr_log_level, flags 0 or 1). */
+enum { GPUARR__ISA_AUTO, GPUARR__ISA_BASELINE, GPUARR__ISA_AVX2 };
+enum { GPUARR__KERNELS_AUTO, GPUARR__KERNELS_PTX, GPUARR__KERNELS_NVRTC };
+
 typedef struct gpuarr__state {
     int refs;             /* gpuarr_init references, under gpuarr__init_lock */
     uint32_t valid;       /* atomic: 1 while initialized */
@@ -1217,7 +1256,11 @@ typedef struct gpuarr__state {
     bool locks_ready;
     uint64_t event_seq;            /* atomic: numbers block events */
     uint64_t stream_serial;        /* atomic: numbers streams (kept across init cycles) */
-    char *faults_conf;             /* GPUARR_FAULTS, applied as pools open */
+    struct {                       /* the environment, read once by gpuarr_init */
+        char *text[GPUARR__SETTING_COUNT]; /* a copy of each one set (ALLOC_CONF: or the desc's) */
+        int value[GPUARR__SETTING_COUNT];  /* what its check parsed (a keyword's index, 0/1) */
+        char cache_dir[512];               /* resolved kernel cache folder; "" = no cache */
+    } config;
     gpuarr__cast_fn host_casts[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT]; /* for this CPU */
     const char *host_isa; /* "baseline", "avx2" or "avx2+f16c" */
     bool streaming_copies; /* the CPU has AVX2 and the ISA was not forced to baseline */
@@ -1935,8 +1978,9 @@ static uint32_t gpuarr__table_destroy(gpuarr__table *t) {
 /* ---------------------------------------------------------------------------------------------
  * Backends compiled into this build
  * ------------------------------------------------------------------------------------------- */
-/* Configuration helpers the backends read (defined with the rest of the configuration). */
-static const char *gpuarr__env(const char *name);
+/* Configuration the backends read, parsed by gpuarr_init (defined with the rest of it). */
+static const char *gpuarr__setting(gpuarr__setting_id id);
+static int gpuarr__setting_value(gpuarr__setting_id id, int unset);
 static bool gpuarr__filter_allows(gpuarr_backend b, int index);
 
 /* ---- for the device backends: kernel text, hashes, the on-disk kernel cache ---- */
@@ -1973,15 +2017,10 @@ GPUARR__FOR_BACKENDS static uint64_t gpuarr__hash_pieces(uint64_t h, const char 
     return h;
 }
 
-/* GPUARR_CACHE_DIR, else $XDG_CACHE_HOME/gpuarr, else $HOME/.cache/gpuarr; "off" disables. */
+/* The kernel cache folder resolved by gpuarr_init ("" = no cache). */
 GPUARR__FOR_BACKENDS static bool gpuarr__cache_path(char *out, size_t cap, const char *file) {
-    const char *dir = gpuarr__env("GPUARR_CACHE_DIR");
-    if (dir && strcmp(dir, "off") == 0) return false;
-    char base[512];
-    if (dir) snprintf(base, sizeof base, "%s", dir);
-    else if (gpuarr__env("XDG_CACHE_HOME")) snprintf(base, sizeof base, "%s/gpuarr", gpuarr__env("XDG_CACHE_HOME"));
-    else if (gpuarr__env("HOME")) snprintf(base, sizeof base, "%s/.cache/gpuarr", gpuarr__env("HOME"));
-    else return false;
+    const char *base = gpuarr__g.config.cache_dir;
+    if (!base[0]) return false;
     mkdir(base, 0755); /* the parent may be missing; then the write fails and nothing is cached */
     return snprintf(out, cap, "%s/%s", base, file) < (int)cap;
 }
@@ -3617,25 +3656,6 @@ static bool gpuarr__streq_nocase(const char *a, const char *b) {
     return *a == *b;
 }
 
-static const char *gpuarr__env(const char *name) {
-    const char *v = getenv(name);
-    return v && *v ? v : NULL;
-}
-
-static gpuarr_result gpuarr__parse_log_level(const char *text, gpuarr_log_level *out) {
-    static const char *const names[] = {"", "off", "error", "warn", "info", "debug"};
-    for (int i = 1; i < GPUARR_LOG_LEVEL_COUNT; i++)
-        if (gpuarr__streq_nocase(text, names[i])) {
-            *out = (gpuarr_log_level)i;
-            return GPUARR_OK;
-        }
-    if (gpuarr__streq_nocase(text, "warning")) {
-        *out = GPUARR_LOG_WARN;
-        return GPUARR_OK;
-    }
-    return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "GPUARR_LOG=\"%s\": expected off, error, warn, info or debug", text);
-}
-
 /* A decimal number 0..max with nothing after it. */
 static bool gpuarr__parse_uint(const char *s, size_t len, long max, long *out) {
     if (len == 0 || len > 9) return false;
@@ -3647,6 +3667,123 @@ static bool gpuarr__parse_uint(const char *s, size_t len, long max, long *out) {
     if (v > max) return false;
     *out = v;
     return true;
+}
+
+/* ---- the GPUARR_* variables (GPUARR__SETTING_LIST): one check each, one case rule ---- */
+typedef gpuarr_result (*gpuarr__setting_check)(const char *name, const char *value, int *out);
+#define GPUARR__SETTING_MAX_TEXT 480 /* longer values would be cut short (build options, paths) */
+
+/* words[i] gives values[i]. The one case rule: keywords compare case-insensitively. */
+static gpuarr_result gpuarr__check_keyword(const char *name, const char *value, const char *const *words, const int *values,
+                                           int n, const char *expected, int *out) {
+    for (int i = 0; i < n; i++)
+        if (gpuarr__streq_nocase(value, words[i])) {
+            *out = values[i];
+            return GPUARR_OK;
+        }
+    return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "%s=\"%s\": expected %s", name, value, expected);
+}
+
+/* Free text (paths, filters, options), taken as written. */
+static gpuarr_result gpuarr__check_text(const char *name, const char *value, int *out) {
+    *out = 1;
+    size_t len = strlen(value);
+    if (len > GPUARR__SETTING_MAX_TEXT)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "%s: the value is %zu characters long; at most %d are accepted", name, len,
+                            GPUARR__SETTING_MAX_TEXT);
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__check_flag(const char *name, const char *value, int *out) {
+    static const char *const words[] = {"on", "off", "1", "0", "true", "false", "yes", "no"};
+    static const int values[] = {1, 0, 1, 0, 1, 0, 1, 0};
+    return gpuarr__check_keyword(name, value, words, values, 8, "on or off (also 1/0, true/false, yes/no)", out);
+}
+
+static gpuarr_result gpuarr__check_log(const char *name, const char *value, int *out) {
+    static const char *const words[] = {"off", "error", "warn", "warning", "info", "debug"};
+    static const int values[] = {GPUARR_LOG_OFF, GPUARR_LOG_ERROR, GPUARR_LOG_WARN, GPUARR_LOG_WARN, GPUARR_LOG_INFO, GPUARR_LOG_DEBUG};
+    return gpuarr__check_keyword(name, value, words, values, 6, "off, error, warn, info or debug", out);
+}
+
+static gpuarr_result gpuarr__check_threads(const char *name, const char *value, int *out) {
+    long v;
+    if (!gpuarr__parse_uint(value, strlen(value), 256, &v) || v < 1)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "%s=\"%s\": expected a number from 1 to 256", name, value);
+    *out = (int)v;
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__check_host_isa(const char *name, const char *value, int *out) {
+    static const char *const words[] = {"auto", "baseline", "avx2"};
+    static const int values[] = {GPUARR__ISA_AUTO, GPUARR__ISA_BASELINE, GPUARR__ISA_AVX2};
+    return gpuarr__check_keyword(name, value, words, values, 3, "auto, baseline or avx2", out);
+}
+
+static gpuarr_result gpuarr__check_cuda_kernels(const char *name, const char *value, int *out) {
+    static const char *const words[] = {"auto", "ptx", "nvrtc"};
+    static const int values[] = {GPUARR__KERNELS_AUTO, GPUARR__KERNELS_PTX, GPUARR__KERNELS_NVRTC};
+    return gpuarr__check_keyword(name, value, words, values, 3, "auto, ptx or nvrtc", out);
+}
+
+/* "off" (value 0) or an absolute path (value 1): a relative one would move with the working
+   directory. */
+static gpuarr_result gpuarr__check_cache_dir(const char *name, const char *value, int *out) {
+    if (gpuarr__streq_nocase(value, "off")) {
+        *out = 0;
+        return GPUARR_OK;
+    }
+    if (value[0] != '/')
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "%s=\"%s\": expected off or an absolute path", name, value);
+    return gpuarr__check_text(name, value, out);
+}
+
+static const char *gpuarr__setting(gpuarr__setting_id id) { return gpuarr__g.config.text[id]; }
+
+/* The parsed value of a variable that is set, else `unset`. */
+static int gpuarr__setting_value(gpuarr__setting_id id, int unset) {
+    return gpuarr__g.config.text[id] ? gpuarr__g.config.value[id] : unset;
+}
+
+/* A desc field that is set takes the place of its variable, which is then not read at all. */
+static bool gpuarr__desc_replaces(const gpuarr_desc *d, gpuarr__setting_id id) {
+    return (id == GPUARR__SET_DEVICES && d->devices) || (id == GPUARR__SET_LOG && d->log_level) ||
+           (id == GPUARR__SET_THREADS && d->host_threads) || (id == GPUARR__SET_ALLOC_CONF && d->alloc_conf);
+}
+
+/* Reads, checks and keeps every GPUARR_* variable (an empty one counts as unset). */
+static gpuarr_result gpuarr__read_settings(const gpuarr_desc *d) {
+    static const struct {
+        const char *name;
+        gpuarr__setting_check check;
+    } table[GPUARR__SETTING_COUNT] = {
+#define GPUARR__SETTING_ROW(NAME, check) {"GPUARR_" #NAME, check},
+        GPUARR__SETTING_LIST(GPUARR__SETTING_ROW)
+#undef GPUARR__SETTING_ROW
+    };
+    for (int i = 0; i < GPUARR__SETTING_COUNT; i++) {
+        const char *v = getenv(table[i].name);
+        if (!v || !*v || gpuarr__desc_replaces(d, (gpuarr__setting_id)i)) continue;
+        GPUARR__CHECK(table[i].check(table[i].name, v, &gpuarr__g.config.value[i]));
+        if (!(gpuarr__g.config.text[i] = gpuarr__strdup(v)))
+            return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a copy of %s", table[i].name);
+    }
+    return GPUARR_OK;
+}
+
+/* GPUARR_CACHE_DIR, else $XDG_CACHE_HOME/gpuarr, else $HOME/.cache/gpuarr; "off": none. */
+static void gpuarr__resolve_cache_dir(void) {
+    char *out = gpuarr__g.config.cache_dir;
+    size_t cap = sizeof gpuarr__g.config.cache_dir;
+    const char *dir = gpuarr__setting(GPUARR__SET_CACHE_DIR), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    out[0] = '\0';
+    if (dir) {
+        if (gpuarr__setting_value(GPUARR__SET_CACHE_DIR, 1)) gpuarr__copy_string(out, cap, dir);
+    } else if (xdg && *xdg) {
+        snprintf(out, cap, "%s/gpuarr", xdg);
+    } else if (home && *home) {
+        snprintf(out, cap, "%s/.cache/gpuarr", home);
+    }
 }
 
 /* "<backend>", "<backend>:N" or (allow_star) "<backend>:*". index -1 = unspecified / every. */
@@ -3716,13 +3853,11 @@ static bool gpuarr__filter_mentions(gpuarr_backend b) {
 }
 
 /* GPUARR_HOST_ISA: auto (default), baseline, avx2. */
-static gpuarr_result gpuarr__select_host_isa(const char *want) {
+static gpuarr_result gpuarr__select_host_isa(int want) {
     bool avx2 = gpuarr__cpu_has_avx2();
-    if (want && !gpuarr__streq_nocase(want, "auto") && !gpuarr__streq_nocase(want, "baseline") && !gpuarr__streq_nocase(want, "avx2"))
-        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "GPUARR_HOST_ISA=\"%s\": expected auto, baseline or avx2", want);
-    if (want && gpuarr__streq_nocase(want, "avx2") && !avx2)
+    if (want == GPUARR__ISA_AVX2 && !avx2)
         return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "GPUARR_HOST_ISA=avx2, but this CPU or build lacks AVX2");
-    if (want && gpuarr__streq_nocase(want, "baseline")) avx2 = false;
+    if (want == GPUARR__ISA_BASELINE) avx2 = false;
     gpuarr__cast_table table = gpuarr__host_casts_base;
     gpuarr__g.host_isa = "baseline";
 #ifdef GPUARR__HAVE_AVX2_CASTS
@@ -3822,37 +3957,25 @@ static gpuarr_result gpuarr__resolve_config(const gpuarr_desc *d) {
         return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "desc->host_threads = %d: must be 0 (default) or 1..256", d->host_threads);
     gpuarr__g.allocator = d->allocator;
     gpuarr__g.logger = d->logger;
-    gpuarr__g.log_level = d->log_level;
-    const char *env = gpuarr__env("GPUARR_LOG");
-    if (!gpuarr__g.log_level && env) GPUARR__CHECK(gpuarr__parse_log_level(env, &gpuarr__g.log_level));
-    if (!gpuarr__g.log_level) gpuarr__g.log_level = GPUARR_LOG_WARN;
-    gpuarr__g.host_threads = d->host_threads;
-    env = gpuarr__env("GPUARR_THREADS");
-    if (!gpuarr__g.host_threads && env) {
-        long v;
-        if (!gpuarr__parse_uint(env, strlen(env), 256, &v) || v < 1)
-            return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "GPUARR_THREADS=\"%s\": expected a number from 1 to 256", env);
-        gpuarr__g.host_threads = (int)v;
-    }
+    GPUARR__CHECK(gpuarr__read_settings(d));
+    gpuarr__g.log_level = d->log_level ? d->log_level : (gpuarr_log_level)gpuarr__setting_value(GPUARR__SET_LOG, GPUARR_LOG_WARN);
+    gpuarr__g.host_threads = d->host_threads ? d->host_threads : gpuarr__setting_value(GPUARR__SET_THREADS, 0);
     if (!gpuarr__g.host_threads) {
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
         gpuarr__g.host_threads = cpus < 1 ? 1 : cpus > 64 ? 64 : (int)cpus;
     }
-    GPUARR__CHECK(gpuarr__select_host_isa(gpuarr__env("GPUARR_HOST_ISA")));
-    env = gpuarr__env("GPUARR_PEER_COPIES");
-    if (env && !gpuarr__streq_nocase(env, "on") && !gpuarr__streq_nocase(env, "off"))
-        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "GPUARR_PEER_COPIES=\"%s\": expected on or off", env);
-    gpuarr__g.no_peer_copies = env && gpuarr__streq_nocase(env, "off");
-    const char *filter = d->devices ? d->devices : gpuarr__env("GPUARR_DEVICES");
+    GPUARR__CHECK(gpuarr__select_host_isa(gpuarr__setting_value(GPUARR__SET_HOST_ISA, GPUARR__ISA_AUTO)));
+    gpuarr__g.no_peer_copies = !gpuarr__setting_value(GPUARR__SET_PEER_COPIES, 1);
+    gpuarr__resolve_cache_dir();
+    const char *filter = d->devices ? d->devices : gpuarr__setting(GPUARR__SET_DEVICES);
     if (filter) GPUARR__CHECK(gpuarr__parse_filter(filter));
     gpuarr__g.alloc_conf.caching = true;
     gpuarr__g.alloc_conf.release_threshold = UINT64_MAX;
     gpuarr__g.alloc_conf.host_fallback = d->oom_host_fallback;
-    const char *conf = d->alloc_conf ? d->alloc_conf : gpuarr__env("GPUARR_ALLOC_CONF");
+    if (d->alloc_conf && !(gpuarr__g.config.text[GPUARR__SET_ALLOC_CONF] = gpuarr__strdup(d->alloc_conf)))
+        return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a copy of desc->alloc_conf");
+    const char *conf = gpuarr__setting(GPUARR__SET_ALLOC_CONF); /* the desc's, else the variable's */
     if (conf) GPUARR__CHECK(gpuarr__parse_alloc_conf(conf));
-    const char *faults = gpuarr__env("GPUARR_FAULTS");
-    if (faults && !(gpuarr__g.faults_conf = gpuarr__strdup(faults)))
-        return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for GPUARR_FAULTS");
     return GPUARR_OK;
 }
 
@@ -3978,7 +4101,7 @@ static void gpuarr__teardown(void) {
         pthread_mutex_destroy(&gpuarr__g.oom_lock);
         for (int i = 0; i < 64; i++) pthread_mutex_destroy(&gpuarr__g.use_locks[i]);
     }
-    gpuarr__free(gpuarr__g.faults_conf);
+    for (int i = 0; i < GPUARR__SETTING_COUNT; i++) gpuarr__free(gpuarr__g.config.text[i]);
     gpuarr__free(gpuarr__g.devices);
     gpuarr__free(gpuarr__g.filter);
     gpuarr__free(gpuarr__g.devices_filter);
@@ -4009,7 +4132,8 @@ static gpuarr_result gpuarr__startup(const gpuarr_desc *desc) {
         gpuarr__workers_init(&gpuarr__g.workers, gpuarr__g.host_threads);
         r = gpuarr__registry_build();
     }
-    if (r == GPUARR_OK && gpuarr__g.faults_conf) r = gpuarr__apply_faults(gpuarr__g.faults_conf);
+    const char *faults = gpuarr__setting(GPUARR__SET_FAULTS);
+    if (r == GPUARR_OK && faults) r = gpuarr__apply_faults(faults);
     if (r != GPUARR_OK) {
         gpuarr_allocator keep = gpuarr__g.allocator; /* teardown frees with the same allocator */
         gpuarr__g.allocator = keep;
@@ -4021,6 +4145,31 @@ static gpuarr_result gpuarr__startup(const gpuarr_desc *desc) {
     return GPUARR_OK;
 }
 
+static bool gpuarr__same_text(const char *a, const char *b) { return a && b && strcmp(a, b) == 0; }
+
+/* A later gpuarr_init's desc must agree with the running configuration in every field it sets;
+   the first difference is named. */
+static gpuarr_result gpuarr__desc_agrees(const gpuarr_desc *d) {
+    const gpuarr__state *g = &gpuarr__g;
+    const char *field = NULL;
+    if ((d->allocator.alloc_fn || d->allocator.free_fn || d->allocator.user_data) &&
+        (d->allocator.alloc_fn != g->allocator.alloc_fn || d->allocator.free_fn != g->allocator.free_fn ||
+         d->allocator.user_data != g->allocator.user_data))
+        field = "allocator";
+    else if ((d->logger.fn || d->logger.user_data) && (d->logger.fn != g->logger.fn || d->logger.user_data != g->logger.user_data))
+        field = "logger";
+    else if (d->log_level && d->log_level != g->log_level) field = "log_level";
+    else if (d->devices && !gpuarr__same_text(d->devices, g->devices_filter)) field = "devices";
+    else if (d->host_threads && d->host_threads != g->host_threads) field = "host_threads";
+    else if (d->alloc_conf && !gpuarr__same_text(d->alloc_conf, g->config.text[GPUARR__SET_ALLOC_CONF])) field = "alloc_conf";
+    else if (d->oom_host_fallback && !g->alloc_conf.host_fallback) field = "oom_host_fallback";
+    if (!field) return GPUARR_OK;
+    return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT,
+                        "desc->%s differs from the running configuration (gpuarr is already initialized; pass NULL, or the "
+                        "same values: gpuarr_query_desc shows them)",
+                        field);
+}
+
 GPUARR_API gpuarr_result gpuarr_init(const gpuarr_desc *desc) {
     gpuarr__tls.api = __func__;
     pthread_mutex_lock(&gpuarr__init_lock);
@@ -4028,8 +4177,8 @@ GPUARR_API gpuarr_result gpuarr_init(const gpuarr_desc *desc) {
     if (gpuarr__g.refs == INT_MAX) {
         r = gpuarr__fail(GPUARR_ERROR_OVERFLOW, "too many gpuarr_init references");
     } else if (gpuarr__g.refs > 0) {
-        gpuarr__g.refs++;
-        if (desc) gpuarr__log(GPUARR_LOG_WARN, "gpuarr_init: already initialized; this desc is ignored");
+        r = desc ? gpuarr__desc_agrees(desc) : GPUARR_OK;
+        if (r == GPUARR_OK) gpuarr__g.refs++;
     } else {
         r = gpuarr__startup(desc);
         if (r == GPUARR_OK) gpuarr__g.refs = 1;
@@ -4058,6 +4207,7 @@ GPUARR_API gpuarr_result gpuarr_query_desc(gpuarr_desc *out) {
     out->log_level = gpuarr__g.log_level;
     out->devices = gpuarr__g.devices_filter;
     out->host_threads = gpuarr__g.host_threads;
+    out->alloc_conf = gpuarr__g.config.text[GPUARR__SET_ALLOC_CONF];
     out->oom_host_fallback = gpuarr__g.alloc_conf.host_fallback;
     return GPUARR_OK;
 }

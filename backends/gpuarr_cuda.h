@@ -289,7 +289,7 @@ static bool gpuarr__cu_bind(gpuarr__cu_state *cu) {
 #else
     const int flags = RTLD_NOW | RTLD_LOCAL;
 #endif
-    const char *path = gpuarr__env("GPUARR_CUDA_LIBRARY");
+    const char *path = gpuarr__setting(GPUARR__SET_CUDA_LIBRARY);
     cu->library = dlopen(path ? path : "libcuda.so.1", flags);
     if (!cu->library) {
         gpuarr__log(GPUARR_LOG_INFO, "no CUDA: cannot load %s: %s", path ? path : "libcuda.so.1", dlerror());
@@ -663,7 +663,7 @@ static bool gpuarr__nvrtc_load(void) {
         char home[600] = "";
         const char *cuda_home = getenv("CUDA_HOME");
         snprintf(home, sizeof home, "%s/lib64/libnvrtc.so", cuda_home && *cuda_home ? cuda_home : "/usr/local/cuda");
-        const char *env = getenv("GPUARR_NVRTC_LIBRARY");
+        const char *env = gpuarr__setting(GPUARR__SET_NVRTC_LIBRARY);
         const char *names[] = {env && *env ? env : "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so", home};
         for (size_t i = 0; i < (env && *env ? 1u : GPUARR__CU_PIECES(names)) && !nv->library; i++)
             nv->library = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
@@ -802,8 +802,8 @@ static gpuarr_result gpuarr__cu_nvrtc_module(gpuarr__dev *d, int s, int t, gpuar
 
 static gpuarr_result gpuarr__cu_build_pair(gpuarr__dev *d, int s, int t) {
     gpuarr__cu_device_state *ds = GPUARR__CU_DEV(d);
-    const char *mode = gpuarr__env("GPUARR_CUDA_KERNELS");
-    bool try_ptx = !mode || strcmp(mode, "nvrtc") != 0, try_nvrtc = !mode || strcmp(mode, "ptx") != 0;
+    int mode = gpuarr__setting_value(GPUARR__SET_CUDA_KERNELS, GPUARR__KERNELS_AUTO);
+    bool try_ptx = mode != GPUARR__KERNELS_NVRTC, try_nvrtc = mode != GPUARR__KERNELS_PTX;
     char ptx_why[600] = "not tried (GPUARR_CUDA_KERNELS=nvrtc)", nvrtc_why[600] = "not tried (GPUARR_CUDA_KERNELS=ptx)";
     gpuarr__cu_module mod = NULL;
     gpuarr_result r = GPUARR_ERROR_BACKEND;

@@ -299,7 +299,7 @@ static bool gpuarr__cl_bind(gpuarr__cl_state *cl) {
 #else
     const int flags = RTLD_NOW | RTLD_LOCAL;
 #endif
-    const char *path = gpuarr__env("GPUARR_OPENCL_LIBRARY");
+    const char *path = gpuarr__setting(GPUARR__SET_OPENCL_LIBRARY);
     cl->library = dlopen(path ? path : "libOpenCL.so.1", flags);
     if (!cl->library && !path) cl->library = dlopen("libOpenCL.so", flags);
     if (!cl->library) {
@@ -501,13 +501,12 @@ static gpuarr_result gpuarr__cl_device_info(int index, gpuarr_device_info *info)
     info->max_alloc_bytes = d->max_alloc;
     /* GPUARR_OPENCL_UNIFIED=off handles every device as discrete (own memory, staged copies):
        how PoCL tests the paths a discrete GPU takes. */
-    const char *unified = gpuarr__env("GPUARR_OPENCL_UNIFIED");
-    d->host_unified = gpuarr__cl_info_u32(d->id, GPUARR__CL_DEVICE_HOST_UNIFIED_MEMORY) != 0 && !(unified && strcmp(unified, "off") == 0);
+    d->host_unified = gpuarr__cl_info_u32(d->id, GPUARR__CL_DEVICE_HOST_UNIFIED_MEMORY) != 0 &&
+                      gpuarr__setting_value(GPUARR__SET_OPENCL_UNIFIED, 1);
     d->host_align = GPUARR__MAX((size_t)64, (size_t)gpuarr__cl_info_u32(d->id, GPUARR__CL_DEVICE_MEM_BASE_ADDR_ALIGN) / 8u);
     info->host_unified = d->host_unified;
     /* GPUARR_OPENCL_FP64=off treats every device as lacking doubles (slow or emulated fp64). */
-    const char *fp64 = gpuarr__env("GPUARR_OPENCL_FP64");
-    d->fp64 = !(fp64 && strcmp(fp64, "off") == 0) && gpuarr__cl_has_extension(cl, d->id, "cl_khr_fp64");
+    d->fp64 = gpuarr__setting_value(GPUARR__SET_OPENCL_FP64, 1) && gpuarr__cl_has_extension(cl, d->id, "cl_khr_fp64");
     if (gpuarr__cl_has_extension(cl, d->id, "cl_khr_device_uuid") &&
         cl->clGetDeviceInfo(d->id, GPUARR__CL_DEVICE_UUID_KHR, sizeof info->uuid, info->uuid, NULL) == GPUARR__CL_SUCCESS)
         info->has_uuid = true;
@@ -902,7 +901,7 @@ static gpuarr_result gpuarr__cl_build_pair(gpuarr__dev *d, int s, int t) {
     gpuarr__cl_state *cl = &GPUARR__CL;
     gpuarr__cl_device *cd = GPUARR__CL_DEV(d);
     gpuarr__cl_context ctx = cl->platforms[cd->platform].context;
-    const char *extra = gpuarr__env("GPUARR_OPENCL_BUILD_OPTIONS");
+    const char *extra = gpuarr__setting(GPUARR__SET_OPENCL_BUILD_OPTIONS);
     char options[512];
     snprintf(options, sizeof options, "-cl-std=CL1.2 %s", extra ? extra : "");
     gpuarr__cl_source src;
