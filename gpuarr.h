@@ -225,17 +225,21 @@
  * cached segment goes back and the device is tried once more; then GPUARR_ERROR_OUT_OF_MEMORY
  * with the request, the device's total and free memory, the pool's limit, allocated and cached
  * bytes in the message. With desc.oom_host_fallback (or host_fallback:1) a new array that does
- * not fit goes to the host instead and the call returns GPUARR_PLACED_ON_HOST.
+ * not fit goes to the host instead and the call succeeds (GPUARR_OK): the array's info gives the
+ * host as its device and host_fallback = true, the device's pool counts it in host_fallbacks,
+ * and a warning is logged once the host memory is there.
  *
  * GPUARR_ALLOC_CONF="key:value,..." (or desc.alloc_conf), an unknown key or bad value failing
  * gpuarr_init with the key named:
- *   limit:<bytes or N%>          cap on reserved bytes per device (percent of its memory)
+ *   limit:<bytes or N%>          cap on reserved bytes of each device's pool (percent of its
+ *                                memory), the host's excepted
+ *   host_limit:<bytes or N%>     the same for the host's pool
  *   release_threshold:<bytes>    cached bytes above this go back at sync points (default none)
  *   max_split_size:<bytes>       larger cached blocks are not split (and serve only requests
  *                                within 20 MiB of their size); default: any block is split
  *   caching:0                    every free goes back to the device: valgrind and
  *                                compute-sanitizer see each allocation
- *   host_fallback:1              as desc.oom_host_fallback
+ *   host_fallback:0|1            sets desc.oom_host_fallback's policy, whatever the desc said
  * Sizes take K, M, G suffixes (KiB, MiB, GiB). gpuarr_pool_set_limit and gpuarr_pool_trim change
  * and shed it at run time; gpuarr_pool_get_stats, _summary and _snapshot show it.
  * GPUARR_FAULTS="<device>:nth=N,<device>:above=BYTES" (or gpuarr_pool_inject_faults) makes the
@@ -295,11 +299,9 @@ extern "C" {
 #endif
 
 /* ---------------------------------------------------------------------------------------------
- * Results. X(NAME, value, description). 0 is success, errors are negative; the one positive code
- * is a success with a note (only when its opt-in policy is on).
+ * Results. X(NAME, value, description). 0 is success, errors are negative.
  * ------------------------------------------------------------------------------------------- */
 #define GPUARR_RESULT_LIST(X)                                                                  \
-    X(PLACED_ON_HOST, 1, "success, but the array was placed on the host (out of device memory)") \
     X(OK, 0, "success")                                                                        \
     X(ERROR_INVALID_ARGUMENT, -1, "invalid argument")                                          \
     X(ERROR_INVALID_HANDLE, -2, "invalid, released or stale handle")                           \
@@ -316,7 +318,7 @@ typedef enum gpuarr_result {
 #define GPUARR__RESULT_ENUM(name, value, text) GPUARR_##name = value,
     GPUARR_RESULT_LIST(GPUARR__RESULT_ENUM)
 #undef GPUARR__RESULT_ENUM
-    GPUARR_RESULT_COUNT = 12 /* number of codes; checked against the list in the implementation */
+    GPUARR_RESULT_COUNT = 11 /* number of codes; checked against the list in the implementation */
 } gpuarr_result;
 
 /* ---------------------------------------------------------------------------------------------
@@ -423,8 +425,8 @@ typedef struct gpuarr_desc {
     const char *devices;        /* NULL = GPUARR_DEVICES, else every device (copied by init) */
     int host_threads;           /* 0 = GPUARR_THREADS, else online CPUs (at most 64) */
     const char *alloc_conf;     /* NULL = GPUARR_ALLOC_CONF: "key:value,..." (see MEMORY POOLS) */
-    bool oom_host_fallback;     /* out of device memory: place new arrays on the host instead,
-                                   returning GPUARR_PLACED_ON_HOST (also alloc_conf host_fallback:1) */
+    bool oom_host_fallback;     /* out of device memory: place new arrays on the host instead
+                                   (alloc_conf host_fallback:0 or :1 overrides it) */
 } gpuarr_desc;
 
 /* Starts the library, or adds a reference when it is already running. A later call's desc (when
@@ -515,6 +517,8 @@ typedef struct gpuarr_array_info {
     size_t nbytes;
     bool host_accessible;           /* gpuarr_host_data works on it */
     bool wrapped;                   /* memory adopted from the caller (gpuarr_wrap_host) */
+    bool host_fallback;             /* placed on the host because the device asked for was out
+                                       of memory (desc.oom_host_fallback) */
     uint32_t refcount;              /* references held through the handle */
 } gpuarr_array_info;
 
@@ -1129,6 +1133,7 @@ struct gpuarr__array {
     void *mem;     /* backend memory handle (NULL for an empty array) */
     size_t offset; /* bytes into mem */
     bool wrapped;  /* mem belongs to the caller */
+    bool host_fallback; /* placed on the host: the device asked for was out of memory */
     gpuarr__block *block; /* its pool block (NULL when wrapped or empty) */
     gpuarr__stream *uses[GPUARR__POOL_EVENTS]; /* async streams its memory was used on (held) */
     uint32_t nuses;
@@ -1241,8 +1246,8 @@ typedef struct gpuarr__state {
     int filter_count;
     int host_threads;
     struct { /* GPUARR_ALLOC_CONF and the desc, resolved */
-        uint64_t limit_bytes;   /* 0 = none */
-        uint32_t limit_percent; /* 0 = none */
+        uint64_t limit_bytes[2];   /* [0] every device but the host, [1] the host; 0 = none */
+        uint32_t limit_percent[2]; /* the same as a percentage of the device's memory; 0 = none */
         uint64_t release_threshold, max_split;
         bool caching, host_fallback;
     } alloc_conf;
@@ -2975,8 +2980,9 @@ static void gpuarr__pool_init(gpuarr__pool *p, gpuarr__dev *d, bool pinned) {
         p->stats.release_threshold_bytes = UINT64_MAX;
         return;
     }
-    uint64_t limit = gpuarr__g.alloc_conf.limit_bytes;
-    if (gpuarr__g.alloc_conf.limit_percent) limit = d->info.total_memory / 100u * gpuarr__g.alloc_conf.limit_percent;
+    int host = d->backend->id == GPUARR_BACKEND_HOST; /* limit: device pools, host_limit: the host's */
+    uint64_t limit = gpuarr__g.alloc_conf.limit_bytes[host];
+    if (gpuarr__g.alloc_conf.limit_percent[host]) limit = d->info.total_memory / 100u * gpuarr__g.alloc_conf.limit_percent[host];
     p->stats.limit_bytes = limit;
     p->stats.release_threshold_bytes = gpuarr__g.alloc_conf.release_threshold;
 }
@@ -3090,24 +3096,26 @@ static gpuarr__dev *gpuarr__host_dev(void);
 
 /* A new array with memory from d's pool (none for an empty array), not yet behind a handle. s:
    the stream that will write it (NULL when the host will). With the host fallback on, an array
-   d has no memory for is placed on the host, and the result says so. */
+   d has no memory for is placed on the host (a->dev and a->host_fallback say so). */
 static gpuarr_result gpuarr__array_new(gpuarr__dev *d, gpuarr_dtype t, int ndim, const int64_t *shape, gpuarr__stream *s,
                                        gpuarr__array **out) {
     gpuarr__array *a;
     GPUARR__CHECK(gpuarr__array_alloc_struct(d, t, ndim, shape, &a));
     gpuarr_result r = a->nbytes ? gpuarr__pool_alloc(&d->pool, a->nbytes, s, &a->block) : GPUARR_OK;
     if (r == GPUARR_ERROR_OUT_OF_MEMORY && gpuarr__g.alloc_conf.host_fallback && d != gpuarr__host_dev()) {
-        gpuarr__log(GPUARR_LOG_WARN, "%s; placing the array on the host instead", gpuarr__tls.error);
+        char why[sizeof gpuarr__tls.error];
+        gpuarr__copy_string(why, sizeof why, gpuarr__tls.error);
         r = gpuarr__pool_alloc(&gpuarr__host_dev()->pool, a->nbytes, NULL, &a->block);
         if (r == GPUARR_OK) {
             pthread_mutex_lock(&d->pool.lock);
             d->pool.stats.host_fallbacks++;
             pthread_mutex_unlock(&d->pool.lock);
             a->dev = gpuarr__host_dev();
-            r = GPUARR_PLACED_ON_HOST;
+            a->host_fallback = true;
+            gpuarr__log(GPUARR_LOG_WARN, "%s; the array was placed on the host instead", why);
         }
     }
-    if (r != GPUARR_OK && r != GPUARR_PLACED_ON_HOST) {
+    if (r != GPUARR_OK) {
         gpuarr__free(a);
         return r;
     }
@@ -3619,10 +3627,8 @@ static gpuarr_result gpuarr__convert(gpuarr_array src, gpuarr_device dst, gpuarr
     } else if (r == GPUARR_OK) {
         gpuarr__stream *writer = NULL;
         r = gpuarr__stream_for(d, es, &writer);
-        gpuarr_result placed = GPUARR_OK;
-        if (r == GPUARR_OK) r = placed = gpuarr__array_new(d, dt, a->ndim, a->shape, writer, &b);
+        if (r == GPUARR_OK) r = gpuarr__array_new(d, dt, a->ndim, a->shape, writer, &b);
         if (writer) gpuarr__obj_release(&writer->obj);
-        if (r == GPUARR_PLACED_ON_HOST) r = GPUARR_OK;
         if (r == GPUARR_OK) {
             gpuarr__transfer tr;
             memset(&tr, 0, sizeof tr);
@@ -3636,12 +3642,11 @@ static gpuarr_result gpuarr__convert(gpuarr_array src, gpuarr_device dst, gpuarr
             r = gpuarr__transfer_run(&tr);
             if (r == GPUARR_OK) r = gpuarr__array_publish(b, &id);
             else gpuarr__obj_release(&b->obj);
-            if (r == GPUARR_OK) r = placed;
         }
     }
     if (es) gpuarr__obj_release(&es->obj);
     gpuarr__obj_release(&a->obj);
-    if (r == GPUARR_OK || r == GPUARR_PLACED_ON_HOST) out->id = id;
+    if (r == GPUARR_OK) out->id = id;
     return r;
 }
 
@@ -3900,9 +3905,10 @@ static bool gpuarr__parse_bytes(const char *s, size_t len, uint64_t *out) {
     return true;
 }
 
-/* GPUARR_ALLOC_CONF / desc.alloc_conf: "key:value,..." with keys limit (bytes or N%),
-   release_threshold (bytes; "none" = never), max_split_size (bytes; 0 = split any block),
-   caching (0/1), host_fallback (0/1). An unknown key or a bad value fails gpuarr_init. */
+/* GPUARR_ALLOC_CONF / desc.alloc_conf: "key:value,..." with keys limit and host_limit (bytes or
+   N%), release_threshold (bytes; "none" = never), max_split_size (bytes; 0 = split any block),
+   caching (0/1), host_fallback (0/1, overriding desc.oom_host_fallback). An unknown key or a bad
+   value fails gpuarr_init. */
 static gpuarr_result gpuarr__parse_alloc_conf(const char *text) {
     for (const char *p = text; *p;) {
         size_t len = strcspn(p, ",");
@@ -3914,14 +3920,15 @@ static gpuarr_result gpuarr__parse_alloc_conf(const char *text) {
         uint64_t n = 0;
         bool ok = true;
 #define GPUARR__KEY(name) (klen == sizeof(name) - 1 && strncmp(p, name, klen) == 0)
-        if (GPUARR__KEY("limit")) {
+        if (GPUARR__KEY("limit") || GPUARR__KEY("host_limit")) {
+            int host = GPUARR__KEY("host_limit");
             if (vlen > 1 && v[vlen - 1] == '%') {
                 long pct = 0;
                 ok = gpuarr__parse_uint(v, vlen - 1, 100, &pct) && pct > 0;
-                gpuarr__g.alloc_conf.limit_percent = (uint32_t)pct;
+                gpuarr__g.alloc_conf.limit_percent[host] = (uint32_t)pct;
             } else {
                 ok = gpuarr__parse_bytes(v, vlen, &n);
-                gpuarr__g.alloc_conf.limit_bytes = n;
+                gpuarr__g.alloc_conf.limit_bytes[host] = n;
             }
         } else if (GPUARR__KEY("release_threshold")) {
             if (vlen == 4 && strncmp(v, "none", 4) == 0) n = UINT64_MAX;
@@ -3933,11 +3940,11 @@ static gpuarr_result gpuarr__parse_alloc_conf(const char *text) {
         } else if (GPUARR__KEY("caching") || GPUARR__KEY("host_fallback")) {
             ok = vlen == 1 && (v[0] == '0' || v[0] == '1');
             if (GPUARR__KEY("caching")) gpuarr__g.alloc_conf.caching = v[0] == '1';
-            else gpuarr__g.alloc_conf.host_fallback = gpuarr__g.alloc_conf.host_fallback || v[0] == '1';
+            else gpuarr__g.alloc_conf.host_fallback = v[0] == '1';
         } else {
             return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT,
-                                "GPUARR_ALLOC_CONF: unknown key \"%.*s\" (known: limit, release_threshold, max_split_size, caching, "
-                                "host_fallback)",
+                                "GPUARR_ALLOC_CONF: unknown key \"%.*s\" (known: limit, host_limit, release_threshold, max_split_size, "
+                                "caching, host_fallback)",
                                 (int)klen, p);
         }
 #undef GPUARR__KEY
@@ -4411,8 +4418,7 @@ static gpuarr_result gpuarr__create(gpuarr_device d, gpuarr_dtype t, int ndim, c
     gpuarr__stream *s = NULL;
     GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
     GPUARR__CHECK(gpuarr__stream_for(dev, NULL, &s));
-    gpuarr_result r = gpuarr__array_new(dev, t, ndim, shape, s, &a), placed = r;
-    if (r == GPUARR_PLACED_ON_HOST) r = GPUARR_OK;
+    gpuarr_result r = gpuarr__array_new(dev, t, ndim, shape, s, &a);
     if (r == GPUARR_OK && zero && a->nbytes) {
         gpuarr__stream *fs = s;
         if (a->dev != dev) r = gpuarr__stream_for(a->dev, NULL, &fs); /* placed on the host */
@@ -4428,7 +4434,7 @@ static gpuarr_result gpuarr__create(gpuarr_device d, gpuarr_dtype t, int ndim, c
     if (r == GPUARR_OK) r = gpuarr__array_publish(a, &id);
     else if (a) gpuarr__obj_release(&a->obj);
     if (r == GPUARR_OK) out->id = id;
-    return r == GPUARR_OK ? placed : r;
+    return r;
 }
 
 GPUARR_API gpuarr_result gpuarr_empty(gpuarr_device d, gpuarr_dtype t, int ndim, const int64_t *shape, gpuarr_array *out) {
@@ -4458,9 +4464,9 @@ GPUARR_API gpuarr_result gpuarr_from_host_as(gpuarr_device d, gpuarr_dtype t, co
                             gpuarr__dtype_sizes[t], gpuarr__dtype_names[t]);
     gpuarr__stream *writer;
     GPUARR__CHECK(gpuarr__stream_for(dev, NULL, &writer));
-    gpuarr_result r = gpuarr__array_new(dev, t, ndim, shape, writer, &a), placed = r;
+    gpuarr_result r = gpuarr__array_new(dev, t, ndim, shape, writer, &a);
     gpuarr__obj_release(&writer->obj);
-    if (r != GPUARR_OK && r != GPUARR_PLACED_ON_HOST) return r;
+    if (r != GPUARR_OK) return r;
     gpuarr__transfer tr;
     memset(&tr, 0, sizeof tr);
     tr.dst = gpuarr__array_view(a);
@@ -4472,7 +4478,7 @@ GPUARR_API gpuarr_result gpuarr_from_host_as(gpuarr_device d, gpuarr_dtype t, co
     if (r == GPUARR_OK) r = gpuarr__array_publish(a, &id);
     else gpuarr__obj_release(&a->obj);
     if (r == GPUARR_OK) out->id = id;
-    return r == GPUARR_OK ? placed : r;
+    return r;
 }
 
 GPUARR_API gpuarr_result gpuarr_to_host_as(gpuarr_array arr, gpuarr_dtype t, void *data, size_t count) {
@@ -4572,6 +4578,7 @@ GPUARR_API gpuarr_result gpuarr_array_get_info(gpuarr_array arr, gpuarr_array_in
     out->nbytes = a->nbytes;
     out->host_accessible = a->dev->backend->id == GPUARR_BACKEND_HOST;
     out->wrapped = a->wrapped;
+    out->host_fallback = a->host_fallback;
     out->refcount = gpuarr__table_public_refs(&gpuarr__g.arrays, arr.id);
     gpuarr__obj_release(&a->obj);
     return GPUARR_OK;

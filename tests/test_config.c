@@ -11,6 +11,23 @@
 
 static void set(const char *name, const char *value) { cr_assert_eq(setenv(name, value, 1), 0); }
 
+/* A logger that keeps the last messages, joined. */
+static char logged[8192];
+static void keep_log(gpuarr_log_level level, const char *message, void *user) {
+    (void)level;
+    (void)user;
+    size_t n = strlen(logged);
+    snprintf(logged + n, sizeof logged - n, "%s\n", message);
+}
+static gpuarr_result init_logging(const char *alloc_conf, bool host_fallback) {
+    gpuarr_desc desc = {0};
+    desc.logger.fn = keep_log;
+    desc.alloc_conf = alloc_conf;
+    desc.oom_host_fallback = host_fallback;
+    logged[0] = '\0';
+    return gpuarr_init(&desc);
+}
+
 /* ---- item: every variable has one parser, run at init ---- */
 
 static void expect_rejected(const char *name, const char *value) {
@@ -159,4 +176,56 @@ Test(config_desc, a_second_init_with_another_desc_fails_naming_the_field) {
     cr_expect(gpuarr_is_initialized(), "a refused init added a reference, or an accepted one did not");
     gpuarr_shutdown();
     cr_expect(!gpuarr_is_initialized(), "the refused inits added references");
+}
+
+/* ---- item: limits per device, the host fallback ---- */
+
+static gpuarr_pool_stats pool_of(gpuarr_device d) {
+    gpuarr_pool_stats st;
+    TEST_OK(gpuarr_pool_get_stats(d, &st));
+    return st;
+}
+
+Test(config_pool, a_limit_applies_to_devices_and_host_limit_to_the_host) {
+    TEST_OK(init_logging("limit:1M,host_fallback:1", false));
+    int64_t shape[1] = {4 << 20};
+    gpuarr_array a;
+    TEST_OK(gpuarr_empty(gpuarr_host(), GPUARR_U8, 1, shape, &a)); /* the host has no limit */
+    TEST_OK(gpuarr_release(a));
+    cr_expect_eq(pool_of(gpuarr_host()).limit_bytes, 0u);
+    gpuarr_device d = test_device();
+    if (!test_device_is_host(d)) cr_expect_eq(pool_of(d).limit_bytes, (uint64_t)(1 << 20));
+    gpuarr_shutdown();
+    TEST_OK(init_logging("limit:2G,host_limit:1M", false));
+    cr_expect_eq(gpuarr_empty(gpuarr_host(), GPUARR_U8, 1, shape, &a), GPUARR_ERROR_OUT_OF_MEMORY);
+    cr_expect_eq(pool_of(gpuarr_host()).limit_bytes, (uint64_t)(1 << 20));
+    gpuarr_shutdown();
+}
+
+Test(config_pool, the_fallback_is_logged_only_when_it_worked) {
+    gpuarr_device d;
+    set("GPUARR_FAULTS", "host:above=1M"); /* the host cannot take it either */
+    TEST_OK(init_logging("limit:1M,host_fallback:1", false));
+    d = test_device();
+    if (test_device_is_host(d)) test_skip("the host has no host to fall back to");
+    int64_t shape[1] = {4 << 20};
+    gpuarr_array a;
+    cr_expect_eq(gpuarr_empty(d, GPUARR_U8, 1, shape, &a), GPUARR_ERROR_OUT_OF_MEMORY);
+    cr_expect(strstr(logged, "on the host") == NULL, "a fallback that failed was logged: %s", logged);
+    cr_expect_eq(pool_of(d).host_fallbacks, 0u);
+    gpuarr_shutdown();
+}
+
+Test(config_pool, host_fallback_0_in_alloc_conf_turns_the_desc_flag_off) {
+    TEST_OK(init_logging("limit:1M,host_fallback:0", true));
+    gpuarr_desc q;
+    TEST_OK(gpuarr_query_desc(&q));
+    cr_expect(!q.oom_host_fallback, "host_fallback:0 left desc.oom_host_fallback on");
+    gpuarr_device d = test_device();
+    if (!test_device_is_host(d)) {
+        int64_t shape[1] = {4 << 20};
+        gpuarr_array a;
+        cr_expect_eq(gpuarr_empty(d, GPUARR_U8, 1, shape, &a), GPUARR_ERROR_OUT_OF_MEMORY);
+    }
+    gpuarr_shutdown();
 }
