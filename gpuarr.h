@@ -72,7 +72,8 @@
  * ("OFF" = "off"); a switch takes on|off, 1|0, true|false or yes|no; paths and lists are taken
  * as written, at most 480 characters.
  *   GPUARR_DEVICES   device filter, comma separated: host, cuda, cuda:*, cuda:N, opencl,
- *                    opencl:*, opencl:N. The host is always present. Default: every device.
+ *                    opencl:*, opencl:N. The host is always present. Default: every device. An
+ *                    item naming a device this machine lacks is logged as a warning.
  *   GPUARR_LOG       off | error | warn (or warning) | info | debug. Default: warn (to stderr unless a logger
  *                    is given).
  *   GPUARR_THREADS   host worker threads for large casts and copies, 1..256. Default: the number
@@ -95,7 +96,9 @@
  *                       host memory even where the devices could copy directly (P2P trouble,
  *                       testing).
  *   GPUARR_ALLOC_CONF, GPUARR_FAULTS  memory pools: see MEMORY POOLS.
- * A malformed value makes gpuarr_init fail with GPUARR_ERROR_INVALID_ARGUMENT naming it.
+ * A malformed value makes gpuarr_init fail with GPUARR_ERROR_INVALID_ARGUMENT naming it. A
+ * library that cannot be loaded is not an error: its backend has no devices, and
+ * gpuarr_device_find's error for them gives the path and the loader's reason.
  *
  * =============================================================================================
  * DEVICES
@@ -110,7 +113,8 @@
  *   "gpu"        the best GPU (most compute units x clock, then memory), else GPUARR_ERROR_NO_DEVICE
  *   "any"        the best GPU, else the host
  * A malformed spec is GPUARR_ERROR_INVALID_ARGUMENT; a well-formed spec naming no present device
- * is GPUARR_ERROR_NO_DEVICE.
+ * is GPUARR_ERROR_NO_DEVICE (the message says when the device exists but GPUARR_DEVICES leaves it
+ * out, or why its backend is unavailable).
  *
  * =============================================================================================
  * ARRAYS
@@ -536,6 +540,10 @@ GPUARR_API gpuarr_result gpuarr_from_host_as(gpuarr_device d, gpuarr_dtype t, co
    holds `count` elements of t; count smaller than the array's count is an error. */
 GPUARR_API gpuarr_result gpuarr_to_host_as(gpuarr_array a, gpuarr_dtype t, void *data,
                                            size_t count);
+/* The same two, for the typed wrappers below: `api` is the name errors give the call. */
+GPUARR_API gpuarr_result gpuarr__from_host_named(const char *api, gpuarr_device d, gpuarr_dtype t, const void *data,
+                                                 int ndim, const int64_t *shape, gpuarr_array *out);
+GPUARR_API gpuarr_result gpuarr__to_host_named(const char *api, gpuarr_array a, gpuarr_dtype t, void *data, size_t count);
 /* Adopts host memory without copying. `release` (may be NULL) is called with (data, user_data)
    when the last reference goes, and never if this call fails. data must be aligned to the
    dtype's size; it may be NULL only for an empty array. */
@@ -651,11 +659,11 @@ GPUARR_API gpuarr_result gpuarr_pool_inject_faults(gpuarr_device d, uint64_t nth
     static inline gpuarr_result gpuarr_from_host_##suffix(gpuarr_device d, const ctype *data,  \
                                                           int ndim, const int64_t *shape,      \
                                                           gpuarr_array *out) {                 \
-        return gpuarr_from_host_as(d, dtype, data, ndim, shape, out);                          \
+        return gpuarr__from_host_named("gpuarr_from_host", d, dtype, data, ndim, shape, out);  \
     }                                                                                          \
     static inline gpuarr_result gpuarr_to_host_##suffix(gpuarr_array a, ctype *data,           \
                                                         size_t count) {                        \
-        return gpuarr_to_host_as(a, dtype, data, count);                                       \
+        return gpuarr__to_host_named("gpuarr_to_host", a, dtype, data, count);                 \
     }
 GPUARR_CTYPE_LIST(GPUARR__TYPED_IO)
 #undef GPUARR__TYPED_IO
@@ -663,17 +671,17 @@ GPUARR_CTYPE_LIST(GPUARR__TYPED_IO)
 /* Exact-width spellings for direct calls (int64_t is `long` or `long long`). */
 static inline gpuarr_result gpuarr_from_host_i64(gpuarr_device d, const int64_t *data, int ndim,
                                                  const int64_t *shape, gpuarr_array *out) {
-    return gpuarr_from_host_as(d, GPUARR_I64, data, ndim, shape, out);
+    return gpuarr__from_host_named("gpuarr_from_host_i64", d, GPUARR_I64, data, ndim, shape, out);
 }
 static inline gpuarr_result gpuarr_from_host_u64(gpuarr_device d, const uint64_t *data, int ndim,
                                                  const int64_t *shape, gpuarr_array *out) {
-    return gpuarr_from_host_as(d, GPUARR_U64, data, ndim, shape, out);
+    return gpuarr__from_host_named("gpuarr_from_host_u64", d, GPUARR_U64, data, ndim, shape, out);
 }
 static inline gpuarr_result gpuarr_to_host_i64(gpuarr_array a, int64_t *data, size_t count) {
-    return gpuarr_to_host_as(a, GPUARR_I64, data, count);
+    return gpuarr__to_host_named("gpuarr_to_host_i64", a, GPUARR_I64, data, count);
 }
 static inline gpuarr_result gpuarr_to_host_u64(gpuarr_array a, uint64_t *data, size_t count) {
-    return gpuarr_to_host_as(a, GPUARR_U64, data, count);
+    return gpuarr__to_host_named("gpuarr_to_host_u64", a, GPUARR_U64, data, count);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -1339,10 +1347,11 @@ static gpuarr_result gpuarr__fail(gpuarr_result r, const char *fmt, ...) {
 
 static bool gpuarr__initialized(void) { return GPUARR__ATOMIC_LOAD(&gpuarr__g.valid) != 0; }
 
-/* Every public function that needs the library starts with this. */
-#define GPUARR__BEGIN()                                                                        \
+/* Every public function that needs the library starts with this (_AS: under another name). */
+#define GPUARR__BEGIN() GPUARR__BEGIN_AS(__func__)
+#define GPUARR__BEGIN_AS(name)                                                                 \
     do {                                                                                       \
-        gpuarr__tls.api = __func__;                                                            \
+        gpuarr__tls.api = (name);                                                              \
         if (!gpuarr__initialized())                                                            \
             return gpuarr__fail(GPUARR_ERROR_NOT_INITIALIZED,                                  \
                                 "gpuarr is not initialized (call gpuarr_init first)");         \
@@ -4046,6 +4055,20 @@ static gpuarr_result gpuarr__registry_add(const gpuarr__backend *b, int index) {
     return GPUARR_OK;
 }
 
+/* A device filter item naming a device this machine does not have is a likely typo: say so. */
+static void gpuarr__warn_absent_filter_items(const int *counts) {
+    for (int i = 0; i < gpuarr__g.filter_count; i++) {
+        const gpuarr__filter_item *f = &gpuarr__g.filter[i];
+        if (f->backend == GPUARR_BACKEND_HOST || (f->index < 0 ? counts[f->backend] > 0 : f->index < counts[f->backend])) continue;
+        char item[32];
+        if (f->index < 0) snprintf(item, sizeof item, "%s", gpuarr__backend_names[f->backend]);
+        else snprintf(item, sizeof item, "%s:%d", gpuarr__backend_names[f->backend], f->index);
+        gpuarr__log(GPUARR_LOG_WARN, "the device filter \"%s\" names %s, but this machine has %d %s devices%s%s", gpuarr__g.devices_filter,
+                    item, counts[f->backend], gpuarr__backend_names[f->backend], gpuarr__g.backend_error[f->backend][0] ? ": " : "",
+                    gpuarr__g.backend_error[f->backend]);
+    }
+}
+
 static gpuarr_result gpuarr__registry_build(void) {
     int capacity = 0, counts[GPUARR_BACKEND_COUNT] = {0};
     for (int i = 1; i < GPUARR_BACKEND_COUNT; i++) {
@@ -4076,6 +4099,7 @@ static gpuarr_result gpuarr__registry_build(void) {
             if (r != GPUARR_OK) gpuarr__log(GPUARR_LOG_WARN, "skipping %s device %d: %s", b->name, k, gpuarr__tls.error);
         }
     }
+    gpuarr__warn_absent_filter_items(counts);
     gpuarr__registry_link();
     return GPUARR_OK;
 }
@@ -4351,6 +4375,9 @@ static gpuarr_result gpuarr__find_device(const char *spec, gpuarr__dev **out) {
         if (!found && !gpuarr__g.backend_loaded[b])
             return gpuarr__fail(GPUARR_ERROR_NO_DEVICE, "spec \"%s\": no such device (the %s backend is not available at run time: %s)", spec,
                                 gpuarr__backend_names[b], gpuarr__g.backend_error[b][0] ? gpuarr__g.backend_error[b] : "not asked for by GPUARR_DEVICES");
+        if (!found && index >= 0 && index < gpuarr__backends[b]->device_count() && !gpuarr__filter_allows(b, index))
+            return gpuarr__fail(GPUARR_ERROR_NO_DEVICE, "spec \"%s\": the device exists but the device filter \"%s\" leaves it out", spec,
+                                gpuarr__g.devices_filter);
         if (!found)
             return gpuarr__fail(GPUARR_ERROR_NO_DEVICE, "spec \"%s\": no such device (%d %s devices)", spec,
                                 gpuarr__backends[b]->device_count(), gpuarr__backend_names[b]);
@@ -4449,7 +4476,12 @@ GPUARR_API gpuarr_result gpuarr_zeros(gpuarr_device d, gpuarr_dtype t, int ndim,
 
 GPUARR_API gpuarr_result gpuarr_from_host_as(gpuarr_device d, gpuarr_dtype t, const void *data, int ndim,
                                              const int64_t *shape, gpuarr_array *out) {
-    GPUARR__BEGIN();
+    return gpuarr__from_host_named(__func__, d, t, data, ndim, shape, out);
+}
+
+GPUARR_API gpuarr_result gpuarr__from_host_named(const char *api, gpuarr_device d, gpuarr_dtype t, const void *data, int ndim,
+                                                 const int64_t *shape, gpuarr_array *out) {
+    GPUARR__BEGIN_AS(api ? api : "gpuarr_from_host_as");
     GPUARR__REQUIRE_PTR(out);
     gpuarr__dev *dev;
     gpuarr__array *a;
@@ -4482,7 +4514,11 @@ GPUARR_API gpuarr_result gpuarr_from_host_as(gpuarr_device d, gpuarr_dtype t, co
 }
 
 GPUARR_API gpuarr_result gpuarr_to_host_as(gpuarr_array arr, gpuarr_dtype t, void *data, size_t count) {
-    GPUARR__BEGIN();
+    return gpuarr__to_host_named(__func__, arr, t, data, count);
+}
+
+GPUARR_API gpuarr_result gpuarr__to_host_named(const char *api, gpuarr_array arr, gpuarr_dtype t, void *data, size_t count) {
+    GPUARR__BEGIN_AS(api ? api : "gpuarr_to_host_as");
     gpuarr__array *a;
     GPUARR__CHECK(gpuarr__get_array(arr, "a", &a));
     gpuarr_dtype dt = t ? t : a->dtype;

@@ -291,13 +291,14 @@ static bool gpuarr__cu_bind(gpuarr__cu_state *cu) {
 #endif
     const char *path = gpuarr__setting(GPUARR__SET_CUDA_LIBRARY);
     cu->library = dlopen(path ? path : "libcuda.so.1", flags);
-    if (!cu->library) {
-        gpuarr__log(GPUARR_LOG_INFO, "no CUDA: cannot load %s: %s", path ? path : "libcuda.so.1", dlerror());
+    if (!cu->library) { /* the reason reaches gpuarr-info and device_find's errors */
+        gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "cannot load %s%s: %s", path ? path : "libcuda.so.1", path ? " (GPUARR_CUDA_LIBRARY)" : "",
+                     dlerror());
         return false;
     }
 #define GPUARR__CU_BIND_DYNAMIC(ret, name, params)                                             \
     if (!gpuarr__dl_symbol(cu->library, #name, &cu->p_##name, sizeof cu->p_##name)) {        \
-        gpuarr__log(GPUARR_LOG_WARN, "no CUDA: the driver lacks %s (too old)", #name);         \
+        gpuarr__fail(GPUARR_ERROR_BACKEND, "the CUDA driver lacks %s (too old)", #name);         \
         return false;                                                                          \
     }
     GPUARR__CU_PROCS(GPUARR__CU_BIND_DYNAMIC)
@@ -348,7 +349,7 @@ static gpuarr_result gpuarr__cu_load(void) {
     if (!cu) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the CUDA backend");
     pthread_mutex_init(&cu->peer_lock, NULL);
     gpuarr__g.backend_state[GPUARR_BACKEND_CUDA] = cu;
-    gpuarr_result r = gpuarr__cu_bind(cu) ? GPUARR_OK : gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "no usable CUDA driver (libcuda.so.1)");
+    gpuarr_result r = gpuarr__cu_bind(cu) ? GPUARR_OK : GPUARR_ERROR_UNSUPPORTED; /* bind said why */
     if (r == GPUARR_OK) {
 #define GPUARR__CU_BIND_OPTIONAL(ret, name, params) gpuarr__dl_symbol(cu->library, #name, &cu->p_##name, sizeof cu->p_##name);
         GPUARR__CU_OPTIONAL_PROCS(GPUARR__CU_BIND_OPTIONAL)

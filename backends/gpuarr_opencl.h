@@ -302,8 +302,9 @@ static bool gpuarr__cl_bind(gpuarr__cl_state *cl) {
     const char *path = gpuarr__setting(GPUARR__SET_OPENCL_LIBRARY);
     cl->library = dlopen(path ? path : "libOpenCL.so.1", flags);
     if (!cl->library && !path) cl->library = dlopen("libOpenCL.so", flags);
-    if (!cl->library) {
-        gpuarr__log(GPUARR_LOG_INFO, "no OpenCL: cannot load %s: %s", path ? path : "libOpenCL.so.1", dlerror());
+    if (!cl->library) { /* the reason reaches gpuarr-info and device_find's errors */
+        gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "cannot load %s%s: %s", path ? path : "libOpenCL.so.1 or libOpenCL.so",
+                     path ? " (GPUARR_OPENCL_LIBRARY)" : "", dlerror());
         return false;
     }
     /* dlsym returns an object pointer; copying its bits into the function pointer is the
@@ -312,7 +313,7 @@ static bool gpuarr__cl_bind(gpuarr__cl_state *cl) {
     {                                                                                          \
         void *sym = dlsym(cl->library, #name);                                                 \
         if (!sym) {                                                                            \
-            gpuarr__log(GPUARR_LOG_WARN, "no OpenCL: the loader lacks %s (OpenCL 1.2 is needed)", #name); \
+            gpuarr__fail(GPUARR_ERROR_BACKEND, "the OpenCL loader lacks %s (OpenCL 1.2 is needed)", #name); \
             return false;                                                                      \
         }                                                                                      \
         memcpy(&cl->name, &sym, sizeof sym);                                                   \
@@ -406,8 +407,7 @@ static gpuarr_result gpuarr__cl_load(void) {
     pthread_mutex_init(&cl->context_lock, NULL);
     pthread_mutex_init(&cl->build_lock, NULL);
     gpuarr__g.backend_state[GPUARR_BACKEND_OPENCL] = cl;
-    gpuarr_result r = gpuarr__cl_bind(cl) ? gpuarr__cl_enumerate(cl)
-                                          : gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "no usable OpenCL loader (libOpenCL.so.1)");
+    gpuarr_result r = gpuarr__cl_bind(cl) ? gpuarr__cl_enumerate(cl) : GPUARR_ERROR_UNSUPPORTED; /* bind said why */
     if (r != GPUARR_OK) gpuarr__cl_unload();
     return r;
 }

@@ -229,3 +229,51 @@ Test(config_pool, host_fallback_0_in_alloc_conf_turns_the_desc_flag_off) {
     }
     gpuarr_shutdown();
 }
+
+/* ---- item: device filter messages, library paths, API names ---- */
+
+Test(config_devices, a_filtered_out_device_is_named_as_such) {
+    set("GPUARR_DEVICES", "opencl:1");
+    TEST_OK(gpuarr_init(NULL));
+    gpuarr_device d;
+    if (gpuarr_device_find("opencl:1", &d) != GPUARR_OK) test_skip("no opencl:1 here (POCL_DEVICES=\"pthread pthread\")");
+    cr_expect_eq(gpuarr_device_find("opencl:0", &d), GPUARR_ERROR_NO_DEVICE);
+    cr_expect(strstr(gpuarr_last_error(), "leaves it out") && strstr(gpuarr_last_error(), "opencl:1"), "%s", gpuarr_last_error());
+    gpuarr_shutdown();
+}
+
+Test(config_devices, a_filter_naming_an_absent_device_warns) {
+    set("GPUARR_DEVICES", "host,opencl:7");
+    TEST_OK(init_logging(NULL, false));
+    cr_expect(strstr(logged, "opencl:7") != NULL, "no warning about opencl:7; the log: %s", logged);
+    gpuarr_shutdown();
+}
+
+static void expect_library_reason(const char *var, const char *spec) {
+    set(var, "/nonexistent/libgpuarr-test.so");
+    TEST_OK(gpuarr_init(NULL));
+    gpuarr_device d;
+    cr_expect_eq(gpuarr_device_find(spec, &d), GPUARR_ERROR_NO_DEVICE);
+    cr_expect(strstr(gpuarr_last_error(), "/nonexistent/libgpuarr-test.so") && strstr(gpuarr_last_error(), "No such file"),
+              "%s: the path or dlerror() is missing: %s", var, gpuarr_last_error());
+    gpuarr_shutdown();
+    unsetenv(var);
+}
+
+Test(config_devices, a_bad_library_path_is_named_with_the_loader_reason) {
+    expect_library_reason("GPUARR_OPENCL_LIBRARY", "opencl:0");
+    expect_library_reason("GPUARR_CUDA_LIBRARY", "cuda:0");
+}
+
+Test(config_devices, typed_host_io_errors_name_the_typed_call) {
+    TEST_OK(gpuarr_init(NULL));
+    float out[4];
+    cr_expect_eq(gpuarr_to_host((gpuarr_array){0}, out, 4), GPUARR_ERROR_INVALID_HANDLE);
+    cr_expect(strncmp(gpuarr_last_error(), "gpuarr_to_host:", 15) == 0, "%s", gpuarr_last_error());
+    cr_expect_eq(gpuarr_to_host_as((gpuarr_array){0}, GPUARR_F32, out, 4), GPUARR_ERROR_INVALID_HANDLE);
+    cr_expect(strncmp(gpuarr_last_error(), "gpuarr_to_host_as:", 18) == 0, "%s", gpuarr_last_error());
+    gpuarr_array a;
+    cr_expect_eq(gpuarr_from_host((gpuarr_device){0}, out, 1, (int64_t[]){4}, &a), GPUARR_ERROR_INVALID_HANDLE);
+    cr_expect(strncmp(gpuarr_last_error(), "gpuarr_from_host:", 17) == 0, "%s", gpuarr_last_error());
+    gpuarr_shutdown();
+}
