@@ -168,7 +168,14 @@
  * the scope, not an enclosing loop). `return` and `goto` out of the block SKIP the restore: use
  * GPUARR_SCOPED_DEVICE(dev); / GPUARR_SCOPED_STREAM(s); (GCC/Clang cleanup attribute in C, RAII
  * in C++), which restore at the end of the enclosing block on every exit. If the device or
- * stream is invalid the block does not run and gpuarr_last_error() says why.
+ * stream is invalid (or cannot be made current), GPUARR_WITH_* skip the block and
+ * gpuarr_last_error() says why; GPUARR_SCOPED_* cannot skip the rest of the block, so there
+ * the thread has NO current device or stream until the block ends: every call that would use
+ * them (a {0} stream, work placed on the current stream, gpuarr_current_device() = {0}) fails
+ * with the scope's result and a message saying that the scope did not start, so the block never
+ * runs on the device it meant to replace. The _R forms, GPUARR_WITH_DEVICE_R(dev, &result),
+ * GPUARR_WITH_STREAM_R, GPUARR_SCOPED_DEVICE_R and GPUARR_SCOPED_STREAM_R, also write the
+ * scope's result (GPUARR_OK or the error) to a gpuarr_result.
  *
  * =============================================================================================
  * CUDA
@@ -724,8 +731,10 @@ GPUARR_API gpuarr_result gpuarr_set_current_stream(gpuarr_stream s); /* {0} clea
 typedef struct gpuarr_scope {
     gpuarr_device previous_device;
     gpuarr_stream previous_stream;
-    gpuarr_result result; /* why the scope did not start, when active is false */
+    gpuarr_result result; /* GPUARR_OK, or why the scope did not start (then active is false) */
     bool active;
+    bool held;             /* a failed scope kept by gpuarr_scope_hold: the thread has no device */
+    gpuarr_result previous_failure; /* the thread's failed-scope state before this scope */
     gpuarr_device device;  /* the scope's device */
     void *native_previous; /* the backend's previous native context (CUDA), restored on leave */
 } gpuarr_scope;
@@ -733,7 +742,18 @@ typedef struct gpuarr_scope {
    makes the stream's device current). Leave: restore them; a second leave does nothing. */
 GPUARR_API gpuarr_scope gpuarr_scope_enter_device(gpuarr_device d);
 GPUARR_API gpuarr_scope gpuarr_scope_enter_stream(gpuarr_stream s);
+/* Returns s. If s failed to start, the thread is left with no current device or stream until
+   gpuarr_scope_leave(&s): every call that would use them (a {0} stream, work placed on the
+   current stream, gpuarr_current_device) fails with s.result, saying that the scope did not
+   start. What GPUARR_SCOPED_DEVICE / _STREAM use, so that their block never runs on the device
+   it replaced. */
+GPUARR_API gpuarr_scope gpuarr_scope_hold(gpuarr_scope s);
 GPUARR_API void gpuarr_scope_leave(gpuarr_scope *scope);
+/* Stores s.result in *result (when result is not NULL) and returns s: for the _R macros. */
+static inline gpuarr_scope gpuarr__scope_report(gpuarr_scope s, gpuarr_result *result) {
+    if (result) *result = s.result;
+    return s;
+}
 
 #define GPUARR__CAT2(a, b) a##b
 #define GPUARR__CAT(a, b) GPUARR__CAT2(a, b)
@@ -746,6 +766,10 @@ GPUARR_API void gpuarr_scope_leave(gpuarr_scope *scope);
         for (int GPUARR__ID(once) = 1; GPUARR__ID(once); GPUARR__ID(once) = 0)
 #define GPUARR_WITH_DEVICE(dev) GPUARR__WITH(gpuarr_scope_enter_device(dev))
 #define GPUARR_WITH_STREAM(stream) GPUARR__WITH(gpuarr_scope_enter_stream(stream))
+/* The same, writing the scope's result to *(result) before the block would run: GPUARR_OK, or
+   the error that made it skip the block. */
+#define GPUARR_WITH_DEVICE_R(dev, result) GPUARR__WITH(gpuarr__scope_report(gpuarr_scope_enter_device(dev), result))
+#define GPUARR_WITH_STREAM_R(stream, result) GPUARR__WITH(gpuarr__scope_report(gpuarr_scope_enter_stream(stream), result))
 
 /* ---------------------------------------------------------------------------------------------
  * OpenCL interop. Native handles travel as void * here; with <CL/cl.h> included, the typed
@@ -806,10 +830,11 @@ GPUARR_API gpuarr_result gpuarr_cuda_wrap_stream(gpuarr_device d, struct CUstrea
 GPUARR_CTYPE_LIST(GPUARR__OVERLOADS)
 #undef GPUARR__OVERLOADS
 
-/* Restores the thread's device (and stream) at the end of the enclosing block, on every exit. */
+/* Restores the thread's device (and stream) at the end of the enclosing block, on every exit. A
+   scope that failed leaves the block without a current device (gpuarr_scope_hold). */
 struct gpuarr_scope_guard {
     gpuarr_scope scope;
-    explicit gpuarr_scope_guard(gpuarr_scope s) : scope(s) {}
+    explicit gpuarr_scope_guard(gpuarr_scope s) : scope(gpuarr_scope_hold(s)) {}
     ~gpuarr_scope_guard() { gpuarr_scope_leave(&scope); }
     gpuarr_scope_guard(const gpuarr_scope_guard &) = delete;
     gpuarr_scope_guard &operator=(const gpuarr_scope_guard &) = delete;
@@ -818,6 +843,10 @@ struct gpuarr_scope_guard {
     gpuarr_scope_guard GPUARR__ID(guard)(gpuarr_scope_enter_device(dev))
 #define GPUARR_SCOPED_STREAM(stream)                                                           \
     gpuarr_scope_guard GPUARR__ID(guard)(gpuarr_scope_enter_stream(stream))
+#define GPUARR_SCOPED_DEVICE_R(dev, result)                                                    \
+    gpuarr_scope_guard GPUARR__ID(guard)(gpuarr__scope_report(gpuarr_scope_enter_device(dev), result))
+#define GPUARR_SCOPED_STREAM_R(stream, result)                                                 \
+    gpuarr_scope_guard GPUARR__ID(guard)(gpuarr__scope_report(gpuarr_scope_enter_stream(stream), result))
 #else
 #define GPUARR__GENERIC_FROM(ctype, suffix, dtype)                                             \
     , const ctype * : gpuarr_from_host_##suffix, ctype * : gpuarr_from_host_##suffix
@@ -827,12 +856,14 @@ struct gpuarr_scope_guard {
 #define gpuarr_to_host(arr, data, count)                                                       \
     _Generic((data)GPUARR_CTYPE_LIST(GPUARR__GENERIC_TO))(arr, data, count)
 #if defined(__GNUC__) || defined(__clang__)
-#define GPUARR_SCOPED_DEVICE(dev)                                                              \
+#define GPUARR_SCOPED_DEVICE(dev) GPUARR_SCOPED_DEVICE_R(dev, NULL)
+#define GPUARR_SCOPED_STREAM(stream) GPUARR_SCOPED_STREAM_R(stream, NULL)
+#define GPUARR_SCOPED_DEVICE_R(dev, result)                                                    \
     gpuarr_scope GPUARR__ID(guard) __attribute__((cleanup(gpuarr_scope_leave), unused)) =            \
-        gpuarr_scope_enter_device(dev)
-#define GPUARR_SCOPED_STREAM(stream)                                                           \
+        gpuarr_scope_hold(gpuarr__scope_report(gpuarr_scope_enter_device(dev), result))
+#define GPUARR_SCOPED_STREAM_R(stream, result)                                                 \
     gpuarr_scope GPUARR__ID(guard) __attribute__((cleanup(gpuarr_scope_leave), unused)) =            \
-        gpuarr_scope_enter_stream(stream)
+        gpuarr_scope_hold(gpuarr__scope_report(gpuarr_scope_enter_stream(stream), result))
 #endif
 #endif /* __cplusplus */
 
@@ -1297,6 +1328,8 @@ typedef struct gpuarr__thread_state {
     const char *api;       /* the public function running on this thread, for messages */
     uint32_t device_id;    /* current device; 0 = not set ("any") */
     uint32_t stream_id;    /* current stream; 0 = none */
+    gpuarr_result scope_failure; /* inside a held scope that failed: its result, else 0 */
+    char scope_why[512];   /* that scope's error message */
     uint64_t serial;       /* names the thread as the owner of its default streams; 0 = none yet */
     struct {               /* the thread's default streams, by device index mod 8 */
         uint32_t epoch;    /* the init cycle they belong to */
@@ -2429,6 +2462,14 @@ static void gpuarr__collect_device(gpuarr__dev *d) {
     }
 }
 
+/* Inside a GPUARR_SCOPED_* block whose scope failed the thread has no current device or stream:
+   falling back to the one the scope was to replace would run the block where it did not ask. */
+static gpuarr_result gpuarr__check_scope(void) {
+    if (!gpuarr__tls.scope_failure) return GPUARR_OK;
+    return gpuarr__fail(gpuarr__tls.scope_failure, "no current device or stream: the enclosing scoped device or stream did not start (%s)",
+                        gpuarr__tls.scope_why);
+}
+
 /* The thread's current stream with a reference, or NULL. One destroyed since it was made current
    counts as none (and is forgotten), so it cannot break later calls on this thread. */
 static gpuarr__stream *gpuarr__current_stream_obj(void) {
@@ -2452,6 +2493,7 @@ static gpuarr_result gpuarr__stream_for(gpuarr__dev *d, gpuarr__stream *explicit
         *out = explicit_stream;
         return GPUARR_OK;
     }
+    GPUARR__CHECK(gpuarr__check_scope());
     gpuarr__stream *cur = gpuarr__current_stream_obj();
     if (cur && cur->dev == d) {
         *out = cur;
@@ -4653,6 +4695,7 @@ static gpuarr__dev *gpuarr__current_dev(void) {
 /* {0} = the thread's current stream, else the current device's default stream. */
 static gpuarr_result gpuarr__resolve_stream(gpuarr_stream s, const char *arg, gpuarr__stream **out) {
     if (s.id) return gpuarr__get_stream(s, arg, out);
+    GPUARR__CHECK(gpuarr__check_scope());
     gpuarr__stream *cur = gpuarr__current_stream_obj();
     if (cur) {
         *out = cur;
@@ -5117,7 +5160,7 @@ GPUARR_API gpuarr_result gpuarr_array_record_stream(gpuarr_array a, gpuarr_strea
  * ------------------------------------------------------------------------------------------- */
 GPUARR_API gpuarr_device gpuarr_current_device(void) {
     gpuarr_device none = {0};
-    if (!gpuarr__initialized()) return none;
+    if (!gpuarr__initialized() || gpuarr__tls.scope_failure) return none;
     return gpuarr__current_dev()->info.device;
 }
 
@@ -5158,14 +5201,16 @@ static gpuarr_scope gpuarr__scope_enter(gpuarr__dev *dev, uint32_t stream_id) {
     memset(&sc, 0, sizeof sc);
     sc.previous_device.id = gpuarr__tls.device_id;
     sc.previous_stream.id = gpuarr__tls.stream_id;
+    sc.previous_failure = gpuarr__tls.scope_failure;
     sc.result = gpuarr__dev_open(dev);
     if (sc.result == GPUARR_OK) sc.result = dev->backend->activate(dev, &sc.native_previous);
     if (sc.result != GPUARR_OK) {
-        gpuarr__log(GPUARR_LOG_WARN, "the scoped block is skipped: %s", gpuarr__tls.error);
+        gpuarr__log(GPUARR_LOG_WARN, "the scope did not start: %s", gpuarr__tls.error);
         return sc;
     }
     gpuarr__tls.device_id = dev->info.device.id;
     gpuarr__tls.stream_id = stream_id;
+    gpuarr__tls.scope_failure = GPUARR_OK; /* a scope that started inside a failed one has its device */
     sc.device = dev->info.device;
     sc.active = true;
     return sc;
@@ -5175,7 +5220,7 @@ static gpuarr_scope gpuarr__scope_failed(gpuarr_result r) {
     gpuarr_scope sc;
     memset(&sc, 0, sizeof sc);
     sc.result = r;
-    gpuarr__log(GPUARR_LOG_WARN, "the scoped block is skipped: %s", gpuarr__tls.error);
+    gpuarr__log(GPUARR_LOG_WARN, "the scope did not start: %s", gpuarr__tls.error);
     return sc;
 }
 
@@ -5201,7 +5246,23 @@ GPUARR_API gpuarr_scope gpuarr_scope_enter_stream(gpuarr_stream s) {
     return gpuarr__scope_enter(dev, s.id);
 }
 
+GPUARR_API gpuarr_scope gpuarr_scope_hold(gpuarr_scope s) {
+    if (s.active || s.held) return s;
+    s.previous_device.id = gpuarr__tls.device_id;
+    s.previous_stream.id = gpuarr__tls.stream_id;
+    s.previous_failure = gpuarr__tls.scope_failure;
+    s.held = true;
+    gpuarr__tls.scope_failure = s.result != GPUARR_OK ? s.result : GPUARR_ERROR_INVALID_ARGUMENT;
+    gpuarr__copy_string(gpuarr__tls.scope_why, sizeof gpuarr__tls.scope_why, gpuarr__tls.error);
+    return s;
+}
+
 GPUARR_API void gpuarr_scope_leave(gpuarr_scope *scope) {
+    if (scope && scope->held) {
+        scope->held = false;
+        gpuarr__tls.scope_failure = scope->previous_failure;
+        return;
+    }
     if (!scope || !scope->active) return;
     scope->active = false;
     gpuarr__dev *dev;
@@ -5209,6 +5270,7 @@ GPUARR_API void gpuarr_scope_leave(gpuarr_scope *scope) {
         dev->backend->deactivate(dev, scope->native_previous);
     gpuarr__tls.device_id = scope->previous_device.id;
     gpuarr__tls.stream_id = scope->previous_stream.id;
+    gpuarr__tls.scope_failure = scope->previous_failure;
 }
 
 /* Second part of each backend: its public interop functions, which use the core above. */
