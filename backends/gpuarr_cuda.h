@@ -271,7 +271,7 @@ static void *gpuarr__dl_symbol(void *library, const char *name, void *member, si
 
 #ifdef GPUARR_NO_RUNTIME_LINKING
 #include <cuda.h>
-static bool gpuarr__cu_bind(gpuarr__cu_state *cu) {
+static gpuarr_result gpuarr__cu_bind(gpuarr__cu_state *cu) {
     void (*fp)(void);
 #define GPUARR__CU_BIND_STATIC(ret, name, params)                                              \
     fp = (void (*)(void))&name;                                                                \
@@ -279,10 +279,10 @@ static bool gpuarr__cu_bind(gpuarr__cu_state *cu) {
     GPUARR__CU_PROCS(GPUARR__CU_BIND_STATIC)
 #undef GPUARR__CU_BIND_STATIC
     cu->library = dlopen(NULL, RTLD_NOW); /* the program, linked with -lcuda: for the optional entry points */
-    return true;
+    return GPUARR_OK;
 }
 #else
-static bool gpuarr__cu_bind(gpuarr__cu_state *cu) {
+static gpuarr_result gpuarr__cu_bind(gpuarr__cu_state *cu) {
     /* kept loaded: the driver registers exit handlers and must not be unloaded mid-process */
 #ifdef RTLD_NODELETE
     const int flags = RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE;
@@ -291,19 +291,15 @@ static bool gpuarr__cu_bind(gpuarr__cu_state *cu) {
 #endif
     const char *path = gpuarr__setting(GPUARR__SET_CUDA_LIBRARY);
     cu->library = dlopen(path ? path : "libcuda.so.1", flags);
-    if (!cu->library) { /* the reason reaches gpuarr-info and device_find's errors */
-        gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "cannot load %s%s: %s", path ? path : "libcuda.so.1", path ? " (GPUARR_CUDA_LIBRARY)" : "",
-                     dlerror());
-        return false;
-    }
+    if (!cu->library) /* the reason reaches gpuarr-info and device_find's errors */
+        return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "cannot load %s%s: %s", path ? path : "libcuda.so.1",
+                            path ? " (GPUARR_CUDA_LIBRARY)" : "", dlerror());
 #define GPUARR__CU_BIND_DYNAMIC(ret, name, params)                                             \
-    if (!gpuarr__dl_symbol(cu->library, #name, &cu->p_##name, sizeof cu->p_##name)) {        \
-        gpuarr__fail(GPUARR_ERROR_BACKEND, "the CUDA driver lacks %s (too old)", #name);         \
-        return false;                                                                          \
-    }
+    if (!gpuarr__dl_symbol(cu->library, #name, &cu->p_##name, sizeof cu->p_##name))          \
+        return gpuarr__fail(GPUARR_ERROR_BACKEND, "the CUDA driver lacks %s (too old)", #name);
     GPUARR__CU_PROCS(GPUARR__CU_BIND_DYNAMIC)
 #undef GPUARR__CU_BIND_DYNAMIC
-    return true;
+    return GPUARR_OK;
 }
 #endif
 
@@ -349,7 +345,7 @@ static gpuarr_result gpuarr__cu_load(void) {
     if (!cu) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the CUDA backend");
     pthread_mutex_init(&cu->peer_lock, NULL);
     gpuarr__g.backend_state[GPUARR_BACKEND_CUDA] = cu;
-    gpuarr_result r = gpuarr__cu_bind(cu) ? GPUARR_OK : GPUARR_ERROR_UNSUPPORTED; /* bind said why */
+    gpuarr_result r = gpuarr__cu_bind(cu);
     if (r == GPUARR_OK) {
 #define GPUARR__CU_BIND_OPTIONAL(ret, name, params) gpuarr__dl_symbol(cu->library, #name, &cu->p_##name, sizeof cu->p_##name);
         GPUARR__CU_OPTIONAL_PROCS(GPUARR__CU_BIND_OPTIONAL)

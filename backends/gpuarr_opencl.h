@@ -280,18 +280,18 @@ static void gpuarr__cl_track(gpuarr__cl_stream *st, gpuarr__cl_event ev);
    the official handle types). clCreateCommandQueue is deprecated after 1.2 but it is the 1.2 API. */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-static bool gpuarr__cl_bind(gpuarr__cl_state *cl) {
+static gpuarr_result gpuarr__cl_bind(gpuarr__cl_state *cl) {
     void (*fp)(void);
 #define GPUARR__CL_BIND_STATIC(ret, name, params)                                              \
     fp = (void (*)(void))&name;                                                                \
     memcpy(&cl->name, &fp, sizeof fp);
     GPUARR__CL_PROCS(GPUARR__CL_BIND_STATIC)
 #undef GPUARR__CL_BIND_STATIC
-    return true;
+    return GPUARR_OK;
 }
 #pragma GCC diagnostic pop
 #else
-static bool gpuarr__cl_bind(gpuarr__cl_state *cl) {
+static gpuarr_result gpuarr__cl_bind(gpuarr__cl_state *cl) {
     /* The loader stays resident after dlclose: drivers register exit handlers and keep state,
        and unloading them mid-process is not safe. */
 #ifdef RTLD_NODELETE
@@ -302,25 +302,21 @@ static bool gpuarr__cl_bind(gpuarr__cl_state *cl) {
     const char *path = gpuarr__setting(GPUARR__SET_OPENCL_LIBRARY);
     cl->library = dlopen(path ? path : "libOpenCL.so.1", flags);
     if (!cl->library && !path) cl->library = dlopen("libOpenCL.so", flags);
-    if (!cl->library) { /* the reason reaches gpuarr-info and device_find's errors */
-        gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "cannot load %s%s: %s", path ? path : "libOpenCL.so.1 or libOpenCL.so",
-                     path ? " (GPUARR_OPENCL_LIBRARY)" : "", dlerror());
-        return false;
-    }
+    if (!cl->library) /* the reason reaches gpuarr-info and device_find's errors */
+        return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "cannot load %s%s: %s", path ? path : "libOpenCL.so.1 or libOpenCL.so",
+                            path ? " (GPUARR_OPENCL_LIBRARY)" : "", dlerror());
     /* dlsym returns an object pointer; copying its bits into the function pointer is the
        portable way that ISO C accepts. */
 #define GPUARR__CL_BIND_DYNAMIC(ret, name, params)                                             \
     {                                                                                          \
         void *sym = dlsym(cl->library, #name);                                                 \
-        if (!sym) {                                                                            \
-            gpuarr__fail(GPUARR_ERROR_BACKEND, "the OpenCL loader lacks %s (OpenCL 1.2 is needed)", #name); \
-            return false;                                                                      \
-        }                                                                                      \
+        if (!sym)                                                                              \
+            return gpuarr__fail(GPUARR_ERROR_BACKEND, "the OpenCL loader lacks %s (OpenCL 1.2 is needed)", #name); \
         memcpy(&cl->name, &sym, sizeof sym);                                                   \
     }
     GPUARR__CL_PROCS(GPUARR__CL_BIND_DYNAMIC)
 #undef GPUARR__CL_BIND_DYNAMIC
-    return true;
+    return GPUARR_OK;
 }
 #endif
 
@@ -407,7 +403,8 @@ static gpuarr_result gpuarr__cl_load(void) {
     pthread_mutex_init(&cl->context_lock, NULL);
     pthread_mutex_init(&cl->build_lock, NULL);
     gpuarr__g.backend_state[GPUARR_BACKEND_OPENCL] = cl;
-    gpuarr_result r = gpuarr__cl_bind(cl) ? gpuarr__cl_enumerate(cl) : GPUARR_ERROR_UNSUPPORTED; /* bind said why */
+    gpuarr_result r = gpuarr__cl_bind(cl);
+    if (r == GPUARR_OK) r = gpuarr__cl_enumerate(cl);
     if (r != GPUARR_OK) gpuarr__cl_unload();
     return r;
 }
