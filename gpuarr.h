@@ -67,30 +67,38 @@
  *                            include path (define GPUARR_NO_CUDA or GPUARR_NO_OPENCL for one)
  *
  * Run-time: gpuarr_desc passed to gpuarr_init (zero or NULL = default for every field), then the
- * environment for fields left zero:
+ * environment for fields left zero. gpuarr_init reads each variable below once (an empty one
+ * counts as unset) and the library uses what it parsed then. Keywords match in any case
+ * ("OFF" = "off"); a switch takes on|off, 1|0, true|false or yes|no; paths and lists are taken
+ * as written, at most 480 characters.
  *   GPUARR_DEVICES   device filter, comma separated: host, cuda, cuda:*, cuda:N, opencl,
- *                    opencl:*, opencl:N. The host is always present. Default: every device.
+ *                    opencl:*, opencl:N. The host is always present. Default: every device. An
+ *                    item naming a device this machine lacks is logged as a warning.
  *   GPUARR_LOG       off | error | warn (or warning) | info | debug. Default: warn (to stderr unless a logger
  *                    is given).
  *   GPUARR_THREADS   host worker threads for large casts and copies, 1..256. Default: the number
  *                    of online CPUs (at most 64). 1 = no worker threads.
  *   GPUARR_HOST_ISA  auto | baseline | avx2: the host cast kernels. Default auto = AVX2 kernels
  *                    when the CPU has AVX2 (x86-64, gcc/clang), else portable ones.
- *   GPUARR_CACHE_DIR where compiled device kernels are kept ("off": nowhere). Default
- *                    $XDG_CACHE_HOME/gpuarr, else $HOME/.cache/gpuarr.
+ *   GPUARR_CACHE_DIR where compiled device kernels are kept: an absolute path, or off (nowhere).
+ *                    Default $XDG_CACHE_HOME/gpuarr, else $HOME/.cache/gpuarr.
  *   GPUARR_OPENCL_LIBRARY  the ICD loader to open (default libOpenCL.so.1).
  *   GPUARR_OPENCL_BUILD_OPTIONS  appended to the OpenCL kernel build options.
- *   GPUARR_OPENCL_FP64  off: treat OpenCL devices as lacking doubles (slow or emulated fp64).
- *   GPUARR_OPENCL_UNIFIED  off: handle every OpenCL device as discrete (own memory, staged
- *                          copies): how PoCL exercises the paths of a discrete GPU.
+ *   GPUARR_OPENCL_FP64  switch, default on. off: treat OpenCL devices as lacking doubles (slow or
+ *                       emulated fp64).
+ *   GPUARR_OPENCL_UNIFIED  switch, default on. off: handle every OpenCL device as discrete (own
+ *                          memory, staged copies): how PoCL exercises the paths of a discrete GPU.
  *   GPUARR_CUDA_LIBRARY  the driver to open (default libcuda.so.1).
  *   GPUARR_CUDA_KERNELS  auto | ptx | nvrtc: where CUDA cast kernels come from (see CUDA).
  *   GPUARR_NVRTC_LIBRARY  the NVRTC to open (default: libnvrtc.so.13, .12, .11.2, then
  *                         $CUDA_HOME/lib64/libnvrtc.so).
- *   GPUARR_PEER_COPIES  on | off: off sends device-to-device copies through pinned host memory
- *                       even where the devices could copy directly (P2P trouble, testing).
+ *   GPUARR_PEER_COPIES  switch, default on. off sends device-to-device copies through pinned
+ *                       host memory even where the devices could copy directly (P2P trouble,
+ *                       testing).
  *   GPUARR_ALLOC_CONF, GPUARR_FAULTS  memory pools: see MEMORY POOLS.
- * A malformed value makes gpuarr_init fail with GPUARR_ERROR_INVALID_ARGUMENT naming it.
+ * A malformed value makes gpuarr_init fail with GPUARR_ERROR_INVALID_ARGUMENT naming it. A
+ * library that cannot be loaded is not an error: its backend has no devices, and
+ * gpuarr_device_find's error for them gives the path and the loader's reason.
  *
  * =============================================================================================
  * DEVICES
@@ -105,7 +113,8 @@
  *   "gpu"        the best GPU (most compute units x clock, then memory), else GPUARR_ERROR_NO_DEVICE
  *   "any"        the best GPU, else the host
  * A malformed spec is GPUARR_ERROR_INVALID_ARGUMENT; a well-formed spec naming no present device
- * is GPUARR_ERROR_NO_DEVICE.
+ * is GPUARR_ERROR_NO_DEVICE (the message says when the device exists but GPUARR_DEVICES leaves it
+ * out, or why its backend is unavailable).
  *
  * =============================================================================================
  * ARRAYS
@@ -159,7 +168,14 @@
  * the scope, not an enclosing loop). `return` and `goto` out of the block SKIP the restore: use
  * GPUARR_SCOPED_DEVICE(dev); / GPUARR_SCOPED_STREAM(s); (GCC/Clang cleanup attribute in C, RAII
  * in C++), which restore at the end of the enclosing block on every exit. If the device or
- * stream is invalid the block does not run and gpuarr_last_error() says why.
+ * stream is invalid (or cannot be made current), GPUARR_WITH_* skip the block and
+ * gpuarr_last_error() says why; GPUARR_SCOPED_* cannot skip the rest of the block, so there
+ * the thread has NO current device or stream until the block ends: every call that would use
+ * them (a {0} stream, work placed on the current stream, gpuarr_current_device() = {0}) fails
+ * with the scope's result and a message saying that the scope did not start, so the block never
+ * runs on the device it meant to replace. The _R forms, GPUARR_WITH_DEVICE_R(dev, &result),
+ * GPUARR_WITH_STREAM_R, GPUARR_SCOPED_DEVICE_R and GPUARR_SCOPED_STREAM_R, also write the
+ * scope's result (GPUARR_OK or the error) to a gpuarr_result.
  *
  * =============================================================================================
  * CUDA
@@ -220,17 +236,21 @@
  * cached segment goes back and the device is tried once more; then GPUARR_ERROR_OUT_OF_MEMORY
  * with the request, the device's total and free memory, the pool's limit, allocated and cached
  * bytes in the message. With desc.oom_host_fallback (or host_fallback:1) a new array that does
- * not fit goes to the host instead and the call returns GPUARR_PLACED_ON_HOST.
+ * not fit goes to the host instead and the call succeeds (GPUARR_OK): the array's info gives the
+ * host as its device and host_fallback = true, the device's pool counts it in host_fallbacks,
+ * and a warning is logged once the host memory is there.
  *
  * GPUARR_ALLOC_CONF="key:value,..." (or desc.alloc_conf), an unknown key or bad value failing
  * gpuarr_init with the key named:
- *   limit:<bytes or N%>          cap on reserved bytes per device (percent of its memory)
+ *   limit:<bytes or N%>          cap on reserved bytes of each device's pool (percent of its
+ *                                memory), the host's excepted
+ *   host_limit:<bytes or N%>     the same for the host's pool
  *   release_threshold:<bytes>    cached bytes above this go back at sync points (default none)
  *   max_split_size:<bytes>       larger cached blocks are not split (and serve only requests
  *                                within 20 MiB of their size); default: any block is split
  *   caching:0                    every free goes back to the device: valgrind and
  *                                compute-sanitizer see each allocation
- *   host_fallback:1              as desc.oom_host_fallback
+ *   host_fallback:0|1            sets desc.oom_host_fallback's policy, whatever the desc said
  * Sizes take K, M, G suffixes (KiB, MiB, GiB). gpuarr_pool_set_limit and gpuarr_pool_trim change
  * and shed it at run time; gpuarr_pool_get_stats, _summary and _snapshot show it.
  * GPUARR_FAULTS="<device>:nth=N,<device>:above=BYTES" (or gpuarr_pool_inject_faults) makes the
@@ -290,11 +310,9 @@ extern "C" {
 #endif
 
 /* ---------------------------------------------------------------------------------------------
- * Results. X(NAME, value, description). 0 is success, errors are negative; the one positive code
- * is a success with a note (only when its opt-in policy is on).
+ * Results. X(NAME, value, description). 0 is success, errors are negative.
  * ------------------------------------------------------------------------------------------- */
 #define GPUARR_RESULT_LIST(X)                                                                  \
-    X(PLACED_ON_HOST, 1, "success, but the array was placed on the host (out of device memory)") \
     X(OK, 0, "success")                                                                        \
     X(ERROR_INVALID_ARGUMENT, -1, "invalid argument")                                          \
     X(ERROR_INVALID_HANDLE, -2, "invalid, released or stale handle")                           \
@@ -311,7 +329,7 @@ typedef enum gpuarr_result {
 #define GPUARR__RESULT_ENUM(name, value, text) GPUARR_##name = value,
     GPUARR_RESULT_LIST(GPUARR__RESULT_ENUM)
 #undef GPUARR__RESULT_ENUM
-    GPUARR_RESULT_COUNT = 12 /* number of codes; checked against the list in the implementation */
+    GPUARR_RESULT_COUNT = 11 /* number of codes; checked against the list in the implementation */
 } gpuarr_result;
 
 /* ---------------------------------------------------------------------------------------------
@@ -418,19 +436,23 @@ typedef struct gpuarr_desc {
     const char *devices;        /* NULL = GPUARR_DEVICES, else every device (copied by init) */
     int host_threads;           /* 0 = GPUARR_THREADS, else online CPUs (at most 64) */
     const char *alloc_conf;     /* NULL = GPUARR_ALLOC_CONF: "key:value,..." (see MEMORY POOLS) */
-    bool oom_host_fallback;     /* out of device memory: place new arrays on the host instead,
-                                   returning GPUARR_PLACED_ON_HOST (also alloc_conf host_fallback:1) */
+    bool oom_host_fallback;     /* out of device memory: place new arrays on the host instead
+                                   (alloc_conf host_fallback:0 or :1 overrides it) */
 } gpuarr_desc;
 
-/* Starts the library, or adds a reference when it is already running (the first caller's desc
-   wins; a later non-NULL desc is ignored with a log message). Thread-safe: racing callers all
-   get the one registry. Each successful call needs one gpuarr_shutdown. */
+/* Starts the library, or adds a reference when it is already running. A later call's desc (when
+   not NULL) must agree with the running configuration in every field it sets (non-zero): a field
+   that differs fails with GPUARR_ERROR_INVALID_ARGUMENT naming it and adds no reference; fields
+   left zero accept what is running. Thread-safe: racing callers all get the one registry. Each
+   successful call needs one gpuarr_shutdown. */
 GPUARR_API gpuarr_result gpuarr_init(const gpuarr_desc *desc);
 /* Drops a reference; the last one frees every array, stream and event still alive (with a
    warning naming how many) and unloads the backends. Harmless when not initialized. */
 GPUARR_API void gpuarr_shutdown(void);
 GPUARR_API bool gpuarr_is_initialized(void);
-/* The desc in effect, with every default resolved. out->devices stays valid until shutdown. */
+/* The desc in effect, with every default resolved: the desc's fields, else the environment's,
+   else the defaults; devices and alloc_conf are NULL when neither gave one. out->devices and
+   out->alloc_conf stay valid until shutdown. */
 GPUARR_API gpuarr_result gpuarr_query_desc(gpuarr_desc *out);
 
 /* ---------------------------------------------------------------------------------------------
@@ -506,6 +528,8 @@ typedef struct gpuarr_array_info {
     size_t nbytes;
     bool host_accessible;           /* gpuarr_host_data works on it */
     bool wrapped;                   /* memory adopted from the caller (gpuarr_wrap_host) */
+    bool host_fallback;             /* placed on the host because the device asked for was out
+                                       of memory (desc.oom_host_fallback) */
     uint32_t refcount;              /* references held through the handle */
 } gpuarr_array_info;
 
@@ -523,6 +547,10 @@ GPUARR_API gpuarr_result gpuarr_from_host_as(gpuarr_device d, gpuarr_dtype t, co
    holds `count` elements of t; count smaller than the array's count is an error. */
 GPUARR_API gpuarr_result gpuarr_to_host_as(gpuarr_array a, gpuarr_dtype t, void *data,
                                            size_t count);
+/* The same two, for the typed wrappers below: `api` is the name errors give the call. */
+GPUARR_API gpuarr_result gpuarr__from_host_named(const char *api, gpuarr_device d, gpuarr_dtype t, const void *data,
+                                                 int ndim, const int64_t *shape, gpuarr_array *out);
+GPUARR_API gpuarr_result gpuarr__to_host_named(const char *api, gpuarr_array a, gpuarr_dtype t, void *data, size_t count);
 /* Adopts host memory without copying. `release` (may be NULL) is called with (data, user_data)
    when the last reference goes, and never if this call fails. data must be aligned to the
    dtype's size; it may be NULL only for an empty array. */
@@ -638,11 +666,11 @@ GPUARR_API gpuarr_result gpuarr_pool_inject_faults(gpuarr_device d, uint64_t nth
     static inline gpuarr_result gpuarr_from_host_##suffix(gpuarr_device d, const ctype *data,  \
                                                           int ndim, const int64_t *shape,      \
                                                           gpuarr_array *out) {                 \
-        return gpuarr_from_host_as(d, dtype, data, ndim, shape, out);                          \
+        return gpuarr__from_host_named("gpuarr_from_host", d, dtype, data, ndim, shape, out);  \
     }                                                                                          \
     static inline gpuarr_result gpuarr_to_host_##suffix(gpuarr_array a, ctype *data,           \
                                                         size_t count) {                        \
-        return gpuarr_to_host_as(a, dtype, data, count);                                       \
+        return gpuarr__to_host_named("gpuarr_to_host", a, dtype, data, count);                 \
     }
 GPUARR_CTYPE_LIST(GPUARR__TYPED_IO)
 #undef GPUARR__TYPED_IO
@@ -650,17 +678,17 @@ GPUARR_CTYPE_LIST(GPUARR__TYPED_IO)
 /* Exact-width spellings for direct calls (int64_t is `long` or `long long`). */
 static inline gpuarr_result gpuarr_from_host_i64(gpuarr_device d, const int64_t *data, int ndim,
                                                  const int64_t *shape, gpuarr_array *out) {
-    return gpuarr_from_host_as(d, GPUARR_I64, data, ndim, shape, out);
+    return gpuarr__from_host_named("gpuarr_from_host_i64", d, GPUARR_I64, data, ndim, shape, out);
 }
 static inline gpuarr_result gpuarr_from_host_u64(gpuarr_device d, const uint64_t *data, int ndim,
                                                  const int64_t *shape, gpuarr_array *out) {
-    return gpuarr_from_host_as(d, GPUARR_U64, data, ndim, shape, out);
+    return gpuarr__from_host_named("gpuarr_from_host_u64", d, GPUARR_U64, data, ndim, shape, out);
 }
 static inline gpuarr_result gpuarr_to_host_i64(gpuarr_array a, int64_t *data, size_t count) {
-    return gpuarr_to_host_as(a, GPUARR_I64, data, count);
+    return gpuarr__to_host_named("gpuarr_to_host_i64", a, GPUARR_I64, data, count);
 }
 static inline gpuarr_result gpuarr_to_host_u64(gpuarr_array a, uint64_t *data, size_t count) {
-    return gpuarr_to_host_as(a, GPUARR_U64, data, count);
+    return gpuarr__to_host_named("gpuarr_to_host_u64", a, GPUARR_U64, data, count);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -703,8 +731,10 @@ GPUARR_API gpuarr_result gpuarr_set_current_stream(gpuarr_stream s); /* {0} clea
 typedef struct gpuarr_scope {
     gpuarr_device previous_device;
     gpuarr_stream previous_stream;
-    gpuarr_result result; /* why the scope did not start, when active is false */
+    gpuarr_result result; /* GPUARR_OK, or why the scope did not start (then active is false) */
     bool active;
+    bool held;             /* a failed scope kept by gpuarr_scope_hold: the thread has no device */
+    gpuarr_result previous_failure; /* the thread's failed-scope state before this scope */
     gpuarr_device device;  /* the scope's device */
     void *native_previous; /* the backend's previous native context (CUDA), restored on leave */
 } gpuarr_scope;
@@ -712,7 +742,18 @@ typedef struct gpuarr_scope {
    makes the stream's device current). Leave: restore them; a second leave does nothing. */
 GPUARR_API gpuarr_scope gpuarr_scope_enter_device(gpuarr_device d);
 GPUARR_API gpuarr_scope gpuarr_scope_enter_stream(gpuarr_stream s);
+/* Returns s. If s failed to start, the thread is left with no current device or stream until
+   gpuarr_scope_leave(&s): every call that would use them (a {0} stream, work placed on the
+   current stream, gpuarr_current_device) fails with s.result, saying that the scope did not
+   start. What GPUARR_SCOPED_DEVICE / _STREAM use, so that their block never runs on the device
+   it replaced. */
+GPUARR_API gpuarr_scope gpuarr_scope_hold(gpuarr_scope s);
 GPUARR_API void gpuarr_scope_leave(gpuarr_scope *scope);
+/* Stores s.result in *result (when result is not NULL) and returns s: for the _R macros. */
+static inline gpuarr_scope gpuarr__scope_report(gpuarr_scope s, gpuarr_result *result) {
+    if (result) *result = s.result;
+    return s;
+}
 
 #define GPUARR__CAT2(a, b) a##b
 #define GPUARR__CAT(a, b) GPUARR__CAT2(a, b)
@@ -725,6 +766,10 @@ GPUARR_API void gpuarr_scope_leave(gpuarr_scope *scope);
         for (int GPUARR__ID(once) = 1; GPUARR__ID(once); GPUARR__ID(once) = 0)
 #define GPUARR_WITH_DEVICE(dev) GPUARR__WITH(gpuarr_scope_enter_device(dev))
 #define GPUARR_WITH_STREAM(stream) GPUARR__WITH(gpuarr_scope_enter_stream(stream))
+/* The same, writing the scope's result to *(result) before the block would run: GPUARR_OK, or
+   the error that made it skip the block. */
+#define GPUARR_WITH_DEVICE_R(dev, result) GPUARR__WITH(gpuarr__scope_report(gpuarr_scope_enter_device(dev), result))
+#define GPUARR_WITH_STREAM_R(stream, result) GPUARR__WITH(gpuarr__scope_report(gpuarr_scope_enter_stream(stream), result))
 
 /* ---------------------------------------------------------------------------------------------
  * OpenCL interop. Native handles travel as void * here; with <CL/cl.h> included, the typed
@@ -785,10 +830,11 @@ GPUARR_API gpuarr_result gpuarr_cuda_wrap_stream(gpuarr_device d, struct CUstrea
 GPUARR_CTYPE_LIST(GPUARR__OVERLOADS)
 #undef GPUARR__OVERLOADS
 
-/* Restores the thread's device (and stream) at the end of the enclosing block, on every exit. */
+/* Restores the thread's device (and stream) at the end of the enclosing block, on every exit. A
+   scope that failed leaves the block without a current device (gpuarr_scope_hold). */
 struct gpuarr_scope_guard {
     gpuarr_scope scope;
-    explicit gpuarr_scope_guard(gpuarr_scope s) : scope(s) {}
+    explicit gpuarr_scope_guard(gpuarr_scope s) : scope(gpuarr_scope_hold(s)) {}
     ~gpuarr_scope_guard() { gpuarr_scope_leave(&scope); }
     gpuarr_scope_guard(const gpuarr_scope_guard &) = delete;
     gpuarr_scope_guard &operator=(const gpuarr_scope_guard &) = delete;
@@ -797,6 +843,10 @@ struct gpuarr_scope_guard {
     gpuarr_scope_guard GPUARR__ID(guard)(gpuarr_scope_enter_device(dev))
 #define GPUARR_SCOPED_STREAM(stream)                                                           \
     gpuarr_scope_guard GPUARR__ID(guard)(gpuarr_scope_enter_stream(stream))
+#define GPUARR_SCOPED_DEVICE_R(dev, result)                                                    \
+    gpuarr_scope_guard GPUARR__ID(guard)(gpuarr__scope_report(gpuarr_scope_enter_device(dev), result))
+#define GPUARR_SCOPED_STREAM_R(stream, result)                                                 \
+    gpuarr_scope_guard GPUARR__ID(guard)(gpuarr__scope_report(gpuarr_scope_enter_stream(stream), result))
 #else
 #define GPUARR__GENERIC_FROM(ctype, suffix, dtype)                                             \
     , const ctype * : gpuarr_from_host_##suffix, ctype * : gpuarr_from_host_##suffix
@@ -806,12 +856,14 @@ struct gpuarr_scope_guard {
 #define gpuarr_to_host(arr, data, count)                                                       \
     _Generic((data)GPUARR_CTYPE_LIST(GPUARR__GENERIC_TO))(arr, data, count)
 #if defined(__GNUC__) || defined(__clang__)
-#define GPUARR_SCOPED_DEVICE(dev)                                                              \
+#define GPUARR_SCOPED_DEVICE(dev) GPUARR_SCOPED_DEVICE_R(dev, NULL)
+#define GPUARR_SCOPED_STREAM(stream) GPUARR_SCOPED_STREAM_R(stream, NULL)
+#define GPUARR_SCOPED_DEVICE_R(dev, result)                                                    \
     gpuarr_scope GPUARR__ID(guard) __attribute__((cleanup(gpuarr_scope_leave), unused)) =            \
-        gpuarr_scope_enter_device(dev)
-#define GPUARR_SCOPED_STREAM(stream)                                                           \
+        gpuarr_scope_hold(gpuarr__scope_report(gpuarr_scope_enter_device(dev), result))
+#define GPUARR_SCOPED_STREAM_R(stream, result)                                                 \
     gpuarr_scope GPUARR__ID(guard) __attribute__((cleanup(gpuarr_scope_leave), unused)) =            \
-        gpuarr_scope_enter_stream(stream)
+        gpuarr_scope_hold(gpuarr__scope_report(gpuarr_scope_enter_stream(stream), result))
 #endif
 #endif /* __cplusplus */
 
@@ -1120,6 +1172,7 @@ struct gpuarr__array {
     void *mem;     /* backend memory handle (NULL for an empty array) */
     size_t offset; /* bytes into mem */
     bool wrapped;  /* mem belongs to the caller */
+    bool host_fallback; /* placed on the host: the device asked for was out of memory */
     gpuarr__block *block; /* its pool block (NULL when wrapped or empty) */
     gpuarr__stream *uses[GPUARR__POOL_EVENTS]; /* async streams its memory was used on (held) */
     uint32_t nuses;
@@ -1190,6 +1243,36 @@ typedef struct gpuarr__filter_item {
     int index; /* -1 = every device of the backend */
 } gpuarr__filter_item;
 
+/* Every GPUARR_* environment variable: X(NAME, check). gpuarr_init reads each one once (unless a
+   desc field takes its place), checks it with `check` and keeps a copy and the parsed value in
+   gpuarr__g.config; the rest of the library, backends included, reads only those. */
+#define GPUARR__SETTING_LIST(X)                                                                \
+    X(DEVICES, gpuarr__check_text)                                                             \
+    X(LOG, gpuarr__check_log)                                                                  \
+    X(THREADS, gpuarr__check_threads)                                                          \
+    X(HOST_ISA, gpuarr__check_host_isa)                                                        \
+    X(CACHE_DIR, gpuarr__check_cache_dir)                                                      \
+    X(OPENCL_LIBRARY, gpuarr__check_text)                                                      \
+    X(OPENCL_BUILD_OPTIONS, gpuarr__check_text)                                                \
+    X(OPENCL_FP64, gpuarr__check_flag)                                                         \
+    X(OPENCL_UNIFIED, gpuarr__check_flag)                                                      \
+    X(CUDA_LIBRARY, gpuarr__check_text)                                                        \
+    X(CUDA_KERNELS, gpuarr__check_cuda_kernels)                                                \
+    X(NVRTC_LIBRARY, gpuarr__check_text)                                                       \
+    X(PEER_COPIES, gpuarr__check_flag)                                                         \
+    X(ALLOC_CONF, gpuarr__check_text)                                                          \
+    X(FAULTS, gpuarr__check_text)
+
+typedef enum gpuarr__setting_id {
+#define GPUARR__SETTING_ENUM(NAME, check) GPUARR__SET_##NAME,
+    GPUARR__SETTING_LIST(GPUARR__SETTING_ENUM)
+#undef GPUARR__SETTING_ENUM
+    GPUARR__SETTING_COUNT
+} gpuarr__setting_id;
+/* The parsed values of the keyword settings (GPUARR_LOG's are gpuarr_log_level, flags 0 or 1). */
+enum { GPUARR__ISA_AUTO, GPUARR__ISA_BASELINE, GPUARR__ISA_AVX2 };
+enum { GPUARR__KERNELS_AUTO, GPUARR__KERNELS_PTX, GPUARR__KERNELS_NVRTC };
+
 typedef struct gpuarr__state {
     int refs;             /* gpuarr_init references, under gpuarr__init_lock */
     uint32_t valid;       /* atomic: 1 while initialized */
@@ -1202,8 +1285,8 @@ typedef struct gpuarr__state {
     int filter_count;
     int host_threads;
     struct { /* GPUARR_ALLOC_CONF and the desc, resolved */
-        uint64_t limit_bytes;   /* 0 = none */
-        uint32_t limit_percent; /* 0 = none */
+        uint64_t limit_bytes[2];   /* [0] every device but the host, [1] the host; 0 = none */
+        uint32_t limit_percent[2]; /* the same as a percentage of the device's memory; 0 = none */
         uint64_t release_threshold, max_split;
         bool caching, host_fallback;
     } alloc_conf;
@@ -1217,7 +1300,11 @@ typedef struct gpuarr__state {
     bool locks_ready;
     uint64_t event_seq;            /* atomic: numbers block events */
     uint64_t stream_serial;        /* atomic: numbers streams (kept across init cycles) */
-    char *faults_conf;             /* GPUARR_FAULTS, applied as pools open */
+    struct {                       /* the environment, read once by gpuarr_init */
+        char *text[GPUARR__SETTING_COUNT]; /* a copy of each one set (ALLOC_CONF: or the desc's) */
+        int value[GPUARR__SETTING_COUNT];  /* what its check parsed (a keyword's index, 0/1) */
+        char cache_dir[512];               /* resolved kernel cache folder; "" = no cache */
+    } config;
     gpuarr__cast_fn host_casts[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT]; /* for this CPU */
     const char *host_isa; /* "baseline", "avx2" or "avx2+f16c" */
     bool streaming_copies; /* the CPU has AVX2 and the ISA was not forced to baseline */
@@ -1241,6 +1328,8 @@ typedef struct gpuarr__thread_state {
     const char *api;       /* the public function running on this thread, for messages */
     uint32_t device_id;    /* current device; 0 = not set ("any") */
     uint32_t stream_id;    /* current stream; 0 = none */
+    gpuarr_result scope_failure; /* inside a held scope that failed: its result, else 0 */
+    char scope_why[512];   /* that scope's error message */
     uint64_t serial;       /* names the thread as the owner of its default streams; 0 = none yet */
     struct {               /* the thread's default streams, by device index mod 8 */
         uint32_t epoch;    /* the init cycle they belong to */
@@ -1291,10 +1380,11 @@ static gpuarr_result gpuarr__fail(gpuarr_result r, const char *fmt, ...) {
 
 static bool gpuarr__initialized(void) { return GPUARR__ATOMIC_LOAD(&gpuarr__g.valid) != 0; }
 
-/* Every public function that needs the library starts with this. */
-#define GPUARR__BEGIN()                                                                        \
+/* Every public function that needs the library starts with this (_AS: under another name). */
+#define GPUARR__BEGIN() GPUARR__BEGIN_AS(__func__)
+#define GPUARR__BEGIN_AS(name)                                                                 \
     do {                                                                                       \
-        gpuarr__tls.api = __func__;                                                            \
+        gpuarr__tls.api = (name);                                                              \
         if (!gpuarr__initialized())                                                            \
             return gpuarr__fail(GPUARR_ERROR_NOT_INITIALIZED,                                  \
                                 "gpuarr is not initialized (call gpuarr_init first)");         \
@@ -1935,8 +2025,9 @@ static uint32_t gpuarr__table_destroy(gpuarr__table *t) {
 /* ---------------------------------------------------------------------------------------------
  * Backends compiled into this build
  * ------------------------------------------------------------------------------------------- */
-/* Configuration helpers the backends read (defined with the rest of the configuration). */
-static const char *gpuarr__env(const char *name);
+/* Configuration the backends read, parsed by gpuarr_init (defined with the rest of it). */
+static const char *gpuarr__setting(gpuarr__setting_id id);
+static int gpuarr__setting_value(gpuarr__setting_id id, int unset);
 static bool gpuarr__filter_allows(gpuarr_backend b, int index);
 
 /* ---- for the device backends: kernel text, hashes, the on-disk kernel cache ---- */
@@ -1973,15 +2064,10 @@ GPUARR__FOR_BACKENDS static uint64_t gpuarr__hash_pieces(uint64_t h, const char 
     return h;
 }
 
-/* GPUARR_CACHE_DIR, else $XDG_CACHE_HOME/gpuarr, else $HOME/.cache/gpuarr; "off" disables. */
+/* The kernel cache folder resolved by gpuarr_init ("" = no cache). */
 GPUARR__FOR_BACKENDS static bool gpuarr__cache_path(char *out, size_t cap, const char *file) {
-    const char *dir = gpuarr__env("GPUARR_CACHE_DIR");
-    if (dir && strcmp(dir, "off") == 0) return false;
-    char base[512];
-    if (dir) snprintf(base, sizeof base, "%s", dir);
-    else if (gpuarr__env("XDG_CACHE_HOME")) snprintf(base, sizeof base, "%s/gpuarr", gpuarr__env("XDG_CACHE_HOME"));
-    else if (gpuarr__env("HOME")) snprintf(base, sizeof base, "%s/.cache/gpuarr", gpuarr__env("HOME"));
-    else return false;
+    const char *base = gpuarr__g.config.cache_dir;
+    if (!base[0]) return false;
     mkdir(base, 0755); /* the parent may be missing; then the write fails and nothing is cached */
     return snprintf(out, cap, "%s/%s", base, file) < (int)cap;
 }
@@ -2376,6 +2462,14 @@ static void gpuarr__collect_device(gpuarr__dev *d) {
     }
 }
 
+/* Inside a GPUARR_SCOPED_* block whose scope failed the thread has no current device or stream:
+   falling back to the one the scope was to replace would run the block where it did not ask. */
+static gpuarr_result gpuarr__check_scope(void) {
+    if (!gpuarr__tls.scope_failure) return GPUARR_OK;
+    return gpuarr__fail(gpuarr__tls.scope_failure, "no current device or stream: the enclosing scoped device or stream did not start (%s)",
+                        gpuarr__tls.scope_why);
+}
+
 /* The thread's current stream with a reference, or NULL. One destroyed since it was made current
    counts as none (and is forgotten), so it cannot break later calls on this thread. */
 static gpuarr__stream *gpuarr__current_stream_obj(void) {
@@ -2399,6 +2493,7 @@ static gpuarr_result gpuarr__stream_for(gpuarr__dev *d, gpuarr__stream *explicit
         *out = explicit_stream;
         return GPUARR_OK;
     }
+    GPUARR__CHECK(gpuarr__check_scope());
     gpuarr__stream *cur = gpuarr__current_stream_obj();
     if (cur && cur->dev == d) {
         *out = cur;
@@ -2936,8 +3031,9 @@ static void gpuarr__pool_init(gpuarr__pool *p, gpuarr__dev *d, bool pinned) {
         p->stats.release_threshold_bytes = UINT64_MAX;
         return;
     }
-    uint64_t limit = gpuarr__g.alloc_conf.limit_bytes;
-    if (gpuarr__g.alloc_conf.limit_percent) limit = d->info.total_memory / 100u * gpuarr__g.alloc_conf.limit_percent;
+    int host = d->backend->id == GPUARR_BACKEND_HOST; /* limit: device pools, host_limit: the host's */
+    uint64_t limit = gpuarr__g.alloc_conf.limit_bytes[host];
+    if (gpuarr__g.alloc_conf.limit_percent[host]) limit = d->info.total_memory / 100u * gpuarr__g.alloc_conf.limit_percent[host];
     p->stats.limit_bytes = limit;
     p->stats.release_threshold_bytes = gpuarr__g.alloc_conf.release_threshold;
 }
@@ -3051,24 +3147,26 @@ static gpuarr__dev *gpuarr__host_dev(void);
 
 /* A new array with memory from d's pool (none for an empty array), not yet behind a handle. s:
    the stream that will write it (NULL when the host will). With the host fallback on, an array
-   d has no memory for is placed on the host, and the result says so. */
+   d has no memory for is placed on the host (a->dev and a->host_fallback say so). */
 static gpuarr_result gpuarr__array_new(gpuarr__dev *d, gpuarr_dtype t, int ndim, const int64_t *shape, gpuarr__stream *s,
                                        gpuarr__array **out) {
     gpuarr__array *a;
     GPUARR__CHECK(gpuarr__array_alloc_struct(d, t, ndim, shape, &a));
     gpuarr_result r = a->nbytes ? gpuarr__pool_alloc(&d->pool, a->nbytes, s, &a->block) : GPUARR_OK;
     if (r == GPUARR_ERROR_OUT_OF_MEMORY && gpuarr__g.alloc_conf.host_fallback && d != gpuarr__host_dev()) {
-        gpuarr__log(GPUARR_LOG_WARN, "%s; placing the array on the host instead", gpuarr__tls.error);
+        char why[sizeof gpuarr__tls.error];
+        gpuarr__copy_string(why, sizeof why, gpuarr__tls.error);
         r = gpuarr__pool_alloc(&gpuarr__host_dev()->pool, a->nbytes, NULL, &a->block);
         if (r == GPUARR_OK) {
             pthread_mutex_lock(&d->pool.lock);
             d->pool.stats.host_fallbacks++;
             pthread_mutex_unlock(&d->pool.lock);
             a->dev = gpuarr__host_dev();
-            r = GPUARR_PLACED_ON_HOST;
+            a->host_fallback = true;
+            gpuarr__log(GPUARR_LOG_WARN, "%s; the array was placed on the host instead", why);
         }
     }
-    if (r != GPUARR_OK && r != GPUARR_PLACED_ON_HOST) {
+    if (r != GPUARR_OK) {
         gpuarr__free(a);
         return r;
     }
@@ -3580,10 +3678,8 @@ static gpuarr_result gpuarr__convert(gpuarr_array src, gpuarr_device dst, gpuarr
     } else if (r == GPUARR_OK) {
         gpuarr__stream *writer = NULL;
         r = gpuarr__stream_for(d, es, &writer);
-        gpuarr_result placed = GPUARR_OK;
-        if (r == GPUARR_OK) r = placed = gpuarr__array_new(d, dt, a->ndim, a->shape, writer, &b);
+        if (r == GPUARR_OK) r = gpuarr__array_new(d, dt, a->ndim, a->shape, writer, &b);
         if (writer) gpuarr__obj_release(&writer->obj);
-        if (r == GPUARR_PLACED_ON_HOST) r = GPUARR_OK;
         if (r == GPUARR_OK) {
             gpuarr__transfer tr;
             memset(&tr, 0, sizeof tr);
@@ -3597,12 +3693,11 @@ static gpuarr_result gpuarr__convert(gpuarr_array src, gpuarr_device dst, gpuarr
             r = gpuarr__transfer_run(&tr);
             if (r == GPUARR_OK) r = gpuarr__array_publish(b, &id);
             else gpuarr__obj_release(&b->obj);
-            if (r == GPUARR_OK) r = placed;
         }
     }
     if (es) gpuarr__obj_release(&es->obj);
     gpuarr__obj_release(&a->obj);
-    if (r == GPUARR_OK || r == GPUARR_PLACED_ON_HOST) out->id = id;
+    if (r == GPUARR_OK) out->id = id;
     return r;
 }
 
@@ -3617,25 +3712,6 @@ static bool gpuarr__streq_nocase(const char *a, const char *b) {
     return *a == *b;
 }
 
-static const char *gpuarr__env(const char *name) {
-    const char *v = getenv(name);
-    return v && *v ? v : NULL;
-}
-
-static gpuarr_result gpuarr__parse_log_level(const char *text, gpuarr_log_level *out) {
-    static const char *const names[] = {"", "off", "error", "warn", "info", "debug"};
-    for (int i = 1; i < GPUARR_LOG_LEVEL_COUNT; i++)
-        if (gpuarr__streq_nocase(text, names[i])) {
-            *out = (gpuarr_log_level)i;
-            return GPUARR_OK;
-        }
-    if (gpuarr__streq_nocase(text, "warning")) {
-        *out = GPUARR_LOG_WARN;
-        return GPUARR_OK;
-    }
-    return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "GPUARR_LOG=\"%s\": expected off, error, warn, info or debug", text);
-}
-
 /* A decimal number 0..max with nothing after it. */
 static bool gpuarr__parse_uint(const char *s, size_t len, long max, long *out) {
     if (len == 0 || len > 9) return false;
@@ -3647,6 +3723,123 @@ static bool gpuarr__parse_uint(const char *s, size_t len, long max, long *out) {
     if (v > max) return false;
     *out = v;
     return true;
+}
+
+/* ---- the GPUARR_* variables (GPUARR__SETTING_LIST): one check each, one case rule ---- */
+typedef gpuarr_result (*gpuarr__setting_check)(const char *name, const char *value, int *out);
+#define GPUARR__SETTING_MAX_TEXT 480 /* longer values would be cut short (build options, paths) */
+
+/* words[i] gives values[i]. The one case rule: keywords compare case-insensitively. */
+static gpuarr_result gpuarr__check_keyword(const char *name, const char *value, const char *const *words, const int *values,
+                                           int n, const char *expected, int *out) {
+    for (int i = 0; i < n; i++)
+        if (gpuarr__streq_nocase(value, words[i])) {
+            *out = values[i];
+            return GPUARR_OK;
+        }
+    return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "%s=\"%s\": expected %s", name, value, expected);
+}
+
+/* Free text (paths, filters, options), taken as written. */
+static gpuarr_result gpuarr__check_text(const char *name, const char *value, int *out) {
+    *out = 1;
+    size_t len = strlen(value);
+    if (len > GPUARR__SETTING_MAX_TEXT)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "%s: the value is %zu characters long; at most %d are accepted", name, len,
+                            GPUARR__SETTING_MAX_TEXT);
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__check_flag(const char *name, const char *value, int *out) {
+    static const char *const words[] = {"on", "off", "1", "0", "true", "false", "yes", "no"};
+    static const int values[] = {1, 0, 1, 0, 1, 0, 1, 0};
+    return gpuarr__check_keyword(name, value, words, values, 8, "on or off (also 1/0, true/false, yes/no)", out);
+}
+
+static gpuarr_result gpuarr__check_log(const char *name, const char *value, int *out) {
+    static const char *const words[] = {"off", "error", "warn", "warning", "info", "debug"};
+    static const int values[] = {GPUARR_LOG_OFF, GPUARR_LOG_ERROR, GPUARR_LOG_WARN, GPUARR_LOG_WARN, GPUARR_LOG_INFO, GPUARR_LOG_DEBUG};
+    return gpuarr__check_keyword(name, value, words, values, 6, "off, error, warn, info or debug", out);
+}
+
+static gpuarr_result gpuarr__check_threads(const char *name, const char *value, int *out) {
+    long v;
+    if (!gpuarr__parse_uint(value, strlen(value), 256, &v) || v < 1)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "%s=\"%s\": expected a number from 1 to 256", name, value);
+    *out = (int)v;
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__check_host_isa(const char *name, const char *value, int *out) {
+    static const char *const words[] = {"auto", "baseline", "avx2"};
+    static const int values[] = {GPUARR__ISA_AUTO, GPUARR__ISA_BASELINE, GPUARR__ISA_AVX2};
+    return gpuarr__check_keyword(name, value, words, values, 3, "auto, baseline or avx2", out);
+}
+
+static gpuarr_result gpuarr__check_cuda_kernels(const char *name, const char *value, int *out) {
+    static const char *const words[] = {"auto", "ptx", "nvrtc"};
+    static const int values[] = {GPUARR__KERNELS_AUTO, GPUARR__KERNELS_PTX, GPUARR__KERNELS_NVRTC};
+    return gpuarr__check_keyword(name, value, words, values, 3, "auto, ptx or nvrtc", out);
+}
+
+/* "off" (value 0) or an absolute path (value 1): a relative one would move with the working
+   directory. */
+static gpuarr_result gpuarr__check_cache_dir(const char *name, const char *value, int *out) {
+    if (gpuarr__streq_nocase(value, "off")) {
+        *out = 0;
+        return GPUARR_OK;
+    }
+    if (value[0] != '/')
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "%s=\"%s\": expected off or an absolute path", name, value);
+    return gpuarr__check_text(name, value, out);
+}
+
+static const char *gpuarr__setting(gpuarr__setting_id id) { return gpuarr__g.config.text[id]; }
+
+/* The parsed value of a variable that is set, else `unset`. */
+static int gpuarr__setting_value(gpuarr__setting_id id, int unset) {
+    return gpuarr__g.config.text[id] ? gpuarr__g.config.value[id] : unset;
+}
+
+/* A desc field that is set takes the place of its variable, which is then not read at all. */
+static bool gpuarr__desc_replaces(const gpuarr_desc *d, gpuarr__setting_id id) {
+    return (id == GPUARR__SET_DEVICES && d->devices) || (id == GPUARR__SET_LOG && d->log_level) ||
+           (id == GPUARR__SET_THREADS && d->host_threads) || (id == GPUARR__SET_ALLOC_CONF && d->alloc_conf);
+}
+
+/* Reads, checks and keeps every GPUARR_* variable (an empty one counts as unset). */
+static gpuarr_result gpuarr__read_settings(const gpuarr_desc *d) {
+    static const struct {
+        const char *name;
+        gpuarr__setting_check check;
+    } table[GPUARR__SETTING_COUNT] = {
+#define GPUARR__SETTING_ROW(NAME, check) {"GPUARR_" #NAME, check},
+        GPUARR__SETTING_LIST(GPUARR__SETTING_ROW)
+#undef GPUARR__SETTING_ROW
+    };
+    for (int i = 0; i < GPUARR__SETTING_COUNT; i++) {
+        const char *v = getenv(table[i].name);
+        if (!v || !*v || gpuarr__desc_replaces(d, (gpuarr__setting_id)i)) continue;
+        GPUARR__CHECK(table[i].check(table[i].name, v, &gpuarr__g.config.value[i]));
+        if (!(gpuarr__g.config.text[i] = gpuarr__strdup(v)))
+            return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a copy of %s", table[i].name);
+    }
+    return GPUARR_OK;
+}
+
+/* GPUARR_CACHE_DIR, else $XDG_CACHE_HOME/gpuarr, else $HOME/.cache/gpuarr; "off": none. */
+static void gpuarr__resolve_cache_dir(void) {
+    char *out = gpuarr__g.config.cache_dir;
+    size_t cap = sizeof gpuarr__g.config.cache_dir;
+    const char *dir = gpuarr__setting(GPUARR__SET_CACHE_DIR), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    out[0] = '\0';
+    if (dir) {
+        if (gpuarr__setting_value(GPUARR__SET_CACHE_DIR, 1)) gpuarr__copy_string(out, cap, dir);
+    } else if (xdg && *xdg) {
+        snprintf(out, cap, "%s/gpuarr", xdg);
+    } else if (home && *home) {
+        snprintf(out, cap, "%s/.cache/gpuarr", home);
+    }
 }
 
 /* "<backend>", "<backend>:N" or (allow_star) "<backend>:*". index -1 = unspecified / every. */
@@ -3716,13 +3909,11 @@ static bool gpuarr__filter_mentions(gpuarr_backend b) {
 }
 
 /* GPUARR_HOST_ISA: auto (default), baseline, avx2. */
-static gpuarr_result gpuarr__select_host_isa(const char *want) {
+static gpuarr_result gpuarr__select_host_isa(int want) {
     bool avx2 = gpuarr__cpu_has_avx2();
-    if (want && !gpuarr__streq_nocase(want, "auto") && !gpuarr__streq_nocase(want, "baseline") && !gpuarr__streq_nocase(want, "avx2"))
-        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "GPUARR_HOST_ISA=\"%s\": expected auto, baseline or avx2", want);
-    if (want && gpuarr__streq_nocase(want, "avx2") && !avx2)
+    if (want == GPUARR__ISA_AVX2 && !avx2)
         return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "GPUARR_HOST_ISA=avx2, but this CPU or build lacks AVX2");
-    if (want && gpuarr__streq_nocase(want, "baseline")) avx2 = false;
+    if (want == GPUARR__ISA_BASELINE) avx2 = false;
     gpuarr__cast_table table = gpuarr__host_casts_base;
     gpuarr__g.host_isa = "baseline";
 #ifdef GPUARR__HAVE_AVX2_CASTS
@@ -3765,9 +3956,10 @@ static bool gpuarr__parse_bytes(const char *s, size_t len, uint64_t *out) {
     return true;
 }
 
-/* GPUARR_ALLOC_CONF / desc.alloc_conf: "key:value,..." with keys limit (bytes or N%),
-   release_threshold (bytes; "none" = never), max_split_size (bytes; 0 = split any block),
-   caching (0/1), host_fallback (0/1). An unknown key or a bad value fails gpuarr_init. */
+/* GPUARR_ALLOC_CONF / desc.alloc_conf: "key:value,..." with keys limit and host_limit (bytes or
+   N%), release_threshold (bytes; "none" = never), max_split_size (bytes; 0 = split any block),
+   caching (0/1), host_fallback (0/1, overriding desc.oom_host_fallback). An unknown key or a bad
+   value fails gpuarr_init. */
 static gpuarr_result gpuarr__parse_alloc_conf(const char *text) {
     for (const char *p = text; *p;) {
         size_t len = strcspn(p, ",");
@@ -3779,14 +3971,15 @@ static gpuarr_result gpuarr__parse_alloc_conf(const char *text) {
         uint64_t n = 0;
         bool ok = true;
 #define GPUARR__KEY(name) (klen == sizeof(name) - 1 && strncmp(p, name, klen) == 0)
-        if (GPUARR__KEY("limit")) {
+        if (GPUARR__KEY("limit") || GPUARR__KEY("host_limit")) {
+            int host = GPUARR__KEY("host_limit");
             if (vlen > 1 && v[vlen - 1] == '%') {
                 long pct = 0;
                 ok = gpuarr__parse_uint(v, vlen - 1, 100, &pct) && pct > 0;
-                gpuarr__g.alloc_conf.limit_percent = (uint32_t)pct;
+                gpuarr__g.alloc_conf.limit_percent[host] = (uint32_t)pct;
             } else {
                 ok = gpuarr__parse_bytes(v, vlen, &n);
-                gpuarr__g.alloc_conf.limit_bytes = n;
+                gpuarr__g.alloc_conf.limit_bytes[host] = n;
             }
         } else if (GPUARR__KEY("release_threshold")) {
             if (vlen == 4 && strncmp(v, "none", 4) == 0) n = UINT64_MAX;
@@ -3798,11 +3991,11 @@ static gpuarr_result gpuarr__parse_alloc_conf(const char *text) {
         } else if (GPUARR__KEY("caching") || GPUARR__KEY("host_fallback")) {
             ok = vlen == 1 && (v[0] == '0' || v[0] == '1');
             if (GPUARR__KEY("caching")) gpuarr__g.alloc_conf.caching = v[0] == '1';
-            else gpuarr__g.alloc_conf.host_fallback = gpuarr__g.alloc_conf.host_fallback || v[0] == '1';
+            else gpuarr__g.alloc_conf.host_fallback = v[0] == '1';
         } else {
             return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT,
-                                "GPUARR_ALLOC_CONF: unknown key \"%.*s\" (known: limit, release_threshold, max_split_size, caching, "
-                                "host_fallback)",
+                                "GPUARR_ALLOC_CONF: unknown key \"%.*s\" (known: limit, host_limit, release_threshold, max_split_size, "
+                                "caching, host_fallback)",
                                 (int)klen, p);
         }
 #undef GPUARR__KEY
@@ -3822,37 +4015,25 @@ static gpuarr_result gpuarr__resolve_config(const gpuarr_desc *d) {
         return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "desc->host_threads = %d: must be 0 (default) or 1..256", d->host_threads);
     gpuarr__g.allocator = d->allocator;
     gpuarr__g.logger = d->logger;
-    gpuarr__g.log_level = d->log_level;
-    const char *env = gpuarr__env("GPUARR_LOG");
-    if (!gpuarr__g.log_level && env) GPUARR__CHECK(gpuarr__parse_log_level(env, &gpuarr__g.log_level));
-    if (!gpuarr__g.log_level) gpuarr__g.log_level = GPUARR_LOG_WARN;
-    gpuarr__g.host_threads = d->host_threads;
-    env = gpuarr__env("GPUARR_THREADS");
-    if (!gpuarr__g.host_threads && env) {
-        long v;
-        if (!gpuarr__parse_uint(env, strlen(env), 256, &v) || v < 1)
-            return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "GPUARR_THREADS=\"%s\": expected a number from 1 to 256", env);
-        gpuarr__g.host_threads = (int)v;
-    }
+    GPUARR__CHECK(gpuarr__read_settings(d));
+    gpuarr__g.log_level = d->log_level ? d->log_level : (gpuarr_log_level)gpuarr__setting_value(GPUARR__SET_LOG, GPUARR_LOG_WARN);
+    gpuarr__g.host_threads = d->host_threads ? d->host_threads : gpuarr__setting_value(GPUARR__SET_THREADS, 0);
     if (!gpuarr__g.host_threads) {
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
         gpuarr__g.host_threads = cpus < 1 ? 1 : cpus > 64 ? 64 : (int)cpus;
     }
-    GPUARR__CHECK(gpuarr__select_host_isa(gpuarr__env("GPUARR_HOST_ISA")));
-    env = gpuarr__env("GPUARR_PEER_COPIES");
-    if (env && !gpuarr__streq_nocase(env, "on") && !gpuarr__streq_nocase(env, "off"))
-        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "GPUARR_PEER_COPIES=\"%s\": expected on or off", env);
-    gpuarr__g.no_peer_copies = env && gpuarr__streq_nocase(env, "off");
-    const char *filter = d->devices ? d->devices : gpuarr__env("GPUARR_DEVICES");
+    GPUARR__CHECK(gpuarr__select_host_isa(gpuarr__setting_value(GPUARR__SET_HOST_ISA, GPUARR__ISA_AUTO)));
+    gpuarr__g.no_peer_copies = !gpuarr__setting_value(GPUARR__SET_PEER_COPIES, 1);
+    gpuarr__resolve_cache_dir();
+    const char *filter = d->devices ? d->devices : gpuarr__setting(GPUARR__SET_DEVICES);
     if (filter) GPUARR__CHECK(gpuarr__parse_filter(filter));
     gpuarr__g.alloc_conf.caching = true;
     gpuarr__g.alloc_conf.release_threshold = UINT64_MAX;
     gpuarr__g.alloc_conf.host_fallback = d->oom_host_fallback;
-    const char *conf = d->alloc_conf ? d->alloc_conf : gpuarr__env("GPUARR_ALLOC_CONF");
+    if (d->alloc_conf && !(gpuarr__g.config.text[GPUARR__SET_ALLOC_CONF] = gpuarr__strdup(d->alloc_conf)))
+        return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a copy of desc->alloc_conf");
+    const char *conf = gpuarr__setting(GPUARR__SET_ALLOC_CONF); /* the desc's, else the variable's */
     if (conf) GPUARR__CHECK(gpuarr__parse_alloc_conf(conf));
-    const char *faults = gpuarr__env("GPUARR_FAULTS");
-    if (faults && !(gpuarr__g.faults_conf = gpuarr__strdup(faults)))
-        return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for GPUARR_FAULTS");
     return GPUARR_OK;
 }
 
@@ -3916,6 +4097,20 @@ static gpuarr_result gpuarr__registry_add(const gpuarr__backend *b, int index) {
     return GPUARR_OK;
 }
 
+/* A device filter item naming a device this machine does not have is a likely typo: say so. */
+static void gpuarr__warn_absent_filter_items(const int *counts) {
+    for (int i = 0; i < gpuarr__g.filter_count; i++) {
+        const gpuarr__filter_item *f = &gpuarr__g.filter[i];
+        if (f->backend == GPUARR_BACKEND_HOST || (f->index < 0 ? counts[f->backend] > 0 : f->index < counts[f->backend])) continue;
+        char item[32];
+        if (f->index < 0) snprintf(item, sizeof item, "%s", gpuarr__backend_names[f->backend]);
+        else snprintf(item, sizeof item, "%s:%d", gpuarr__backend_names[f->backend], f->index);
+        gpuarr__log(GPUARR_LOG_WARN, "the device filter \"%s\" names %s, but this machine has %d %s devices%s%s", gpuarr__g.devices_filter,
+                    item, counts[f->backend], gpuarr__backend_names[f->backend], gpuarr__g.backend_error[f->backend][0] ? ": " : "",
+                    gpuarr__g.backend_error[f->backend]);
+    }
+}
+
 static gpuarr_result gpuarr__registry_build(void) {
     int capacity = 0, counts[GPUARR_BACKEND_COUNT] = {0};
     for (int i = 1; i < GPUARR_BACKEND_COUNT; i++) {
@@ -3946,6 +4141,7 @@ static gpuarr_result gpuarr__registry_build(void) {
             if (r != GPUARR_OK) gpuarr__log(GPUARR_LOG_WARN, "skipping %s device %d: %s", b->name, k, gpuarr__tls.error);
         }
     }
+    gpuarr__warn_absent_filter_items(counts);
     gpuarr__registry_link();
     return GPUARR_OK;
 }
@@ -3978,7 +4174,7 @@ static void gpuarr__teardown(void) {
         pthread_mutex_destroy(&gpuarr__g.oom_lock);
         for (int i = 0; i < 64; i++) pthread_mutex_destroy(&gpuarr__g.use_locks[i]);
     }
-    gpuarr__free(gpuarr__g.faults_conf);
+    for (int i = 0; i < GPUARR__SETTING_COUNT; i++) gpuarr__free(gpuarr__g.config.text[i]);
     gpuarr__free(gpuarr__g.devices);
     gpuarr__free(gpuarr__g.filter);
     gpuarr__free(gpuarr__g.devices_filter);
@@ -4009,7 +4205,8 @@ static gpuarr_result gpuarr__startup(const gpuarr_desc *desc) {
         gpuarr__workers_init(&gpuarr__g.workers, gpuarr__g.host_threads);
         r = gpuarr__registry_build();
     }
-    if (r == GPUARR_OK && gpuarr__g.faults_conf) r = gpuarr__apply_faults(gpuarr__g.faults_conf);
+    const char *faults = gpuarr__setting(GPUARR__SET_FAULTS);
+    if (r == GPUARR_OK && faults) r = gpuarr__apply_faults(faults);
     if (r != GPUARR_OK) {
         gpuarr_allocator keep = gpuarr__g.allocator; /* teardown frees with the same allocator */
         gpuarr__g.allocator = keep;
@@ -4021,6 +4218,31 @@ static gpuarr_result gpuarr__startup(const gpuarr_desc *desc) {
     return GPUARR_OK;
 }
 
+static bool gpuarr__same_text(const char *a, const char *b) { return a && b && strcmp(a, b) == 0; }
+
+/* A later gpuarr_init's desc must agree with the running configuration in every field it sets;
+   the first difference is named. */
+static gpuarr_result gpuarr__desc_agrees(const gpuarr_desc *d) {
+    const gpuarr__state *g = &gpuarr__g;
+    const char *field = NULL;
+    if ((d->allocator.alloc_fn || d->allocator.free_fn || d->allocator.user_data) &&
+        (d->allocator.alloc_fn != g->allocator.alloc_fn || d->allocator.free_fn != g->allocator.free_fn ||
+         d->allocator.user_data != g->allocator.user_data))
+        field = "allocator";
+    else if ((d->logger.fn || d->logger.user_data) && (d->logger.fn != g->logger.fn || d->logger.user_data != g->logger.user_data))
+        field = "logger";
+    else if (d->log_level && d->log_level != g->log_level) field = "log_level";
+    else if (d->devices && !gpuarr__same_text(d->devices, g->devices_filter)) field = "devices";
+    else if (d->host_threads && d->host_threads != g->host_threads) field = "host_threads";
+    else if (d->alloc_conf && !gpuarr__same_text(d->alloc_conf, g->config.text[GPUARR__SET_ALLOC_CONF])) field = "alloc_conf";
+    else if (d->oom_host_fallback && !g->alloc_conf.host_fallback) field = "oom_host_fallback";
+    if (!field) return GPUARR_OK;
+    return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT,
+                        "desc->%s differs from the running configuration (gpuarr is already initialized; pass NULL, or the "
+                        "same values: gpuarr_query_desc shows them)",
+                        field);
+}
+
 GPUARR_API gpuarr_result gpuarr_init(const gpuarr_desc *desc) {
     gpuarr__tls.api = __func__;
     pthread_mutex_lock(&gpuarr__init_lock);
@@ -4028,8 +4250,8 @@ GPUARR_API gpuarr_result gpuarr_init(const gpuarr_desc *desc) {
     if (gpuarr__g.refs == INT_MAX) {
         r = gpuarr__fail(GPUARR_ERROR_OVERFLOW, "too many gpuarr_init references");
     } else if (gpuarr__g.refs > 0) {
-        gpuarr__g.refs++;
-        if (desc) gpuarr__log(GPUARR_LOG_WARN, "gpuarr_init: already initialized; this desc is ignored");
+        r = desc ? gpuarr__desc_agrees(desc) : GPUARR_OK;
+        if (r == GPUARR_OK) gpuarr__g.refs++;
     } else {
         r = gpuarr__startup(desc);
         if (r == GPUARR_OK) gpuarr__g.refs = 1;
@@ -4058,6 +4280,7 @@ GPUARR_API gpuarr_result gpuarr_query_desc(gpuarr_desc *out) {
     out->log_level = gpuarr__g.log_level;
     out->devices = gpuarr__g.devices_filter;
     out->host_threads = gpuarr__g.host_threads;
+    out->alloc_conf = gpuarr__g.config.text[GPUARR__SET_ALLOC_CONF];
     out->oom_host_fallback = gpuarr__g.alloc_conf.host_fallback;
     return GPUARR_OK;
 }
@@ -4194,6 +4417,9 @@ static gpuarr_result gpuarr__find_device(const char *spec, gpuarr__dev **out) {
         if (!found && !gpuarr__g.backend_loaded[b])
             return gpuarr__fail(GPUARR_ERROR_NO_DEVICE, "spec \"%s\": no such device (the %s backend is not available at run time: %s)", spec,
                                 gpuarr__backend_names[b], gpuarr__g.backend_error[b][0] ? gpuarr__g.backend_error[b] : "not asked for by GPUARR_DEVICES");
+        if (!found && index >= 0 && index < gpuarr__backends[b]->device_count() && !gpuarr__filter_allows(b, index))
+            return gpuarr__fail(GPUARR_ERROR_NO_DEVICE, "spec \"%s\": the device exists but the device filter \"%s\" leaves it out", spec,
+                                gpuarr__g.devices_filter);
         if (!found)
             return gpuarr__fail(GPUARR_ERROR_NO_DEVICE, "spec \"%s\": no such device (%d %s devices)", spec,
                                 gpuarr__backends[b]->device_count(), gpuarr__backend_names[b]);
@@ -4261,8 +4487,7 @@ static gpuarr_result gpuarr__create(gpuarr_device d, gpuarr_dtype t, int ndim, c
     gpuarr__stream *s = NULL;
     GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
     GPUARR__CHECK(gpuarr__stream_for(dev, NULL, &s));
-    gpuarr_result r = gpuarr__array_new(dev, t, ndim, shape, s, &a), placed = r;
-    if (r == GPUARR_PLACED_ON_HOST) r = GPUARR_OK;
+    gpuarr_result r = gpuarr__array_new(dev, t, ndim, shape, s, &a);
     if (r == GPUARR_OK && zero && a->nbytes) {
         gpuarr__stream *fs = s;
         if (a->dev != dev) r = gpuarr__stream_for(a->dev, NULL, &fs); /* placed on the host */
@@ -4278,7 +4503,7 @@ static gpuarr_result gpuarr__create(gpuarr_device d, gpuarr_dtype t, int ndim, c
     if (r == GPUARR_OK) r = gpuarr__array_publish(a, &id);
     else if (a) gpuarr__obj_release(&a->obj);
     if (r == GPUARR_OK) out->id = id;
-    return r == GPUARR_OK ? placed : r;
+    return r;
 }
 
 GPUARR_API gpuarr_result gpuarr_empty(gpuarr_device d, gpuarr_dtype t, int ndim, const int64_t *shape, gpuarr_array *out) {
@@ -4293,7 +4518,12 @@ GPUARR_API gpuarr_result gpuarr_zeros(gpuarr_device d, gpuarr_dtype t, int ndim,
 
 GPUARR_API gpuarr_result gpuarr_from_host_as(gpuarr_device d, gpuarr_dtype t, const void *data, int ndim,
                                              const int64_t *shape, gpuarr_array *out) {
-    GPUARR__BEGIN();
+    return gpuarr__from_host_named(__func__, d, t, data, ndim, shape, out);
+}
+
+GPUARR_API gpuarr_result gpuarr__from_host_named(const char *api, gpuarr_device d, gpuarr_dtype t, const void *data, int ndim,
+                                                 const int64_t *shape, gpuarr_array *out) {
+    GPUARR__BEGIN_AS(api ? api : "gpuarr_from_host_as");
     GPUARR__REQUIRE_PTR(out);
     gpuarr__dev *dev;
     gpuarr__array *a;
@@ -4308,9 +4538,9 @@ GPUARR_API gpuarr_result gpuarr_from_host_as(gpuarr_device d, gpuarr_dtype t, co
                             gpuarr__dtype_sizes[t], gpuarr__dtype_names[t]);
     gpuarr__stream *writer;
     GPUARR__CHECK(gpuarr__stream_for(dev, NULL, &writer));
-    gpuarr_result r = gpuarr__array_new(dev, t, ndim, shape, writer, &a), placed = r;
+    gpuarr_result r = gpuarr__array_new(dev, t, ndim, shape, writer, &a);
     gpuarr__obj_release(&writer->obj);
-    if (r != GPUARR_OK && r != GPUARR_PLACED_ON_HOST) return r;
+    if (r != GPUARR_OK) return r;
     gpuarr__transfer tr;
     memset(&tr, 0, sizeof tr);
     tr.dst = gpuarr__array_view(a);
@@ -4322,11 +4552,15 @@ GPUARR_API gpuarr_result gpuarr_from_host_as(gpuarr_device d, gpuarr_dtype t, co
     if (r == GPUARR_OK) r = gpuarr__array_publish(a, &id);
     else gpuarr__obj_release(&a->obj);
     if (r == GPUARR_OK) out->id = id;
-    return r == GPUARR_OK ? placed : r;
+    return r;
 }
 
 GPUARR_API gpuarr_result gpuarr_to_host_as(gpuarr_array arr, gpuarr_dtype t, void *data, size_t count) {
-    GPUARR__BEGIN();
+    return gpuarr__to_host_named(__func__, arr, t, data, count);
+}
+
+GPUARR_API gpuarr_result gpuarr__to_host_named(const char *api, gpuarr_array arr, gpuarr_dtype t, void *data, size_t count) {
+    GPUARR__BEGIN_AS(api ? api : "gpuarr_to_host_as");
     gpuarr__array *a;
     GPUARR__CHECK(gpuarr__get_array(arr, "a", &a));
     gpuarr_dtype dt = t ? t : a->dtype;
@@ -4422,6 +4656,7 @@ GPUARR_API gpuarr_result gpuarr_array_get_info(gpuarr_array arr, gpuarr_array_in
     out->nbytes = a->nbytes;
     out->host_accessible = a->dev->backend->id == GPUARR_BACKEND_HOST;
     out->wrapped = a->wrapped;
+    out->host_fallback = a->host_fallback;
     out->refcount = gpuarr__table_public_refs(&gpuarr__g.arrays, arr.id);
     gpuarr__obj_release(&a->obj);
     return GPUARR_OK;
@@ -4460,6 +4695,7 @@ static gpuarr__dev *gpuarr__current_dev(void) {
 /* {0} = the thread's current stream, else the current device's default stream. */
 static gpuarr_result gpuarr__resolve_stream(gpuarr_stream s, const char *arg, gpuarr__stream **out) {
     if (s.id) return gpuarr__get_stream(s, arg, out);
+    GPUARR__CHECK(gpuarr__check_scope());
     gpuarr__stream *cur = gpuarr__current_stream_obj();
     if (cur) {
         *out = cur;
@@ -4924,7 +5160,7 @@ GPUARR_API gpuarr_result gpuarr_array_record_stream(gpuarr_array a, gpuarr_strea
  * ------------------------------------------------------------------------------------------- */
 GPUARR_API gpuarr_device gpuarr_current_device(void) {
     gpuarr_device none = {0};
-    if (!gpuarr__initialized()) return none;
+    if (!gpuarr__initialized() || gpuarr__tls.scope_failure) return none;
     return gpuarr__current_dev()->info.device;
 }
 
@@ -4965,14 +5201,16 @@ static gpuarr_scope gpuarr__scope_enter(gpuarr__dev *dev, uint32_t stream_id) {
     memset(&sc, 0, sizeof sc);
     sc.previous_device.id = gpuarr__tls.device_id;
     sc.previous_stream.id = gpuarr__tls.stream_id;
+    sc.previous_failure = gpuarr__tls.scope_failure;
     sc.result = gpuarr__dev_open(dev);
     if (sc.result == GPUARR_OK) sc.result = dev->backend->activate(dev, &sc.native_previous);
     if (sc.result != GPUARR_OK) {
-        gpuarr__log(GPUARR_LOG_WARN, "the scoped block is skipped: %s", gpuarr__tls.error);
+        gpuarr__log(GPUARR_LOG_WARN, "the scope did not start: %s", gpuarr__tls.error);
         return sc;
     }
     gpuarr__tls.device_id = dev->info.device.id;
     gpuarr__tls.stream_id = stream_id;
+    gpuarr__tls.scope_failure = GPUARR_OK; /* a scope that started inside a failed one has its device */
     sc.device = dev->info.device;
     sc.active = true;
     return sc;
@@ -4982,7 +5220,7 @@ static gpuarr_scope gpuarr__scope_failed(gpuarr_result r) {
     gpuarr_scope sc;
     memset(&sc, 0, sizeof sc);
     sc.result = r;
-    gpuarr__log(GPUARR_LOG_WARN, "the scoped block is skipped: %s", gpuarr__tls.error);
+    gpuarr__log(GPUARR_LOG_WARN, "the scope did not start: %s", gpuarr__tls.error);
     return sc;
 }
 
@@ -5008,7 +5246,23 @@ GPUARR_API gpuarr_scope gpuarr_scope_enter_stream(gpuarr_stream s) {
     return gpuarr__scope_enter(dev, s.id);
 }
 
+GPUARR_API gpuarr_scope gpuarr_scope_hold(gpuarr_scope s) {
+    if (s.active || s.held) return s;
+    s.previous_device.id = gpuarr__tls.device_id;
+    s.previous_stream.id = gpuarr__tls.stream_id;
+    s.previous_failure = gpuarr__tls.scope_failure;
+    s.held = true;
+    gpuarr__tls.scope_failure = s.result != GPUARR_OK ? s.result : GPUARR_ERROR_INVALID_ARGUMENT;
+    gpuarr__copy_string(gpuarr__tls.scope_why, sizeof gpuarr__tls.scope_why, gpuarr__tls.error);
+    return s;
+}
+
 GPUARR_API void gpuarr_scope_leave(gpuarr_scope *scope) {
+    if (scope && scope->held) {
+        scope->held = false;
+        gpuarr__tls.scope_failure = scope->previous_failure;
+        return;
+    }
     if (!scope || !scope->active) return;
     scope->active = false;
     gpuarr__dev *dev;
@@ -5016,6 +5270,7 @@ GPUARR_API void gpuarr_scope_leave(gpuarr_scope *scope) {
         dev->backend->deactivate(dev, scope->native_previous);
     gpuarr__tls.device_id = scope->previous_device.id;
     gpuarr__tls.stream_id = scope->previous_stream.id;
+    gpuarr__tls.scope_failure = scope->previous_failure;
 }
 
 /* Second part of each backend: its public interop functions, which use the core above. */

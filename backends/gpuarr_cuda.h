@@ -271,7 +271,7 @@ static void *gpuarr__dl_symbol(void *library, const char *name, void *member, si
 
 #ifdef GPUARR_NO_RUNTIME_LINKING
 #include <cuda.h>
-static bool gpuarr__cu_bind(gpuarr__cu_state *cu) {
+static gpuarr_result gpuarr__cu_bind(gpuarr__cu_state *cu) {
     void (*fp)(void);
 #define GPUARR__CU_BIND_STATIC(ret, name, params)                                              \
     fp = (void (*)(void))&name;                                                                \
@@ -279,30 +279,27 @@ static bool gpuarr__cu_bind(gpuarr__cu_state *cu) {
     GPUARR__CU_PROCS(GPUARR__CU_BIND_STATIC)
 #undef GPUARR__CU_BIND_STATIC
     cu->library = dlopen(NULL, RTLD_NOW); /* the program, linked with -lcuda: for the optional entry points */
-    return true;
+    return GPUARR_OK;
 }
 #else
-static bool gpuarr__cu_bind(gpuarr__cu_state *cu) {
+static gpuarr_result gpuarr__cu_bind(gpuarr__cu_state *cu) {
     /* kept loaded: the driver registers exit handlers and must not be unloaded mid-process */
 #ifdef RTLD_NODELETE
     const int flags = RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE;
 #else
     const int flags = RTLD_NOW | RTLD_LOCAL;
 #endif
-    const char *path = gpuarr__env("GPUARR_CUDA_LIBRARY");
+    const char *path = gpuarr__setting(GPUARR__SET_CUDA_LIBRARY);
     cu->library = dlopen(path ? path : "libcuda.so.1", flags);
-    if (!cu->library) {
-        gpuarr__log(GPUARR_LOG_INFO, "no CUDA: cannot load %s: %s", path ? path : "libcuda.so.1", dlerror());
-        return false;
-    }
+    if (!cu->library) /* the reason reaches gpuarr-info and device_find's errors */
+        return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "cannot load %s%s: %s", path ? path : "libcuda.so.1",
+                            path ? " (GPUARR_CUDA_LIBRARY)" : "", dlerror());
 #define GPUARR__CU_BIND_DYNAMIC(ret, name, params)                                             \
-    if (!gpuarr__dl_symbol(cu->library, #name, &cu->p_##name, sizeof cu->p_##name)) {        \
-        gpuarr__log(GPUARR_LOG_WARN, "no CUDA: the driver lacks %s (too old)", #name);         \
-        return false;                                                                          \
-    }
+    if (!gpuarr__dl_symbol(cu->library, #name, &cu->p_##name, sizeof cu->p_##name))          \
+        return gpuarr__fail(GPUARR_ERROR_BACKEND, "the CUDA driver lacks %s (too old)", #name);
     GPUARR__CU_PROCS(GPUARR__CU_BIND_DYNAMIC)
 #undef GPUARR__CU_BIND_DYNAMIC
-    return true;
+    return GPUARR_OK;
 }
 #endif
 
@@ -348,7 +345,7 @@ static gpuarr_result gpuarr__cu_load(void) {
     if (!cu) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the CUDA backend");
     pthread_mutex_init(&cu->peer_lock, NULL);
     gpuarr__g.backend_state[GPUARR_BACKEND_CUDA] = cu;
-    gpuarr_result r = gpuarr__cu_bind(cu) ? GPUARR_OK : gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "no usable CUDA driver (libcuda.so.1)");
+    gpuarr_result r = gpuarr__cu_bind(cu);
     if (r == GPUARR_OK) {
 #define GPUARR__CU_BIND_OPTIONAL(ret, name, params) gpuarr__dl_symbol(cu->library, #name, &cu->p_##name, sizeof cu->p_##name);
         GPUARR__CU_OPTIONAL_PROCS(GPUARR__CU_BIND_OPTIONAL)
@@ -663,7 +660,7 @@ static bool gpuarr__nvrtc_load(void) {
         char home[600] = "";
         const char *cuda_home = getenv("CUDA_HOME");
         snprintf(home, sizeof home, "%s/lib64/libnvrtc.so", cuda_home && *cuda_home ? cuda_home : "/usr/local/cuda");
-        const char *env = getenv("GPUARR_NVRTC_LIBRARY");
+        const char *env = gpuarr__setting(GPUARR__SET_NVRTC_LIBRARY);
         const char *names[] = {env && *env ? env : "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so", home};
         for (size_t i = 0; i < (env && *env ? 1u : GPUARR__CU_PIECES(names)) && !nv->library; i++)
             nv->library = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
@@ -802,8 +799,8 @@ static gpuarr_result gpuarr__cu_nvrtc_module(gpuarr__dev *d, int s, int t, gpuar
 
 static gpuarr_result gpuarr__cu_build_pair(gpuarr__dev *d, int s, int t) {
     gpuarr__cu_device_state *ds = GPUARR__CU_DEV(d);
-    const char *mode = gpuarr__env("GPUARR_CUDA_KERNELS");
-    bool try_ptx = !mode || strcmp(mode, "nvrtc") != 0, try_nvrtc = !mode || strcmp(mode, "ptx") != 0;
+    int mode = gpuarr__setting_value(GPUARR__SET_CUDA_KERNELS, GPUARR__KERNELS_AUTO);
+    bool try_ptx = mode != GPUARR__KERNELS_NVRTC, try_nvrtc = mode != GPUARR__KERNELS_PTX;
     char ptx_why[600] = "not tried (GPUARR_CUDA_KERNELS=nvrtc)", nvrtc_why[600] = "not tried (GPUARR_CUDA_KERNELS=ptx)";
     gpuarr__cu_module mod = NULL;
     gpuarr_result r = GPUARR_ERROR_BACKEND;

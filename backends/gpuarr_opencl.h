@@ -280,18 +280,18 @@ static void gpuarr__cl_track(gpuarr__cl_stream *st, gpuarr__cl_event ev);
    the official handle types). clCreateCommandQueue is deprecated after 1.2 but it is the 1.2 API. */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-static bool gpuarr__cl_bind(gpuarr__cl_state *cl) {
+static gpuarr_result gpuarr__cl_bind(gpuarr__cl_state *cl) {
     void (*fp)(void);
 #define GPUARR__CL_BIND_STATIC(ret, name, params)                                              \
     fp = (void (*)(void))&name;                                                                \
     memcpy(&cl->name, &fp, sizeof fp);
     GPUARR__CL_PROCS(GPUARR__CL_BIND_STATIC)
 #undef GPUARR__CL_BIND_STATIC
-    return true;
+    return GPUARR_OK;
 }
 #pragma GCC diagnostic pop
 #else
-static bool gpuarr__cl_bind(gpuarr__cl_state *cl) {
+static gpuarr_result gpuarr__cl_bind(gpuarr__cl_state *cl) {
     /* The loader stays resident after dlclose: drivers register exit handlers and keep state,
        and unloading them mid-process is not safe. */
 #ifdef RTLD_NODELETE
@@ -299,27 +299,24 @@ static bool gpuarr__cl_bind(gpuarr__cl_state *cl) {
 #else
     const int flags = RTLD_NOW | RTLD_LOCAL;
 #endif
-    const char *path = gpuarr__env("GPUARR_OPENCL_LIBRARY");
+    const char *path = gpuarr__setting(GPUARR__SET_OPENCL_LIBRARY);
     cl->library = dlopen(path ? path : "libOpenCL.so.1", flags);
     if (!cl->library && !path) cl->library = dlopen("libOpenCL.so", flags);
-    if (!cl->library) {
-        gpuarr__log(GPUARR_LOG_INFO, "no OpenCL: cannot load %s: %s", path ? path : "libOpenCL.so.1", dlerror());
-        return false;
-    }
+    if (!cl->library) /* the reason reaches gpuarr-info and device_find's errors */
+        return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "cannot load %s%s: %s", path ? path : "libOpenCL.so.1 or libOpenCL.so",
+                            path ? " (GPUARR_OPENCL_LIBRARY)" : "", dlerror());
     /* dlsym returns an object pointer; copying its bits into the function pointer is the
        portable way that ISO C accepts. */
 #define GPUARR__CL_BIND_DYNAMIC(ret, name, params)                                             \
     {                                                                                          \
         void *sym = dlsym(cl->library, #name);                                                 \
-        if (!sym) {                                                                            \
-            gpuarr__log(GPUARR_LOG_WARN, "no OpenCL: the loader lacks %s (OpenCL 1.2 is needed)", #name); \
-            return false;                                                                      \
-        }                                                                                      \
+        if (!sym)                                                                              \
+            return gpuarr__fail(GPUARR_ERROR_BACKEND, "the OpenCL loader lacks %s (OpenCL 1.2 is needed)", #name); \
         memcpy(&cl->name, &sym, sizeof sym);                                                   \
     }
     GPUARR__CL_PROCS(GPUARR__CL_BIND_DYNAMIC)
 #undef GPUARR__CL_BIND_DYNAMIC
-    return true;
+    return GPUARR_OK;
 }
 #endif
 
@@ -406,8 +403,8 @@ static gpuarr_result gpuarr__cl_load(void) {
     pthread_mutex_init(&cl->context_lock, NULL);
     pthread_mutex_init(&cl->build_lock, NULL);
     gpuarr__g.backend_state[GPUARR_BACKEND_OPENCL] = cl;
-    gpuarr_result r = gpuarr__cl_bind(cl) ? gpuarr__cl_enumerate(cl)
-                                          : gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "no usable OpenCL loader (libOpenCL.so.1)");
+    gpuarr_result r = gpuarr__cl_bind(cl);
+    if (r == GPUARR_OK) r = gpuarr__cl_enumerate(cl);
     if (r != GPUARR_OK) gpuarr__cl_unload();
     return r;
 }
@@ -501,13 +498,12 @@ static gpuarr_result gpuarr__cl_device_info(int index, gpuarr_device_info *info)
     info->max_alloc_bytes = d->max_alloc;
     /* GPUARR_OPENCL_UNIFIED=off handles every device as discrete (own memory, staged copies):
        how PoCL tests the paths a discrete GPU takes. */
-    const char *unified = gpuarr__env("GPUARR_OPENCL_UNIFIED");
-    d->host_unified = gpuarr__cl_info_u32(d->id, GPUARR__CL_DEVICE_HOST_UNIFIED_MEMORY) != 0 && !(unified && strcmp(unified, "off") == 0);
+    d->host_unified = gpuarr__cl_info_u32(d->id, GPUARR__CL_DEVICE_HOST_UNIFIED_MEMORY) != 0 &&
+                      gpuarr__setting_value(GPUARR__SET_OPENCL_UNIFIED, 1);
     d->host_align = GPUARR__MAX((size_t)64, (size_t)gpuarr__cl_info_u32(d->id, GPUARR__CL_DEVICE_MEM_BASE_ADDR_ALIGN) / 8u);
     info->host_unified = d->host_unified;
     /* GPUARR_OPENCL_FP64=off treats every device as lacking doubles (slow or emulated fp64). */
-    const char *fp64 = gpuarr__env("GPUARR_OPENCL_FP64");
-    d->fp64 = !(fp64 && strcmp(fp64, "off") == 0) && gpuarr__cl_has_extension(cl, d->id, "cl_khr_fp64");
+    d->fp64 = gpuarr__setting_value(GPUARR__SET_OPENCL_FP64, 1) && gpuarr__cl_has_extension(cl, d->id, "cl_khr_fp64");
     if (gpuarr__cl_has_extension(cl, d->id, "cl_khr_device_uuid") &&
         cl->clGetDeviceInfo(d->id, GPUARR__CL_DEVICE_UUID_KHR, sizeof info->uuid, info->uuid, NULL) == GPUARR__CL_SUCCESS)
         info->has_uuid = true;
@@ -902,7 +898,7 @@ static gpuarr_result gpuarr__cl_build_pair(gpuarr__dev *d, int s, int t) {
     gpuarr__cl_state *cl = &GPUARR__CL;
     gpuarr__cl_device *cd = GPUARR__CL_DEV(d);
     gpuarr__cl_context ctx = cl->platforms[cd->platform].context;
-    const char *extra = gpuarr__env("GPUARR_OPENCL_BUILD_OPTIONS");
+    const char *extra = gpuarr__setting(GPUARR__SET_OPENCL_BUILD_OPTIONS);
     char options[512];
     snprintf(options, sizeof options, "-cl-std=CL1.2 %s", extra ? extra : "");
     gpuarr__cl_source src;

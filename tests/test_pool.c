@@ -235,15 +235,26 @@ Test(pool, out_of_device_memory_can_place_arrays_on_the_host_when_asked) {
     TEST_OK(gpuarr_pool_set_limit(d, (uint64_t)(8 * MiB)));
     int64_t shape[1] = {16 * MiB / 4};
     gpuarr_array a;
-    cr_assert_eq(gpuarr_zeros(d, GPUARR_F32, 1, shape, &a), GPUARR_PLACED_ON_HOST);
+    /* a success like any other, so `!= GPUARR_OK` checks keep working; the info says where */
+    cr_assert_eq(gpuarr_zeros(d, GPUARR_F32, 1, shape, &a), GPUARR_OK);
     gpuarr_array_info info;
     TEST_OK(gpuarr_array_get_info(a, &info));
     cr_assert_eq(info.device.id, gpuarr_host().id);
+    cr_assert(info.host_fallback, "the info does not say the array was placed by the fallback");
     float *p;
     TEST_OK(gpuarr_host_data(a, (void **)&p));
     cr_assert(p[0] == 0.0f && p[shape[0] - 1] == 0.0f);
     cr_assert_eq(stats_of(d).host_fallbacks, 1u);
     TEST_OK(gpuarr_release(a));
+    float in[4] = {1, 2, 3, 4};
+    int64_t four[1] = {4};
+    gpuarr_array small, big;
+    TEST_OK(gpuarr_from_host(d, in, 1, four, &small));
+    cr_assert_eq(gpuarr_convert(small, gpuarr_host(), 0, &big), GPUARR_OK); /* no fallback: the host was asked for */
+    TEST_OK(gpuarr_array_get_info(big, &info));
+    cr_assert(!info.host_fallback);
+    TEST_OK(gpuarr_release(big));
+    TEST_OK(gpuarr_release(small));
     /* without the opt-in it is an error */
     reinit(NULL, false);
     d = test_device();
@@ -303,7 +314,7 @@ Test(pool, the_configuration_names_a_bad_key_or_value) {
         cr_assert(strstr(gpuarr_last_error(), bad[i][1]) && strstr(gpuarr_last_error(), "GPUARR_ALLOC_CONF"), "%s -> %s",
                   bad[i][0], gpuarr_last_error());
     }
-    cr_assert_eq(setenv("GPUARR_ALLOC_CONF", "limit:50%,release_threshold:none,max_split_size:64MiB,caching:1", 1), 0);
+    cr_assert_eq(setenv("GPUARR_ALLOC_CONF", "host_limit:50%,release_threshold:none,max_split_size:64MiB,caching:1", 1), 0);
     TEST_OK(gpuarr_init(NULL));
     unsetenv("GPUARR_ALLOC_CONF");
     gpuarr_device_info info;

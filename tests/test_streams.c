@@ -423,6 +423,73 @@ Test(streams, an_invalid_device_or_stream_does_not_run_the_block) {
     free_scope_env(&e);
 }
 
+Test(streams, the_R_forms_give_the_scope_result_and_skip_the_block) {
+    scope_env e = make_scope_env();
+    bool ran = false;
+    gpuarr_result r = GPUARR_OK;
+    GPUARR_WITH_DEVICE_R((gpuarr_device){999}, &r) { ran = true; }
+    cr_expect(!ran, "WITH_DEVICE_R({999}) ran its block");
+    cr_expect_eq(r, GPUARR_ERROR_INVALID_HANDLE, "WITH_DEVICE_R gave %s", gpuarr_result_name(r));
+    gpuarr_stream dead = {0};
+    TEST_OK(gpuarr_stream_create(e.dev, 0, &dead));
+    TEST_OK(gpuarr_stream_destroy(dead));
+    r = GPUARR_OK;
+    GPUARR_WITH_STREAM_R(dead, &r) { ran = true; }
+    cr_expect(!ran, "WITH_STREAM_R(destroyed stream) ran its block");
+    cr_expect_eq(r, GPUARR_ERROR_INVALID_HANDLE, "WITH_STREAM_R gave %s", gpuarr_result_name(r));
+    r = GPUARR_ERROR_TIMEOUT;
+    GPUARR_WITH_STREAM_R(e.s1, &r) { EXPECT_CURRENT(e.dev, e.s1, "inside a valid WITH_STREAM_R"); }
+    cr_expect_eq(r, GPUARR_OK);
+    EXPECT_CURRENT(e.dev, e.s0, "after the R forms");
+    free_scope_env(&e);
+}
+
+/* Work in a failed GPUARR_SCOPED_* block: it must fail, never run on the device or stream the
+   scope was to replace. Returns the result of syncing the current stream ({0}) there. */
+static gpuarr_result scoped_device_work(gpuarr_device d, gpuarr_result *scope_result, gpuarr_device *current) {
+    GPUARR_SCOPED_DEVICE_R(d, scope_result);
+    *current = gpuarr_current_device();
+    return gpuarr_stream_sync((gpuarr_stream){0});
+}
+static gpuarr_result scoped_stream_work(gpuarr_stream s, gpuarr_result *scope_result, gpuarr_array *made) {
+    GPUARR_SCOPED_STREAM_R(s, scope_result);
+    int64_t shape[1] = {4};
+    return gpuarr_zeros(gpuarr_current_device().id ? gpuarr_current_device() : gpuarr_host(), GPUARR_F32, 1, shape, made);
+}
+
+Test(streams, a_failed_scoped_device_or_stream_leaves_the_block_without_a_device) {
+    scope_env e = make_scope_env();
+    gpuarr_result scope_r = GPUARR_OK;
+    gpuarr_device current = {12345};
+    gpuarr_result r = scoped_device_work((gpuarr_device){999}, &scope_r, &current);
+    cr_expect_eq(scope_r, GPUARR_ERROR_INVALID_HANDLE, "SCOPED_DEVICE_R gave %s", gpuarr_result_name(scope_r));
+    cr_expect_eq(current.id, 0u, "inside the failed scope the current device is still 0x%x", current.id);
+    cr_expect_eq(r, GPUARR_ERROR_INVALID_HANDLE, "work on the current stream in a failed scope gave %s", gpuarr_result_name(r));
+    cr_expect(strstr(gpuarr_last_error(), "did not start") != NULL, "%s", gpuarr_last_error());
+    EXPECT_CURRENT(e.dev, e.s0, "after a failed SCOPED_DEVICE");
+    TEST_OK(gpuarr_stream_sync((gpuarr_stream){0}));
+    gpuarr_stream dead = {0};
+    TEST_OK(gpuarr_stream_create(e.dev, 0, &dead));
+    TEST_OK(gpuarr_stream_destroy(dead));
+    gpuarr_array made = {0};
+    r = scoped_stream_work(dead, &scope_r, &made);
+    cr_expect_eq(scope_r, GPUARR_ERROR_INVALID_HANDLE);
+    cr_expect_neq(r, GPUARR_OK, "an array was made in a failed SCOPED_STREAM (on another stream)");
+    cr_expect_eq(made.id, 0u);
+    EXPECT_CURRENT(e.dev, e.s0, "after a failed SCOPED_STREAM");
+    r = scoped_stream_work(e.s1, &scope_r, &made); /* a valid one works */
+    cr_expect_eq(scope_r, GPUARR_OK);
+    cr_expect_eq(r, GPUARR_OK, "%s", gpuarr_last_error());
+    TEST_OK(gpuarr_release(made));
+    {
+        GPUARR_SCOPED_DEVICE((gpuarr_device){999});
+        GPUARR_WITH_DEVICE(e.dev) { TEST_OK(gpuarr_stream_sync((gpuarr_stream){0})); }
+        cr_expect_neq(gpuarr_stream_sync((gpuarr_stream){0}), GPUARR_OK, "the failed scope came back after a nested one");
+    }
+    EXPECT_CURRENT(e.dev, e.s0, "after the nested scopes");
+    free_scope_env(&e);
+}
+
 Test(streams, a_second_scope_leave_does_nothing) {
     scope_env e = make_scope_env();
     gpuarr_scope sc = gpuarr_scope_enter_stream(e.s1);

@@ -74,6 +74,14 @@ int main(void) {
     EXPECT(gpuarr_current_device().id == before.id);
     EXPECT(scoped_return(host) == 0);
     EXPECT(gpuarr_current_device().id == before.id);
+    {
+        gpuarr_result r = GPUARR_OK;
+        GPUARR_WITH_DEVICE_R((gpuarr_device){999}, &r) { EXPECT(0); }
+        EXPECT(r == GPUARR_ERROR_INVALID_HANDLE);
+        GPUARR_SCOPED_DEVICE_R((gpuarr_device){999}, &r);
+        EXPECT(gpuarr_current_device().id == 0); /* a failed scope leaves no device to fall back on */
+    }
+    EXPECT(gpuarr_current_device().id == before.id);
     gpuarr_shutdown();
     puts("compile test (C11): ok");
     return 0;

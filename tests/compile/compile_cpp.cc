@@ -15,6 +15,14 @@ static bool scoped(gpuarr_device d) {
     return gpuarr_current_device().id == d.id;
 }
 
+/* A failed scoped device leaves the block without a current device, and says why. */
+static bool scoped_failure_reported() {
+    gpuarr_result r = GPUARR_OK;
+    GPUARR_SCOPED_DEVICE_R(gpuarr_device{999}, &r);
+    return r == GPUARR_ERROR_INVALID_HANDLE && gpuarr_current_device().id == 0 &&
+           gpuarr_stream_sync(gpuarr_stream{}) == GPUARR_ERROR_INVALID_HANDLE;
+}
+
 int main() {
     if (check(gpuarr_init(nullptr) == GPUARR_OK, "init")) return 1;
     gpuarr_device host = gpuarr_host();
@@ -34,6 +42,11 @@ int main() {
     bad += check(gpuarr_array_get_info(c, &info) == GPUARR_OK && info.dtype == GPUARR_I64, "long long is I64");
     bad += check(scoped(host), "GPUARR_SCOPED_DEVICE");
     GPUARR_WITH_DEVICE(host) { bad += check(gpuarr_current_device().id == host.id, "GPUARR_WITH_DEVICE"); }
+    bad += check(scoped_failure_reported(), "GPUARR_SCOPED_DEVICE_R on an invalid device");
+    bad += check(gpuarr_current_device().id != 0, "the device after a failed GPUARR_SCOPED_DEVICE_R");
+    gpuarr_result with_r = GPUARR_OK;
+    GPUARR_WITH_DEVICE_R(gpuarr_device{999}, &with_r) { bad += check(false, "GPUARR_WITH_DEVICE_R ran on an invalid device"); }
+    bad += check(with_r == GPUARR_ERROR_INVALID_HANDLE, "GPUARR_WITH_DEVICE_R's result");
     gpuarr_release(a);
     gpuarr_release(b);
     gpuarr_release(c);
