@@ -132,6 +132,9 @@
  *     source value (no double rounding, including i64/u64 -> bf16 and f64 -> f16);
  *   - between float types -0.0, infinities and NaN are preserved. A NaN keeps its sign, gets
  *     the quiet bit set and keeps the top bits of its payload (what x86 and ARM hardware do).
+ * Host casts and the scalar helpers (gpuarr_f16_from_float & co) follow these rules whatever
+ * rounding mode (fesetround) or flush-to-zero the calling thread set, on x86-64 and AArch64
+ * with gcc or clang (elsewhere they assume the default floating-point environment).
  * gpuarr_convert(src, dev, dtype, &out) with dev = src's device and dtype = src's dtype (or 0)
  * returns src itself, retained, without a copy. Otherwise the cast is done on the side of a
  * transfer that makes it narrower: narrowing casts run before data leaves the source device,
@@ -449,7 +452,7 @@ GPUARR_API const char *gpuarr_backend_name(gpuarr_backend b);
 GPUARR_API bool gpuarr_backend_compiled(gpuarr_backend b); /* compiled into this build */
 GPUARR_API const char *gpuarr_version_string(void);
 
-/* f16 / bf16 scalars, with the conversion rules above. */
+/* f16 / bf16 scalars, with the conversion rules above, whatever the caller's rounding mode. */
 GPUARR_API gpuarr_f16 gpuarr_f16_from_float(float x);
 GPUARR_API gpuarr_f16 gpuarr_f16_from_double(double x);
 GPUARR_API float gpuarr_f16_to_float(gpuarr_f16 h);
@@ -4097,11 +4100,38 @@ GPUARR_API const char *gpuarr_backend_name(gpuarr_backend b) {
 GPUARR_API bool gpuarr_backend_compiled(gpuarr_backend b) { return b > 0 && b < GPUARR_BACKEND_COUNT && gpuarr__backends[b]; }
 GPUARR_API const char *gpuarr_version_string(void) { return GPUARR_VERSION_STRING; }
 
-GPUARR_API gpuarr_f16 gpuarr_f16_from_float(float x) { gpuarr_f16 h; h.bits = gpuarr_k_f32_to_f16(x); return h; }
-GPUARR_API gpuarr_f16 gpuarr_f16_from_double(double x) { gpuarr_f16 h; h.bits = gpuarr_k_f64_to_f16(x); return h; }
+/* The narrowing helpers let the FPU round subnormal results, so they run in the default FP
+   environment, like the array casts. The volatile copies keep the compiler from moving the
+   arithmetic out from between the environment switches. */
+GPUARR_API gpuarr_f16 gpuarr_f16_from_float(float x) {
+    volatile float in = x;
+    volatile uint16_t bits;
+    uint64_t fp = gpuarr__fp_default_enter();
+    bits = gpuarr_k_f32_to_f16(in);
+    gpuarr__fp_leave(fp);
+    gpuarr_f16 h = {bits};
+    return h;
+}
+GPUARR_API gpuarr_f16 gpuarr_f16_from_double(double x) {
+    volatile double in = x;
+    volatile uint16_t bits;
+    uint64_t fp = gpuarr__fp_default_enter();
+    bits = gpuarr_k_f64_to_f16(in);
+    gpuarr__fp_leave(fp);
+    gpuarr_f16 h = {bits};
+    return h;
+}
 GPUARR_API float gpuarr_f16_to_float(gpuarr_f16 h) { return gpuarr_k_f16_to_f32(h.bits); }
 GPUARR_API gpuarr_bf16 gpuarr_bf16_from_float(float x) { gpuarr_bf16 h; h.bits = gpuarr_k_f32_to_bf16(x); return h; }
-GPUARR_API gpuarr_bf16 gpuarr_bf16_from_double(double x) { gpuarr_bf16 h; h.bits = gpuarr_k_f64_to_bf16(x); return h; }
+GPUARR_API gpuarr_bf16 gpuarr_bf16_from_double(double x) {
+    volatile double in = x;
+    volatile uint16_t bits;
+    uint64_t fp = gpuarr__fp_default_enter();
+    bits = gpuarr_k_f64_to_bf16(in);
+    gpuarr__fp_leave(fp);
+    gpuarr_bf16 h = {bits};
+    return h;
+}
 GPUARR_API float gpuarr_bf16_to_float(gpuarr_bf16 h) { return gpuarr_k_bf16_to_f32(h.bits); }
 
 /* ---------------------------------------------------------------------------------------------
