@@ -1240,7 +1240,13 @@ static gpuarr__state gpuarr__g;
 static pthread_mutex_t gpuarr__init_lock = PTHREAD_MUTEX_INITIALIZER;
 
 typedef struct gpuarr__thread_state {
-    char error[1024];
+    /* The last failure: its code, the public function it happened in and the reason, kept apart
+       so that internal code reads the reason alone; gpuarr_last_error joins them. */
+    gpuarr_result error_code;
+    const char *error_api; /* NULL: no failure yet on this thread */
+    char error_detail[1024];
+    char error_message[64 + 2 + 1024]; /* "<error_api>: <error_detail>", once asked for */
+    bool error_formatted;
     const char *api;       /* the public function running on this thread, for messages */
     uint32_t device_id;    /* current device; 0 = not set ("any") */
     uint32_t stream_id;    /* current stream; 0 = none */
@@ -1277,18 +1283,17 @@ static void gpuarr__log(gpuarr_log_level level, const char *fmt, ...) {
     fprintf(stderr, "gpuarr %s: %s\n", names[level], msg);
 }
 
-/* Records "<public function>: <message>" for this thread and returns r. */
+/* Records r and the reason in the public function running on this thread, and returns r. */
 static gpuarr_result gpuarr__fail(gpuarr_result r, const char *fmt, ...) GPUARR__PRINTF(2, 3);
 
 static gpuarr_result gpuarr__fail(gpuarr_result r, const char *fmt, ...) {
-    char *buf = gpuarr__tls.error;
-    size_t cap = sizeof gpuarr__tls.error;
-    int n = snprintf(buf, cap, "%s: ", gpuarr__tls.api ? gpuarr__tls.api : "gpuarr");
-    size_t used = n > 0 ? GPUARR__MIN((size_t)n, cap - 1) : 0;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf + used, cap - used, fmt, ap);
+    vsnprintf(gpuarr__tls.error_detail, sizeof gpuarr__tls.error_detail, fmt, ap);
     va_end(ap);
+    gpuarr__tls.error_code = r;
+    gpuarr__tls.error_api = gpuarr__tls.api ? gpuarr__tls.api : "gpuarr";
+    gpuarr__tls.error_formatted = false;
     return r;
 }
 
@@ -1837,9 +1842,19 @@ static gpuarr_result gpuarr__table_insert(gpuarr__table *t, gpuarr__obj *obj, ui
     return r;
 }
 
+/* Under the lock: the live slot for id, or NULL. Records nothing. */
+static gpuarr__slot *gpuarr__table_slot(gpuarr__table *t, uint32_t id) {
+    uint32_t index = id & GPUARR__INDEX_MASK, gen = (id >> GPUARR__INDEX_BITS) & GPUARR__GEN_MASK, kind = id >> GPUARR__KIND_SHIFT;
+    if (kind != t->kind || index >= t->used) return NULL;
+    gpuarr__slot *slot = &t->slots[index];
+    return slot->obj && slot->gen == gen ? slot : NULL;
+}
+
 /* Under the lock: the live slot for id, or NULL with the reason recorded. */
 static gpuarr__slot *gpuarr__table_find(gpuarr__table *t, uint32_t id, const char *arg) {
     static const char *const kinds[] = {"", "array", "stream", "event"};
+    gpuarr__slot *live = gpuarr__table_slot(t, id);
+    if (live) return live;
     uint32_t index = id & GPUARR__INDEX_MASK, gen = (id >> GPUARR__INDEX_BITS) & GPUARR__GEN_MASK, kind = id >> GPUARR__KIND_SHIFT;
     if (id == 0) {
         gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s is a zero %s handle (never created)", arg, t->kind_name);
@@ -1854,12 +1869,19 @@ static gpuarr__slot *gpuarr__table_find(gpuarr__table *t, uint32_t id, const cha
         gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s (id 0x%08x) is not %s %s handle", arg, id, t->kind == 1 ? "an" : "a", t->kind_name);
         return NULL;
     }
-    gpuarr__slot *slot = &t->slots[index];
-    if (slot->gen != gen || !slot->obj) {
-        gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s (id 0x%08x): this %s was released (stale handle)", arg, id, t->kind_name);
-        return NULL;
-    }
-    return slot;
+    gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s (id 0x%08x): this %s was released (stale handle)", arg, id, t->kind_name);
+    return NULL;
+}
+
+/* The live object id names, with an internal reference the caller must drop, or NULL. Records
+   nothing: for lookups whose failure is not the caller's error. */
+static gpuarr__obj *gpuarr__table_lookup(gpuarr__table *t, uint32_t id) {
+    pthread_mutex_lock(&t->lock);
+    gpuarr__slot *slot = gpuarr__table_slot(t, id);
+    gpuarr__obj *obj = slot ? slot->obj : NULL;
+    if (obj) gpuarr__obj_retain(obj);
+    pthread_mutex_unlock(&t->lock);
+    return obj;
 }
 
 /* Looks id up and returns its object with an internal reference the caller must drop. */
@@ -1917,9 +1939,8 @@ static gpuarr_result gpuarr__table_release(gpuarr__table *t, uint32_t id, const 
 
 static uint32_t gpuarr__table_public_refs(gpuarr__table *t, uint32_t id) {
     pthread_mutex_lock(&t->lock);
-    uint32_t index = id & GPUARR__INDEX_MASK, refs = 0;
-    if (index < t->used && t->slots[index].obj && t->slots[index].gen == ((id >> GPUARR__INDEX_BITS) & GPUARR__GEN_MASK))
-        refs = t->slots[index].public_refs;
+    gpuarr__slot *slot = gpuarr__table_slot(t, id);
+    uint32_t refs = slot ? slot->public_refs : 0;
     pthread_mutex_unlock(&t->lock);
     return refs;
 }
@@ -2383,14 +2404,8 @@ static void gpuarr__collect_device(gpuarr__dev *d) {
    counts as none (and is forgotten), so it cannot break later calls on this thread. */
 static gpuarr__stream *gpuarr__current_stream_obj(void) {
     if (!gpuarr__tls.stream_id) return NULL;
-    gpuarr__obj *o;
-    char saved[sizeof gpuarr__tls.error];
-    memcpy(saved, gpuarr__tls.error, sizeof saved);
-    if (gpuarr__table_get(&gpuarr__g.streams, gpuarr__tls.stream_id, "current stream", &o) != GPUARR_OK) {
-        memcpy(gpuarr__tls.error, saved, sizeof saved); /* not this call's error */
-        gpuarr__tls.stream_id = 0;
-        return NULL;
-    }
+    gpuarr__obj *o = gpuarr__table_lookup(&gpuarr__g.streams, gpuarr__tls.stream_id);
+    if (!o) gpuarr__tls.stream_id = 0; /* destroyed: not this call's error */
     return (gpuarr__stream *)o;
 }
 
@@ -2788,8 +2803,7 @@ static gpuarr_result gpuarr__pool_grow(gpuarr__pool *p, size_t size, size_t requ
         return r;
     }
     char cause[300];
-    const char *msg = strstr(gpuarr__tls.error, ": ");
-    gpuarr__copy_string(cause, sizeof cause, msg ? msg + 2 : gpuarr__tls.error);
+    gpuarr__copy_string(cause, sizeof cause, gpuarr__tls.error_detail);
     pthread_mutex_lock(&gpuarr__g.oom_lock);
     int handlers = gpuarr__g.oom_handler_count;
     pthread_mutex_unlock(&gpuarr__g.oom_lock);
@@ -3061,7 +3075,7 @@ static gpuarr_result gpuarr__array_new(gpuarr__dev *d, gpuarr_dtype t, int ndim,
     GPUARR__CHECK(gpuarr__array_alloc_struct(d, t, ndim, shape, &a));
     gpuarr_result r = a->nbytes ? gpuarr__pool_alloc(&d->pool, a->nbytes, s, &a->block) : GPUARR_OK;
     if (r == GPUARR_ERROR_OUT_OF_MEMORY && gpuarr__g.alloc_conf.host_fallback && d != gpuarr__host_dev()) {
-        gpuarr__log(GPUARR_LOG_WARN, "%s; placing the array on the host instead", gpuarr__tls.error);
+        gpuarr__log(GPUARR_LOG_WARN, "%s; placing the array on the host instead", gpuarr_last_error());
         r = gpuarr__pool_alloc(&gpuarr__host_dev()->pool, a->nbytes, NULL, &a->block);
         if (r == GPUARR_OK) {
             pthread_mutex_lock(&d->pool.lock);
@@ -3221,7 +3235,7 @@ static void gpuarr__ring_close(gpuarr__dev *d, gpuarr__ring *r, gpuarr__stream *
 /* No pinned memory for the ring (none left, or the backend has none): the caller copies directly,
    more slowly. Returns UNSUPPORTED for it to know. */
 static gpuarr_result gpuarr__staging_unavailable(gpuarr__dev *d) {
-    gpuarr__log(GPUARR_LOG_INFO, "%s: no pinned memory to stage through (%s); copying directly", d->info.spec, gpuarr__tls.error);
+    gpuarr__log(GPUARR_LOG_INFO, "%s: no pinned memory to stage through (%s); copying directly", d->info.spec, gpuarr_last_error());
     return GPUARR_ERROR_UNSUPPORTED;
 }
 
@@ -3927,8 +3941,7 @@ static gpuarr_result gpuarr__registry_build(void) {
         gpuarr_result r = b->load();
         if (r == GPUARR_ERROR_OUT_OF_MEMORY) return r;
         if (r != GPUARR_OK) { /* its library is missing (UNSUPPORTED) or broken: zero devices */
-            const char *why = strstr(gpuarr__tls.error, ": ");
-            gpuarr__copy_string(gpuarr__g.backend_error[i], sizeof gpuarr__g.backend_error[i], why ? why + 2 : gpuarr__tls.error);
+            gpuarr__copy_string(gpuarr__g.backend_error[i], sizeof gpuarr__g.backend_error[i], gpuarr__tls.error_detail);
             gpuarr__log(r == GPUARR_ERROR_UNSUPPORTED ? GPUARR_LOG_INFO : GPUARR_LOG_WARN, "the %s backend is unavailable: %s",
                         b->name, gpuarr__g.backend_error[i]);
             continue;
@@ -3946,7 +3959,7 @@ static gpuarr_result gpuarr__registry_build(void) {
             if (!gpuarr__filter_allows(b->id, k)) continue;
             gpuarr_result r = gpuarr__registry_add(b, k);
             if (r == GPUARR_ERROR_OUT_OF_MEMORY) return r;
-            if (r != GPUARR_OK) gpuarr__log(GPUARR_LOG_WARN, "skipping %s device %d: %s", b->name, k, gpuarr__tls.error);
+            if (r != GPUARR_OK) gpuarr__log(GPUARR_LOG_WARN, "skipping %s device %d: %s", b->name, k, gpuarr_last_error());
         }
     }
     gpuarr__registry_link();
@@ -4086,7 +4099,18 @@ GPUARR_API const char *gpuarr_result_name(gpuarr_result r) {
     }
 }
 
-GPUARR_API const char *gpuarr_last_error(void) { return gpuarr__tls.error; }
+GPUARR_API const char *gpuarr_last_error(void) {
+    gpuarr__thread_state *ts = &gpuarr__tls;
+    if (!ts->error_api) return "";
+    if (!ts->error_formatted) {
+        size_t n = GPUARR__MIN(strlen(ts->error_api), (size_t)63);
+        memcpy(ts->error_message, ts->error_api, n);
+        memcpy(ts->error_message + n, ": ", 2);
+        gpuarr__copy_string(ts->error_message + n + 2, sizeof ts->error_message - n - 2, ts->error_detail);
+        ts->error_formatted = true;
+    }
+    return ts->error_message;
+}
 GPUARR_API size_t gpuarr_dtype_size(gpuarr_dtype t) { return gpuarr__dtype_valid(t) ? gpuarr__dtype_sizes[t] : 0; }
 GPUARR_API const char *gpuarr_dtype_name(gpuarr_dtype t) { return gpuarr__dtype_valid(t) ? gpuarr__dtype_names[t] : "invalid"; }
 GPUARR_API gpuarr_dtype gpuarr_dtype_from_name(const char *name) {
@@ -4998,7 +5022,7 @@ static gpuarr_scope gpuarr__scope_enter(gpuarr__dev *dev, uint32_t stream_id) {
     sc.result = gpuarr__dev_open(dev);
     if (sc.result == GPUARR_OK) sc.result = dev->backend->activate(dev, &sc.native_previous);
     if (sc.result != GPUARR_OK) {
-        gpuarr__log(GPUARR_LOG_WARN, "the scoped block is skipped: %s", gpuarr__tls.error);
+        gpuarr__log(GPUARR_LOG_WARN, "the scoped block is skipped: %s", gpuarr_last_error());
         return sc;
     }
     gpuarr__tls.device_id = dev->info.device.id;
@@ -5012,7 +5036,7 @@ static gpuarr_scope gpuarr__scope_failed(gpuarr_result r) {
     gpuarr_scope sc;
     memset(&sc, 0, sizeof sc);
     sc.result = r;
-    gpuarr__log(GPUARR_LOG_WARN, "the scoped block is skipped: %s", gpuarr__tls.error);
+    gpuarr__log(GPUARR_LOG_WARN, "the scoped block is skipped: %s", gpuarr_last_error());
     return sc;
 }
 
