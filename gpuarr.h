@@ -1078,7 +1078,7 @@ struct gpuarr__dev {
     void *native;            /* backend's per-device state, made by device_open */
     pthread_mutex_t lock;    /* guards the lazy open */
     bool opened;
-    gpuarr__stream *thread_streams; /* each thread's default stream here; gpuarr__defaults_lock */
+    gpuarr__stream *thread_streams; /* each thread's default stream here; gpuarr__g.defaults_lock */
     gpuarr__pool pool;   /* the device's memory */
     gpuarr__pool pinned; /* pinned host memory for its staging pipelines (if the backend has it) */
 };
@@ -1194,7 +1194,13 @@ typedef struct gpuarr__filter_item {
 } gpuarr__filter_item;
 
 typedef struct gpuarr__state {
-    int refs;             /* gpuarr_init references, under gpuarr__init_lock */
+    /* Process-wide locks, statically initialized: they exist before gpuarr_init and outlive
+       every shutdown (teardown clears only what follows them). */
+    pthread_mutex_t init_lock; /* the one lock that must exist before gpuarr_init runs */
+    /* Guards every device's thread_streams list. Taken only the first time a thread uses a
+       device, when a thread exits, and by whole-device syncs. */
+    pthread_mutex_t defaults_lock;
+    int refs;             /* gpuarr_init references, under init_lock */
     uint32_t valid;       /* atomic: 1 while initialized */
     uint32_t epoch;       /* counts init cycles; part of device ids */
     gpuarr_allocator allocator;
@@ -1235,9 +1241,16 @@ typedef struct gpuarr__state {
     void *backend_state[GPUARR_BACKEND_COUNT];
 } gpuarr__state;
 
-static gpuarr__state gpuarr__g;
-/* The one lock that must exist before gpuarr_init runs. */
-static pthread_mutex_t gpuarr__init_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Zero but for the locks; the rest is left to zero initialization (designated initializers
+   would say so without a warning, but C++17 lacks them). */
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#endif
+static gpuarr__state gpuarr__g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER};
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 typedef struct gpuarr__thread_state {
     /* The last failure: its code, the public function it happened in and the reason, kept apart
@@ -1258,9 +1271,6 @@ typedef struct gpuarr__thread_state {
     } defaults[8];
 } gpuarr__thread_state;
 static GPUARR__THREAD_LOCAL gpuarr__thread_state gpuarr__tls;
-/* Guards every device's thread_streams list. A process-wide lock, but taken only the first time
-   a thread uses a device, when a thread exits, and by whole-device syncs. */
-static pthread_mutex_t gpuarr__defaults_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---------------------------------------------------------------------------------------------
  * Errors and logging
@@ -2280,14 +2290,14 @@ static void gpuarr__thread_exit(void *unused) {
     (void)unused;
     memset(gpuarr__tls.defaults, 0, sizeof gpuarr__tls.defaults);
     /* Hold the library while the streams go: another thread may be running the last shutdown. */
-    pthread_mutex_lock(&gpuarr__init_lock);
+    pthread_mutex_lock(&gpuarr__g.init_lock);
     bool alive = gpuarr__g.refs > 0;
     if (alive) gpuarr__g.refs++;
-    pthread_mutex_unlock(&gpuarr__init_lock);
+    pthread_mutex_unlock(&gpuarr__g.init_lock);
     if (!alive) return;
-    pthread_mutex_lock(&gpuarr__defaults_lock);
+    pthread_mutex_lock(&gpuarr__g.defaults_lock);
     gpuarr__stream *mine = gpuarr__detach_thread_streams(gpuarr__tls.serial);
-    pthread_mutex_unlock(&gpuarr__defaults_lock);
+    pthread_mutex_unlock(&gpuarr__g.defaults_lock);
     gpuarr__release_stream_list(mine);
     gpuarr_shutdown();
 }
@@ -2310,17 +2320,17 @@ static gpuarr_result gpuarr__default_stream(gpuarr__dev *d, gpuarr__stream **out
         if (gpuarr__thread_key_ok) pthread_setspecific(gpuarr__thread_key, &gpuarr__thread_serials);
         gpuarr__tls.serial = __atomic_add_fetch(&gpuarr__thread_serials, 1, __ATOMIC_RELAXED);
     }
-    pthread_mutex_lock(&gpuarr__defaults_lock);
+    pthread_mutex_lock(&gpuarr__g.defaults_lock);
     gpuarr__stream *s = d->thread_streams;
     while (s && s->owner_thread != gpuarr__tls.serial) s = s->next_default;
-    pthread_mutex_unlock(&gpuarr__defaults_lock);
+    pthread_mutex_unlock(&gpuarr__g.defaults_lock);
     if (!s) { /* only this thread adds its own, so nobody can race us to it */
         GPUARR__CHECK(gpuarr__stream_new(d, &s));
         s->owner_thread = gpuarr__tls.serial;
-        pthread_mutex_lock(&gpuarr__defaults_lock);
+        pthread_mutex_lock(&gpuarr__g.defaults_lock);
         s->next_default = d->thread_streams;
         d->thread_streams = s;
-        pthread_mutex_unlock(&gpuarr__defaults_lock);
+        pthread_mutex_unlock(&gpuarr__g.defaults_lock);
     }
     gpuarr__tls.defaults[slot].dev = d;
     gpuarr__tls.defaults[slot].epoch = gpuarr__g.epoch;
@@ -2334,12 +2344,12 @@ static gpuarr_result gpuarr__default_stream(gpuarr__dev *d, gpuarr__stream **out
 static gpuarr_result gpuarr__thread_streams_of(gpuarr__dev *d, gpuarr__stream ***out, size_t *count) {
     *out = NULL;
     *count = 0;
-    pthread_mutex_lock(&gpuarr__defaults_lock);
+    pthread_mutex_lock(&gpuarr__g.defaults_lock);
     size_t n = 0;
     for (gpuarr__stream *s = d->thread_streams; s; s = s->next_default) n++;
     gpuarr__stream **list = n ? (gpuarr__stream **)gpuarr__calloc(n * sizeof *list) : NULL;
     if (n && !list) {
-        pthread_mutex_unlock(&gpuarr__defaults_lock);
+        pthread_mutex_unlock(&gpuarr__g.defaults_lock);
         return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory to list %zu streams", n);
     }
     n = 0;
@@ -2347,7 +2357,7 @@ static gpuarr_result gpuarr__thread_streams_of(gpuarr__dev *d, gpuarr__stream **
         gpuarr__obj_retain(&s->obj);
         list[n++] = s;
     }
-    pthread_mutex_unlock(&gpuarr__defaults_lock);
+    pthread_mutex_unlock(&gpuarr__g.defaults_lock);
     *out = list;
     *count = n;
     return GPUARR_OK;
@@ -3976,9 +3986,9 @@ static void gpuarr__teardown(void) {
     if (arrays || events || streams)
         gpuarr__log(GPUARR_LOG_WARN, "gpuarr_shutdown freed %u arrays, %u streams and %u events that were never released",
                     arrays, streams, events);
-    pthread_mutex_lock(&gpuarr__defaults_lock);
+    pthread_mutex_lock(&gpuarr__g.defaults_lock);
     gpuarr__stream *defaults = gpuarr__detach_thread_streams(0);
-    pthread_mutex_unlock(&gpuarr__defaults_lock);
+    pthread_mutex_unlock(&gpuarr__g.defaults_lock);
     gpuarr__release_stream_list(defaults);
     for (int i = 0; i < gpuarr__g.device_count; i++) {
         gpuarr__dev *d = &gpuarr__g.devices[i];
@@ -4000,7 +4010,8 @@ static void gpuarr__teardown(void) {
     gpuarr__free(gpuarr__g.devices_filter);
     uint32_t epoch = gpuarr__g.epoch;
     uint64_t serials = gpuarr__g.stream_serial, seq = gpuarr__g.event_seq;
-    memset(&gpuarr__g, 0, sizeof gpuarr__g);
+    size_t kept = offsetof(gpuarr__state, refs); /* the process-wide locks, init_lock held now */
+    memset((char *)&gpuarr__g + kept, 0, sizeof gpuarr__g - kept);
     gpuarr__g.epoch = epoch;
     gpuarr__g.stream_serial = serials;
     gpuarr__g.event_seq = seq;
@@ -4027,8 +4038,6 @@ static gpuarr_result gpuarr__startup(const gpuarr_desc *desc) {
     }
     if (r == GPUARR_OK && gpuarr__g.faults_conf) r = gpuarr__apply_faults(gpuarr__g.faults_conf);
     if (r != GPUARR_OK) {
-        gpuarr_allocator keep = gpuarr__g.allocator; /* teardown frees with the same allocator */
-        gpuarr__g.allocator = keep;
         gpuarr__teardown();
         return r;
     }
@@ -4039,7 +4048,7 @@ static gpuarr_result gpuarr__startup(const gpuarr_desc *desc) {
 
 GPUARR_API gpuarr_result gpuarr_init(const gpuarr_desc *desc) {
     gpuarr__tls.api = __func__;
-    pthread_mutex_lock(&gpuarr__init_lock);
+    pthread_mutex_lock(&gpuarr__g.init_lock);
     gpuarr_result r = GPUARR_OK;
     if (gpuarr__g.refs == INT_MAX) {
         r = gpuarr__fail(GPUARR_ERROR_OVERFLOW, "too many gpuarr_init references");
@@ -4050,17 +4059,17 @@ GPUARR_API gpuarr_result gpuarr_init(const gpuarr_desc *desc) {
         r = gpuarr__startup(desc);
         if (r == GPUARR_OK) gpuarr__g.refs = 1;
     }
-    pthread_mutex_unlock(&gpuarr__init_lock);
+    pthread_mutex_unlock(&gpuarr__g.init_lock);
     return r;
 }
 
 GPUARR_API void gpuarr_shutdown(void) {
-    pthread_mutex_lock(&gpuarr__init_lock);
+    pthread_mutex_lock(&gpuarr__g.init_lock);
     if (gpuarr__g.refs > 0 && --gpuarr__g.refs == 0) {
         GPUARR__ATOMIC_STORE(&gpuarr__g.valid, 0u);
         gpuarr__teardown();
     }
-    pthread_mutex_unlock(&gpuarr__init_lock);
+    pthread_mutex_unlock(&gpuarr__g.init_lock);
 }
 
 GPUARR_API bool gpuarr_is_initialized(void) { return gpuarr__initialized(); }
