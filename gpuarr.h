@@ -112,9 +112,16 @@
  * =============================================================================================
  * An array is a C-contiguous block of `count` elements of one dtype on one device, with 0..8
  * dimensions (0 dimensions = a scalar with count 1; any dimension may be 0 = an empty array).
- * Handles are {uint32_t id} values made of a slot index and a generation counter: a released,
- * stale or forged handle is detected (GPUARR_ERROR_INVALID_HANDLE), never dereferenced. Arrays
- * are reference counted: gpuarr_retain adds a reference, gpuarr_release drops one and frees the
+ * Handles are {uint32_t id} values: a slot index and a 16-bit generation counter, scrambled with
+ * a key drawn at each gpuarr_init. A released, stale or forged handle is refused
+ * (GPUARR_ERROR_INVALID_HANDLE), never dereferenced: a released id names nothing until the
+ * generation of its slot comes round (about 65536 reuses), and a freed slot waits until 1024
+ * others are free, so over 67 million releases in between; ids near a live one (id + 1, id ^ 1)
+ * are unrelated to it, so a forged id, or one from an earlier gpuarr_init, names a live object
+ * only by chance (about one in 2^32 per live handle of its kind). An array, stream or event id
+ * given where another kind is expected is refused (the message says which kind a live one is).
+ * At most 65536 arrays (and as many streams, and events) are alive at once; one more is
+ * GPUARR_ERROR_OUT_OF_MEMORY. Arrays are reference counted: gpuarr_retain adds a reference, gpuarr_release drops one and frees the
  * memory with the last. Work still queued on a stream keeps the memory alive until it completes,
  * so releasing early is always safe. Arrays are immutable once created: every operation makes a
  * new array (or returns the same one, retained).
@@ -1132,23 +1139,25 @@ struct gpuarr__array {
 };
 
 /* ---------------------------------------------------------------------------------------------
- * Handle tables. An id is [kind:2][generation:10][slot index:20]. A freed slot is reused only
- * when 1024 others are free too, and its generation then moves on, so a released id matches a
- * live object again only after its slot has been reused 1023 times (over a million releases in
- * between); a forged id has about one chance in a thousand of naming a live object. The kind
- * bits tell an array id from a stream or event id.
+ * Handle tables. An id is [generation:16][slot index:16] put through a keyed permutation of the
+ * 32-bit values (gpuarr__handle_encode), with keys drawn at every gpuarr_init: ids look random,
+ * so the ids near a live one (id + 1, id ^ bit) name nothing, and a forged id, or one kept from
+ * an earlier init cycle, names a live object only by chance (live handles / 2^32). A freed slot
+ * is reused only when 1024 others are free too, and its generation then moves on, so a released
+ * id names a live object again only after its slot has been reused 65536 times (over 67 million
+ * releases in between). An id is never live in two tables at once: one of another kind (a
+ * stream id given as an array) is refused, and found in its own table for the message. At most
+ * 65536 handles of each kind are alive at once.
  * ------------------------------------------------------------------------------------------- */
-#define GPUARR__INDEX_BITS 20u
+#define GPUARR__INDEX_BITS 16u
 #define GPUARR__INDEX_MASK ((1u << GPUARR__INDEX_BITS) - 1u)
-#define GPUARR__GEN_BITS 10u
-#define GPUARR__GEN_MASK ((1u << GPUARR__GEN_BITS) - 1u)
-#define GPUARR__KIND_SHIFT (GPUARR__INDEX_BITS + GPUARR__GEN_BITS)
+#define GPUARR__GEN_MASK 0xffffu
 #define GPUARR__MIN_FREE_SLOTS 1024u
 #define GPUARR__NO_SLOT 0xffffffffu
 
 typedef struct gpuarr__slot {
     gpuarr__obj *obj; /* NULL when free */
-    uint32_t gen;
+    uint32_t gen;     /* generations used so far this init cycle; the current one is its low 16 bits */
     uint32_t public_refs;
     uint32_t next_free;
 } gpuarr__slot;
@@ -1156,11 +1165,11 @@ typedef struct gpuarr__slot {
 typedef struct gpuarr__table {
     pthread_mutex_t lock;
     const char *kind_name; /* "array", "stream", "event" */
-    uint32_t kind;         /* 1, 2, 3: the id's top bits */
+    uint32_t kind;         /* 1, 2, 3, the order in which the tables' locks are taken together */
+    uint32_t key[4];       /* the permutation's round keys */
     gpuarr__slot *slots;
     uint32_t capacity, used, live, free_count;
     uint32_t free_head, free_tail; /* FIFO */
-    uint32_t first_gen;
 } gpuarr__table;
 
 /* ---------------------------------------------------------------------------------------------
@@ -1796,13 +1805,57 @@ static void gpuarr__obj_release(gpuarr__obj *o) {
     if (o && GPUARR__ATOMIC_DEC(&o->refs) == 0) o->destroy(o);
 }
 
-static void gpuarr__table_init(gpuarr__table *t, const char *kind_name, uint32_t kind, uint32_t first_gen) {
+/* One round of the handle permutation: mixes a 16-bit half with a round key. */
+static uint32_t gpuarr__handle_round(uint32_t half, uint32_t key) {
+    uint32_t v = (half ^ key) * 0x7feb352du;
+    v ^= v >> 15;
+    v *= 0x846ca68bu;
+    return (v ^ (v >> 16)) & 0xffffu;
+}
+
+/* A keyed permutation of the 32-bit values: a 4-round Feistel network on 16-bit halves. Not
+   cryptography: it keeps forged and stale ids from naming live objects by accident. */
+static uint32_t gpuarr__handle_encode(const uint32_t key[4], uint32_t plain) {
+    uint32_t l = plain >> 16, r = plain & 0xffffu;
+    for (int i = 0; i < 4; i++) {
+        uint32_t next = l ^ gpuarr__handle_round(r, key[i]);
+        l = r;
+        r = next;
+    }
+    return (l << 16) | r;
+}
+
+static uint32_t gpuarr__handle_decode(const uint32_t key[4], uint32_t id) {
+    uint32_t l = id >> 16, r = id & 0xffffu;
+    for (int i = 3; i >= 0; i--) {
+        uint32_t prev = r ^ gpuarr__handle_round(l, key[i]);
+        r = l;
+        l = prev;
+    }
+    return (l << 16) | r;
+}
+
+/* A fresh permutation key for one table and init cycle, from the clock and addresses (ASLR). */
+static void gpuarr__handle_key(uint32_t kind, uint32_t key[4]) {
+    struct timespec ts;
+    timespec_get(&ts, TIME_UTC);
+    uint64_t x = (uint64_t)ts.tv_sec * 1000003u ^ (uint64_t)ts.tv_nsec ^ (uint64_t)(uintptr_t)&ts << 16 ^
+                 (uint64_t)(uintptr_t)&gpuarr__g ^ (uint64_t)gpuarr__g.epoch << 48 ^ (uint64_t)kind << 56;
+    for (int i = 0; i < 4; i++) { /* splitmix64 */
+        uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        key[i] = (uint32_t)((z ^ (z >> 31)) >> 32);
+    }
+}
+
+static void gpuarr__table_init(gpuarr__table *t, const char *kind_name, uint32_t kind) {
     memset(t, 0, sizeof *t);
     pthread_mutex_init(&t->lock, NULL);
     t->kind_name = kind_name;
     t->kind = kind;
+    gpuarr__handle_key(kind, t->key); /* new ids, unrelated to those of earlier init cycles */
     t->free_head = t->free_tail = GPUARR__NO_SLOT;
-    t->first_gen = (first_gen & GPUARR__GEN_MASK) ? (first_gen & GPUARR__GEN_MASK) : 1u;
 }
 
 static gpuarr_result gpuarr__table_grow(gpuarr__table *t) {
@@ -1832,55 +1885,82 @@ static gpuarr_result gpuarr__table_take_slot(gpuarr__table *t, uint32_t *index) 
     }
     if (t->used == t->capacity) GPUARR__CHECK(gpuarr__table_grow(t));
     *index = t->used++;
-    t->slots[*index].gen = t->first_gen;
+    t->slots[*index].gen = 0;
     return GPUARR_OK;
-}
-
-/* Stores obj (whose one reference the handle now holds) and returns its id. */
-static gpuarr_result gpuarr__table_insert(gpuarr__table *t, gpuarr__obj *obj, uint32_t *id) {
-    pthread_mutex_lock(&t->lock);
-    uint32_t index = 0;
-    gpuarr_result r = gpuarr__table_take_slot(t, &index);
-    if (r == GPUARR_OK) {
-        gpuarr__slot *slot = &t->slots[index];
-        slot->obj = obj;
-        slot->public_refs = 1;
-        t->live++;
-        *id = (t->kind << GPUARR__KIND_SHIFT) | (slot->gen << GPUARR__INDEX_BITS) | index;
-    }
-    pthread_mutex_unlock(&t->lock);
-    return r;
 }
 
 /* Under the lock: the live slot for id, or NULL. Records nothing. */
 static gpuarr__slot *gpuarr__table_slot(gpuarr__table *t, uint32_t id) {
-    uint32_t index = id & GPUARR__INDEX_MASK, gen = (id >> GPUARR__INDEX_BITS) & GPUARR__GEN_MASK, kind = id >> GPUARR__KIND_SHIFT;
-    if (kind != t->kind || index >= t->used) return NULL;
+    uint32_t plain = gpuarr__handle_decode(t->key, id), index = plain & GPUARR__INDEX_MASK;
+    if (id == 0 || index >= t->used) return NULL;
     gpuarr__slot *slot = &t->slots[index];
-    return slot->obj && slot->gen == gen ? slot : NULL;
+    return slot->obj && (slot->gen & GPUARR__GEN_MASK) == plain >> GPUARR__INDEX_BITS ? slot : NULL;
 }
 
-/* Under the lock: the live slot for id, or NULL with the reason recorded. */
-static gpuarr__slot *gpuarr__table_find(gpuarr__table *t, uint32_t id, const char *arg) {
-    static const char *const kinds[] = {"", "array", "stream", "event"};
-    gpuarr__slot *live = gpuarr__table_slot(t, id);
-    if (live) return live;
-    uint32_t index = id & GPUARR__INDEX_MASK, gen = (id >> GPUARR__INDEX_BITS) & GPUARR__GEN_MASK, kind = id >> GPUARR__KIND_SHIFT;
-    if (id == 0) {
-        gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s is a zero %s handle (never created)", arg, t->kind_name);
-        return NULL;
+/* The three tables, in the order their locks are taken together. */
+static gpuarr__table *gpuarr__table_of_kind(uint32_t kind) {
+    return kind == 1 ? &gpuarr__g.arrays : kind == 2 ? &gpuarr__g.streams : &gpuarr__g.events;
+}
+
+/* Under every table's lock: the id of slot index of t, moving the slot's generation past an id
+   of 0 and past ids live in another table. */
+static uint32_t gpuarr__table_new_id(gpuarr__table *t, uint32_t index) {
+    gpuarr__slot *slot = &t->slots[index];
+    for (;; slot->gen++) {
+        uint32_t id = gpuarr__handle_encode(t->key, (slot->gen & GPUARR__GEN_MASK) << GPUARR__INDEX_BITS | index);
+        bool taken = id == 0;
+        for (uint32_t k = 1; k <= 3 && !taken; k++)
+            taken = k != t->kind && gpuarr__table_slot(gpuarr__table_of_kind(k), id) != NULL;
+        if (!taken) return id;
     }
-    if (kind != t->kind && kind != 0) {
-        gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s (id 0x%08x) is %s %s handle, not %s %s handle", arg, id,
-                     kind == 1 ? "an" : "a", kinds[kind], t->kind == 1 ? "an" : "a", t->kind_name);
-        return NULL;
+}
+
+/* Stores obj (whose one reference the handle now holds) and returns its id. Takes all three
+   tables' locks, in kind order, so that no id is live in two tables at once. */
+static gpuarr_result gpuarr__table_insert(gpuarr__table *t, gpuarr__obj *obj, uint32_t *id) {
+    for (uint32_t k = 1; k <= 3; k++) pthread_mutex_lock(&gpuarr__table_of_kind(k)->lock);
+    uint32_t index = 0;
+    gpuarr_result r = gpuarr__table_take_slot(t, &index);
+    if (r == GPUARR_OK) {
+        gpuarr__slot *slot = &t->slots[index];
+        *id = gpuarr__table_new_id(t, index);
+        slot->obj = obj;
+        slot->public_refs = 1;
+        t->live++;
     }
-    if (kind == 0 || index >= t->used || gen == 0) {
-        gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s (id 0x%08x) is not %s %s handle", arg, id, t->kind == 1 ? "an" : "a", t->kind_name);
-        return NULL;
+    for (uint32_t k = 3; k >= 1; k--) pthread_mutex_unlock(&gpuarr__table_of_kind(k)->lock);
+    return r;
+}
+
+/* Under the lock: whether id's generation was handed out at its slot (a released id). */
+static bool gpuarr__table_issued(gpuarr__table *t, uint32_t id) {
+    uint32_t plain = gpuarr__handle_decode(t->key, id), index = plain & GPUARR__INDEX_MASK;
+    if (index >= t->used) return false;
+    uint32_t gen = t->slots[index].gen;
+    return gen > GPUARR__GEN_MASK || plain >> GPUARR__INDEX_BITS <= gen;
+}
+
+/* Records why id names no live object of t, and returns INVALID_HANDLE. Called with no table
+   lock held: it looks in the other tables for an id of another kind. */
+static gpuarr_result gpuarr__table_reject(gpuarr__table *t, uint32_t id, const char *arg) {
+    const char *an = t->kind == 1 ? "an" : "a";
+    if (id == 0) return gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s is a zero %s handle (never created)", arg, t->kind_name);
+    for (uint32_t k = 1; k <= 3; k++) {
+        gpuarr__table *o = gpuarr__table_of_kind(k);
+        if (o == t) continue;
+        pthread_mutex_lock(&o->lock);
+        bool theirs = gpuarr__table_slot(o, id) != NULL;
+        pthread_mutex_unlock(&o->lock);
+        if (theirs)
+            return gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s (id 0x%08x) is %s %s handle, not %s %s handle", arg, id,
+                                k == 1 ? "an" : "a", o->kind_name, an, t->kind_name);
     }
-    gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s (id 0x%08x): this %s was released (stale handle)", arg, id, t->kind_name);
-    return NULL;
+    pthread_mutex_lock(&t->lock);
+    bool released = gpuarr__table_issued(t, id);
+    pthread_mutex_unlock(&t->lock);
+    if (released)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s (id 0x%08x): this %s was released (stale handle)", arg, id, t->kind_name);
+    return gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s (id 0x%08x) is not %s %s handle", arg, id, an, t->kind_name);
 }
 
 /* The live object id names, with an internal reference the caller must drop, or NULL. Records
@@ -1888,7 +1968,7 @@ static gpuarr__slot *gpuarr__table_find(gpuarr__table *t, uint32_t id, const cha
 static gpuarr__obj *gpuarr__table_lookup(gpuarr__table *t, uint32_t id) {
     pthread_mutex_lock(&t->lock);
     gpuarr__slot *slot = gpuarr__table_slot(t, id);
-    gpuarr__obj *obj = slot ? slot->obj : NULL;
+    gpuarr__obj *obj = slot ? slot->obj : NULL; /* read under the lock: growth moves the slots */
     if (obj) gpuarr__obj_retain(obj);
     pthread_mutex_unlock(&t->lock);
     return obj;
@@ -1896,28 +1976,19 @@ static gpuarr__obj *gpuarr__table_lookup(gpuarr__table *t, uint32_t id) {
 
 /* Looks id up and returns its object with an internal reference the caller must drop. */
 static gpuarr_result gpuarr__table_get(gpuarr__table *t, uint32_t id, const char *arg, gpuarr__obj **out) {
-    pthread_mutex_lock(&t->lock);
-    gpuarr__slot *slot = gpuarr__table_find(t, id, arg);
-    gpuarr__obj *obj = slot ? slot->obj : NULL; /* read under the lock: growth moves the slots */
-    if (obj) gpuarr__obj_retain(obj);
-    pthread_mutex_unlock(&t->lock);
-    if (!obj) return GPUARR_ERROR_INVALID_HANDLE;
-    *out = obj;
-    return GPUARR_OK;
+    *out = gpuarr__table_lookup(t, id);
+    return *out ? GPUARR_OK : gpuarr__table_reject(t, id, arg);
 }
 
 static gpuarr_result gpuarr__table_retain(gpuarr__table *t, uint32_t id, const char *arg) {
     pthread_mutex_lock(&t->lock);
-    gpuarr__slot *slot = gpuarr__table_find(t, id, arg);
-    gpuarr_result r = GPUARR_ERROR_INVALID_HANDLE;
-    if (slot && slot->public_refs == UINT32_MAX) {
-        r = gpuarr__fail(GPUARR_ERROR_OVERFLOW, "%s: reference count at its maximum", arg);
-    } else if (slot) {
-        slot->public_refs++;
-        r = GPUARR_OK;
-    }
+    gpuarr__slot *slot = gpuarr__table_slot(t, id);
+    bool at_max = slot && slot->public_refs == UINT32_MAX;
+    if (slot && !at_max) slot->public_refs++;
     pthread_mutex_unlock(&t->lock);
-    return r;
+    if (!slot) return gpuarr__table_reject(t, id, arg);
+    if (at_max) return gpuarr__fail(GPUARR_ERROR_OVERFLOW, "%s: reference count at its maximum", arg);
+    return GPUARR_OK;
 }
 
 /* Drops one handle reference; with the last, frees the slot (moving its generation on) and
@@ -1925,17 +1996,12 @@ static gpuarr_result gpuarr__table_retain(gpuarr__table *t, uint32_t id, const c
 static gpuarr_result gpuarr__table_release(gpuarr__table *t, uint32_t id, const char *arg, gpuarr__obj **dropped) {
     *dropped = NULL;
     pthread_mutex_lock(&t->lock);
-    gpuarr__slot *slot = gpuarr__table_find(t, id, arg);
-    if (!slot) {
-        pthread_mutex_unlock(&t->lock);
-        return GPUARR_ERROR_INVALID_HANDLE;
-    }
-    if (--slot->public_refs == 0) {
-        uint32_t index = id & GPUARR__INDEX_MASK;
+    gpuarr__slot *slot = gpuarr__table_slot(t, id);
+    if (slot && --slot->public_refs == 0) {
+        uint32_t index = (uint32_t)(slot - t->slots);
         *dropped = slot->obj;
         slot->obj = NULL;
-        slot->gen = (slot->gen + 1u) & GPUARR__GEN_MASK;
-        if (slot->gen == 0) slot->gen = 1;
+        slot->gen++;
         slot->next_free = GPUARR__NO_SLOT;
         if (t->free_tail == GPUARR__NO_SLOT) t->free_head = index;
         else t->slots[t->free_tail].next_free = index;
@@ -1944,7 +2010,7 @@ static gpuarr_result gpuarr__table_release(gpuarr__table *t, uint32_t id, const 
         t->live--;
     }
     pthread_mutex_unlock(&t->lock);
-    return GPUARR_OK;
+    return slot ? GPUARR_OK : gpuarr__table_reject(t, id, arg);
 }
 
 static uint32_t gpuarr__table_public_refs(gpuarr__table *t, uint32_t id) {
@@ -4029,10 +4095,9 @@ static gpuarr_result gpuarr__startup(const gpuarr_desc *desc) {
     gpuarr__g.locks_ready = true;
     gpuarr_result r = gpuarr__resolve_config(&d);
     if (r == GPUARR_OK) {
-        uint32_t gen = gpuarr__g.epoch * 97u; /* ids of earlier init cycles start elsewhere */
-        gpuarr__table_init(&gpuarr__g.arrays, "array", 1u, gen);
-        gpuarr__table_init(&gpuarr__g.streams, "stream", 2u, gen);
-        gpuarr__table_init(&gpuarr__g.events, "event", 3u, gen);
+        gpuarr__table_init(&gpuarr__g.arrays, "array", 1u);
+        gpuarr__table_init(&gpuarr__g.streams, "stream", 2u);
+        gpuarr__table_init(&gpuarr__g.events, "event", 3u);
         gpuarr__workers_init(&gpuarr__g.workers, gpuarr__g.host_threads);
         r = gpuarr__registry_build();
     }

@@ -97,3 +97,105 @@ Test(internals, no_file_level_state_outside_the_global_struct) {
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) count += count_file_state(files[i], found, sizeof found);
     cr_assert_eq(count, 0, "file-level state:%s", found);
 }
+
+/* ---- handle tables, driven directly with placeholder objects ---- */
+static void keep_obj(gpuarr__obj *o) { (void)o; }
+
+static uint32_t insert_placeholder(gpuarr__table *t, gpuarr__obj *obj) {
+    uint32_t id = 0;
+    obj->refs = 1;
+    obj->destroy = keep_obj;
+    cr_assert_eq(gpuarr__table_insert(t, obj, &id), GPUARR_OK, "%s", gpuarr_last_error());
+    return id;
+}
+
+static void release_placeholder(gpuarr__table *t, uint32_t id) {
+    gpuarr__obj *dropped = NULL;
+    cr_assert_eq(gpuarr__table_release(t, id, "a", &dropped), GPUARR_OK, "%s", gpuarr_last_error());
+    cr_assert_not_null(dropped);
+}
+
+static int compare_u32(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static bool id_is_live(gpuarr__table *t, uint32_t id) {
+    gpuarr__obj *o = gpuarr__table_lookup(t, id);
+    if (o) gpuarr__obj_release(o);
+    return o != NULL;
+}
+
+/* The default reuse delay: one create/release at a time walks every freed slot in turn. A
+   released id must stay dead over a million releases (with a 10-bit generation it came back
+   after 1023 reuses of its slot, about 1.05 million releases). */
+Test(internals, a_released_id_stays_dead_over_a_million_releases) {
+    gpuarr__table *t = &gpuarr__g.arrays;
+    enum { DELAY = 1100, CYCLES = 1200000 };
+    static gpuarr__obj objs[DELAY + 1];
+    static uint32_t ids[DELAY];
+    for (int i = 0; i < DELAY; i++) ids[i] = insert_placeholder(t, &objs[i]);
+    for (int i = 0; i < DELAY; i++) release_placeholder(t, ids[i]);
+    for (int i = 0; i < CYCLES; i++) {
+        uint32_t id = insert_placeholder(t, &objs[DELAY]);
+        for (int j = 0; j < DELAY; j += 97)
+            if (id == ids[j]) cr_assert_fail("cycle %d: released id 0x%08x is live again", i, id);
+        release_placeholder(t, id);
+    }
+    for (int j = 0; j < DELAY; j++) cr_assert(!id_is_live(t, ids[j]), "released id 0x%08x is live", ids[j]);
+}
+
+/* One slot reused back to back (the reuse delay bypassed) through its whole generation period:
+   each of its 65536 ids is different and, once released, stays dead for the rest of the period
+   (with a 10-bit generation an id came back after 1023 reuses). */
+Test(internals, a_slot_reused_through_its_whole_generation_period_never_revives_an_id) {
+    gpuarr__table *t = &gpuarr__g.arrays;
+    enum { PERIOD = 65536 };
+    static uint32_t ids[PERIOD];
+    static gpuarr__obj obj;
+    ids[0] = insert_placeholder(t, &obj);
+    release_placeholder(t, ids[0]);
+    t->free_count += GPUARR__MIN_FREE_SLOTS; /* the freed slot is taken again at once, every time */
+    for (int i = 1; i < PERIOD; i++) {
+        ids[i] = insert_placeholder(t, &obj);
+        cr_assert(!id_is_live(t, ids[0]), "reuse %d: the first id 0x%08x is live again", i, ids[0]);
+        cr_assert(!id_is_live(t, ids[i - 1]), "reuse %d: the previous id 0x%08x is live again", i, ids[i - 1]);
+        release_placeholder(t, ids[i]);
+    }
+    t->free_count -= GPUARR__MIN_FREE_SLOTS;
+    cr_assert_eq(t->used, 1u, "the test used more than one slot");
+    qsort(ids, PERIOD, sizeof ids[0], compare_u32);
+    for (int i = 1; i < PERIOD; i++) cr_assert_neq(ids[i], ids[i - 1], "one slot handed out the id 0x%08x twice", ids[i]);
+}
+
+/* Two tables whose keys agree would hand out the same first id: the array's. The stream gets
+   another, and the array's id given as a stream is refused, saying what it is. */
+Test(internals, an_id_is_never_live_in_two_tables_at_once) {
+    gpuarr__table *arrays = &gpuarr__g.arrays, *streams = &gpuarr__g.streams;
+    cr_assert(arrays->used == 0 && streams->used == 0, "the tables are not fresh");
+    memcpy(streams->key, arrays->key, sizeof streams->key);
+    static gpuarr__obj a, s;
+    uint32_t array_id = insert_placeholder(arrays, &a), stream_id = insert_placeholder(streams, &s);
+    cr_assert_neq(stream_id, array_id);
+    cr_assert(!id_is_live(streams, array_id));
+    gpuarr__tls.api = "gpuarr_test";
+    cr_assert_eq(gpuarr__table_retain(streams, array_id, "s"), GPUARR_ERROR_INVALID_HANDLE);
+    cr_assert(strstr(gpuarr_last_error(), "is an array handle, not a stream handle"), "%s", gpuarr_last_error());
+    release_placeholder(streams, stream_id);
+    release_placeholder(arrays, array_id);
+}
+
+/* The manual's limit: 65536 live handles of a kind; one more is OUT_OF_MEMORY, saying why. */
+Test(internals, a_table_holds_65536_live_handles_and_refuses_one_more) {
+    gpuarr__table *t = &gpuarr__g.events;
+    enum { LIMIT = 65536 };
+    static gpuarr__obj objs[LIMIT + 1];
+    static uint32_t ids[LIMIT];
+    for (int i = 0; i < LIMIT; i++) ids[i] = insert_placeholder(t, &objs[i]);
+    uint32_t id = 0xdeadbeefu;
+    gpuarr__tls.api = "gpuarr_test";
+    cr_assert_eq(gpuarr__table_insert(t, &objs[LIMIT], &id), GPUARR_ERROR_OUT_OF_MEMORY);
+    cr_assert_eq(id, 0xdeadbeefu);
+    cr_assert_str_eq(gpuarr_last_error(), "gpuarr_test: more than 65536 live event handles");
+    for (int i = 0; i < LIMIT; i++) release_placeholder(t, ids[i]);
+}
