@@ -121,10 +121,10 @@
  * only by chance (about one in 2^32 per live handle of its kind). An array, stream or event id
  * given where another kind is expected is refused (the message says which kind a live one is).
  * At most 65536 arrays (and as many streams, and events) are alive at once; one more is
- * GPUARR_ERROR_OUT_OF_MEMORY. Arrays are reference counted: gpuarr_retain adds a reference, gpuarr_release drops one and frees the
- * memory with the last. Work still queued on a stream keeps the memory alive until it completes,
- * so releasing early is always safe. Arrays are immutable once created: every operation makes a
- * new array (or returns the same one, retained).
+ * GPUARR_ERROR_OUT_OF_MEMORY. Arrays are reference counted: gpuarr_retain adds a reference,
+ * gpuarr_release drops one and frees the memory with the last. Work still queued on a stream
+ * keeps the memory alive until it completes, so releasing early is always safe. Arrays are
+ * immutable once created: every operation makes a new array (or returns the same one, retained).
  *
  * Output handles are written only on success: on any error *out is left exactly as it was.
  *
