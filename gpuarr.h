@@ -121,12 +121,19 @@
  * =============================================================================================
  * An array is a C-contiguous block of `count` elements of one dtype on one device, with 0..8
  * dimensions (0 dimensions = a scalar with count 1; any dimension may be 0 = an empty array).
- * Handles are {uint32_t id} values made of a slot index and a generation counter: a released,
- * stale or forged handle is detected (GPUARR_ERROR_INVALID_HANDLE), never dereferenced. Arrays
- * are reference counted: gpuarr_retain adds a reference, gpuarr_release drops one and frees the
- * memory with the last. Work still queued on a stream keeps the memory alive until it completes,
- * so releasing early is always safe. Arrays are immutable once created: every operation makes a
- * new array (or returns the same one, retained).
+ * Handles are {uint32_t id} values: a slot index and a 16-bit generation counter, scrambled with
+ * a key drawn at each gpuarr_init. A released, stale or forged handle is refused
+ * (GPUARR_ERROR_INVALID_HANDLE), never dereferenced: a released id names nothing until the
+ * generation of its slot comes round (about 65536 reuses), and a freed slot waits until 1024
+ * others are free, so over 67 million releases in between; ids near a live one (id + 1, id ^ 1)
+ * are unrelated to it, so a forged id, or one from an earlier gpuarr_init, names a live object
+ * only by chance (about one in 2^32 per live handle of its kind). An array, stream or event id
+ * given where another kind is expected is refused (the message says which kind a live one is).
+ * At most 65536 arrays (and as many streams, and events) are alive at once; one more is
+ * GPUARR_ERROR_OUT_OF_MEMORY. Arrays are reference counted: gpuarr_retain adds a reference,
+ * gpuarr_release drops one and frees the memory with the last. Work still queued on a stream
+ * keeps the memory alive until it completes, so releasing early is always safe. Arrays are
+ * immutable once created: every operation makes a new array (or returns the same one, retained).
  *
  * Output handles are written only on success: on any error *out is left exactly as it was.
  *
@@ -141,6 +148,9 @@
  *     source value (no double rounding, including i64/u64 -> bf16 and f64 -> f16);
  *   - between float types -0.0, infinities and NaN are preserved. A NaN keeps its sign, gets
  *     the quiet bit set and keeps the top bits of its payload (what x86 and ARM hardware do).
+ * Host casts and the scalar helpers (gpuarr_f16_from_float & co) follow these rules whatever
+ * rounding mode (fesetround) or flush-to-zero the calling thread set, on x86-64 and AArch64
+ * with gcc or clang (elsewhere they assume the default floating-point environment).
  * gpuarr_convert(src, dev, dtype, &out) with dev = src's device and dtype = src's dtype (or 0)
  * returns src itself, retained, without a copy. Otherwise the cast is done on the side of a
  * transfer that makes it narrower: narrowing casts run before data leaves the source device,
@@ -471,7 +481,7 @@ GPUARR_API const char *gpuarr_backend_name(gpuarr_backend b);
 GPUARR_API bool gpuarr_backend_compiled(gpuarr_backend b); /* compiled into this build */
 GPUARR_API const char *gpuarr_version_string(void);
 
-/* f16 / bf16 scalars, with the conversion rules above. */
+/* f16 / bf16 scalars, with the conversion rules above, whatever the caller's rounding mode. */
 GPUARR_API gpuarr_f16 gpuarr_f16_from_float(float x);
 GPUARR_API gpuarr_f16 gpuarr_f16_from_double(double x);
 GPUARR_API float gpuarr_f16_to_float(gpuarr_f16 h);
@@ -1127,7 +1137,7 @@ struct gpuarr__dev {
     void *native;            /* backend's per-device state, made by device_open */
     pthread_mutex_t lock;    /* guards the lazy open */
     bool opened;
-    gpuarr__stream *thread_streams; /* each thread's default stream here; gpuarr__defaults_lock */
+    gpuarr__stream *thread_streams; /* each thread's default stream here; gpuarr__g.defaults_lock */
     gpuarr__pool pool;   /* the device's memory */
     gpuarr__pool pinned; /* pinned host memory for its staging pipelines (if the backend has it) */
 };
@@ -1182,23 +1192,25 @@ struct gpuarr__array {
 };
 
 /* ---------------------------------------------------------------------------------------------
- * Handle tables. An id is [kind:2][generation:10][slot index:20]. A freed slot is reused only
- * when 1024 others are free too, and its generation then moves on, so a released id matches a
- * live object again only after its slot has been reused 1023 times (over a million releases in
- * between); a forged id has about one chance in a thousand of naming a live object. The kind
- * bits tell an array id from a stream or event id.
+ * Handle tables. An id is [generation:16][slot index:16] put through a keyed permutation of the
+ * 32-bit values (gpuarr__handle_encode), with keys drawn at every gpuarr_init: ids look random,
+ * so the ids near a live one (id + 1, id ^ bit) name nothing, and a forged id, or one kept from
+ * an earlier init cycle, names a live object only by chance (live handles / 2^32). A freed slot
+ * is reused only when 1024 others are free too, and its generation then moves on, so a released
+ * id names a live object again only after its slot has been reused 65536 times (over 67 million
+ * releases in between). An id is never live in two tables at once: one of another kind (a
+ * stream id given as an array) is refused, and found in its own table for the message. At most
+ * 65536 handles of each kind are alive at once.
  * ------------------------------------------------------------------------------------------- */
-#define GPUARR__INDEX_BITS 20u
+#define GPUARR__INDEX_BITS 16u
 #define GPUARR__INDEX_MASK ((1u << GPUARR__INDEX_BITS) - 1u)
-#define GPUARR__GEN_BITS 10u
-#define GPUARR__GEN_MASK ((1u << GPUARR__GEN_BITS) - 1u)
-#define GPUARR__KIND_SHIFT (GPUARR__INDEX_BITS + GPUARR__GEN_BITS)
+#define GPUARR__GEN_MASK 0xffffu
 #define GPUARR__MIN_FREE_SLOTS 1024u
 #define GPUARR__NO_SLOT 0xffffffffu
 
 typedef struct gpuarr__slot {
     gpuarr__obj *obj; /* NULL when free */
-    uint32_t gen;
+    uint32_t gen;     /* generations used so far this init cycle; the current one is its low 16 bits */
     uint32_t public_refs;
     uint32_t next_free;
 } gpuarr__slot;
@@ -1206,11 +1218,11 @@ typedef struct gpuarr__slot {
 typedef struct gpuarr__table {
     pthread_mutex_t lock;
     const char *kind_name; /* "array", "stream", "event" */
-    uint32_t kind;         /* 1, 2, 3: the id's top bits */
+    uint32_t kind;         /* 1, 2, 3, the order in which the tables' locks are taken together */
+    uint32_t key[4];       /* the permutation's round keys */
     gpuarr__slot *slots;
     uint32_t capacity, used, live, free_count;
     uint32_t free_head, free_tail; /* FIFO */
-    uint32_t first_gen;
 } gpuarr__table;
 
 /* ---------------------------------------------------------------------------------------------
@@ -1274,7 +1286,13 @@ enum { GPUARR__ISA_AUTO, GPUARR__ISA_BASELINE, GPUARR__ISA_AVX2 };
 enum { GPUARR__KERNELS_AUTO, GPUARR__KERNELS_PTX, GPUARR__KERNELS_NVRTC };
 
 typedef struct gpuarr__state {
-    int refs;             /* gpuarr_init references, under gpuarr__init_lock */
+    /* Process-wide locks, statically initialized: they exist before gpuarr_init and outlive
+       every shutdown (teardown clears only what follows them). */
+    pthread_mutex_t init_lock; /* the one lock that must exist before gpuarr_init runs */
+    /* Guards every device's thread_streams list. Taken only the first time a thread uses a
+       device, when a thread exits, and by whole-device syncs. */
+    pthread_mutex_t defaults_lock;
+    int refs;             /* gpuarr_init references, under init_lock */
     uint32_t valid;       /* atomic: 1 while initialized */
     uint32_t epoch;       /* counts init cycles; part of device ids */
     gpuarr_allocator allocator;
@@ -1319,12 +1337,25 @@ typedef struct gpuarr__state {
     void *backend_state[GPUARR_BACKEND_COUNT];
 } gpuarr__state;
 
-static gpuarr__state gpuarr__g;
-/* The one lock that must exist before gpuarr_init runs. */
-static pthread_mutex_t gpuarr__init_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Zero but for the locks; the rest is left to zero initialization (designated initializers
+   would say so without a warning, but C++17 lacks them). */
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#endif
+static gpuarr__state gpuarr__g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER};
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 typedef struct gpuarr__thread_state {
-    char error[1024];
+    /* The last failure: its code, the public function it happened in and the reason, kept apart
+       so that internal code reads the reason alone; gpuarr_last_error joins them. */
+    gpuarr_result error_code;
+    const char *error_api; /* NULL: no failure yet on this thread */
+    char error_detail[1024];
+    char error_message[64 + 2 + 1024]; /* "<error_api>: <error_detail>", once asked for */
+    bool error_formatted;
     const char *api;       /* the public function running on this thread, for messages */
     uint32_t device_id;    /* current device; 0 = not set ("any") */
     uint32_t stream_id;    /* current stream; 0 = none */
@@ -1338,9 +1369,6 @@ typedef struct gpuarr__thread_state {
     } defaults[8];
 } gpuarr__thread_state;
 static GPUARR__THREAD_LOCAL gpuarr__thread_state gpuarr__tls;
-/* Guards every device's thread_streams list. A process-wide lock, but taken only the first time
-   a thread uses a device, when a thread exits, and by whole-device syncs. */
-static pthread_mutex_t gpuarr__defaults_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---------------------------------------------------------------------------------------------
  * Errors and logging
@@ -1363,18 +1391,17 @@ static void gpuarr__log(gpuarr_log_level level, const char *fmt, ...) {
     fprintf(stderr, "gpuarr %s: %s\n", names[level], msg);
 }
 
-/* Records "<public function>: <message>" for this thread and returns r. */
+/* Records r and the reason in the public function running on this thread, and returns r. */
 static gpuarr_result gpuarr__fail(gpuarr_result r, const char *fmt, ...) GPUARR__PRINTF(2, 3);
 
 static gpuarr_result gpuarr__fail(gpuarr_result r, const char *fmt, ...) {
-    char *buf = gpuarr__tls.error;
-    size_t cap = sizeof gpuarr__tls.error;
-    int n = snprintf(buf, cap, "%s: ", gpuarr__tls.api ? gpuarr__tls.api : "gpuarr");
-    size_t used = n > 0 ? GPUARR__MIN((size_t)n, cap - 1) : 0;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf + used, cap - used, fmt, ap);
+    vsnprintf(gpuarr__tls.error_detail, sizeof gpuarr__tls.error_detail, fmt, ap);
     va_end(ap);
+    gpuarr__tls.error_code = r;
+    gpuarr__tls.error_api = gpuarr__tls.api ? gpuarr__tls.api : "gpuarr";
+    gpuarr__tls.error_formatted = false;
     return r;
 }
 
@@ -1868,13 +1895,57 @@ static void gpuarr__obj_release(gpuarr__obj *o) {
     if (o && GPUARR__ATOMIC_DEC(&o->refs) == 0) o->destroy(o);
 }
 
-static void gpuarr__table_init(gpuarr__table *t, const char *kind_name, uint32_t kind, uint32_t first_gen) {
+/* One round of the handle permutation: mixes a 16-bit half with a round key. */
+static uint32_t gpuarr__handle_round(uint32_t half, uint32_t key) {
+    uint32_t v = (half ^ key) * 0x7feb352du;
+    v ^= v >> 15;
+    v *= 0x846ca68bu;
+    return (v ^ (v >> 16)) & 0xffffu;
+}
+
+/* A keyed permutation of the 32-bit values: a 4-round Feistel network on 16-bit halves. Not
+   cryptography: it keeps forged and stale ids from naming live objects by accident. */
+static uint32_t gpuarr__handle_encode(const uint32_t key[4], uint32_t plain) {
+    uint32_t l = plain >> 16, r = plain & 0xffffu;
+    for (int i = 0; i < 4; i++) {
+        uint32_t next = l ^ gpuarr__handle_round(r, key[i]);
+        l = r;
+        r = next;
+    }
+    return (l << 16) | r;
+}
+
+static uint32_t gpuarr__handle_decode(const uint32_t key[4], uint32_t id) {
+    uint32_t l = id >> 16, r = id & 0xffffu;
+    for (int i = 3; i >= 0; i--) {
+        uint32_t prev = r ^ gpuarr__handle_round(l, key[i]);
+        r = l;
+        l = prev;
+    }
+    return (l << 16) | r;
+}
+
+/* A fresh permutation key for one table and init cycle, from the clock and addresses (ASLR). */
+static void gpuarr__handle_key(uint32_t kind, uint32_t key[4]) {
+    struct timespec ts;
+    timespec_get(&ts, TIME_UTC);
+    uint64_t x = (uint64_t)ts.tv_sec * 1000003u ^ (uint64_t)ts.tv_nsec ^ (uint64_t)(uintptr_t)&ts << 16 ^
+                 (uint64_t)(uintptr_t)&gpuarr__g ^ (uint64_t)gpuarr__g.epoch << 48 ^ (uint64_t)kind << 56;
+    for (int i = 0; i < 4; i++) { /* splitmix64 */
+        uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        key[i] = (uint32_t)((z ^ (z >> 31)) >> 32);
+    }
+}
+
+static void gpuarr__table_init(gpuarr__table *t, const char *kind_name, uint32_t kind) {
     memset(t, 0, sizeof *t);
     pthread_mutex_init(&t->lock, NULL);
     t->kind_name = kind_name;
     t->kind = kind;
+    gpuarr__handle_key(kind, t->key); /* new ids, unrelated to those of earlier init cycles */
     t->free_head = t->free_tail = GPUARR__NO_SLOT;
-    t->first_gen = (first_gen & GPUARR__GEN_MASK) ? (first_gen & GPUARR__GEN_MASK) : 1u;
 }
 
 static gpuarr_result gpuarr__table_grow(gpuarr__table *t) {
@@ -1904,75 +1975,110 @@ static gpuarr_result gpuarr__table_take_slot(gpuarr__table *t, uint32_t *index) 
     }
     if (t->used == t->capacity) GPUARR__CHECK(gpuarr__table_grow(t));
     *index = t->used++;
-    t->slots[*index].gen = t->first_gen;
+    t->slots[*index].gen = 0;
     return GPUARR_OK;
 }
 
-/* Stores obj (whose one reference the handle now holds) and returns its id. */
+/* Under the lock: the live slot for id, or NULL. Records nothing. */
+static gpuarr__slot *gpuarr__table_slot(gpuarr__table *t, uint32_t id) {
+    uint32_t plain = gpuarr__handle_decode(t->key, id), index = plain & GPUARR__INDEX_MASK;
+    if (id == 0 || index >= t->used) return NULL;
+    gpuarr__slot *slot = &t->slots[index];
+    return slot->obj && (slot->gen & GPUARR__GEN_MASK) == plain >> GPUARR__INDEX_BITS ? slot : NULL;
+}
+
+/* The three tables, in the order their locks are taken together. */
+static gpuarr__table *gpuarr__table_of_kind(uint32_t kind) {
+    return kind == 1 ? &gpuarr__g.arrays : kind == 2 ? &gpuarr__g.streams : &gpuarr__g.events;
+}
+
+/* Under every table's lock: the id of slot index of t, moving the slot's generation past an id
+   of 0 and past ids live in another table. */
+static uint32_t gpuarr__table_new_id(gpuarr__table *t, uint32_t index) {
+    gpuarr__slot *slot = &t->slots[index];
+    for (;; slot->gen++) {
+        uint32_t id = gpuarr__handle_encode(t->key, (slot->gen & GPUARR__GEN_MASK) << GPUARR__INDEX_BITS | index);
+        bool taken = id == 0;
+        for (uint32_t k = 1; k <= 3 && !taken; k++)
+            taken = k != t->kind && gpuarr__table_slot(gpuarr__table_of_kind(k), id) != NULL;
+        if (!taken) return id;
+    }
+}
+
+/* Stores obj (whose one reference the handle now holds) and returns its id. Takes all three
+   tables' locks, in kind order, so that no id is live in two tables at once. */
 static gpuarr_result gpuarr__table_insert(gpuarr__table *t, gpuarr__obj *obj, uint32_t *id) {
-    pthread_mutex_lock(&t->lock);
+    for (uint32_t k = 1; k <= 3; k++) pthread_mutex_lock(&gpuarr__table_of_kind(k)->lock);
     uint32_t index = 0;
     gpuarr_result r = gpuarr__table_take_slot(t, &index);
     if (r == GPUARR_OK) {
         gpuarr__slot *slot = &t->slots[index];
+        *id = gpuarr__table_new_id(t, index);
         slot->obj = obj;
         slot->public_refs = 1;
         t->live++;
-        *id = (t->kind << GPUARR__KIND_SHIFT) | (slot->gen << GPUARR__INDEX_BITS) | index;
     }
-    pthread_mutex_unlock(&t->lock);
+    for (uint32_t k = 3; k >= 1; k--) pthread_mutex_unlock(&gpuarr__table_of_kind(k)->lock);
     return r;
 }
 
-/* Under the lock: the live slot for id, or NULL with the reason recorded. */
-static gpuarr__slot *gpuarr__table_find(gpuarr__table *t, uint32_t id, const char *arg) {
-    static const char *const kinds[] = {"", "array", "stream", "event"};
-    uint32_t index = id & GPUARR__INDEX_MASK, gen = (id >> GPUARR__INDEX_BITS) & GPUARR__GEN_MASK, kind = id >> GPUARR__KIND_SHIFT;
-    if (id == 0) {
-        gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s is a zero %s handle (never created)", arg, t->kind_name);
-        return NULL;
+/* Under the lock: whether id's generation was handed out at its slot (a released id). */
+static bool gpuarr__table_issued(gpuarr__table *t, uint32_t id) {
+    uint32_t plain = gpuarr__handle_decode(t->key, id), index = plain & GPUARR__INDEX_MASK;
+    if (index >= t->used) return false;
+    uint32_t gen = t->slots[index].gen;
+    return gen > GPUARR__GEN_MASK || plain >> GPUARR__INDEX_BITS <= gen;
+}
+
+/* Records why id names no live object of t, and returns INVALID_HANDLE. Called with no table
+   lock held: it looks in the other tables for an id of another kind. */
+static gpuarr_result gpuarr__table_reject(gpuarr__table *t, uint32_t id, const char *arg) {
+    const char *an = t->kind == 1 ? "an" : "a";
+    if (id == 0) return gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s is a zero %s handle (never created)", arg, t->kind_name);
+    for (uint32_t k = 1; k <= 3; k++) {
+        gpuarr__table *o = gpuarr__table_of_kind(k);
+        if (o == t) continue;
+        pthread_mutex_lock(&o->lock);
+        bool theirs = gpuarr__table_slot(o, id) != NULL;
+        pthread_mutex_unlock(&o->lock);
+        if (theirs)
+            return gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s (id 0x%08x) is %s %s handle, not %s %s handle", arg, id,
+                                k == 1 ? "an" : "a", o->kind_name, an, t->kind_name);
     }
-    if (kind != t->kind && kind != 0) {
-        gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s (id 0x%08x) is %s %s handle, not %s %s handle", arg, id,
-                     kind == 1 ? "an" : "a", kinds[kind], t->kind == 1 ? "an" : "a", t->kind_name);
-        return NULL;
-    }
-    if (kind == 0 || index >= t->used || gen == 0) {
-        gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s (id 0x%08x) is not %s %s handle", arg, id, t->kind == 1 ? "an" : "a", t->kind_name);
-        return NULL;
-    }
-    gpuarr__slot *slot = &t->slots[index];
-    if (slot->gen != gen || !slot->obj) {
-        gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s (id 0x%08x): this %s was released (stale handle)", arg, id, t->kind_name);
-        return NULL;
-    }
-    return slot;
+    pthread_mutex_lock(&t->lock);
+    bool released = gpuarr__table_issued(t, id);
+    pthread_mutex_unlock(&t->lock);
+    if (released)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s (id 0x%08x): this %s was released (stale handle)", arg, id, t->kind_name);
+    return gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s (id 0x%08x) is not %s %s handle", arg, id, an, t->kind_name);
+}
+
+/* The live object id names, with an internal reference the caller must drop, or NULL. Records
+   nothing: for lookups whose failure is not the caller's error. */
+static gpuarr__obj *gpuarr__table_lookup(gpuarr__table *t, uint32_t id) {
+    pthread_mutex_lock(&t->lock);
+    gpuarr__slot *slot = gpuarr__table_slot(t, id);
+    gpuarr__obj *obj = slot ? slot->obj : NULL; /* read under the lock: growth moves the slots */
+    if (obj) gpuarr__obj_retain(obj);
+    pthread_mutex_unlock(&t->lock);
+    return obj;
 }
 
 /* Looks id up and returns its object with an internal reference the caller must drop. */
 static gpuarr_result gpuarr__table_get(gpuarr__table *t, uint32_t id, const char *arg, gpuarr__obj **out) {
-    pthread_mutex_lock(&t->lock);
-    gpuarr__slot *slot = gpuarr__table_find(t, id, arg);
-    gpuarr__obj *obj = slot ? slot->obj : NULL; /* read under the lock: growth moves the slots */
-    if (obj) gpuarr__obj_retain(obj);
-    pthread_mutex_unlock(&t->lock);
-    if (!obj) return GPUARR_ERROR_INVALID_HANDLE;
-    *out = obj;
-    return GPUARR_OK;
+    *out = gpuarr__table_lookup(t, id);
+    return *out ? GPUARR_OK : gpuarr__table_reject(t, id, arg);
 }
 
 static gpuarr_result gpuarr__table_retain(gpuarr__table *t, uint32_t id, const char *arg) {
     pthread_mutex_lock(&t->lock);
-    gpuarr__slot *slot = gpuarr__table_find(t, id, arg);
-    gpuarr_result r = GPUARR_ERROR_INVALID_HANDLE;
-    if (slot && slot->public_refs == UINT32_MAX) {
-        r = gpuarr__fail(GPUARR_ERROR_OVERFLOW, "%s: reference count at its maximum", arg);
-    } else if (slot) {
-        slot->public_refs++;
-        r = GPUARR_OK;
-    }
+    gpuarr__slot *slot = gpuarr__table_slot(t, id);
+    bool at_max = slot && slot->public_refs == UINT32_MAX;
+    if (slot && !at_max) slot->public_refs++;
     pthread_mutex_unlock(&t->lock);
-    return r;
+    if (!slot) return gpuarr__table_reject(t, id, arg);
+    if (at_max) return gpuarr__fail(GPUARR_ERROR_OVERFLOW, "%s: reference count at its maximum", arg);
+    return GPUARR_OK;
 }
 
 /* Drops one handle reference; with the last, frees the slot (moving its generation on) and
@@ -1980,17 +2086,12 @@ static gpuarr_result gpuarr__table_retain(gpuarr__table *t, uint32_t id, const c
 static gpuarr_result gpuarr__table_release(gpuarr__table *t, uint32_t id, const char *arg, gpuarr__obj **dropped) {
     *dropped = NULL;
     pthread_mutex_lock(&t->lock);
-    gpuarr__slot *slot = gpuarr__table_find(t, id, arg);
-    if (!slot) {
-        pthread_mutex_unlock(&t->lock);
-        return GPUARR_ERROR_INVALID_HANDLE;
-    }
-    if (--slot->public_refs == 0) {
-        uint32_t index = id & GPUARR__INDEX_MASK;
+    gpuarr__slot *slot = gpuarr__table_slot(t, id);
+    if (slot && --slot->public_refs == 0) {
+        uint32_t index = (uint32_t)(slot - t->slots);
         *dropped = slot->obj;
         slot->obj = NULL;
-        slot->gen = (slot->gen + 1u) & GPUARR__GEN_MASK;
-        if (slot->gen == 0) slot->gen = 1;
+        slot->gen++;
         slot->next_free = GPUARR__NO_SLOT;
         if (t->free_tail == GPUARR__NO_SLOT) t->free_head = index;
         else t->slots[t->free_tail].next_free = index;
@@ -1999,14 +2100,13 @@ static gpuarr_result gpuarr__table_release(gpuarr__table *t, uint32_t id, const 
         t->live--;
     }
     pthread_mutex_unlock(&t->lock);
-    return GPUARR_OK;
+    return slot ? GPUARR_OK : gpuarr__table_reject(t, id, arg);
 }
 
 static uint32_t gpuarr__table_public_refs(gpuarr__table *t, uint32_t id) {
     pthread_mutex_lock(&t->lock);
-    uint32_t index = id & GPUARR__INDEX_MASK, refs = 0;
-    if (index < t->used && t->slots[index].obj && t->slots[index].gen == ((id >> GPUARR__INDEX_BITS) & GPUARR__GEN_MASK))
-        refs = t->slots[index].public_refs;
+    gpuarr__slot *slot = gpuarr__table_slot(t, id);
+    uint32_t refs = slot ? slot->public_refs : 0;
     pthread_mutex_unlock(&t->lock);
     return refs;
 }
@@ -2342,14 +2442,14 @@ static void gpuarr__thread_exit(void *unused) {
     (void)unused;
     memset(gpuarr__tls.defaults, 0, sizeof gpuarr__tls.defaults);
     /* Hold the library while the streams go: another thread may be running the last shutdown. */
-    pthread_mutex_lock(&gpuarr__init_lock);
+    pthread_mutex_lock(&gpuarr__g.init_lock);
     bool alive = gpuarr__g.refs > 0;
     if (alive) gpuarr__g.refs++;
-    pthread_mutex_unlock(&gpuarr__init_lock);
+    pthread_mutex_unlock(&gpuarr__g.init_lock);
     if (!alive) return;
-    pthread_mutex_lock(&gpuarr__defaults_lock);
+    pthread_mutex_lock(&gpuarr__g.defaults_lock);
     gpuarr__stream *mine = gpuarr__detach_thread_streams(gpuarr__tls.serial);
-    pthread_mutex_unlock(&gpuarr__defaults_lock);
+    pthread_mutex_unlock(&gpuarr__g.defaults_lock);
     gpuarr__release_stream_list(mine);
     gpuarr_shutdown();
 }
@@ -2372,17 +2472,17 @@ static gpuarr_result gpuarr__default_stream(gpuarr__dev *d, gpuarr__stream **out
         if (gpuarr__thread_key_ok) pthread_setspecific(gpuarr__thread_key, &gpuarr__thread_serials);
         gpuarr__tls.serial = __atomic_add_fetch(&gpuarr__thread_serials, 1, __ATOMIC_RELAXED);
     }
-    pthread_mutex_lock(&gpuarr__defaults_lock);
+    pthread_mutex_lock(&gpuarr__g.defaults_lock);
     gpuarr__stream *s = d->thread_streams;
     while (s && s->owner_thread != gpuarr__tls.serial) s = s->next_default;
-    pthread_mutex_unlock(&gpuarr__defaults_lock);
+    pthread_mutex_unlock(&gpuarr__g.defaults_lock);
     if (!s) { /* only this thread adds its own, so nobody can race us to it */
         GPUARR__CHECK(gpuarr__stream_new(d, &s));
         s->owner_thread = gpuarr__tls.serial;
-        pthread_mutex_lock(&gpuarr__defaults_lock);
+        pthread_mutex_lock(&gpuarr__g.defaults_lock);
         s->next_default = d->thread_streams;
         d->thread_streams = s;
-        pthread_mutex_unlock(&gpuarr__defaults_lock);
+        pthread_mutex_unlock(&gpuarr__g.defaults_lock);
     }
     gpuarr__tls.defaults[slot].dev = d;
     gpuarr__tls.defaults[slot].epoch = gpuarr__g.epoch;
@@ -2396,12 +2496,12 @@ static gpuarr_result gpuarr__default_stream(gpuarr__dev *d, gpuarr__stream **out
 static gpuarr_result gpuarr__thread_streams_of(gpuarr__dev *d, gpuarr__stream ***out, size_t *count) {
     *out = NULL;
     *count = 0;
-    pthread_mutex_lock(&gpuarr__defaults_lock);
+    pthread_mutex_lock(&gpuarr__g.defaults_lock);
     size_t n = 0;
     for (gpuarr__stream *s = d->thread_streams; s; s = s->next_default) n++;
     gpuarr__stream **list = n ? (gpuarr__stream **)gpuarr__calloc(n * sizeof *list) : NULL;
     if (n && !list) {
-        pthread_mutex_unlock(&gpuarr__defaults_lock);
+        pthread_mutex_unlock(&gpuarr__g.defaults_lock);
         return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory to list %zu streams", n);
     }
     n = 0;
@@ -2409,7 +2509,7 @@ static gpuarr_result gpuarr__thread_streams_of(gpuarr__dev *d, gpuarr__stream **
         gpuarr__obj_retain(&s->obj);
         list[n++] = s;
     }
-    pthread_mutex_unlock(&gpuarr__defaults_lock);
+    pthread_mutex_unlock(&gpuarr__g.defaults_lock);
     *out = list;
     *count = n;
     return GPUARR_OK;
@@ -2474,14 +2574,8 @@ static gpuarr_result gpuarr__check_scope(void) {
    counts as none (and is forgotten), so it cannot break later calls on this thread. */
 static gpuarr__stream *gpuarr__current_stream_obj(void) {
     if (!gpuarr__tls.stream_id) return NULL;
-    gpuarr__obj *o;
-    char saved[sizeof gpuarr__tls.error];
-    memcpy(saved, gpuarr__tls.error, sizeof saved);
-    if (gpuarr__table_get(&gpuarr__g.streams, gpuarr__tls.stream_id, "current stream", &o) != GPUARR_OK) {
-        memcpy(gpuarr__tls.error, saved, sizeof saved); /* not this call's error */
-        gpuarr__tls.stream_id = 0;
-        return NULL;
-    }
+    gpuarr__obj *o = gpuarr__table_lookup(&gpuarr__g.streams, gpuarr__tls.stream_id);
+    if (!o) gpuarr__tls.stream_id = 0; /* destroyed: not this call's error */
     return (gpuarr__stream *)o;
 }
 
@@ -2880,8 +2974,7 @@ static gpuarr_result gpuarr__pool_grow(gpuarr__pool *p, size_t size, size_t requ
         return r;
     }
     char cause[300];
-    const char *msg = strstr(gpuarr__tls.error, ": ");
-    gpuarr__copy_string(cause, sizeof cause, msg ? msg + 2 : gpuarr__tls.error);
+    gpuarr__copy_string(cause, sizeof cause, gpuarr__tls.error_detail);
     pthread_mutex_lock(&gpuarr__g.oom_lock);
     int handlers = gpuarr__g.oom_handler_count;
     pthread_mutex_unlock(&gpuarr__g.oom_lock);
@@ -3154,8 +3247,8 @@ static gpuarr_result gpuarr__array_new(gpuarr__dev *d, gpuarr_dtype t, int ndim,
     GPUARR__CHECK(gpuarr__array_alloc_struct(d, t, ndim, shape, &a));
     gpuarr_result r = a->nbytes ? gpuarr__pool_alloc(&d->pool, a->nbytes, s, &a->block) : GPUARR_OK;
     if (r == GPUARR_ERROR_OUT_OF_MEMORY && gpuarr__g.alloc_conf.host_fallback && d != gpuarr__host_dev()) {
-        char why[sizeof gpuarr__tls.error];
-        gpuarr__copy_string(why, sizeof why, gpuarr__tls.error);
+        char why[sizeof gpuarr__tls.error_message];
+        gpuarr__copy_string(why, sizeof why, gpuarr_last_error());
         r = gpuarr__pool_alloc(&gpuarr__host_dev()->pool, a->nbytes, NULL, &a->block);
         if (r == GPUARR_OK) {
             pthread_mutex_lock(&d->pool.lock);
@@ -3316,7 +3409,7 @@ static void gpuarr__ring_close(gpuarr__dev *d, gpuarr__ring *r, gpuarr__stream *
 /* No pinned memory for the ring (none left, or the backend has none): the caller copies directly,
    more slowly. Returns UNSUPPORTED for it to know. */
 static gpuarr_result gpuarr__staging_unavailable(gpuarr__dev *d) {
-    gpuarr__log(GPUARR_LOG_INFO, "%s: no pinned memory to stage through (%s); copying directly", d->info.spec, gpuarr__tls.error);
+    gpuarr__log(GPUARR_LOG_INFO, "%s: no pinned memory to stage through (%s); copying directly", d->info.spec, gpuarr_last_error());
     return GPUARR_ERROR_UNSUPPORTED;
 }
 
@@ -4119,8 +4212,7 @@ static gpuarr_result gpuarr__registry_build(void) {
         gpuarr_result r = b->load();
         if (r == GPUARR_ERROR_OUT_OF_MEMORY) return r;
         if (r != GPUARR_OK) { /* its library is missing (UNSUPPORTED) or broken: zero devices */
-            const char *why = strstr(gpuarr__tls.error, ": ");
-            gpuarr__copy_string(gpuarr__g.backend_error[i], sizeof gpuarr__g.backend_error[i], why ? why + 2 : gpuarr__tls.error);
+            gpuarr__copy_string(gpuarr__g.backend_error[i], sizeof gpuarr__g.backend_error[i], gpuarr__tls.error_detail);
             gpuarr__log(r == GPUARR_ERROR_UNSUPPORTED ? GPUARR_LOG_INFO : GPUARR_LOG_WARN, "the %s backend is unavailable: %s",
                         b->name, gpuarr__g.backend_error[i]);
             continue;
@@ -4138,7 +4230,7 @@ static gpuarr_result gpuarr__registry_build(void) {
             if (!gpuarr__filter_allows(b->id, k)) continue;
             gpuarr_result r = gpuarr__registry_add(b, k);
             if (r == GPUARR_ERROR_OUT_OF_MEMORY) return r;
-            if (r != GPUARR_OK) gpuarr__log(GPUARR_LOG_WARN, "skipping %s device %d: %s", b->name, k, gpuarr__tls.error);
+            if (r != GPUARR_OK) gpuarr__log(GPUARR_LOG_WARN, "skipping %s device %d: %s", b->name, k, gpuarr_last_error());
         }
     }
     gpuarr__warn_absent_filter_items(counts);
@@ -4156,9 +4248,9 @@ static void gpuarr__teardown(void) {
     if (arrays || events || streams)
         gpuarr__log(GPUARR_LOG_WARN, "gpuarr_shutdown freed %u arrays, %u streams and %u events that were never released",
                     arrays, streams, events);
-    pthread_mutex_lock(&gpuarr__defaults_lock);
+    pthread_mutex_lock(&gpuarr__g.defaults_lock);
     gpuarr__stream *defaults = gpuarr__detach_thread_streams(0);
-    pthread_mutex_unlock(&gpuarr__defaults_lock);
+    pthread_mutex_unlock(&gpuarr__g.defaults_lock);
     gpuarr__release_stream_list(defaults);
     for (int i = 0; i < gpuarr__g.device_count; i++) {
         gpuarr__dev *d = &gpuarr__g.devices[i];
@@ -4180,7 +4272,8 @@ static void gpuarr__teardown(void) {
     gpuarr__free(gpuarr__g.devices_filter);
     uint32_t epoch = gpuarr__g.epoch;
     uint64_t serials = gpuarr__g.stream_serial, seq = gpuarr__g.event_seq;
-    memset(&gpuarr__g, 0, sizeof gpuarr__g);
+    size_t kept = offsetof(gpuarr__state, refs); /* the process-wide locks, init_lock held now */
+    memset((char *)&gpuarr__g + kept, 0, sizeof gpuarr__g - kept);
     gpuarr__g.epoch = epoch;
     gpuarr__g.stream_serial = serials;
     gpuarr__g.event_seq = seq;
@@ -4198,18 +4291,15 @@ static gpuarr_result gpuarr__startup(const gpuarr_desc *desc) {
     gpuarr__g.locks_ready = true;
     gpuarr_result r = gpuarr__resolve_config(&d);
     if (r == GPUARR_OK) {
-        uint32_t gen = gpuarr__g.epoch * 97u; /* ids of earlier init cycles start elsewhere */
-        gpuarr__table_init(&gpuarr__g.arrays, "array", 1u, gen);
-        gpuarr__table_init(&gpuarr__g.streams, "stream", 2u, gen);
-        gpuarr__table_init(&gpuarr__g.events, "event", 3u, gen);
+        gpuarr__table_init(&gpuarr__g.arrays, "array", 1u);
+        gpuarr__table_init(&gpuarr__g.streams, "stream", 2u);
+        gpuarr__table_init(&gpuarr__g.events, "event", 3u);
         gpuarr__workers_init(&gpuarr__g.workers, gpuarr__g.host_threads);
         r = gpuarr__registry_build();
     }
     const char *faults = gpuarr__setting(GPUARR__SET_FAULTS);
     if (r == GPUARR_OK && faults) r = gpuarr__apply_faults(faults);
     if (r != GPUARR_OK) {
-        gpuarr_allocator keep = gpuarr__g.allocator; /* teardown frees with the same allocator */
-        gpuarr__g.allocator = keep;
         gpuarr__teardown();
         return r;
     }
@@ -4245,7 +4335,7 @@ static gpuarr_result gpuarr__desc_agrees(const gpuarr_desc *d) {
 
 GPUARR_API gpuarr_result gpuarr_init(const gpuarr_desc *desc) {
     gpuarr__tls.api = __func__;
-    pthread_mutex_lock(&gpuarr__init_lock);
+    pthread_mutex_lock(&gpuarr__g.init_lock);
     gpuarr_result r = GPUARR_OK;
     if (gpuarr__g.refs == INT_MAX) {
         r = gpuarr__fail(GPUARR_ERROR_OVERFLOW, "too many gpuarr_init references");
@@ -4256,17 +4346,17 @@ GPUARR_API gpuarr_result gpuarr_init(const gpuarr_desc *desc) {
         r = gpuarr__startup(desc);
         if (r == GPUARR_OK) gpuarr__g.refs = 1;
     }
-    pthread_mutex_unlock(&gpuarr__init_lock);
+    pthread_mutex_unlock(&gpuarr__g.init_lock);
     return r;
 }
 
 GPUARR_API void gpuarr_shutdown(void) {
-    pthread_mutex_lock(&gpuarr__init_lock);
+    pthread_mutex_lock(&gpuarr__g.init_lock);
     if (gpuarr__g.refs > 0 && --gpuarr__g.refs == 0) {
         GPUARR__ATOMIC_STORE(&gpuarr__g.valid, 0u);
         gpuarr__teardown();
     }
-    pthread_mutex_unlock(&gpuarr__init_lock);
+    pthread_mutex_unlock(&gpuarr__g.init_lock);
 }
 
 GPUARR_API bool gpuarr_is_initialized(void) { return gpuarr__initialized(); }
@@ -4306,7 +4396,18 @@ GPUARR_API const char *gpuarr_result_name(gpuarr_result r) {
     }
 }
 
-GPUARR_API const char *gpuarr_last_error(void) { return gpuarr__tls.error; }
+GPUARR_API const char *gpuarr_last_error(void) {
+    gpuarr__thread_state *ts = &gpuarr__tls;
+    if (!ts->error_api) return "";
+    if (!ts->error_formatted) {
+        size_t n = GPUARR__MIN(strlen(ts->error_api), (size_t)63);
+        memcpy(ts->error_message, ts->error_api, n);
+        memcpy(ts->error_message + n, ": ", 2);
+        gpuarr__copy_string(ts->error_message + n + 2, sizeof ts->error_message - n - 2, ts->error_detail);
+        ts->error_formatted = true;
+    }
+    return ts->error_message;
+}
 GPUARR_API size_t gpuarr_dtype_size(gpuarr_dtype t) { return gpuarr__dtype_valid(t) ? gpuarr__dtype_sizes[t] : 0; }
 GPUARR_API const char *gpuarr_dtype_name(gpuarr_dtype t) { return gpuarr__dtype_valid(t) ? gpuarr__dtype_names[t] : "invalid"; }
 GPUARR_API gpuarr_dtype gpuarr_dtype_from_name(const char *name) {
@@ -4320,11 +4421,38 @@ GPUARR_API const char *gpuarr_backend_name(gpuarr_backend b) {
 GPUARR_API bool gpuarr_backend_compiled(gpuarr_backend b) { return b > 0 && b < GPUARR_BACKEND_COUNT && gpuarr__backends[b]; }
 GPUARR_API const char *gpuarr_version_string(void) { return GPUARR_VERSION_STRING; }
 
-GPUARR_API gpuarr_f16 gpuarr_f16_from_float(float x) { gpuarr_f16 h; h.bits = gpuarr_k_f32_to_f16(x); return h; }
-GPUARR_API gpuarr_f16 gpuarr_f16_from_double(double x) { gpuarr_f16 h; h.bits = gpuarr_k_f64_to_f16(x); return h; }
+/* The narrowing helpers let the FPU round subnormal results, so they run in the default FP
+   environment, like the array casts. The volatile copies keep the compiler from moving the
+   arithmetic out from between the environment switches. */
+GPUARR_API gpuarr_f16 gpuarr_f16_from_float(float x) {
+    volatile float in = x;
+    volatile uint16_t bits;
+    uint64_t fp = gpuarr__fp_default_enter();
+    bits = gpuarr_k_f32_to_f16(in);
+    gpuarr__fp_leave(fp);
+    gpuarr_f16 h = {bits};
+    return h;
+}
+GPUARR_API gpuarr_f16 gpuarr_f16_from_double(double x) {
+    volatile double in = x;
+    volatile uint16_t bits;
+    uint64_t fp = gpuarr__fp_default_enter();
+    bits = gpuarr_k_f64_to_f16(in);
+    gpuarr__fp_leave(fp);
+    gpuarr_f16 h = {bits};
+    return h;
+}
 GPUARR_API float gpuarr_f16_to_float(gpuarr_f16 h) { return gpuarr_k_f16_to_f32(h.bits); }
 GPUARR_API gpuarr_bf16 gpuarr_bf16_from_float(float x) { gpuarr_bf16 h; h.bits = gpuarr_k_f32_to_bf16(x); return h; }
-GPUARR_API gpuarr_bf16 gpuarr_bf16_from_double(double x) { gpuarr_bf16 h; h.bits = gpuarr_k_f64_to_bf16(x); return h; }
+GPUARR_API gpuarr_bf16 gpuarr_bf16_from_double(double x) {
+    volatile double in = x;
+    volatile uint16_t bits;
+    uint64_t fp = gpuarr__fp_default_enter();
+    bits = gpuarr_k_f64_to_bf16(in);
+    gpuarr__fp_leave(fp);
+    gpuarr_bf16 h = {bits};
+    return h;
+}
 GPUARR_API float gpuarr_bf16_to_float(gpuarr_bf16 h) { return gpuarr_k_bf16_to_f32(h.bits); }
 
 /* ---------------------------------------------------------------------------------------------
@@ -5205,7 +5333,7 @@ static gpuarr_scope gpuarr__scope_enter(gpuarr__dev *dev, uint32_t stream_id) {
     sc.result = gpuarr__dev_open(dev);
     if (sc.result == GPUARR_OK) sc.result = dev->backend->activate(dev, &sc.native_previous);
     if (sc.result != GPUARR_OK) {
-        gpuarr__log(GPUARR_LOG_WARN, "the scope did not start: %s", gpuarr__tls.error);
+        gpuarr__log(GPUARR_LOG_WARN, "the scope did not start: %s", gpuarr_last_error());
         return sc;
     }
     gpuarr__tls.device_id = dev->info.device.id;
@@ -5220,7 +5348,7 @@ static gpuarr_scope gpuarr__scope_failed(gpuarr_result r) {
     gpuarr_scope sc;
     memset(&sc, 0, sizeof sc);
     sc.result = r;
-    gpuarr__log(GPUARR_LOG_WARN, "the scope did not start: %s", gpuarr__tls.error);
+    gpuarr__log(GPUARR_LOG_WARN, "the scope did not start: %s", gpuarr_last_error());
     return sc;
 }
 
@@ -5253,7 +5381,7 @@ GPUARR_API gpuarr_scope gpuarr_scope_hold(gpuarr_scope s) {
     s.previous_failure = gpuarr__tls.scope_failure;
     s.held = true;
     gpuarr__tls.scope_failure = s.result != GPUARR_OK ? s.result : GPUARR_ERROR_INVALID_ARGUMENT;
-    gpuarr__copy_string(gpuarr__tls.scope_why, sizeof gpuarr__tls.scope_why, gpuarr__tls.error);
+    gpuarr__copy_string(gpuarr__tls.scope_why, sizeof gpuarr__tls.scope_why, gpuarr_last_error());
     return s;
 }
 

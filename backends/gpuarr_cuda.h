@@ -854,8 +854,7 @@ static gpuarr_result gpuarr__cu_kernel(gpuarr__dev *d, int s, int t, gpuarr__cu_
             gpuarr__log(GPUARR_LOG_INFO, "%s: %s->%s cast kernel ready in %.1f ms", d->info.spec, gpuarr__dtype_names[s], gpuarr__dtype_names[t],
                         gpuarr__now_ms() - t0);
         } else if (r == GPUARR_ERROR_BACKEND) { /* neither way works: do not retry at every cast */
-            const char *msg = strstr(gpuarr__tls.error, ": ");
-            gpuarr__copy_string(ds->build_error, sizeof ds->build_error, msg ? msg + 2 : gpuarr__tls.error);
+            gpuarr__copy_string(ds->build_error, sizeof ds->build_error, gpuarr__tls.error_detail);
             ds->build_result = r;
         }
     }

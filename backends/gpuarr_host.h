@@ -15,8 +15,9 @@ typedef struct gpuarr__host_event {
     double recorded_ms; /* monotonic time of the last record; < 0 = never */
 } gpuarr__host_event;
 
-/* Any non-NULL value serves as the native stream: there is nothing to queue. */
-static char gpuarr__host_stream_token;
+/* Any non-NULL value serves as the native stream: there is nothing to queue. A constant, never
+   written: not state. */
+static const char gpuarr__host_stream_token = 0;
 
 static gpuarr_result gpuarr__host_load(void) { return GPUARR_OK; }
 static void gpuarr__host_unload(void) {}
@@ -166,7 +167,7 @@ static gpuarr_result gpuarr__host_fill_zero(gpuarr__stream *s, void *dst, size_t
 
 static gpuarr_result gpuarr__host_stream_create(gpuarr__dev *d, void **native) {
     GPUARR__UNUSED(d);
-    *native = &gpuarr__host_stream_token;
+    *native = (void *)&gpuarr__host_stream_token;
     return GPUARR_OK;
 }
 static void gpuarr__host_stream_destroy(gpuarr__dev *d, void *native) { GPUARR__UNUSED(d); GPUARR__UNUSED(native); }

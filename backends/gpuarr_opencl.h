@@ -958,8 +958,7 @@ static gpuarr_result gpuarr__cl_ensure_kernel(gpuarr__dev *d, int s, int t) {
         gpuarr__log(GPUARR_LOG_INFO, "%s: %s->%s cast kernel ready in %.1f ms", d->info.spec, gpuarr__dtype_names[s],
                     gpuarr__dtype_names[t], gpuarr__now_ms() - t0);
     } else if (r != GPUARR_ERROR_OUT_OF_MEMORY) {
-        const char *msg = strstr(gpuarr__tls.error, ": "); /* drop the "gpuarr_xxx: " prefix */
-        gpuarr__copy_string(cd->build_error, sizeof cd->build_error, msg ? msg + 2 : gpuarr__tls.error);
+        gpuarr__copy_string(cd->build_error, sizeof cd->build_error, gpuarr__tls.error_detail);
         cd->build_result = r;
     }
     return r;

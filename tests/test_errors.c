@@ -343,6 +343,44 @@ Test(errors, forged_array_handles_are_invalid) {
     TEST_OK(gpuarr_release(src));
 }
 
+static int compare_ids(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* With hundreds of arrays alive, ids near a live one (id +- k, id with one bit flipped) must not
+   name live arrays (beyond chance: about 2^-32 * live each), and each is refused. */
+Test(errors, ids_near_hundreds_of_live_arrays_are_not_array_handles) {
+    gpuarr_device dev = test_device();
+    enum { LIVE = 300 };
+    gpuarr_array live[LIVE];
+    uint32_t sorted[LIVE];
+    int64_t shape[1] = {1};
+    for (int i = 0; i < LIVE; i++) {
+        TEST_OK(gpuarr_empty(dev, GPUARR_U8, 1, shape, &live[i]));
+        sorted[i] = live[i].id;
+    }
+    qsort(sorted, LIVE, sizeof sorted[0], compare_ids);
+    int hits = 0, tried = 0;
+    for (int i = 0; i < LIVE; i++) {
+        for (int c = 0; c < 64; c++) {
+            uint32_t id = live[i].id, k = (uint32_t)(c % 16) + 1u;
+            uint32_t near = c < 16 ? id + k : c < 32 ? id - k : id ^ (1u << (c - 32));
+            if (bsearch(&near, sorted, LIVE, sizeof sorted[0], compare_ids)) {
+                hits++;
+                continue;
+            }
+            tried++;
+            gpuarr_array_info info;
+            gpuarr_result r = gpuarr_array_get_info((gpuarr_array){near}, &info);
+            cr_assert_eq(r, GPUARR_ERROR_INVALID_HANDLE, "id 0x%08x near live 0x%08x: %s (%s)", near, id, gpuarr_result_name(r),
+                         gpuarr_last_error());
+        }
+    }
+    cr_assert_leq(hits, 2, "ids are predictable: %d of %d ids near a live array id name live arrays", hits, hits + tried);
+    for (int i = 0; i < LIVE; i++) TEST_OK(gpuarr_release(live[i]));
+}
+
 Test(errors, stale_handle_stays_invalid_after_its_slot_is_reused) {
     gpuarr_device dev = test_device();
     gpuarr_array src = make_src(dev);

@@ -133,3 +133,46 @@ Test(robustness, large_copies_are_exact_whatever_the_alignment) {
     free(in);
     free(raw);
 }
+
+/* The public f16/bf16 scalar helpers, like the array casts, round to nearest even whatever
+   rounding mode the caller set (their subnormal path lets the FPU round). */
+static void expect_scalar_helpers_exact(int mode, const char *mode_name) {
+    int old_round = fegetround();
+    cr_assert_eq(fesetround(mode), 0, "fesetround(%s) failed", mode_name);
+    unsigned bad = 0;
+    char first[160] = "";
+    for (uint64_t i = 0; i <= 0xffffffffull; i += 4093) { /* a strided sweep of every f32 */
+        uint32_t fb = (uint32_t)i;
+        float f;
+        memcpy(&f, &fb, sizeof f);
+        uint16_t got = gpuarr_f16_from_float(f).bits, want = (uint16_t)ref_cast_bits(GPUARR_F32, fb, GPUARR_F16);
+        if (got != want && bad++ == 0) snprintf(first, sizeof first, "f16_from_float(0x%08x) = 0x%04x, want 0x%04x", fb, got, want);
+        got = gpuarr_bf16_from_float(f).bits, want = (uint16_t)ref_cast_bits(GPUARR_F32, fb, GPUARR_BF16);
+        if (got != want && bad++ == 0) snprintf(first, sizeof first, "bf16_from_float(0x%08x) = 0x%04x, want 0x%04x", fb, got, want);
+    }
+    test_rng rng = {20};
+    for (int i = 0; i < 1 << 20; i++) { /* doubles: random bits, and near the f16/bf16 subnormal ranges */
+        uint64_t db = test_rng_next(&rng);
+        if (i & 1) db = (db & 0x800fffffffffffffull) | ((uint64_t)(0x3e0 + (i >> 1) % 48) << 52);
+        if (i & 2) db = (db & 0x800fffffffffffffull) | ((uint64_t)(0x36a + (i >> 2) % 24) << 52);
+        double d;
+        memcpy(&d, &db, sizeof d);
+        uint16_t got = gpuarr_f16_from_double(d).bits, want = (uint16_t)ref_cast_bits(GPUARR_F64, db, GPUARR_F16);
+        if (got != want && bad++ == 0) snprintf(first, sizeof first, "f16_from_double(0x%016llx) = 0x%04x, want 0x%04x", (unsigned long long)db, got, want);
+        got = gpuarr_bf16_from_double(d).bits, want = (uint16_t)ref_cast_bits(GPUARR_F64, db, GPUARR_BF16);
+        if (got != want && bad++ == 0) snprintf(first, sizeof first, "bf16_from_double(0x%016llx) = 0x%04x, want 0x%04x", (unsigned long long)db, got, want);
+    }
+    uint16_t tiny = gpuarr_f16_from_float(0x1.000002p-25f).bits; /* just above half the smallest f16 */
+    int now = fegetround();
+    fesetround(old_round);
+    cr_assert_eq(now, mode, "a helper changed the caller's rounding mode");
+    cr_assert_eq(bad, 0u, "under %s: %u results differ, the first: %s", mode_name, bad, first);
+    cr_assert_eq(tiny, 0x0001u, "under %s: f16_from_float(0x1.000002p-25f) = 0x%04x, want 0x0001", mode_name, tiny);
+}
+
+Test(robustness, scalar_f16_and_bf16_helpers_ignore_the_callers_rounding_mode) {
+    expect_scalar_helpers_exact(FE_TONEAREST, "FE_TONEAREST");
+    expect_scalar_helpers_exact(FE_TOWARDZERO, "FE_TOWARDZERO");
+    expect_scalar_helpers_exact(FE_UPWARD, "FE_UPWARD");
+    expect_scalar_helpers_exact(FE_DOWNWARD, "FE_DOWNWARD");
+}
