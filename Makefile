@@ -106,6 +106,13 @@ $(BUILD)/$(1)/tests/%: tests/%.c tests/test_common.h $(BUILD)/$(1)/gpuarr.o
 $(addprefix $(BUILD)/$(1)/tests/,$(WHITEBOX_TESTS)): $(BUILD)/$(1)/tests/%: tests/%.c tests/test_common.h $(HEADERS)
 	@mkdir -p $$(@D)
 	$(CC) $(2) -Wno-conversion $(TEST_CFLAGS) $(TEST_INCLUDE_$(1)) $$< -o $$@ $(TEST_LIB_$(1)) $(LIBS)
+# tests/plugin: the implementation inside a dlopen'ed plugin, unloaded before a thread exits
+$(BUILD)/$(1)/plugin/libgpuarr-plugin.so: gpuarr.c $(HEADERS)
+	@mkdir -p $$(@D)
+	$(CC) $(2) -fPIC -shared -I. $$< -o $$@ $(LIBS)
+$(BUILD)/$(1)/plugin/plugin_driver: tests/plugin/plugin_driver.c gpuarr.h $(BUILD)/$(1)/plugin/libgpuarr-plugin.so
+	@mkdir -p $$(@D)
+	$(CC) $(2) -I. $$< -o $$@ $(LIBS)
 endef
 # Criterion cannot start under TSan (Snaipe/Criterion#274: its arena collides with TSan's shadow
 # memory), so the TSan build uses tests/tsan_shim, a small stand-in with the same API that also
@@ -142,7 +149,7 @@ $(BUILD)/fake-cuda/libcuda.so.1: tests/fake_cuda/fake_cuda.c $(HEADERS)
 	$(CC) $(CFLAGS_REL) -fPIC -shared -fvisibility=hidden -I. -I$(CUDA_HOME)/include -Wl,-soname,libcuda.so.1 $< -o $@ -lpthread -lm
 FAKE_ENV := GPUARR_CUDA_LIBRARY=$(abspath $(BUILD))/fake-cuda/libcuda.so.1 GPUARR_CACHE_DIR=$(abspath $(BUILD))/fake-cuda/cache
 
-run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA)
+run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(BUILD)/rel/plugin/plugin_driver
 	@set -e; for dev in $(TEST_DEVICES); do \
 	  for t in $(GENERIC_TESTS); do \
 	    echo "== $$t on $$dev"; \
@@ -170,6 +177,8 @@ run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA)
 	  echo "== test_roundtrip on the fake driver, its PTX refused as too new: kernels from NVRTC"; \
 	  $(FAKE_ENV) FAKE_CUDA_PTX_MAX_ISA=6.0 GPUARR_TEST_DEVICE=cuda:0 $(BUILD)/rel/tests/test_roundtrip --jobs 2; \
 	else echo "== the fake CUDA driver skipped: no cuda.h (CUDA_HOME=$(CUDA_HOME))"; fi
+	@echo "== the library in a dlopen'ed plugin, unloaded before its worker thread exits"
+	@$(if $(FAKE_CUDA),$(FAKE_ENV)) $(BUILD)/rel/plugin/plugin_driver $(BUILD)/rel/plugin/libgpuarr-plugin.so
 	@echo "== gpuarr-info lists the OpenCL devices"
 	@$(BUILD)/rel/tools/gpuarr-info | grep -q "^opencl:1 " || { $(BUILD)/rel/tools/gpuarr-info; exit 1; }
 	@echo "make test: all suites passed on: $(TEST_DEVICES), opencl:0 as a discrete device, two PoCL devices, the fake CUDA driver, and CUDA where present"

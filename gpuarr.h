@@ -148,7 +148,9 @@
  * it belongs to the device doing the work, else the thread's default stream on that device".
  * Default streams are per thread (as CUDA's per-thread default stream): threads that share a
  * device without naming streams do not wait for each other's work, and work a thread leaves
- * queued there is finished, and its stream dropped, when the thread exits. gpuarr_device_sync
+ * queued there is finished, and its stream dropped, when the thread exits (or, for a thread
+ * still alive then, at the last gpuarr_shutdown, after which no gpuarr code runs when a thread
+ * exits: a plugin that contains gpuarr may be dlclose'd once it has shut down). gpuarr_device_sync
  * waits for every thread's default stream and every stream made on the device. On the host
  * backend work runs to completion when it is enqueued, with the same API, ordering and errors.
  * Steps that run on the host (host-side casts) wait for their input first.
@@ -1217,6 +1219,9 @@ typedef struct gpuarr__state {
     bool locks_ready;
     uint64_t event_seq;            /* atomic: numbers block events */
     uint64_t stream_serial;        /* atomic: numbers streams (kept across init cycles) */
+    uint64_t thread_serials;       /* atomic: names threads that own default streams (kept too) */
+    pthread_key_t thread_key;      /* its destructor drops an exiting thread's default streams */
+    bool thread_key_ok;            /* made at init, deleted at the last shutdown */
     char *faults_conf;             /* GPUARR_FAULTS, applied as pools open */
     gpuarr__cast_fn host_casts[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT]; /* for this CPU */
     const char *host_isa; /* "baseline", "avx2" or "avx2+f16c" */
@@ -1242,6 +1247,7 @@ typedef struct gpuarr__thread_state {
     uint32_t device_id;    /* current device; 0 = not set ("any") */
     uint32_t stream_id;    /* current stream; 0 = none */
     uint64_t serial;       /* names the thread as the owner of its default streams; 0 = none yet */
+    uint32_t key_epoch;    /* the init cycle whose thread key holds this thread's value */
     struct {               /* the thread's default streams, by device index mod 8 */
         uint32_t epoch;    /* the init cycle they belong to */
         struct gpuarr__dev *dev;
@@ -2220,10 +2226,6 @@ static gpuarr_result gpuarr__stream_publish(gpuarr__stream *s, gpuarr_stream *ou
  * calls the per-thread default stream). The device keeps the list; a thread-specific-data
  * destructor syncs and drops the thread's streams when it exits, and teardown drops the rest.
  * ------------------------------------------------------------------------------------------- */
-static pthread_once_t gpuarr__thread_key_once = PTHREAD_ONCE_INIT;
-static pthread_key_t gpuarr__thread_key;
-static bool gpuarr__thread_key_ok;
-static uint64_t gpuarr__thread_serials; /* atomic */
 
 /* Unlinks the streams owned by `owner` (all of them when 0) from every device; returned as a list. */
 static gpuarr__stream *gpuarr__detach_thread_streams(uint64_t owner) {
@@ -2268,8 +2270,17 @@ static void gpuarr__thread_exit(void *unused) {
     gpuarr_shutdown();
 }
 
+/* The key lives from init to the last shutdown only: a key left behind would run its destructor,
+   code of a library that may be unloaded by then (dlclose), when any thread that used it exits.
+   Both run under gpuarr__init_lock; a thread exiting meanwhile takes that lock too, and a deleted
+   key's destructor is never called. */
 static void gpuarr__thread_key_make(void) {
-    gpuarr__thread_key_ok = pthread_key_create(&gpuarr__thread_key, gpuarr__thread_exit) == 0;
+    gpuarr__g.thread_key_ok = pthread_key_create(&gpuarr__g.thread_key, gpuarr__thread_exit) == 0;
+}
+
+static void gpuarr__thread_key_delete(void) {
+    if (gpuarr__g.thread_key_ok) pthread_key_delete(gpuarr__g.thread_key);
+    gpuarr__g.thread_key_ok = false;
 }
 
 /* The thread's default stream on d, made at first use; returned with a reference. */
@@ -2280,11 +2291,11 @@ static gpuarr_result gpuarr__default_stream(gpuarr__dev *d, gpuarr__stream **out
         *out = gpuarr__tls.defaults[slot].stream;
         return GPUARR_OK;
     }
-    if (!gpuarr__tls.serial) {
-        pthread_once(&gpuarr__thread_key_once, gpuarr__thread_key_make);
+    if (!gpuarr__tls.serial) gpuarr__tls.serial = __atomic_add_fetch(&gpuarr__g.thread_serials, 1, __ATOMIC_RELAXED);
+    if (gpuarr__tls.key_epoch != gpuarr__g.epoch) { /* each init cycle has a key of its own */
         /* Without the key the thread's streams live until gpuarr_shutdown instead. */
-        if (gpuarr__thread_key_ok) pthread_setspecific(gpuarr__thread_key, &gpuarr__thread_serials);
-        gpuarr__tls.serial = __atomic_add_fetch(&gpuarr__thread_serials, 1, __ATOMIC_RELAXED);
+        if (gpuarr__g.thread_key_ok) pthread_setspecific(gpuarr__g.thread_key, &gpuarr__g);
+        gpuarr__tls.key_epoch = gpuarr__g.epoch;
     }
     pthread_mutex_lock(&gpuarr__defaults_lock);
     gpuarr__stream *s = d->thread_streams;
@@ -3974,6 +3985,7 @@ static void gpuarr__teardown(void) {
     for (int i = GPUARR_BACKEND_COUNT - 1; i > 0; i--)
         if (gpuarr__g.backend_loaded[i]) gpuarr__backends[i]->unload();
     if (gpuarr__g.workers.wanted) gpuarr__workers_stop(&gpuarr__g.workers);
+    gpuarr__thread_key_delete();
     if (gpuarr__g.locks_ready) {
         pthread_mutex_destroy(&gpuarr__g.oom_lock);
         for (int i = 0; i < 64; i++) pthread_mutex_destroy(&gpuarr__g.use_locks[i]);
@@ -3983,10 +3995,11 @@ static void gpuarr__teardown(void) {
     gpuarr__free(gpuarr__g.filter);
     gpuarr__free(gpuarr__g.devices_filter);
     uint32_t epoch = gpuarr__g.epoch;
-    uint64_t serials = gpuarr__g.stream_serial, seq = gpuarr__g.event_seq;
+    uint64_t serials = gpuarr__g.stream_serial, seq = gpuarr__g.event_seq, threads = gpuarr__g.thread_serials;
     memset(&gpuarr__g, 0, sizeof gpuarr__g);
     gpuarr__g.epoch = epoch;
     gpuarr__g.stream_serial = serials;
+    gpuarr__g.thread_serials = threads;
     gpuarr__g.event_seq = seq;
 }
 
@@ -4000,6 +4013,7 @@ static gpuarr_result gpuarr__startup(const gpuarr_desc *desc) {
     pthread_mutex_init(&gpuarr__g.oom_lock, NULL);
     for (int i = 0; i < 64; i++) pthread_mutex_init(&gpuarr__g.use_locks[i], NULL);
     gpuarr__g.locks_ready = true;
+    gpuarr__thread_key_make();
     gpuarr_result r = gpuarr__resolve_config(&d);
     if (r == GPUARR_OK) {
         uint32_t gen = gpuarr__g.epoch * 97u; /* ids of earlier init cycles start elsewhere */
