@@ -733,8 +733,10 @@ GPUARR_API void gpuarr_scope_leave(gpuarr_scope *scope);
  * gpuarr_opencl_* forms below are declared too. What gpuarr returns stays owned by gpuarr and
  * valid while its device, stream or array lives. Wrapping adds a reference to the caller's
  * object and drops it when gpuarr is done: the caller keeps theirs. A wrapped buffer or queue
- * must belong to gpuarr's context for the device (gpuarr_opencl_context_raw). Without the
- * OpenCL backend these return GPUARR_ERROR_UNSUPPORTED.
+ * must belong to gpuarr's context for the device (gpuarr_opencl_context_raw); a wrapped queue
+ * must be in order (gpuarr orders a stream's work by its queue: an out-of-order queue is refused
+ * with GPUARR_ERROR_INVALID_ARGUMENT). Without the OpenCL backend these return
+ * GPUARR_ERROR_UNSUPPORTED.
  * ------------------------------------------------------------------------------------------- */
 GPUARR_API gpuarr_result gpuarr_opencl_context_raw(gpuarr_device d, void **cl_context_out);
 GPUARR_API gpuarr_result gpuarr_opencl_device_id_raw(gpuarr_device d, void **cl_device_id_out);

@@ -1170,6 +1170,8 @@ static const gpuarr__backend gpuarr__backend_opencl = {
  * Interop (the second part: included again at the end of the implementation, after the core)
  * ------------------------------------------------------------------------------------------- */
 #define GPUARR__CL_QUEUE_DEVICE 0x1091u
+#define GPUARR__CL_QUEUE_PROPERTIES 0x1093u
+#define GPUARR__CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE (1u << 0)
 
 static gpuarr_result gpuarr__cl_get_dev(gpuarr_device d, const char *arg, gpuarr__dev **out) {
     GPUARR__CHECK(gpuarr__get_dev(d, arg, out));
@@ -1285,11 +1287,17 @@ GPUARR_API gpuarr_result gpuarr_opencl_wrap_queue_raw(gpuarr_device d, void *que
     gpuarr__cl_command_queue q = (gpuarr__cl_command_queue)queue;
     gpuarr__cl_context ctx = NULL;
     gpuarr__cl_device_id qdev = NULL;
+    gpuarr__cl_bitfield props = 0;
     if (cl->clGetCommandQueueInfo(q, GPUARR__CL_QUEUE_CONTEXT, sizeof ctx, &ctx, NULL) != GPUARR__CL_SUCCESS ||
-        cl->clGetCommandQueueInfo(q, GPUARR__CL_QUEUE_DEVICE, sizeof qdev, &qdev, NULL) != GPUARR__CL_SUCCESS)
+        cl->clGetCommandQueueInfo(q, GPUARR__CL_QUEUE_DEVICE, sizeof qdev, &qdev, NULL) != GPUARR__CL_SUCCESS ||
+        cl->clGetCommandQueueInfo(q, GPUARR__CL_QUEUE_PROPERTIES, sizeof props, &props, NULL) != GPUARR__CL_SUCCESS)
         return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "queue is not a valid cl_command_queue");
     if (ctx != cl->platforms[GPUARR__CL_DEV(dev)->platform].context || qdev != GPUARR__CL_DEV(dev)->id)
         return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "queue belongs to another context or device than %s", dev->info.spec);
+    /* gpuarr enqueues a stream's steps with empty wait lists: only queue order keeps them in order */
+    if (props & GPUARR__CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "queue is out of order (CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE): "
+                                                           "gpuarr orders a stream's work by queue order; wrap an in-order queue");
     void *native = NULL;
     GPUARR__CHECK(gpuarr__cl_stream_wrap(q, &native));
     cl->clRetainCommandQueue(q); /* the stream's reference; the caller keeps theirs */
