@@ -29,7 +29,7 @@ HEADERS   := gpuarr.h $(wildcard backends/*.h)
 EXAMPLES  := $(basename $(notdir $(wildcard examples/*.c)))
 TESTS     := $(basename $(notdir $(wildcard tests/test_*.c)))
 THREADED_TESTS := test_threads test_streams test_pool
-WHITEBOX_TESTS := test_registry
+WHITEBOX_TESTS := test_registry test_opencl_limits
 TOOLS     := gpuarr-info gpuarr-bench
 
 # --- toolchains ---------------------------------------------------------------------------
