@@ -170,7 +170,10 @@
  * needed. "cuda:N" is the runtime's device N (CUDA_VISIBLE_DEVICES applies). Each device's
  * primary context -- the one the CUDA runtime uses -- is made current around gpuarr's own
  * driver calls and the thread's previous context put back, so a program's runtime code is
- * undisturbed; GPUARR_WITH_DEVICE(dev) makes it current for the block. gpuarr's streams are
+ * undisturbed; GPUARR_WITH_DEVICE(dev) makes it current for the block, and
+ * gpuarr_set_current_device(dev) makes it current as cudaSetDevice does, until the thread's
+ * current device changes: setting another device or {0}, or the last gpuarr_shutdown (on the
+ * thread that calls it), puts back the context the thread had before. gpuarr's streams are
  * non-blocking (they never wait for the legacy stream 0); events time nothing unless created
  * with GPUARR_EVENT_TIMING. Copies from and to page-locked memory (cudaHostAlloc,
  * cudaHostRegister) are DMA on the stream. Larger ones from ordinary malloc memory go through
@@ -698,7 +701,9 @@ GPUARR_API gpuarr_result gpuarr_event_elapsed_ms(gpuarr_event start, gpuarr_even
  * Per-thread current device and stream, and scopes
  * ------------------------------------------------------------------------------------------- */
 GPUARR_API gpuarr_device gpuarr_current_device(void);
-GPUARR_API gpuarr_result gpuarr_set_current_device(gpuarr_device d); /* {0}: back to "any" */
+/* Also makes a CUDA device's context current on the thread until the current device changes
+   (see CUDA). {0}: back to "any", and the thread's own CUDA context back. */
+GPUARR_API gpuarr_result gpuarr_set_current_device(gpuarr_device d);
 GPUARR_API gpuarr_stream gpuarr_current_stream(void);             /* {0} if none */
 GPUARR_API gpuarr_result gpuarr_set_current_stream(gpuarr_stream s); /* {0} clears it */
 
@@ -1250,6 +1255,11 @@ typedef struct gpuarr__thread_state {
     uint32_t stream_id;    /* current stream; 0 = none */
     uint64_t serial;       /* names the thread as the owner of its default streams; 0 = none yet */
     uint32_t key_epoch;    /* the init cycle whose thread key holds this thread's value */
+    struct {               /* what gpuarr_set_current_device made current natively (CUDA) */
+        uint32_t epoch;    /* its init cycle; 0 = nothing */
+        struct gpuarr__dev *dev;
+        void *previous;    /* the thread's native context before, put back when it ends */
+    } activation;
     struct {               /* the thread's default streams, by device index mod 8 */
         uint32_t epoch;    /* the init cycle they belong to */
         struct gpuarr__dev *dev;
@@ -4054,9 +4064,12 @@ GPUARR_API gpuarr_result gpuarr_init(const gpuarr_desc *desc) {
     return r;
 }
 
+static void gpuarr__activation_end(void);
+
 GPUARR_API void gpuarr_shutdown(void) {
     pthread_mutex_lock(&gpuarr__init_lock);
     if (gpuarr__g.refs > 0 && --gpuarr__g.refs == 0) {
+        gpuarr__activation_end(); /* the calling thread's context, as it was before gpuarr */
         GPUARR__ATOMIC_STORE(&gpuarr__g.valid, 0u);
         gpuarr__teardown();
     }
@@ -4944,17 +4957,30 @@ GPUARR_API gpuarr_device gpuarr_current_device(void) {
     return gpuarr__current_dev()->info.device;
 }
 
+/* Puts back the thread's native context from before gpuarr_set_current_device made a device's
+   current, if it did so in this init cycle (an earlier cycle's devices are gone). */
+static void gpuarr__activation_end(void) {
+    gpuarr__dev *dev = gpuarr__tls.activation.dev;
+    if (dev && gpuarr__tls.activation.epoch == gpuarr__g.epoch) dev->backend->deactivate(dev, gpuarr__tls.activation.previous);
+    memset(&gpuarr__tls.activation, 0, sizeof gpuarr__tls.activation);
+}
+
 GPUARR_API gpuarr_result gpuarr_set_current_device(gpuarr_device d) {
     GPUARR__BEGIN();
     if (d.id == 0) {
+        gpuarr__activation_end();
         gpuarr__tls.device_id = 0;
         return GPUARR_OK;
     }
     gpuarr__dev *dev;
     GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
     GPUARR__CHECK(gpuarr__dev_open(dev));
+    gpuarr__activation_end(); /* so that `previous` is the thread's own context */
     void *previous;
     GPUARR__CHECK(dev->backend->activate(dev, &previous));
+    gpuarr__tls.activation.epoch = gpuarr__g.epoch;
+    gpuarr__tls.activation.dev = dev;
+    gpuarr__tls.activation.previous = previous;
     gpuarr__tls.device_id = d.id;
     return GPUARR_OK;
 }
