@@ -224,6 +224,19 @@ compile-tests:
 	$(CC) -std=c11 $(WARN) -DGPUARR_NO_OPENCL -I. tests/compile/compile_c.c -o $(BUILD)/compile/no-opencl $(LIBS)
 	$(CC) -std=c11 $(WARN) -DGPUARR_NO_CUDA -DGPUARR_NO_OPENCL -I. tests/compile/compile_c.c -o $(BUILD)/compile/host-only $(LIBS)
 	@for p in c11-gcc c11-clang cxx17 two-units custom-malloc opencl-decls linked-opencl no-opencl host-only; do $(BUILD)/compile/$$p || exit 1; done
+	@# each backend header is read once by the implementation
+	@for h in host cuda opencl; do n=$$($(CC) -std=c11 -E -DGPUARR_IMPLEMENTATION -I. -x c gpuarr.h | grep -c "^# 1 \"\(\./\)\?backends/gpuarr_$$h.h\""); \
+	  [ "$$n" = 1 ] || { echo "compile test: the implementation reads backends/gpuarr_$$h.h $$n times (once is right)"; exit 1; }; done
+	@# adding a backend takes what the top of gpuarr.h says: a toy one, with those lines added to a copy
+	@mkdir -p $(BUILD)/compile/toy
+	@sed -e 's/^\(#define GPUARR_BACKEND_LIST(X) .*\)$$/\1 X(TOY, "toy")/' \
+	  -e 's/^#define GPUARR__INTEROP_HOST(X)$$/&\n#define GPUARR__INTEROP_TOY(X) X(TOY, toy_answer, (gpuarr_device d, int *out), (d, out))/' \
+	  -e 's|^#include "backends/gpuarr_host.h"$$|&\n#ifndef GPUARR_NO_TOY\n#include "backends/gpuarr_toy.h"\n#else\n#define GPUARR__BACKEND_PTR_TOY NULL\n#endif|' \
+	  gpuarr.h > $(BUILD)/compile/toy/gpuarr.h
+	@[ $$(diff gpuarr.h $(BUILD)/compile/toy/gpuarr.h | grep -c '^>') = 7 ] || { echo "compile test: the toy backend's lines did not all go into the copy of gpuarr.h"; exit 1; }
+	$(CC) -std=c11 $(WARN) -I$(BUILD)/compile/toy -I. -Itests/compile/toy tests/compile/toy_backend.c -o $(BUILD)/compile/toy-backend $(LIBS)
+	$(CC) -std=c11 $(WARN) -DGPUARR_NO_TOY -I$(BUILD)/compile/toy -I. -Itests/compile/toy tests/compile/toy_backend.c -o $(BUILD)/compile/toy-backend-left-out $(LIBS)
+	@$(BUILD)/compile/toy-backend && $(BUILD)/compile/toy-backend-left-out
 ifneq ($(NVCC),)
 	$(NVCC) -std=c++17 -Werror all-warnings -I. tests/compile/compile_cu.cu -o $(BUILD)/compile/cu $(LIBS)
 	@$(BUILD)/compile/cu

@@ -1182,16 +1182,8 @@ static void gpuarr__cl_deactivate(gpuarr__dev *d, void *previous) {
     GPUARR__UNUSED(previous);
 }
 
-#define GPUARR__CL_TABLE_PROC(ret, name, params) gpuarr__cl_##name,
-static const gpuarr__backend gpuarr__backend_opencl = {
-    GPUARR_BACKEND_OPENCL, "opencl", false, GPUARR__BACKEND_PROCS(GPUARR__CL_TABLE_PROC)};
-#undef GPUARR__CL_TABLE_PROC
-#define GPUARR__BACKEND_PTR_OPENCL (&gpuarr__backend_opencl)
-
-#elif defined(GPUARR__BACKEND_INTEROP_PART) && !defined(GPUARR_OPENCL_INTEROP_INCLUDED)
-#define GPUARR_OPENCL_INTEROP_INCLUDED
 /* ---------------------------------------------------------------------------------------------
- * Interop (the second part: included again at the end of the implementation, after the core)
+ * Interop: the functions of GPUARR__INTEROP_OPENCL, called by the public ones the core generates
  * ------------------------------------------------------------------------------------------- */
 #define GPUARR__CL_QUEUE_DEVICE 0x1091u
 #define GPUARR__CL_QUEUE_PROPERTIES 0x1093u
@@ -1204,8 +1196,7 @@ static gpuarr_result gpuarr__cl_get_dev(gpuarr_device d, const char *arg, gpuarr
     return gpuarr__dev_open(*out);
 }
 
-GPUARR_API gpuarr_result gpuarr_opencl_context_raw(gpuarr_device d, void **out) {
-    GPUARR__BEGIN();
+static gpuarr_result gpuarr__opencl_context_raw(gpuarr_device d, void **out) {
     GPUARR__REQUIRE_PTR(out);
     gpuarr__dev *dev;
     GPUARR__CHECK(gpuarr__cl_get_dev(d, "d", &dev));
@@ -1213,8 +1204,7 @@ GPUARR_API gpuarr_result gpuarr_opencl_context_raw(gpuarr_device d, void **out) 
     return GPUARR_OK;
 }
 
-GPUARR_API gpuarr_result gpuarr_opencl_device_id_raw(gpuarr_device d, void **out) {
-    GPUARR__BEGIN();
+static gpuarr_result gpuarr__opencl_device_id_raw(gpuarr_device d, void **out) {
     GPUARR__REQUIRE_PTR(out);
     gpuarr__dev *dev;
     GPUARR__CHECK(gpuarr__cl_get_dev(d, "d", &dev));
@@ -1222,8 +1212,7 @@ GPUARR_API gpuarr_result gpuarr_opencl_device_id_raw(gpuarr_device d, void **out
     return GPUARR_OK;
 }
 
-GPUARR_API gpuarr_result gpuarr_opencl_queue_raw(gpuarr_stream s, void **out) {
-    GPUARR__BEGIN();
+static gpuarr_result gpuarr__opencl_queue_raw(gpuarr_stream s, void **out) {
     GPUARR__REQUIRE_PTR(out);
     gpuarr__stream *st;
     GPUARR__CHECK(gpuarr__resolve_stream_of(s, GPUARR_BACKEND_OPENCL, "an OpenCL device", &st));
@@ -1232,8 +1221,7 @@ GPUARR_API gpuarr_result gpuarr_opencl_queue_raw(gpuarr_stream s, void **out) {
     return GPUARR_OK;
 }
 
-GPUARR_API gpuarr_result gpuarr_opencl_mem_raw(gpuarr_array a, void **out, size_t *offset) {
-    GPUARR__BEGIN();
+static gpuarr_result gpuarr__opencl_mem_raw(gpuarr_array a, void **out, size_t *offset) {
     GPUARR__REQUIRE_PTR(out);
     GPUARR__REQUIRE_PTR(offset);
     gpuarr__array *arr;
@@ -1274,9 +1262,8 @@ static gpuarr_result gpuarr__cl_check_wrapped(gpuarr__dev *dev, gpuarr__cl_mem m
     return GPUARR_OK;
 }
 
-GPUARR_API gpuarr_result gpuarr_opencl_wrap_mem_raw(gpuarr_device d, void *mem, size_t offset, gpuarr_dtype t, int ndim,
-                                                    const int64_t *shape, gpuarr_array *out) {
-    GPUARR__BEGIN();
+static gpuarr_result gpuarr__opencl_wrap_mem_raw(gpuarr_device d, void *mem, size_t offset, gpuarr_dtype t, int ndim,
+                                                 const int64_t *shape, gpuarr_array *out) {
     GPUARR__REQUIRE_PTR(out);
     GPUARR__REQUIRE_PTR(mem);
     gpuarr__dev *dev;
@@ -1301,8 +1288,7 @@ GPUARR_API gpuarr_result gpuarr_opencl_wrap_mem_raw(gpuarr_device d, void *mem, 
     return GPUARR_OK;
 }
 
-GPUARR_API gpuarr_result gpuarr_opencl_wrap_queue_raw(gpuarr_device d, void *queue, gpuarr_stream *out) {
-    GPUARR__BEGIN();
+static gpuarr_result gpuarr__opencl_wrap_queue_raw(gpuarr_device d, void *queue, gpuarr_stream *out) {
     GPUARR__REQUIRE_PTR(out);
     GPUARR__REQUIRE_PTR(queue);
     gpuarr__cl_state *cl = &GPUARR__CL;
@@ -1330,4 +1316,14 @@ GPUARR_API gpuarr_result gpuarr_opencl_wrap_queue_raw(gpuarr_device d, void *que
     return gpuarr__stream_publish(s, out);
 }
 
-#endif /* GPUARR_OPENCL_BACKEND_INCLUDED / interop part */
+static const gpuarr__interop_OPENCL gpuarr__cl_interop = {GPUARR_BACKEND_OPENCL, GPUARR__INTEROP_OPENCL(GPUARR__INTEROP_IMPL)};
+
+/* asynchronous, devices named "opencl:N", device memory, CL_DEVICE_MAX_MEM_ALLOC_SIZE */
+#define GPUARR__CL_TABLE_PROC(ret, name, params) gpuarr__cl_##name,
+static const gpuarr__backend gpuarr__backend_opencl = {
+    GPUARR_BACKEND_OPENCL, "opencl", false, false, false, "CL_DEVICE_MAX_MEM_ALLOC_SIZE", &gpuarr__cl_interop,
+    GPUARR__BACKEND_PROCS(GPUARR__CL_TABLE_PROC)};
+#undef GPUARR__CL_TABLE_PROC
+#define GPUARR__BACKEND_PTR_OPENCL (&gpuarr__backend_opencl)
+
+#endif /* GPUARR_OPENCL_BACKEND_INCLUDED */
