@@ -184,11 +184,12 @@
  * before. gpuarr's streams are non-blocking (they never wait for the legacy stream 0); events
  * time nothing unless created with GPUARR_EVENT_TIMING. Copies from and to page-locked memory
  * (cudaHostAlloc, cudaHostRegister) are DMA on the stream. Larger ones from ordinary malloc
- * memory go through pinned staging (see MEMORY POOLS), and a cast that narrows runs on the GPU before the bytes
- * leave it. Between two GPUs that can reach each other, copies are peer to peer (access is
- * enabled once, both ways); otherwise, and between CUDA and OpenCL, through pinned host memory,
- * pipelined. A CUDA device and an OpenCL device that are the same GPU (same UUID, else the same
- * full PCI address) are linked in their infos (same_as) and counted once by "gpu" and "any".
+ * memory go through pinned staging (see MEMORY POOLS), and a cast that narrows runs on the GPU
+ * before the bytes leave it. Between two GPUs that can reach each other, copies are peer to
+ * peer (access is enabled once, both ways); otherwise, and between CUDA and OpenCL, through
+ * pinned host memory, pipelined. A CUDA device and an OpenCL device that are the same GPU (same
+ * UUID, else the same full PCI address) are linked in their infos (same_as) and counted once by
+ * "gpu" and "any".
  *
  * Cast kernels come from backends/gpuarr_kernels.h, the same source as everywhere, loaded per
  * dtype pair at first use: the PTX committed in backends/gpuarr_cuda_ptx.h (made by NVRTC for
