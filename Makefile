@@ -29,7 +29,7 @@ HEADERS   := gpuarr.h $(wildcard backends/*.h)
 EXAMPLES  := $(basename $(notdir $(wildcard examples/*.c)))
 TESTS     := $(basename $(notdir $(wildcard tests/test_*.c)))
 THREADED_TESTS := test_threads test_streams test_pool
-WHITEBOX_TESTS := test_registry test_internals
+WHITEBOX_TESTS := test_registry test_internals test_opencl_limits
 TOOLS     := gpuarr-info gpuarr-bench
 
 # --- toolchains ---------------------------------------------------------------------------
@@ -106,6 +106,13 @@ $(BUILD)/$(1)/tests/%: tests/%.c tests/test_common.h $(BUILD)/$(1)/gpuarr.o
 $(addprefix $(BUILD)/$(1)/tests/,$(WHITEBOX_TESTS)): $(BUILD)/$(1)/tests/%: tests/%.c tests/test_common.h $(HEADERS)
 	@mkdir -p $$(@D)
 	$(CC) $(2) -Wno-conversion $(TEST_CFLAGS) $(TEST_INCLUDE_$(1)) $$< -o $$@ $(TEST_LIB_$(1)) $(LIBS)
+# tests/plugin: the implementation inside a dlopen'ed plugin, unloaded before a thread exits
+$(BUILD)/$(1)/plugin/libgpuarr-plugin.so: gpuarr.c $(HEADERS)
+	@mkdir -p $$(@D)
+	$(CC) $(2) -fPIC -shared -I. $$< -o $$@ $(LIBS)
+$(BUILD)/$(1)/plugin/plugin_driver: tests/plugin/plugin_driver.c gpuarr.h $(BUILD)/$(1)/plugin/libgpuarr-plugin.so
+	@mkdir -p $$(@D)
+	$(CC) $(2) -I. $$< -o $$@ $(LIBS)
 endef
 # Criterion cannot start under TSan (Snaipe/Criterion#274: its arena collides with TSan's shadow
 # memory), so the TSan build uses tests/tsan_shim, a small stand-in with the same API that also
@@ -142,7 +149,7 @@ $(BUILD)/fake-cuda/libcuda.so.1: tests/fake_cuda/fake_cuda.c $(HEADERS)
 	$(CC) $(CFLAGS_REL) -fPIC -shared -fvisibility=hidden -I. -I$(CUDA_HOME)/include -Wl,-soname,libcuda.so.1 $< -o $@ -lpthread -lm
 FAKE_ENV := GPUARR_CUDA_LIBRARY=$(abspath $(BUILD))/fake-cuda/libcuda.so.1 GPUARR_CACHE_DIR=$(abspath $(BUILD))/fake-cuda/cache
 
-run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA)
+run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(BUILD)/rel/plugin/plugin_driver
 	@set -e; for dev in $(TEST_DEVICES); do \
 	  for t in $(GENERIC_TESTS); do \
 	    echo "== $$t on $$dev"; \
@@ -170,6 +177,8 @@ run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA)
 	  echo "== test_roundtrip on the fake driver, its PTX refused as too new: kernels from NVRTC"; \
 	  $(FAKE_ENV) FAKE_CUDA_PTX_MAX_ISA=6.0 GPUARR_TEST_DEVICE=cuda:0 $(BUILD)/rel/tests/test_roundtrip --jobs 2; \
 	else echo "== the fake CUDA driver skipped: no cuda.h (CUDA_HOME=$(CUDA_HOME))"; fi
+	@echo "== the library in a dlopen'ed plugin, unloaded before its worker thread exits"
+	@$(if $(FAKE_CUDA),$(FAKE_ENV)) $(BUILD)/rel/plugin/plugin_driver $(BUILD)/rel/plugin/libgpuarr-plugin.so
 	@echo "== gpuarr-info lists the OpenCL devices"
 	@$(BUILD)/rel/tools/gpuarr-info | grep -q "^opencl:1 " || { $(BUILD)/rel/tools/gpuarr-info; exit 1; }
 	@echo "make test: all suites passed on: $(TEST_DEVICES), opencl:0 as a discrete device, two PoCL devices, the fake CUDA driver, and CUDA where present"
@@ -215,6 +224,19 @@ compile-tests:
 	$(CC) -std=c11 $(WARN) -DGPUARR_NO_OPENCL -I. tests/compile/compile_c.c -o $(BUILD)/compile/no-opencl $(LIBS)
 	$(CC) -std=c11 $(WARN) -DGPUARR_NO_CUDA -DGPUARR_NO_OPENCL -I. tests/compile/compile_c.c -o $(BUILD)/compile/host-only $(LIBS)
 	@for p in c11-gcc c11-clang cxx17 two-units custom-malloc opencl-decls linked-opencl no-opencl host-only; do $(BUILD)/compile/$$p || exit 1; done
+	@# each backend header is read once by the implementation
+	@for h in host cuda opencl; do n=$$($(CC) -std=c11 -E -DGPUARR_IMPLEMENTATION -I. -x c gpuarr.h | grep -c "^# 1 \"\(\./\)\?backends/gpuarr_$$h.h\""); \
+	  [ "$$n" = 1 ] || { echo "compile test: the implementation reads backends/gpuarr_$$h.h $$n times (once is right)"; exit 1; }; done
+	@# adding a backend takes what the top of gpuarr.h says: a toy one, with those lines added to a copy
+	@mkdir -p $(BUILD)/compile/toy
+	@sed -e 's/^\(#define GPUARR_BACKEND_LIST(X) .*\)$$/\1 X(TOY, "toy")/' \
+	  -e 's/^#define GPUARR__INTEROP_HOST(X)$$/&\n#define GPUARR__INTEROP_TOY(X) X(TOY, toy_answer, (gpuarr_device d, int *out), (d, out))/' \
+	  -e 's|^#include "backends/gpuarr_host.h"$$|&\n#ifndef GPUARR_NO_TOY\n#include "backends/gpuarr_toy.h"\n#else\n#define GPUARR__BACKEND_PTR_TOY NULL\n#endif|' \
+	  gpuarr.h > $(BUILD)/compile/toy/gpuarr.h
+	@[ $$(diff gpuarr.h $(BUILD)/compile/toy/gpuarr.h | grep -c '^>') = 7 ] || { echo "compile test: the toy backend's lines did not all go into the copy of gpuarr.h"; exit 1; }
+	$(CC) -std=c11 $(WARN) -I$(BUILD)/compile/toy -I. -Itests/compile/toy tests/compile/toy_backend.c -o $(BUILD)/compile/toy-backend $(LIBS)
+	$(CC) -std=c11 $(WARN) -DGPUARR_NO_TOY -I$(BUILD)/compile/toy -I. -Itests/compile/toy tests/compile/toy_backend.c -o $(BUILD)/compile/toy-backend-left-out $(LIBS)
+	@$(BUILD)/compile/toy-backend && $(BUILD)/compile/toy-backend-left-out
 ifneq ($(NVCC),)
 	$(NVCC) -std=c++17 -Werror all-warnings -I. tests/compile/compile_cu.cu -o $(BUILD)/compile/cu $(LIBS)
 	@$(BUILD)/compile/cu
@@ -249,13 +271,19 @@ define run_sanitized
 	done; done
 endef
 
-run-asan: $(addprefix $(BUILD)/asan/tests/,$(TESTS)) $(FAKE_CUDA)
+run-asan: $(addprefix $(BUILD)/asan/tests/,$(TESTS)) $(FAKE_CUDA) $(BUILD)/asan/plugin/plugin_driver
 	$(call run_sanitized,asan,$(GENERIC_TESTS),ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,$(TEST_DEVICES))
 	$(call run_sanitized,asan,$(WHITEBOX_TESTS),ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,host)
 	$(call run_sanitized,asan,test_opencl,ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,opencl:0)
 	$(call run_sanitized,asan,test_cuda,ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,host)
 	$(call run_sanitized,asan,$(DISCRETE_TESTS),GPUARR_OPENCL_UNIFIED=off ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,opencl:0)
 	$(if $(FAKE_CUDA),$(call run_sanitized,asan,$(GENERIC_TESTS) test_cuda,$(FAKE_ENV) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,cuda:0))
+	@# use_sigaltstack=0: ASan's own thread teardown cannot unmap its signal stack once an
+	@# instrumented library has been dlclose'd (an ASan CHECK failure, not a report about gpuarr)
+	@echo "== asan: the library in a dlopen'ed plugin, unloaded before its worker thread exits"
+	@$(if $(FAKE_CUDA),$(FAKE_ENV)) ASAN_OPTIONS=detect_leaks=1:use_sigaltstack=0 UBSAN_OPTIONS=print_stacktrace=1 \
+	  $(BUILD)/asan/plugin/plugin_driver $(BUILD)/asan/plugin/libgpuarr-plugin.so >$(BUILD)/logs/asan-plugin.log 2>&1 || { cat $(BUILD)/logs/asan-plugin.log; exit 1; }
+	@if grep -qE $(SANITIZER_REPORT) $(BUILD)/logs/asan-plugin.log; then cat $(BUILD)/logs/asan-plugin.log; echo "asan: sanitizer report in the plugin test"; exit 1; fi
 
 run-tsan: $(addprefix $(BUILD)/tsan/tests/,$(THREADED_TESTS)) $(FAKE_CUDA)
 	$(call run_sanitized,tsan,$(THREADED_TESTS),GPUARR_STRESS_OPS=100000 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tools/tsan.supp",1,$(TEST_DEVICES))

@@ -15,6 +15,13 @@
  * and OpenCL (every platform and device the ICD loader finds). Both are loaded at run time: a
  * program built with plain cc runs on a machine without them and just finds no such devices.
  *
+ * Adding a backend takes four things: its header, backends/gpuarr_<name>.h, which defines its
+ * gpuarr__backend table (traits and procs), its interop table and GPUARR__BACKEND_PTR_<NAME>; a
+ * line X(<NAME>, "<name>") in GPUARR_BACKEND_LIST; a list GPUARR__INTEROP_<NAME> of its public
+ * interop functions (empty if it has none), from which their declarations, their calls through
+ * its table and, in a build without it, their GPUARR_ERROR_UNSUPPORTED answers are generated;
+ * and its #include, under its GPUARR_NO_<NAME> switch, in the implementation's list of backends.
+ *
  * =============================================================================================
  * HOW TO USE IT
  * =============================================================================================
@@ -167,7 +174,9 @@
  * it belongs to the device doing the work, else the thread's default stream on that device".
  * Default streams are per thread (as CUDA's per-thread default stream): threads that share a
  * device without naming streams do not wait for each other's work, and work a thread leaves
- * queued there is finished, and its stream dropped, when the thread exits. gpuarr_device_sync
+ * queued there is finished, and its stream dropped, when the thread exits (or, for a thread
+ * still alive then, at the last gpuarr_shutdown, after which no gpuarr code runs when a thread
+ * exits: a plugin that contains gpuarr may be dlclose'd once it has shut down). gpuarr_device_sync
  * waits for every thread's default stream and every stream made on the device. On the host
  * backend work runs to completion when it is enqueued, with the same API, ordering and errors.
  * Steps that run on the host (host-side casts) wait for their input first.
@@ -194,15 +203,19 @@
  * needed. "cuda:N" is the runtime's device N (CUDA_VISIBLE_DEVICES applies). Each device's
  * primary context -- the one the CUDA runtime uses -- is made current around gpuarr's own
  * driver calls and the thread's previous context put back, so a program's runtime code is
- * undisturbed; GPUARR_WITH_DEVICE(dev) makes it current for the block. gpuarr's streams are
- * non-blocking (they never wait for the legacy stream 0); events time nothing unless created
- * with GPUARR_EVENT_TIMING. Copies from and to page-locked memory (cudaHostAlloc,
- * cudaHostRegister) are DMA on the stream. Larger ones from ordinary malloc memory go through
- * pinned staging (see MEMORY POOLS), and a cast that narrows runs on the GPU before the bytes
- * leave it. Between two GPUs that can reach each other, copies are peer to peer (access is
- * enabled once, both ways); otherwise, and between CUDA and OpenCL, through pinned host memory,
- * pipelined. A CUDA device and an OpenCL device that are the same GPU (same UUID, else the same
- * full PCI address) are linked in their infos (same_as) and counted once by "gpu" and "any".
+ * undisturbed; GPUARR_WITH_DEVICE(dev) makes it current for the block, and
+ * gpuarr_set_current_device(dev) makes it current as cudaSetDevice does, until the thread's
+ * current device changes: setting another device or {0}, or the last gpuarr_shutdown (on the
+ * thread that calls it; other threads set {0} before), puts back the context the thread had
+ * before. gpuarr's streams are non-blocking (they never wait for the legacy stream 0); events
+ * time nothing unless created with GPUARR_EVENT_TIMING. Copies from and to page-locked memory
+ * (cudaHostAlloc, cudaHostRegister) are DMA on the stream. Larger ones from ordinary malloc
+ * memory go through pinned staging (see MEMORY POOLS), and a cast that narrows runs on the GPU
+ * before the bytes leave it. Between two GPUs that can reach each other, copies are peer to
+ * peer (access is enabled once, both ways); otherwise, and between CUDA and OpenCL, through
+ * pinned host memory, pipelined. A CUDA device and an OpenCL device that are the same GPU (same
+ * UUID, else the same full PCI address) are linked in their infos (same_as) and counted once by
+ * "gpu" and "any".
  *
  * Cast kernels come from backends/gpuarr_kernels.h, the same source as everywhere, loaded per
  * dtype pair at first use: the PTX committed in backends/gpuarr_cuda_ptx.h (made by NVRTC for
@@ -386,7 +399,8 @@ typedef struct gpuarr_f16 { uint16_t bits; } gpuarr_f16;
 typedef struct gpuarr_bf16 { uint16_t bits; } gpuarr_bf16;
 
 /* ---------------------------------------------------------------------------------------------
- * Backends. X(NAME, name). The host is always compiled in.
+ * Backends. X(NAME, name). The host is always compiled in. Each backend's public interop
+ * functions are listed in GPUARR__INTEROP_<NAME> (below, empty for the host).
  * ------------------------------------------------------------------------------------------- */
 #define GPUARR_BACKEND_LIST(X) X(HOST, "host") X(CUDA, "cuda") X(OPENCL, "opencl")
 
@@ -734,7 +748,9 @@ GPUARR_API gpuarr_result gpuarr_event_elapsed_ms(gpuarr_event start, gpuarr_even
  * Per-thread current device and stream, and scopes
  * ------------------------------------------------------------------------------------------- */
 GPUARR_API gpuarr_device gpuarr_current_device(void);
-GPUARR_API gpuarr_result gpuarr_set_current_device(gpuarr_device d); /* {0}: back to "any" */
+/* Also makes a CUDA device's context current on the thread until the current device changes
+   (see CUDA). {0}: back to "any", and the thread's own CUDA context back. */
+GPUARR_API gpuarr_result gpuarr_set_current_device(gpuarr_device d);
 GPUARR_API gpuarr_stream gpuarr_current_stream(void);             /* {0} if none */
 GPUARR_API gpuarr_result gpuarr_set_current_stream(gpuarr_stream s); /* {0} clears it */
 
@@ -786,17 +802,27 @@ static inline gpuarr_scope gpuarr__scope_report(gpuarr_scope s, gpuarr_result *r
  * gpuarr_opencl_* forms below are declared too. What gpuarr returns stays owned by gpuarr and
  * valid while its device, stream or array lives. Wrapping adds a reference to the caller's
  * object and drops it when gpuarr is done: the caller keeps theirs. A wrapped buffer or queue
- * must belong to gpuarr's context for the device (gpuarr_opencl_context_raw). Without the
- * OpenCL backend these return GPUARR_ERROR_UNSUPPORTED.
+ * must belong to gpuarr's context for the device (gpuarr_opencl_context_raw); a wrapped queue
+ * must be in order (gpuarr orders a stream's work by its queue: an out-of-order queue is refused
+ * with GPUARR_ERROR_INVALID_ARGUMENT). Without the OpenCL backend these return
+ * GPUARR_ERROR_UNSUPPORTED.
  * ------------------------------------------------------------------------------------------- */
-GPUARR_API gpuarr_result gpuarr_opencl_context_raw(gpuarr_device d, void **cl_context_out);
-GPUARR_API gpuarr_result gpuarr_opencl_device_id_raw(gpuarr_device d, void **cl_device_id_out);
-GPUARR_API gpuarr_result gpuarr_opencl_queue_raw(gpuarr_stream s, void **cl_command_queue_out);
-/* The buffer holding a's elements, and the byte offset where they start. */
-GPUARR_API gpuarr_result gpuarr_opencl_mem_raw(gpuarr_array a, void **cl_mem_out, size_t *offset);
-GPUARR_API gpuarr_result gpuarr_opencl_wrap_mem_raw(gpuarr_device d, void *cl_mem, size_t offset, gpuarr_dtype t,
-                                                    int ndim, const int64_t *shape, gpuarr_array *out);
-GPUARR_API gpuarr_result gpuarr_opencl_wrap_queue_raw(gpuarr_device d, void *cl_command_queue, gpuarr_stream *out);
+/* X(BACKEND, name after "gpuarr_", (parameters), (arguments)): a backend's interop functions,
+   one list per backend, GPUARR__INTEROP_<NAME>. Each list gives the declarations (after the last
+   list), and in the implementation each function's call through the backend's table, or
+   GPUARR_ERROR_UNSUPPORTED in a build without the backend. */
+#define GPUARR__INTEROP_HOST(X)
+#define GPUARR__INTEROP_OPENCL(X)                                                              \
+    X(OPENCL, opencl_context_raw, (gpuarr_device d, void **cl_context_out), (d, cl_context_out)) \
+    X(OPENCL, opencl_device_id_raw, (gpuarr_device d, void **cl_device_id_out), (d, cl_device_id_out)) \
+    X(OPENCL, opencl_queue_raw, (gpuarr_stream s, void **cl_command_queue_out), (s, cl_command_queue_out)) \
+    /* The buffer holding a's elements, and the byte offset where they start. */               \
+    X(OPENCL, opencl_mem_raw, (gpuarr_array a, void **cl_mem_out, size_t *offset), (a, cl_mem_out, offset)) \
+    X(OPENCL, opencl_wrap_mem_raw,                                                             \
+      (gpuarr_device d, void *cl_mem, size_t offset, gpuarr_dtype t, int ndim, const int64_t *shape, gpuarr_array *out), \
+      (d, cl_mem, offset, t, ndim, shape, out))                                                \
+    X(OPENCL, opencl_wrap_queue_raw, (gpuarr_device d, void *cl_command_queue, gpuarr_stream *out), \
+      (d, cl_command_queue, out))
 
 /* ---------------------------------------------------------------------------------------------
  * CUDA interop. The handles are the driver's, declared with CUDA's own struct tags, so CUcontext,
@@ -809,17 +835,27 @@ GPUARR_API gpuarr_result gpuarr_opencl_wrap_queue_raw(gpuarr_device d, void *cl_
  * ------------------------------------------------------------------------------------------- */
 struct CUctx_st;
 struct CUstream_st;
-GPUARR_API gpuarr_result gpuarr_cuda_context(gpuarr_device d, struct CUctx_st **out);
-/* The CUDA device ordinal (cudaSetDevice's; "cuda:N" is ordinal N). */
-GPUARR_API gpuarr_result gpuarr_cuda_device_ordinal(gpuarr_device d, int *out);
-GPUARR_API gpuarr_result gpuarr_cuda_stream(gpuarr_stream s, struct CUstream_st **out);
-/* The device address of a's first element. */
-GPUARR_API gpuarr_result gpuarr_cuda_ptr(gpuarr_array a, void **out);
-/* ptr: device memory of d's primary context (cudaMalloc, cuMemAlloc), aligned for t, holding the
-   whole array. stream: one of d's primary context (created by the runtime or the driver). */
-GPUARR_API gpuarr_result gpuarr_cuda_wrap_ptr(gpuarr_device d, void *ptr, gpuarr_dtype t, int ndim, const int64_t *shape,
-                                              gpuarr_release_fn release, void *user_data, gpuarr_array *out);
-GPUARR_API gpuarr_result gpuarr_cuda_wrap_stream(gpuarr_device d, struct CUstream_st *stream, gpuarr_stream *out);
+#define GPUARR__INTEROP_CUDA(X)                                                                \
+    X(CUDA, cuda_context, (gpuarr_device d, struct CUctx_st **out), (d, out))                  \
+    /* The CUDA device ordinal (cudaSetDevice's; "cuda:N" is ordinal N). */                    \
+    X(CUDA, cuda_device_ordinal, (gpuarr_device d, int *out), (d, out))                        \
+    X(CUDA, cuda_stream, (gpuarr_stream s, struct CUstream_st **out), (s, out))                \
+    /* The device address of a's first element. */                                            \
+    X(CUDA, cuda_ptr, (gpuarr_array a, void **out), (a, out))                                  \
+    /* ptr: device memory of d's primary context (cudaMalloc, cuMemAlloc), aligned for t,      \
+       holding the whole array. stream: one of d's primary context (runtime's or driver's). */ \
+    X(CUDA, cuda_wrap_ptr,                                                                     \
+      (gpuarr_device d, void *ptr, gpuarr_dtype t, int ndim, const int64_t *shape, gpuarr_release_fn release, \
+       void *user_data, gpuarr_array *out),                                                    \
+      (d, ptr, t, ndim, shape, release, user_data, out))                                       \
+    X(CUDA, cuda_wrap_stream, (gpuarr_device d, struct CUstream_st *stream, gpuarr_stream *out), (d, stream, out))
+
+/* The declarations of every backend's interop functions. */
+#define GPUARR__DECLARE_INTEROP(B, name, params, args) GPUARR_API gpuarr_result gpuarr_##name params;
+#define GPUARR__DECLARE_INTEROPS(NAME, str) GPUARR__INTEROP_##NAME(GPUARR__DECLARE_INTEROP)
+GPUARR_BACKEND_LIST(GPUARR__DECLARE_INTEROPS)
+#undef GPUARR__DECLARE_INTEROPS
+#undef GPUARR__DECLARE_INTEROP
 
 #ifdef __cplusplus
 } /* extern "C" */
@@ -1065,10 +1101,16 @@ struct gpuarr__obj {
     X(gpuarr_result, activate, (gpuarr__dev * d, void **previous))                             \
     X(void, deactivate, (gpuarr__dev * d, void *previous))
 
+/* What sets a backend apart, for the core to ask instead of testing which backend it is. */
 struct gpuarr__backend {
     gpuarr_backend id;
     const char *name;
     bool synchronous; /* work is complete when it is enqueued (the host) */
+    bool builtin;     /* the embedded default: one device, named by the backend's name alone
+                         ("host", not "host:0"), that GPUARR_DEVICES never filters out */
+    bool host_memory; /* its memory handles are host pointers the program may use (the host) */
+    const char *max_alloc_name; /* the native name of the largest-allocation limit, for messages */
+    const void *interop; /* its gpuarr__interop_<NAME> table (its public interop functions) */
 #define GPUARR__PROC_MEMBER(ret, name, params) ret(*name) params;
     GPUARR__BACKEND_PROCS(GPUARR__PROC_MEMBER)
 #undef GPUARR__PROC_MEMBER
@@ -1318,6 +1360,9 @@ typedef struct gpuarr__state {
     bool locks_ready;
     uint64_t event_seq;            /* atomic: numbers block events */
     uint64_t stream_serial;        /* atomic: numbers streams (kept across init cycles) */
+    uint64_t thread_serials;       /* atomic: names threads that own default streams (kept too) */
+    pthread_key_t thread_key;      /* its destructor drops an exiting thread's default streams */
+    bool thread_key_ok;            /* made at init, deleted at the last shutdown */
     struct {                       /* the environment, read once by gpuarr_init */
         char *text[GPUARR__SETTING_COUNT]; /* a copy of each one set (ALLOC_CONF: or the desc's) */
         int value[GPUARR__SETTING_COUNT];  /* what its check parsed (a keyword's index, 0/1) */
@@ -1362,6 +1407,12 @@ typedef struct gpuarr__thread_state {
     gpuarr_result scope_failure; /* inside a held scope that failed: its result, else 0 */
     char scope_why[512];   /* that scope's error message */
     uint64_t serial;       /* names the thread as the owner of its default streams; 0 = none yet */
+    uint32_t key_epoch;    /* the init cycle whose thread key holds this thread's value */
+    struct {               /* what gpuarr_set_current_device made current natively (CUDA) */
+        uint32_t epoch;    /* its init cycle; 0 = nothing */
+        struct gpuarr__dev *dev;
+        void *previous;    /* the thread's native context before, put back when it ends */
+    } activation;
     struct {               /* the thread's default streams, by device index mod 8 */
         uint32_t epoch;    /* the init cycle they belong to */
         struct gpuarr__dev *dev;
@@ -2200,18 +2251,39 @@ GPUARR__FOR_BACKENDS static void gpuarr__write_file_atomic(const char *path, con
     if (!ok || rename(tmp, path) != 0) remove(tmp);
 }
 
+/* ---- for the backends' interop functions: core services (defined further down) ---- */
+static gpuarr_result gpuarr__get_dev(gpuarr_device d, const char *arg, gpuarr__dev **out);
+static gpuarr_result gpuarr__dev_open(gpuarr__dev *d);
+static gpuarr_result gpuarr__get_array(gpuarr_array a, const char *arg, gpuarr__array **out);
+static gpuarr_result gpuarr__array_alloc_struct(gpuarr__dev *d, gpuarr_dtype t, int ndim, const int64_t *shape, gpuarr__array **out);
+static gpuarr_result gpuarr__stream_adopt(gpuarr__dev *d, void *native, gpuarr__stream **out);
+static gpuarr_result gpuarr__stream_publish(gpuarr__stream *s, gpuarr_stream *out);
+static gpuarr_result gpuarr__resolve_stream_of(gpuarr_stream s, gpuarr_backend backend, const char *what, gpuarr__stream **out);
+
+/* Each backend's interop table, gpuarr__interop_<NAME>: its GPUARR__INTEROP_<NAME> functions. A
+   backend fills it with {GPUARR_BACKEND_<NAME>, GPUARR__INTEROP_<NAME>(GPUARR__INTEROP_IMPL)},
+   its functions named gpuarr__<name> (the public name with two underscores). */
+#define GPUARR__INTEROP_MEMBER(B, name, params, args) gpuarr_result(*name) params;
+#define GPUARR__INTEROP_TABLE(NAME, str)                                                       \
+    typedef struct gpuarr__interop_##NAME {                                                    \
+        gpuarr_backend backend;                                                                \
+        GPUARR__INTEROP_##NAME(GPUARR__INTEROP_MEMBER)                                         \
+    } gpuarr__interop_##NAME;
+GPUARR_BACKEND_LIST(GPUARR__INTEROP_TABLE)
+#undef GPUARR__INTEROP_TABLE
+#undef GPUARR__INTEROP_MEMBER
+#define GPUARR__INTEROP_IMPL(B, name, params, args) gpuarr__##name,
+
+/* The backends. Each header defines its table and GPUARR__BACKEND_PTR_<NAME> pointing to it. */
 #include "backends/gpuarr_host.h"
-#define GPUARR__BACKEND_PTR_HOST (&gpuarr__backend_host)
 #ifndef GPUARR_NO_CUDA
 #include "backends/gpuarr_cuda.h"
+#else
+#define GPUARR__BACKEND_PTR_CUDA NULL
 #endif
 #ifndef GPUARR_NO_OPENCL
 #include "backends/gpuarr_opencl.h"
-#endif
-#ifndef GPUARR__BACKEND_PTR_CUDA
-#define GPUARR__BACKEND_PTR_CUDA NULL
-#endif
-#ifndef GPUARR__BACKEND_PTR_OPENCL
+#else
 #define GPUARR__BACKEND_PTR_OPENCL NULL
 #endif
 
@@ -2406,10 +2478,6 @@ static gpuarr_result gpuarr__stream_publish(gpuarr__stream *s, gpuarr_stream *ou
  * calls the per-thread default stream). The device keeps the list; a thread-specific-data
  * destructor syncs and drops the thread's streams when it exits, and teardown drops the rest.
  * ------------------------------------------------------------------------------------------- */
-static pthread_once_t gpuarr__thread_key_once = PTHREAD_ONCE_INIT;
-static pthread_key_t gpuarr__thread_key;
-static bool gpuarr__thread_key_ok;
-static uint64_t gpuarr__thread_serials; /* atomic */
 
 /* Unlinks the streams owned by `owner` (all of them when 0) from every device; returned as a list. */
 static gpuarr__stream *gpuarr__detach_thread_streams(uint64_t owner) {
@@ -2454,8 +2522,17 @@ static void gpuarr__thread_exit(void *unused) {
     gpuarr_shutdown();
 }
 
+/* The key lives from init to the last shutdown only: a key left behind would run its destructor,
+   code of a library that may be unloaded by then (dlclose), when any thread that used it exits.
+   Both run under gpuarr__g.init_lock; a thread exiting meanwhile takes that lock too, and a deleted
+   key's destructor is never called. */
 static void gpuarr__thread_key_make(void) {
-    gpuarr__thread_key_ok = pthread_key_create(&gpuarr__thread_key, gpuarr__thread_exit) == 0;
+    gpuarr__g.thread_key_ok = pthread_key_create(&gpuarr__g.thread_key, gpuarr__thread_exit) == 0;
+}
+
+static void gpuarr__thread_key_delete(void) {
+    if (gpuarr__g.thread_key_ok) pthread_key_delete(gpuarr__g.thread_key);
+    gpuarr__g.thread_key_ok = false;
 }
 
 /* The thread's default stream on d, made at first use; returned with a reference. */
@@ -2466,11 +2543,11 @@ static gpuarr_result gpuarr__default_stream(gpuarr__dev *d, gpuarr__stream **out
         *out = gpuarr__tls.defaults[slot].stream;
         return GPUARR_OK;
     }
-    if (!gpuarr__tls.serial) {
-        pthread_once(&gpuarr__thread_key_once, gpuarr__thread_key_make);
+    if (!gpuarr__tls.serial) gpuarr__tls.serial = __atomic_add_fetch(&gpuarr__g.thread_serials, 1, __ATOMIC_RELAXED);
+    if (gpuarr__tls.key_epoch != gpuarr__g.epoch) { /* each init cycle has a key of its own */
         /* Without the key the thread's streams live until gpuarr_shutdown instead. */
-        if (gpuarr__thread_key_ok) pthread_setspecific(gpuarr__thread_key, &gpuarr__thread_serials);
-        gpuarr__tls.serial = __atomic_add_fetch(&gpuarr__thread_serials, 1, __ATOMIC_RELAXED);
+        if (gpuarr__g.thread_key_ok) pthread_setspecific(gpuarr__g.thread_key, &gpuarr__g);
+        gpuarr__tls.key_epoch = gpuarr__g.epoch;
     }
     pthread_mutex_lock(&gpuarr__g.defaults_lock);
     gpuarr__stream *s = d->thread_streams;
@@ -3020,9 +3097,9 @@ static gpuarr_result gpuarr__pool_grow(gpuarr__pool *p, size_t size, size_t requ
 static gpuarr_result gpuarr__pool_alloc(gpuarr__pool *p, size_t bytes, gpuarr__stream *s, gpuarr__block **out) {
     gpuarr__dev *d = p->dev;
     if (bytes > d->info.max_alloc_bytes && d->info.max_alloc_bytes)
-        return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "%s: %zu bytes requested, above the device's largest allocation (%llu bytes%s)",
+        return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "%s: %zu bytes requested, above the device's largest allocation (%llu bytes%s%s)",
                             d->info.spec, bytes, (unsigned long long)d->info.max_alloc_bytes,
-                            d->backend->id == GPUARR_BACKEND_OPENCL ? ", CL_DEVICE_MAX_MEM_ALLOC_SIZE" : "");
+                            d->backend->max_alloc_name ? ", " : "", d->backend->max_alloc_name ? d->backend->max_alloc_name : "");
     GPUARR__CHECK(gpuarr__dev_open(d));
     size_t size = gpuarr__round_up(bytes ? bytes : 1, p->align);
     bool small = size <= GPUARR__POOL_SMALL_MAX && p->caching;
@@ -3988,14 +4065,14 @@ static gpuarr_result gpuarr__parse_filter(const char *text) {
 }
 
 static bool gpuarr__filter_allows(gpuarr_backend b, int index) {
-    if (b == GPUARR_BACKEND_HOST || !gpuarr__g.filter) return true;
+    if (gpuarr__backends[b]->builtin || !gpuarr__g.filter) return true;
     for (int i = 0; i < gpuarr__g.filter_count; i++)
         if (gpuarr__g.filter[i].backend == b && (gpuarr__g.filter[i].index < 0 || gpuarr__g.filter[i].index == index)) return true;
     return false;
 }
 
 static bool gpuarr__filter_mentions(gpuarr_backend b) {
-    if (b == GPUARR_BACKEND_HOST || !gpuarr__g.filter) return true;
+    if (gpuarr__backends[b]->builtin || !gpuarr__g.filter) return true;
     for (int i = 0; i < gpuarr__g.filter_count; i++)
         if (gpuarr__g.filter[i].backend == b) return true;
     return false;
@@ -4181,7 +4258,7 @@ static gpuarr_result gpuarr__registry_add(const gpuarr__backend *b, int index) {
     d->info.backend = b->id;
     d->info.index = index;
     d->info.device = gpuarr__device_handle(gpuarr__g.device_count);
-    if (b->id == GPUARR_BACKEND_HOST) snprintf(d->info.spec, sizeof d->info.spec, "host");
+    if (b->builtin) snprintf(d->info.spec, sizeof d->info.spec, "%s", b->name);
     else snprintf(d->info.spec, sizeof d->info.spec, "%s:%d", b->name, index);
     pthread_mutex_init(&d->lock, NULL);
     gpuarr__pool_init(&d->pool, d, false);
@@ -4262,6 +4339,7 @@ static void gpuarr__teardown(void) {
     for (int i = GPUARR_BACKEND_COUNT - 1; i > 0; i--)
         if (gpuarr__g.backend_loaded[i]) gpuarr__backends[i]->unload();
     if (gpuarr__g.workers.wanted) gpuarr__workers_stop(&gpuarr__g.workers);
+    gpuarr__thread_key_delete();
     if (gpuarr__g.locks_ready) {
         pthread_mutex_destroy(&gpuarr__g.oom_lock);
         for (int i = 0; i < 64; i++) pthread_mutex_destroy(&gpuarr__g.use_locks[i]);
@@ -4271,11 +4349,12 @@ static void gpuarr__teardown(void) {
     gpuarr__free(gpuarr__g.filter);
     gpuarr__free(gpuarr__g.devices_filter);
     uint32_t epoch = gpuarr__g.epoch;
-    uint64_t serials = gpuarr__g.stream_serial, seq = gpuarr__g.event_seq;
+    uint64_t serials = gpuarr__g.stream_serial, seq = gpuarr__g.event_seq, threads = gpuarr__g.thread_serials;
     size_t kept = offsetof(gpuarr__state, refs); /* the process-wide locks, init_lock held now */
     memset((char *)&gpuarr__g + kept, 0, sizeof gpuarr__g - kept);
     gpuarr__g.epoch = epoch;
     gpuarr__g.stream_serial = serials;
+    gpuarr__g.thread_serials = threads;
     gpuarr__g.event_seq = seq;
 }
 
@@ -4289,6 +4368,7 @@ static gpuarr_result gpuarr__startup(const gpuarr_desc *desc) {
     pthread_mutex_init(&gpuarr__g.oom_lock, NULL);
     for (int i = 0; i < 64; i++) pthread_mutex_init(&gpuarr__g.use_locks[i], NULL);
     gpuarr__g.locks_ready = true;
+    gpuarr__thread_key_make();
     gpuarr_result r = gpuarr__resolve_config(&d);
     if (r == GPUARR_OK) {
         gpuarr__table_init(&gpuarr__g.arrays, "array", 1u);
@@ -4350,9 +4430,12 @@ GPUARR_API gpuarr_result gpuarr_init(const gpuarr_desc *desc) {
     return r;
 }
 
+static void gpuarr__activation_end(void);
+
 GPUARR_API void gpuarr_shutdown(void) {
     pthread_mutex_lock(&gpuarr__g.init_lock);
     if (gpuarr__g.refs > 0 && --gpuarr__g.refs == 0) {
+        gpuarr__activation_end(); /* the calling thread's context, as it was before gpuarr */
         GPUARR__ATOMIC_STORE(&gpuarr__g.valid, 0u);
         gpuarr__teardown();
     }
@@ -4534,8 +4617,9 @@ static gpuarr_result gpuarr__find_device(const char *spec, gpuarr__dev **out) {
             return gpuarr__fail(GPUARR_ERROR_NO_DEVICE, "spec \"gpu\": none of the %d devices is a GPU", gpuarr__g.device_count);
         found = &gpuarr__g.devices[gpuarr__g.best_gpu];
     } else if (gpuarr__parse_backend_spec(spec, strlen(spec), false, &b, &index)) {
-        if (b == GPUARR_BACKEND_HOST && index > 0)
-            return gpuarr__fail(GPUARR_ERROR_NO_DEVICE, "spec \"%s\": there is one host device, host:0", spec);
+        if (gpuarr__backends[b] && gpuarr__backends[b]->builtin && index > 0)
+            return gpuarr__fail(GPUARR_ERROR_NO_DEVICE, "spec \"%s\": there is one %s device, %s:0", spec, gpuarr__backend_names[b],
+                                gpuarr__backend_names[b]);
         if (index < 0) found = gpuarr__best_of_backend(b);
         for (int i = 0; index >= 0 && i < gpuarr__g.device_count; i++)
             if (gpuarr__g.devices[i].info.backend == b && gpuarr__g.devices[i].info.index == index) found = &gpuarr__g.devices[i];
@@ -4782,7 +4866,7 @@ GPUARR_API gpuarr_result gpuarr_array_get_info(gpuarr_array arr, gpuarr_array_in
     out->count = a->count;
     out->itemsize = gpuarr__dtype_sizes[a->dtype];
     out->nbytes = a->nbytes;
-    out->host_accessible = a->dev->backend->id == GPUARR_BACKEND_HOST;
+    out->host_accessible = a->dev->backend->host_memory;
     out->wrapped = a->wrapped;
     out->host_fallback = a->host_fallback;
     out->refcount = gpuarr__table_public_refs(&gpuarr__g.arrays, arr.id);
@@ -4796,7 +4880,7 @@ GPUARR_API gpuarr_result gpuarr_host_data(gpuarr_array arr, void **out) {
     gpuarr__array *a;
     GPUARR__CHECK(gpuarr__get_array(arr, "a", &a));
     gpuarr_result r = GPUARR_OK;
-    if (a->dev->backend->id != GPUARR_BACKEND_HOST)
+    if (!a->dev->backend->host_memory)
         r = gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "a lives on %s, not on the host; convert it to gpuarr_host() first", a->dev->info.spec);
     else if (a->ready) {
         r = a->ready->dev->backend->event_sync(a->ready->dev, a->ready->native);
@@ -5292,17 +5376,30 @@ GPUARR_API gpuarr_device gpuarr_current_device(void) {
     return gpuarr__current_dev()->info.device;
 }
 
+/* Puts back the thread's native context from before gpuarr_set_current_device made a device's
+   current, if it did so in this init cycle (an earlier cycle's devices are gone). */
+static void gpuarr__activation_end(void) {
+    gpuarr__dev *dev = gpuarr__tls.activation.dev;
+    if (dev && gpuarr__tls.activation.epoch == gpuarr__g.epoch) dev->backend->deactivate(dev, gpuarr__tls.activation.previous);
+    memset(&gpuarr__tls.activation, 0, sizeof gpuarr__tls.activation);
+}
+
 GPUARR_API gpuarr_result gpuarr_set_current_device(gpuarr_device d) {
     GPUARR__BEGIN();
     if (d.id == 0) {
+        gpuarr__activation_end();
         gpuarr__tls.device_id = 0;
         return GPUARR_OK;
     }
     gpuarr__dev *dev;
     GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
     GPUARR__CHECK(gpuarr__dev_open(dev));
+    gpuarr__activation_end(); /* so that `previous` is the thread's own context */
     void *previous;
     GPUARR__CHECK(dev->backend->activate(dev, &previous));
+    gpuarr__tls.activation.epoch = gpuarr__g.epoch;
+    gpuarr__tls.activation.dev = dev;
+    gpuarr__tls.activation.previous = previous;
     gpuarr__tls.device_id = d.id;
     return GPUARR_OK;
 }
@@ -5401,52 +5498,21 @@ GPUARR_API void gpuarr_scope_leave(gpuarr_scope *scope) {
     gpuarr__tls.scope_failure = scope->previous_failure;
 }
 
-/* Second part of each backend: its public interop functions, which use the core above. */
-#define GPUARR__BACKEND_INTEROP_PART
-#ifndef GPUARR_NO_CUDA
-#include "backends/gpuarr_cuda.h"
-#endif
-#ifndef GPUARR_NO_OPENCL
-#include "backends/gpuarr_opencl.h"
-#endif
-
-#ifdef GPUARR_NO_CUDA
-static gpuarr_result gpuarr__no_cuda(void) {
-    return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "this build has no CUDA backend (GPUARR_NO_CUDA)");
-}
-GPUARR_API gpuarr_result gpuarr_cuda_context(gpuarr_device d, struct CUctx_st **out) { GPUARR__BEGIN(); GPUARR__UNUSED(d); GPUARR__UNUSED(out); return gpuarr__no_cuda(); }
-GPUARR_API gpuarr_result gpuarr_cuda_device_ordinal(gpuarr_device d, int *out) { GPUARR__BEGIN(); GPUARR__UNUSED(d); GPUARR__UNUSED(out); return gpuarr__no_cuda(); }
-GPUARR_API gpuarr_result gpuarr_cuda_stream(gpuarr_stream s, struct CUstream_st **out) { GPUARR__BEGIN(); GPUARR__UNUSED(s); GPUARR__UNUSED(out); return gpuarr__no_cuda(); }
-GPUARR_API gpuarr_result gpuarr_cuda_ptr(gpuarr_array a, void **out) { GPUARR__BEGIN(); GPUARR__UNUSED(a); GPUARR__UNUSED(out); return gpuarr__no_cuda(); }
-GPUARR_API gpuarr_result gpuarr_cuda_wrap_ptr(gpuarr_device d, void *ptr, gpuarr_dtype t, int ndim, const int64_t *shape,
-                                              gpuarr_release_fn release, void *user_data, gpuarr_array *out) {
-    GPUARR__BEGIN(); GPUARR__UNUSED(d); GPUARR__UNUSED(ptr); GPUARR__UNUSED(t); GPUARR__UNUSED(ndim); GPUARR__UNUSED(shape);
-    GPUARR__UNUSED(release); GPUARR__UNUSED(user_data); GPUARR__UNUSED(out); return gpuarr__no_cuda();
-}
-GPUARR_API gpuarr_result gpuarr_cuda_wrap_stream(gpuarr_device d, struct CUstream_st *stream, gpuarr_stream *out) {
-    GPUARR__BEGIN(); GPUARR__UNUSED(d); GPUARR__UNUSED(stream); GPUARR__UNUSED(out); return gpuarr__no_cuda();
-}
-#endif
-
-#ifdef GPUARR_NO_OPENCL
-static gpuarr_result gpuarr__no_opencl(void) {
-    return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "this build has no OpenCL backend (GPUARR_NO_OPENCL)");
-}
-GPUARR_API gpuarr_result gpuarr_opencl_context_raw(gpuarr_device d, void **out) { GPUARR__BEGIN(); GPUARR__UNUSED(d); GPUARR__UNUSED(out); return gpuarr__no_opencl(); }
-GPUARR_API gpuarr_result gpuarr_opencl_device_id_raw(gpuarr_device d, void **out) { GPUARR__BEGIN(); GPUARR__UNUSED(d); GPUARR__UNUSED(out); return gpuarr__no_opencl(); }
-GPUARR_API gpuarr_result gpuarr_opencl_queue_raw(gpuarr_stream s, void **out) { GPUARR__BEGIN(); GPUARR__UNUSED(s); GPUARR__UNUSED(out); return gpuarr__no_opencl(); }
-GPUARR_API gpuarr_result gpuarr_opencl_mem_raw(gpuarr_array a, void **out, size_t *offset) {
-    GPUARR__BEGIN(); GPUARR__UNUSED(a); GPUARR__UNUSED(out); GPUARR__UNUSED(offset); return gpuarr__no_opencl();
-}
-GPUARR_API gpuarr_result gpuarr_opencl_wrap_mem_raw(gpuarr_device d, void *mem, size_t offset, gpuarr_dtype t, int ndim,
-                                                    const int64_t *shape, gpuarr_array *out) {
-    GPUARR__BEGIN(); GPUARR__UNUSED(d); GPUARR__UNUSED(mem); GPUARR__UNUSED(offset); GPUARR__UNUSED(t);
-    GPUARR__UNUSED(ndim); GPUARR__UNUSED(shape); GPUARR__UNUSED(out); return gpuarr__no_opencl();
-}
-GPUARR_API gpuarr_result gpuarr_opencl_wrap_queue_raw(gpuarr_device d, void *q, gpuarr_stream *out) {
-    GPUARR__BEGIN(); GPUARR__UNUSED(d); GPUARR__UNUSED(q); GPUARR__UNUSED(out); return gpuarr__no_opencl();
-}
-#endif
+/* The public interop functions, generated from each backend's GPUARR__INTEROP_<NAME> list: a call
+   through the backend's interop table, or GPUARR_ERROR_UNSUPPORTED in a build without it. */
+#define GPUARR__INTEROP_CALL(B, name, params, args)                                            \
+    GPUARR_API gpuarr_result gpuarr_##name params {                                            \
+        GPUARR__BEGIN();                                                                       \
+        const gpuarr__backend *b = gpuarr__backends[GPUARR_BACKEND_##B];                       \
+        if (!b)                                                                                \
+            return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "this build has no %s backend (GPUARR_NO_" #B ")", \
+                                gpuarr__backend_names[GPUARR_BACKEND_##B]);                    \
+        return ((const gpuarr__interop_##B *)b->interop)->name args;                           \
+    }
+#define GPUARR__INTEROP_CALLS(NAME, str) GPUARR__INTEROP_##NAME(GPUARR__INTEROP_CALL)
+GPUARR_BACKEND_LIST(GPUARR__INTEROP_CALLS)
+#undef GPUARR__INTEROP_CALLS
+#undef GPUARR__INTEROP_CALL
 
 #endif /* GPUARR_IMPLEMENTATION */
 

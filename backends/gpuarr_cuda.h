@@ -983,15 +983,8 @@ static gpuarr_result gpuarr__cu_stream_wait_event(gpuarr__dev *d, void *stream, 
     return GPUARR_OK;
 }
 
-#define GPUARR__CU_TABLE_PROC(ret, name, params) gpuarr__cu_##name,
-static const gpuarr__backend gpuarr__backend_cuda = {GPUARR_BACKEND_CUDA, "cuda", false, GPUARR__BACKEND_PROCS(GPUARR__CU_TABLE_PROC)};
-#undef GPUARR__CU_TABLE_PROC
-#define GPUARR__BACKEND_PTR_CUDA (&gpuarr__backend_cuda)
-
-#elif defined(GPUARR__BACKEND_INTEROP_PART) && !defined(GPUARR_CUDA_INTEROP_INCLUDED)
-#define GPUARR_CUDA_INTEROP_INCLUDED
 /* ---------------------------------------------------------------------------------------------
- * Interop (the second part: included again at the end of the implementation, after the core)
+ * Interop: the functions of GPUARR__INTEROP_CUDA, called by the public ones the core generates
  * ------------------------------------------------------------------------------------------- */
 static gpuarr_result gpuarr__cu_get_dev(gpuarr_device d, const char *arg, gpuarr__dev **out) {
     GPUARR__CHECK(gpuarr__get_dev(d, arg, out));
@@ -1000,8 +993,7 @@ static gpuarr_result gpuarr__cu_get_dev(gpuarr_device d, const char *arg, gpuarr
     return gpuarr__dev_open(*out);
 }
 
-GPUARR_API gpuarr_result gpuarr_cuda_context(gpuarr_device d, struct CUctx_st **out) {
-    GPUARR__BEGIN();
+static gpuarr_result gpuarr__cuda_context(gpuarr_device d, struct CUctx_st **out) {
     GPUARR__REQUIRE_PTR(out);
     gpuarr__dev *dev;
     GPUARR__CHECK(gpuarr__cu_get_dev(d, "d", &dev));
@@ -1009,8 +1001,7 @@ GPUARR_API gpuarr_result gpuarr_cuda_context(gpuarr_device d, struct CUctx_st **
     return GPUARR_OK;
 }
 
-GPUARR_API gpuarr_result gpuarr_cuda_device_ordinal(gpuarr_device d, int *out) {
-    GPUARR__BEGIN();
+static gpuarr_result gpuarr__cuda_device_ordinal(gpuarr_device d, int *out) {
     GPUARR__REQUIRE_PTR(out);
     gpuarr__dev *dev;
     GPUARR__CHECK(gpuarr__cu_get_dev(d, "d", &dev));
@@ -1018,8 +1009,7 @@ GPUARR_API gpuarr_result gpuarr_cuda_device_ordinal(gpuarr_device d, int *out) {
     return GPUARR_OK;
 }
 
-GPUARR_API gpuarr_result gpuarr_cuda_stream(gpuarr_stream s, struct CUstream_st **out) {
-    GPUARR__BEGIN();
+static gpuarr_result gpuarr__cuda_stream(gpuarr_stream s, struct CUstream_st **out) {
     GPUARR__REQUIRE_PTR(out);
     gpuarr__stream *st;
     GPUARR__CHECK(gpuarr__resolve_stream_of(s, GPUARR_BACKEND_CUDA, "a CUDA device", &st));
@@ -1028,8 +1018,7 @@ GPUARR_API gpuarr_result gpuarr_cuda_stream(gpuarr_stream s, struct CUstream_st 
     return GPUARR_OK;
 }
 
-GPUARR_API gpuarr_result gpuarr_cuda_ptr(gpuarr_array a, void **out) {
-    GPUARR__BEGIN();
+static gpuarr_result gpuarr__cuda_ptr(gpuarr_array a, void **out) {
     GPUARR__REQUIRE_PTR(out);
     gpuarr__array *arr;
     GPUARR__CHECK(gpuarr__get_array(a, "a", &arr));
@@ -1069,9 +1058,8 @@ static gpuarr_result gpuarr__cu_check_wrapped(gpuarr__dev *dev, void *ptr, const
     return GPUARR_OK;
 }
 
-GPUARR_API gpuarr_result gpuarr_cuda_wrap_ptr(gpuarr_device d, void *ptr, gpuarr_dtype t, int ndim, const int64_t *shape,
-                                              gpuarr_release_fn release, void *user_data, gpuarr_array *out) {
-    GPUARR__BEGIN();
+static gpuarr_result gpuarr__cuda_wrap_ptr(gpuarr_device d, void *ptr, gpuarr_dtype t, int ndim, const int64_t *shape,
+                                           gpuarr_release_fn release, void *user_data, gpuarr_array *out) {
     GPUARR__REQUIRE_PTR(out);
     GPUARR__REQUIRE_PTR(ptr);
     gpuarr__dev *dev;
@@ -1096,8 +1084,7 @@ GPUARR_API gpuarr_result gpuarr_cuda_wrap_ptr(gpuarr_device d, void *ptr, gpuarr
     return GPUARR_OK;
 }
 
-GPUARR_API gpuarr_result gpuarr_cuda_wrap_stream(gpuarr_device d, struct CUstream_st *stream, gpuarr_stream *out) {
-    GPUARR__BEGIN();
+static gpuarr_result gpuarr__cuda_wrap_stream(gpuarr_device d, struct CUstream_st *stream, gpuarr_stream *out) {
     GPUARR__REQUIRE_PTR(out);
     gpuarr__dev *dev;
     GPUARR__CHECK(gpuarr__cu_get_dev(d, "d", &dev));
@@ -1117,4 +1104,14 @@ GPUARR_API gpuarr_result gpuarr_cuda_wrap_stream(gpuarr_device d, struct CUstrea
     return gpuarr__stream_publish(s, out);
 }
 
-#endif /* GPUARR_CUDA_BACKEND_INCLUDED / interop part */
+static const gpuarr__interop_CUDA gpuarr__cu_interop = {GPUARR_BACKEND_CUDA, GPUARR__INTEROP_CUDA(GPUARR__INTEROP_IMPL)};
+
+#define GPUARR__CU_TABLE_PROC(ret, name, params) gpuarr__cu_##name,
+/* asynchronous, devices named "cuda:N", device memory, no allocation limit of its own */
+static const gpuarr__backend gpuarr__backend_cuda = {
+    GPUARR_BACKEND_CUDA, "cuda", false, false, false, NULL, &gpuarr__cu_interop,
+    GPUARR__BACKEND_PROCS(GPUARR__CU_TABLE_PROC)};
+#undef GPUARR__CU_TABLE_PROC
+#define GPUARR__BACKEND_PTR_CUDA (&gpuarr__backend_cuda)
+
+#endif /* GPUARR_CUDA_BACKEND_INCLUDED */

@@ -220,9 +220,13 @@ static gpuarr_result gpuarr__host_activate(gpuarr__dev *d, void **previous) {
 }
 static void gpuarr__host_deactivate(gpuarr__dev *d, void *previous) { GPUARR__UNUSED(d); GPUARR__UNUSED(previous); }
 
+static const gpuarr__interop_HOST gpuarr__host_interop = {GPUARR_BACKEND_HOST, GPUARR__INTEROP_HOST(GPUARR__INTEROP_IMPL)};
+
+/* synchronous, builtin ("host", always kept), its memory is host memory, no allocation limit */
 #define GPUARR__HOST_PROC(ret, name, params) gpuarr__host_##name,
 static const gpuarr__backend gpuarr__backend_host = {
-    GPUARR_BACKEND_HOST, "host", true, GPUARR__BACKEND_PROCS(GPUARR__HOST_PROC)};
+    GPUARR_BACKEND_HOST, "host", true, true, true, NULL, &gpuarr__host_interop, GPUARR__BACKEND_PROCS(GPUARR__HOST_PROC)};
 #undef GPUARR__HOST_PROC
+#define GPUARR__BACKEND_PTR_HOST (&gpuarr__backend_host)
 
 #endif /* GPUARR_HOST_BACKEND_INCLUDED */

@@ -57,6 +57,7 @@ typedef void (*gpuarr__cl_mem_fn)(gpuarr__cl_mem, void *);
 #define GPUARR__CL_DEVICE_TYPE_ALL 0xFFFFFFFFu
 #define GPUARR__CL_DEVICE_TYPE 0x1000u
 #define GPUARR__CL_DEVICE_MAX_COMPUTE_UNITS 0x1002u
+#define GPUARR__CL_DEVICE_MAX_WORK_GROUP_SIZE 0x1004u
 #define GPUARR__CL_DEVICE_MAX_CLOCK_FREQUENCY 0x100Cu
 #define GPUARR__CL_DEVICE_MAX_MEM_ALLOC_SIZE 0x1010u
 #define GPUARR__CL_DEVICE_MEM_BASE_ADDR_ALIGN 0x1019u
@@ -89,6 +90,7 @@ typedef void (*gpuarr__cl_mem_fn)(gpuarr__cl_mem, void *);
 #define GPUARR__CL_PROGRAM_BINARY_SIZES 0x1165u
 #define GPUARR__CL_PROGRAM_BINARIES 0x1166u
 #define GPUARR__CL_PROGRAM_BUILD_LOG 0x1183u
+#define GPUARR__CL_KERNEL_WORK_GROUP_SIZE 0x11B0u
 #define GPUARR__CL_EVENT_COMMAND_EXECUTION_STATUS 0x11D3u
 #define GPUARR__CL_EVENT_CONTEXT 0x11D4u
 #define GPUARR__CL_COMPLETE 0
@@ -155,6 +157,8 @@ typedef void (*gpuarr__cl_mem_fn)(gpuarr__cl_mem, void *);
     X(gpuarr__cl_kernel, clCreateKernel, (gpuarr__cl_program, const char *, gpuarr__cl_int *)) \
     X(gpuarr__cl_int, clSetKernelArg, (gpuarr__cl_kernel, gpuarr__cl_uint, size_t, const void *)) \
     X(gpuarr__cl_int, clReleaseKernel, (gpuarr__cl_kernel))                                    \
+    X(gpuarr__cl_int, clGetKernelWorkGroupInfo,                                                \
+      (gpuarr__cl_kernel, gpuarr__cl_device_id, gpuarr__cl_uint, size_t, void *, size_t *))    \
     X(gpuarr__cl_int, clEnqueueNDRangeKernel,                                                  \
       (gpuarr__cl_command_queue, gpuarr__cl_kernel, gpuarr__cl_uint, const size_t *, const size_t *, \
        const size_t *, gpuarr__cl_uint, const gpuarr__cl_event *, gpuarr__cl_event *))        \
@@ -186,6 +190,7 @@ typedef struct gpuarr__cl_device {
     bool fp64, host_unified;
     size_t host_align; /* CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes: for CL_MEM_USE_HOST_PTR */
     uint64_t global_mem, max_alloc;
+    size_t max_group; /* CL_DEVICE_MAX_WORK_GROUP_SIZE; 0 = not reported */
     uint64_t allocated; /* atomic: bytes of live buffers, held against global_mem */
     gpuarr__cl_command_queue internal_queue; /* residency work */
     pthread_mutex_t kernel_lock; /* builds; clSetKernelArg is not thread-safe */
@@ -193,6 +198,7 @@ typedef struct gpuarr__cl_device {
     char build_error[512];
     gpuarr__cl_program programs[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT]; /* one per pair, at first use */
     gpuarr__cl_kernel casts[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT];
+    size_t local_sizes[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT]; /* each cast kernel's work-group size */
 } gpuarr__cl_device;
 
 typedef struct gpuarr__cl_state {
@@ -493,6 +499,8 @@ static gpuarr_result gpuarr__cl_device_info(int index, gpuarr_device_info *info)
     info->clock_mhz = (int)gpuarr__cl_info_u32(d->id, GPUARR__CL_DEVICE_MAX_CLOCK_FREQUENCY);
     d->global_mem = gpuarr__cl_info_u64(d->id, GPUARR__CL_DEVICE_GLOBAL_MEM_SIZE);
     d->max_alloc = gpuarr__cl_info_u64(d->id, GPUARR__CL_DEVICE_MAX_MEM_ALLOC_SIZE);
+    if (cl->clGetDeviceInfo(d->id, GPUARR__CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof d->max_group, &d->max_group, NULL) != GPUARR__CL_SUCCESS)
+        d->max_group = 0;
     info->total_memory = d->global_mem;
     info->free_memory = d->global_mem;
     info->max_alloc_bytes = d->max_alloc;
@@ -892,6 +900,20 @@ static gpuarr_result gpuarr__cl_build_error(gpuarr__dev *d, gpuarr__cl_program p
     return gpuarr__fail(GPUARR_ERROR_BACKEND, "%s: building the cast kernels failed (%s): %s", d->info.spec, gpuarr__cl_error_name(e), log);
 }
 
+/* The work-group size to launch k with: 256, or less where the kernel (CL_KERNEL_WORK_GROUP_SIZE,
+   which depends on its registers and the device) or the device allows less; a launch above
+   either limit fails with CL_INVALID_WORK_GROUP_SIZE. */
+static gpuarr_result gpuarr__cl_local_size(gpuarr__dev *d, gpuarr__cl_kernel k, size_t *out) {
+    gpuarr__cl_device *cd = GPUARR__CL_DEV(d);
+    size_t limit = 0;
+    gpuarr__cl_int e = GPUARR__CL.clGetKernelWorkGroupInfo(k, cd->id, GPUARR__CL_KERNEL_WORK_GROUP_SIZE, sizeof limit, &limit, NULL);
+    if (e != GPUARR__CL_SUCCESS) return gpuarr__cl_fail(e, "clGetKernelWorkGroupInfo", d->info.spec);
+    size_t local = GPUARR__MIN((size_t)256, limit);
+    if (cd->max_group) local = GPUARR__MIN(local, cd->max_group);
+    *out = GPUARR__MAX(local, (size_t)1);
+    return GPUARR_OK;
+}
+
 /* Builds the cast kernel for one pair: from the on-disk binary when it is there and loads, else
    from source (then saved). Called with the device's kernel lock held. */
 static gpuarr_result gpuarr__cl_build_pair(gpuarr__dev *d, int s, int t) {
@@ -934,9 +956,11 @@ static gpuarr_result gpuarr__cl_build_pair(gpuarr__dev *d, int s, int t) {
     char name[96];
     gpuarr__kernel_name(s, t, name, sizeof name);
     gpuarr__cl_kernel k = cl->clCreateKernel(prog, name, &e);
-    if (!k) {
+    gpuarr_result r = k ? gpuarr__cl_local_size(d, k, &cd->local_sizes[s][t]) : gpuarr__cl_fail(e, "clCreateKernel", d->info.spec);
+    if (r != GPUARR_OK) {
+        if (k) cl->clReleaseKernel(k);
         cl->clReleaseProgram(prog);
-        return gpuarr__cl_fail(e, "clCreateKernel", d->info.spec);
+        return r;
     }
     if (from_source && cache) gpuarr__cl_save_binary(prog, path);
     cd->programs[s][t] = prog;
@@ -978,7 +1002,7 @@ static gpuarr_result gpuarr__cl_cast(gpuarr__stream *s, void *dst, size_t dst_of
         gpuarr__cl_kernel k = cd->casts[src_t][dst_t];
         gpuarr__cl_mem sm = (gpuarr__cl_mem)(uintptr_t)src, dm = (gpuarr__cl_mem)dst;
         gpuarr__cl_ulong so = src_off / gpuarr__dtype_sizes[src_t], doff = dst_off / gpuarr__dtype_sizes[dst_t], n = count;
-        size_t local = 256, global = (count + local - 1) / local * local; /* one element per work-item */
+        size_t local = cd->local_sizes[src_t][dst_t], global = (count + local - 1) / local * local; /* one element per work-item */
         gpuarr__cl_int e = cl->clSetKernelArg(k, 0, sizeof sm, &sm);
         if (e == GPUARR__CL_SUCCESS) e = cl->clSetKernelArg(k, 1, sizeof so, &so);
         if (e == GPUARR__CL_SUCCESS) e = cl->clSetKernelArg(k, 2, sizeof dm, &dm);
@@ -1153,18 +1177,12 @@ static void gpuarr__cl_deactivate(gpuarr__dev *d, void *previous) {
     GPUARR__UNUSED(previous);
 }
 
-#define GPUARR__CL_TABLE_PROC(ret, name, params) gpuarr__cl_##name,
-static const gpuarr__backend gpuarr__backend_opencl = {
-    GPUARR_BACKEND_OPENCL, "opencl", false, GPUARR__BACKEND_PROCS(GPUARR__CL_TABLE_PROC)};
-#undef GPUARR__CL_TABLE_PROC
-#define GPUARR__BACKEND_PTR_OPENCL (&gpuarr__backend_opencl)
-
-#elif defined(GPUARR__BACKEND_INTEROP_PART) && !defined(GPUARR_OPENCL_INTEROP_INCLUDED)
-#define GPUARR_OPENCL_INTEROP_INCLUDED
 /* ---------------------------------------------------------------------------------------------
- * Interop (the second part: included again at the end of the implementation, after the core)
+ * Interop: the functions of GPUARR__INTEROP_OPENCL, called by the public ones the core generates
  * ------------------------------------------------------------------------------------------- */
 #define GPUARR__CL_QUEUE_DEVICE 0x1091u
+#define GPUARR__CL_QUEUE_PROPERTIES 0x1093u
+#define GPUARR__CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE (1u << 0)
 
 static gpuarr_result gpuarr__cl_get_dev(gpuarr_device d, const char *arg, gpuarr__dev **out) {
     GPUARR__CHECK(gpuarr__get_dev(d, arg, out));
@@ -1173,8 +1191,7 @@ static gpuarr_result gpuarr__cl_get_dev(gpuarr_device d, const char *arg, gpuarr
     return gpuarr__dev_open(*out);
 }
 
-GPUARR_API gpuarr_result gpuarr_opencl_context_raw(gpuarr_device d, void **out) {
-    GPUARR__BEGIN();
+static gpuarr_result gpuarr__opencl_context_raw(gpuarr_device d, void **out) {
     GPUARR__REQUIRE_PTR(out);
     gpuarr__dev *dev;
     GPUARR__CHECK(gpuarr__cl_get_dev(d, "d", &dev));
@@ -1182,8 +1199,7 @@ GPUARR_API gpuarr_result gpuarr_opencl_context_raw(gpuarr_device d, void **out) 
     return GPUARR_OK;
 }
 
-GPUARR_API gpuarr_result gpuarr_opencl_device_id_raw(gpuarr_device d, void **out) {
-    GPUARR__BEGIN();
+static gpuarr_result gpuarr__opencl_device_id_raw(gpuarr_device d, void **out) {
     GPUARR__REQUIRE_PTR(out);
     gpuarr__dev *dev;
     GPUARR__CHECK(gpuarr__cl_get_dev(d, "d", &dev));
@@ -1191,8 +1207,7 @@ GPUARR_API gpuarr_result gpuarr_opencl_device_id_raw(gpuarr_device d, void **out
     return GPUARR_OK;
 }
 
-GPUARR_API gpuarr_result gpuarr_opencl_queue_raw(gpuarr_stream s, void **out) {
-    GPUARR__BEGIN();
+static gpuarr_result gpuarr__opencl_queue_raw(gpuarr_stream s, void **out) {
     GPUARR__REQUIRE_PTR(out);
     gpuarr__stream *st;
     GPUARR__CHECK(gpuarr__resolve_stream_of(s, GPUARR_BACKEND_OPENCL, "an OpenCL device", &st));
@@ -1201,8 +1216,7 @@ GPUARR_API gpuarr_result gpuarr_opencl_queue_raw(gpuarr_stream s, void **out) {
     return GPUARR_OK;
 }
 
-GPUARR_API gpuarr_result gpuarr_opencl_mem_raw(gpuarr_array a, void **out, size_t *offset) {
-    GPUARR__BEGIN();
+static gpuarr_result gpuarr__opencl_mem_raw(gpuarr_array a, void **out, size_t *offset) {
     GPUARR__REQUIRE_PTR(out);
     GPUARR__REQUIRE_PTR(offset);
     gpuarr__array *arr;
@@ -1243,9 +1257,8 @@ static gpuarr_result gpuarr__cl_check_wrapped(gpuarr__dev *dev, gpuarr__cl_mem m
     return GPUARR_OK;
 }
 
-GPUARR_API gpuarr_result gpuarr_opencl_wrap_mem_raw(gpuarr_device d, void *mem, size_t offset, gpuarr_dtype t, int ndim,
-                                                    const int64_t *shape, gpuarr_array *out) {
-    GPUARR__BEGIN();
+static gpuarr_result gpuarr__opencl_wrap_mem_raw(gpuarr_device d, void *mem, size_t offset, gpuarr_dtype t, int ndim,
+                                                 const int64_t *shape, gpuarr_array *out) {
     GPUARR__REQUIRE_PTR(out);
     GPUARR__REQUIRE_PTR(mem);
     gpuarr__dev *dev;
@@ -1270,8 +1283,7 @@ GPUARR_API gpuarr_result gpuarr_opencl_wrap_mem_raw(gpuarr_device d, void *mem, 
     return GPUARR_OK;
 }
 
-GPUARR_API gpuarr_result gpuarr_opencl_wrap_queue_raw(gpuarr_device d, void *queue, gpuarr_stream *out) {
-    GPUARR__BEGIN();
+static gpuarr_result gpuarr__opencl_wrap_queue_raw(gpuarr_device d, void *queue, gpuarr_stream *out) {
     GPUARR__REQUIRE_PTR(out);
     GPUARR__REQUIRE_PTR(queue);
     gpuarr__cl_state *cl = &GPUARR__CL;
@@ -1280,11 +1292,17 @@ GPUARR_API gpuarr_result gpuarr_opencl_wrap_queue_raw(gpuarr_device d, void *que
     gpuarr__cl_command_queue q = (gpuarr__cl_command_queue)queue;
     gpuarr__cl_context ctx = NULL;
     gpuarr__cl_device_id qdev = NULL;
+    gpuarr__cl_bitfield props = 0;
     if (cl->clGetCommandQueueInfo(q, GPUARR__CL_QUEUE_CONTEXT, sizeof ctx, &ctx, NULL) != GPUARR__CL_SUCCESS ||
-        cl->clGetCommandQueueInfo(q, GPUARR__CL_QUEUE_DEVICE, sizeof qdev, &qdev, NULL) != GPUARR__CL_SUCCESS)
+        cl->clGetCommandQueueInfo(q, GPUARR__CL_QUEUE_DEVICE, sizeof qdev, &qdev, NULL) != GPUARR__CL_SUCCESS ||
+        cl->clGetCommandQueueInfo(q, GPUARR__CL_QUEUE_PROPERTIES, sizeof props, &props, NULL) != GPUARR__CL_SUCCESS)
         return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "queue is not a valid cl_command_queue");
     if (ctx != cl->platforms[GPUARR__CL_DEV(dev)->platform].context || qdev != GPUARR__CL_DEV(dev)->id)
         return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "queue belongs to another context or device than %s", dev->info.spec);
+    /* gpuarr enqueues a stream's steps with empty wait lists: only queue order keeps them in order */
+    if (props & GPUARR__CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "queue is out of order (CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE): "
+                                                           "gpuarr orders a stream's work by queue order; wrap an in-order queue");
     void *native = NULL;
     GPUARR__CHECK(gpuarr__cl_stream_wrap(q, &native));
     cl->clRetainCommandQueue(q); /* the stream's reference; the caller keeps theirs */
@@ -1293,4 +1311,14 @@ GPUARR_API gpuarr_result gpuarr_opencl_wrap_queue_raw(gpuarr_device d, void *que
     return gpuarr__stream_publish(s, out);
 }
 
-#endif /* GPUARR_OPENCL_BACKEND_INCLUDED / interop part */
+static const gpuarr__interop_OPENCL gpuarr__cl_interop = {GPUARR_BACKEND_OPENCL, GPUARR__INTEROP_OPENCL(GPUARR__INTEROP_IMPL)};
+
+/* asynchronous, devices named "opencl:N", device memory, CL_DEVICE_MAX_MEM_ALLOC_SIZE */
+#define GPUARR__CL_TABLE_PROC(ret, name, params) gpuarr__cl_##name,
+static const gpuarr__backend gpuarr__backend_opencl = {
+    GPUARR_BACKEND_OPENCL, "opencl", false, false, false, "CL_DEVICE_MAX_MEM_ALLOC_SIZE", &gpuarr__cl_interop,
+    GPUARR__BACKEND_PROCS(GPUARR__CL_TABLE_PROC)};
+#undef GPUARR__CL_TABLE_PROC
+#define GPUARR__BACKEND_PTR_OPENCL (&gpuarr__backend_opencl)
+
+#endif /* GPUARR_OPENCL_BACKEND_INCLUDED */

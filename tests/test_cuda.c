@@ -265,6 +265,44 @@ Test(cuda, a_device_scope_makes_the_primary_context_current_and_restores_it) {
     dlclose(driver);
 }
 
+/* gpuarr_set_current_device keeps the device's primary context current (as cudaSetDevice does)
+   until the thread's current device changes; {0}, another device and the last gpuarr_shutdown
+   put back the context the thread had before. */
+Test(cuda, set_current_device_puts_the_threads_context_back_on_any_and_at_shutdown) {
+    gpuarr_device d = cuda_device(0);
+    void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    cr_assert(driver, "a CUDA device without libcuda.so.1?");
+    int (*get_current)(struct CUctx_st **) = NULL;
+    int (*set_current)(struct CUctx_st *) = NULL;
+    void *sym = dlsym(driver, "cuCtxGetCurrent");
+    memcpy(&get_current, &sym, sizeof sym);
+    sym = dlsym(driver, "cuCtxSetCurrent");
+    memcpy(&set_current, &sym, sizeof sym);
+    cr_assert(get_current && set_current);
+    struct CUctx_st *original = NULL, *primary = NULL, *theirs = NULL, *now = NULL;
+    get_current(&original);
+    TEST_OK(gpuarr_cuda_context(d, &primary));
+    gpuarr_device d1;
+    if (gpuarr_device_find("cuda:1", &d1) == GPUARR_OK) TEST_OK(gpuarr_cuda_context(d1, &theirs)); /* the thread's own */
+    cr_assert_eq(set_current(theirs), 0);
+    TEST_OK(gpuarr_set_current_device(d));
+    get_current(&now);
+    cr_assert_eq(now, primary, "set_current_device did not make cuda:0's context current");
+    TEST_OK(gpuarr_set_current_device((gpuarr_device){0}));
+    get_current(&now);
+    cr_assert_eq(now, theirs, "after set_current_device({0}) the context is %p, not the thread's %p", (void *)now, (void *)theirs);
+    TEST_OK(gpuarr_set_current_device(d));
+    TEST_OK(gpuarr_set_current_device(gpuarr_host()));
+    get_current(&now);
+    cr_assert_eq(now, theirs, "after set_current_device(host) the context is %p, not the thread's %p", (void *)now, (void *)theirs);
+    TEST_OK(gpuarr_set_current_device(d));
+    gpuarr_shutdown();
+    get_current(&now);
+    cr_assert_eq(now, theirs, "after gpuarr_shutdown the context is %p, not the thread's %p", (void *)now, (void *)theirs);
+    set_current(original);
+    dlclose(driver);
+}
+
 /* Pageable uploads and downloads of 1 MiB and more go through the pinned ring. */
 Test(cuda, large_pageable_transfers_are_staged_and_exact) {
     gpuarr_device d = cuda_device(0);

@@ -290,6 +290,28 @@ Test(opencl, native_handles_and_wrapping_do_not_take_ownership) {
     clReleaseCommandQueue(q);
 }
 
+/* gpuarr's steps on a stream (staging, temporaries, a cast after a copy) rely on queue order. */
+Test(opencl, wrapping_an_out_of_order_queue_is_refused) {
+    gpuarr_device d0 = cl_device(0);
+    cl_context ctx;
+    cl_device_id dev_id;
+    TEST_OK(gpuarr_opencl_context(d0, &ctx));
+    TEST_OK(gpuarr_opencl_device_id(d0, &dev_id));
+    cl_int e = 0;
+    cl_command_queue q = clCreateCommandQueue(ctx, dev_id, CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &e);
+    if (e == CL_INVALID_QUEUE_PROPERTIES) test_skip("opencl:0 cannot make out-of-order queues");
+    cr_assert_eq(e, CL_SUCCESS);
+    gpuarr_stream s = {0xdeadbeefu};
+    cr_assert_eq(gpuarr_opencl_wrap_queue(d0, q, &s), GPUARR_ERROR_INVALID_ARGUMENT);
+    cr_assert(strstr(gpuarr_last_error(), "gpuarr_opencl_wrap_queue_raw") && strstr(gpuarr_last_error(), "out of order"), "%s",
+              gpuarr_last_error());
+    cr_assert_eq(s.id, 0xdeadbeefu);
+    cl_uint refs = 0;
+    clGetCommandQueueInfo(q, CL_QUEUE_REFERENCE_COUNT, sizeof refs, &refs, NULL);
+    cr_assert_eq(refs, 1u, "a refused wrap changed the queue's references");
+    clReleaseCommandQueue(q);
+}
+
 Test(opencl, wrapping_a_foreign_or_short_buffer_is_refused) {
     gpuarr_device d0 = cl_device(0);
     cl_context ctx;

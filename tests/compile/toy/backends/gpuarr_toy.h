@@ -1,0 +1,27 @@
+/*
+ * gpuarr_toy.h -- a made-up backend for tests/compile/toy_backend.c, which checks that adding a
+ * backend takes what the top of gpuarr.h says. Its one device, "toy:0", keeps its arrays in host
+ * memory through the host backend's procs; its one interop function, gpuarr_toy_answer, says 42.
+ */
+#ifndef GPUARR_TOY_BACKEND_INCLUDED
+#define GPUARR_TOY_BACKEND_INCLUDED
+
+static gpuarr_result gpuarr__toy_answer(gpuarr_device d, int *out) {
+    GPUARR__REQUIRE_PTR(out);
+    gpuarr__dev *dev;
+    GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
+    if (dev->backend->id != GPUARR_BACKEND_TOY)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "d is %s, not a toy device", dev->info.spec);
+    *out = 42;
+    return GPUARR_OK;
+}
+
+static const gpuarr__interop_TOY gpuarr__toy_interop = {GPUARR_BACKEND_TOY, GPUARR__INTEROP_TOY(GPUARR__INTEROP_IMPL)};
+
+#define GPUARR__TOY_PROC(ret, name, params) gpuarr__host_##name,
+static const gpuarr__backend gpuarr__backend_toy = {
+    GPUARR_BACKEND_TOY, "toy", true, false, true, NULL, &gpuarr__toy_interop, GPUARR__BACKEND_PROCS(GPUARR__TOY_PROC)};
+#undef GPUARR__TOY_PROC
+#define GPUARR__BACKEND_PTR_TOY (&gpuarr__backend_toy)
+
+#endif /* GPUARR_TOY_BACKEND_INCLUDED */
