@@ -60,6 +60,9 @@
  *   GPUARR_MALLOC(size)      replace malloc for every allocation the library makes; must be
  *   GPUARR_FREE(ptr)         defined together with GPUARR_FREE (all or none, else #error)
  *   GPUARR_API               storage/visibility of public functions (default: nothing = extern)
+ *   GPUARR_STATIC            make the public functions static, for a program whose only unit
+ *                            using gpuarr has the implementation; unused ones draw no warning
+ *                            (plain GPUARR_API=static warns about each one not called)
  *   GPUARR_NO_CUDA           leave the CUDA backend out
  *   GPUARR_NO_OPENCL         leave the OpenCL backend out
  *   GPUARR_NO_RUNTIME_LINKING  link the backends' libraries (-lcuda, -lOpenCL) instead of loading
@@ -281,6 +284,16 @@
 
 #define GPUARR_MAX_DIMS 8
 
+/* GPUARR_STATIC: every public function static to the one unit that has the implementation. The
+   attribute keeps gcc and clang from warning about each one the unit does not call (a plain
+   -DGPUARR_API=static draws one -Wunused-function per public function). */
+#if defined(GPUARR_STATIC) && !defined(GPUARR_API)
+#if defined(__GNUC__) || defined(__clang__)
+#define GPUARR_API static __attribute__((unused))
+#else
+#define GPUARR_API static
+#endif
+#endif
 #ifndef GPUARR_API
 #define GPUARR_API
 #endif
@@ -1288,6 +1301,14 @@ static gpuarr_result gpuarr__fail(gpuarr_result r, const char *fmt, ...) {
     va_end(ap);
     return r;
 }
+/* The same, with the result visible to the caller's optimizer: gcc cannot see through the
+   varargs call that r comes back, so at -O3 it thought out-parameters of functions that fail
+   through here could be read unset (-Wmaybe-uninitialized). r must have no side effects. */
+static inline gpuarr_result gpuarr__second(gpuarr_result first, gpuarr_result second) {
+    GPUARR__UNUSED(first);
+    return second;
+}
+#define gpuarr__fail(r, ...) gpuarr__second(gpuarr__fail((r), __VA_ARGS__), (gpuarr_result)(r))
 
 static bool gpuarr__initialized(void) { return GPUARR__ATOMIC_LOAD(&gpuarr__g.valid) != 0; }
 
@@ -2742,8 +2763,6 @@ static gpuarr_result gpuarr__pool_new_segment(gpuarr__pool *p, size_t size, size
     return GPUARR_OK;
 }
 
-static void gpuarr__collect_device(gpuarr__dev *d);
-
 /* One rung of the ladder: try the cache, then the backend. */
 static gpuarr_result gpuarr__pool_try(gpuarr__pool *p, size_t size, size_t requested, bool small, uint64_t serial, gpuarr__block **out) {
     pthread_mutex_lock(&p->lock);
@@ -3046,8 +3065,6 @@ static gpuarr_result gpuarr__array_alloc_struct(gpuarr__dev *d, gpuarr_dtype t, 
     *out = a;
     return GPUARR_OK;
 }
-
-static gpuarr__dev *gpuarr__host_dev(void);
 
 /* A new array with memory from d's pool (none for an empty array), not yet behind a handle. s:
    the stream that will write it (NULL when the host will). With the host fallback on, an array
