@@ -30,9 +30,16 @@
  *
  * Defining GPUARR_IMPLEMENTATION after an earlier plain include in the same file still works
  * (the implementation sits outside the include guard); defining it twice in one translation unit
- * is harmless (the second is ignored). Do not compile the implementation with -ffast-math: the
- * conversion rules below depend on IEEE NaN and infinity handling, and the header refuses to
- * build that way.
+ * is harmless (the second is ignored). In strict ISO mode (-std=c11) the implementation needs
+ * POSIX declarations the C library then hides (clock_gettime, madvise); it asks for them itself
+ * when nothing was included before it, as in gpuarr.c (the implementation in its own file, the
+ * cheapest way to build it: it takes a while to compile). Where a C library header or a plain
+ * include of gpuarr.h comes first in that file, put #define _DEFAULT_SOURCE (or _GNU_SOURCE)
+ * above the first #include; the header stops with an #error saying so otherwise, rather than
+ * build with a wall clock for events and no huge pages.
+ *
+ * Do not compile the implementation with -ffast-math: the conversion rules below depend on IEEE
+ * NaN and infinity handling, and the header refuses to build that way.
  *
  * A minimal program:
  *
@@ -267,7 +274,9 @@
 
 /* In strict ISO mode (-std=c11) the C library hides the POSIX and Linux declarations the
    implementation needs (clock_gettime, madvise). Ask for them in that mode only, and only in the
-   implementation's unit: in GNU mode the user's feature macros are left alone. */
+   implementation's unit: in GNU mode the user's feature macros are left alone. This works only
+   before the first C library header (glibc reads feature macros once); the implementation stops
+   with an #error where it came too late. */
 #if defined(GPUARR_IMPLEMENTATION) && defined(__STRICT_ANSI__) && !defined(_POSIX_C_SOURCE) && \
     !defined(_GNU_SOURCE) && !defined(_XOPEN_SOURCE) && !defined(_DEFAULT_SOURCE)
 #define _DEFAULT_SOURCE 1
@@ -896,6 +905,12 @@ static inline gpuarr_result gpuarr_opencl_wrap_queue(gpuarr_device d, cl_command
 #include <time.h>
 #include <unistd.h>
 
+/* Without these the implementation would quietly time events with the wall clock and lose huge
+   pages: refuse instead. */
+#if !defined(CLOCK_MONOTONIC) || (defined(__linux__) && !defined(MADV_HUGEPAGE))
+#error "gpuarr: the implementation needs clock_gettime and madvise, which this unit's feature macros hide (in strict ISO mode a C library header, or a plain #include of gpuarr.h, came before the implementation). Put #define _DEFAULT_SOURCE (or _GNU_SOURCE) above the first #include of this file, or compile the implementation in its own file as gpuarr.c does"
+#endif
+
 /* ---------------------------------------------------------------------------------------------
  * Portability: the implementation compiles as C11, C++17 and inside .cu files.
  * ------------------------------------------------------------------------------------------- */
@@ -1375,8 +1390,8 @@ static void *gpuarr__aligned_malloc(size_t size, size_t align) {
 }
 
 /* Large host blocks ask for transparent huge pages: first touch of 128 MiB took 67 ms with 4 KiB
-   pages and 16 ms with 2 MiB ones on the development machine. Needs MADV_HUGEPAGE (GNU mode or
-   _GNU_SOURCE, as gpuarr.c sets); a no-op elsewhere. */
+   pages and 16 ms with 2 MiB ones on the development machine. A no-op where the system has no
+   MADV_HUGEPAGE (on Linux its absence is an #error above). */
 static void gpuarr__advise_huge_pages(void *ptr, size_t size) {
 #if defined(MADV_HUGEPAGE)
     const uintptr_t page = 4096;
@@ -1411,14 +1426,10 @@ static void gpuarr__copy_string(char *dst, size_t cap, const char *src) {
     dst[n] = '\0';
 }
 
-/* Monotonic milliseconds; the wall clock stands in when strict ISO mode hides clock_gettime. */
+/* Monotonic milliseconds. */
 static double gpuarr__now_ms(void) {
     struct timespec ts;
-#if defined(_POSIX_C_SOURCE) && _POSIX_C_SOURCE >= 199309L && defined(CLOCK_MONOTONIC)
     clock_gettime(CLOCK_MONOTONIC, &ts);
-#else
-    timespec_get(&ts, TIME_UTC);
-#endif
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
