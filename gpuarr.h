@@ -345,22 +345,34 @@ typedef enum gpuarr_result {
  *   lo hi  range of the integer types (0 for the others)
  * bool is stored as one byte; f16 and bf16 as their 16 bits (gpuarr_f16 / gpuarr_bf16 below).
  * Every token is an enumerator, a type or a gpuarr__ name, so no user macro can change the
- * table. The `c` parameter is passed through to M, so that the list can be crossed with itself.
+ * table. The `c` parameter is passed through to M. The rows are named (GPUARR__DT_*) so that the
+ * implementation can walk them a second time inside this table's expansion (the cast table
+ * crosses the dtypes with themselves; a macro is not expanded inside its own expansion).
  * ------------------------------------------------------------------------------------------- */
+#define GPUARR__DT_BOOL GPUARR_BOOL, "bool", uint8_t, 1, gpuarr__k_bool, int32_t, 0, 1
+#define GPUARR__DT_I8 GPUARR_I8, "i8", int8_t, 1, gpuarr__k_int, int32_t, INT8_MIN, INT8_MAX
+#define GPUARR__DT_U8 GPUARR_U8, "u8", uint8_t, 1, gpuarr__k_int, int32_t, 0, UINT8_MAX
+#define GPUARR__DT_I16 GPUARR_I16, "i16", int16_t, 2, gpuarr__k_int, int32_t, INT16_MIN, INT16_MAX
+#define GPUARR__DT_U16 GPUARR_U16, "u16", uint16_t, 2, gpuarr__k_int, int32_t, 0, UINT16_MAX
+#define GPUARR__DT_I32 GPUARR_I32, "i32", int32_t, 4, gpuarr__k_int, int32_t, INT32_MIN, INT32_MAX
+#define GPUARR__DT_U32 GPUARR_U32, "u32", uint32_t, 4, gpuarr__k_int, uint32_t, 0, UINT32_MAX
+#define GPUARR__DT_I64 GPUARR_I64, "i64", int64_t, 8, gpuarr__k_int, int64_t, INT64_MIN, INT64_MAX
+#define GPUARR__DT_U64 GPUARR_U64, "u64", uint64_t, 8, gpuarr__k_int, uint64_t, 0, UINT64_MAX
+#define GPUARR__DT_F16 GPUARR_F16, "f16", uint16_t, 2, gpuarr__k_f16, float, 0, 0
+#define GPUARR__DT_BF16 GPUARR_BF16, "bf16", uint16_t, 2, gpuarr__k_bf16, float, 0, 0
+#define GPUARR__DT_F32 GPUARR_F32, "f32", float, 4, gpuarr__k_f32, float, 0, 0
+#define GPUARR__DT_F64 GPUARR_F64, "f64", double, 8, gpuarr__k_f64, double, 0, 0
 #define GPUARR__DTYPE_TABLE(M, c)                                                              \
-    M(c, GPUARR_BOOL, "bool", uint8_t, 1, gpuarr__k_bool, int32_t, 0, 1)                       \
-    M(c, GPUARR_I8, "i8", int8_t, 1, gpuarr__k_int, int32_t, INT8_MIN, INT8_MAX)               \
-    M(c, GPUARR_U8, "u8", uint8_t, 1, gpuarr__k_int, int32_t, 0, UINT8_MAX)                    \
-    M(c, GPUARR_I16, "i16", int16_t, 2, gpuarr__k_int, int32_t, INT16_MIN, INT16_MAX)          \
-    M(c, GPUARR_U16, "u16", uint16_t, 2, gpuarr__k_int, int32_t, 0, UINT16_MAX)                \
-    M(c, GPUARR_I32, "i32", int32_t, 4, gpuarr__k_int, int32_t, INT32_MIN, INT32_MAX)          \
-    M(c, GPUARR_U32, "u32", uint32_t, 4, gpuarr__k_int, uint32_t, 0, UINT32_MAX)               \
-    M(c, GPUARR_I64, "i64", int64_t, 8, gpuarr__k_int, int64_t, INT64_MIN, INT64_MAX)          \
-    M(c, GPUARR_U64, "u64", uint64_t, 8, gpuarr__k_int, uint64_t, 0, UINT64_MAX)               \
-    M(c, GPUARR_F16, "f16", uint16_t, 2, gpuarr__k_f16, float, 0, 0)                           \
-    M(c, GPUARR_BF16, "bf16", uint16_t, 2, gpuarr__k_bf16, float, 0, 0)                        \
-    M(c, GPUARR_F32, "f32", float, 4, gpuarr__k_f32, float, 0, 0)                              \
-    M(c, GPUARR_F64, "f64", double, 8, gpuarr__k_f64, double, 0, 0)
+    GPUARR__DT_ROW(M, c, GPUARR__DT_BOOL) GPUARR__DT_ROW(M, c, GPUARR__DT_I8)                  \
+    GPUARR__DT_ROW(M, c, GPUARR__DT_U8) GPUARR__DT_ROW(M, c, GPUARR__DT_I16)                   \
+    GPUARR__DT_ROW(M, c, GPUARR__DT_U16) GPUARR__DT_ROW(M, c, GPUARR__DT_I32)                  \
+    GPUARR__DT_ROW(M, c, GPUARR__DT_U32) GPUARR__DT_ROW(M, c, GPUARR__DT_I64)                  \
+    GPUARR__DT_ROW(M, c, GPUARR__DT_U64) GPUARR__DT_ROW(M, c, GPUARR__DT_F16)                  \
+    GPUARR__DT_ROW(M, c, GPUARR__DT_BF16) GPUARR__DT_ROW(M, c, GPUARR__DT_F32)                 \
+    GPUARR__DT_ROW(M, c, GPUARR__DT_F64)
+/* the row's name expands to its columns before M sees them */
+#define GPUARR__DT_ROW(M, c, row) GPUARR__DT_ROW_I(M, c, row)
+#define GPUARR__DT_ROW_I(M, c, ...) M(c, __VA_ARGS__)
 
 /* The public form: X(NAME, str, store, size, kind, cat, lo, hi), e.g. for a switch:
        #define CASE(NAME, str, ...) case NAME: return str;   GPUARR_DTYPE_LIST(CASE)        */
@@ -943,14 +955,7 @@ GPUARR__STATIC_ASSERT(sizeof(void *) == 8, "gpuarr needs a 64-bit system");
 GPUARR__STATIC_ASSERT(0 GPUARR_RESULT_LIST(GPUARR__COUNT_ONE) == GPUARR_RESULT_COUNT,
                       "GPUARR_RESULT_COUNT does not match GPUARR_RESULT_LIST");
 
-/* Deferred expansion lets a list be crossed with itself (the cast table): a macro is not
-   expanded inside its own expansion, so the inner use is spelled through an indirection that
-   only resolves on the next scan, which GPUARR__EXPAND provides. */
-#define GPUARR__EMPTY()
-#define GPUARR__DEFER(m) m GPUARR__EMPTY()
-#define GPUARR__EXPAND(...) __VA_ARGS__
 #define GPUARR__UNPACK(...) __VA_ARGS__
-#define GPUARR__DTYPE_TABLE_INDIRECT() GPUARR__DTYPE_TABLE
 
 /* ---------------------------------------------------------------------------------------------
  * Internal types shared by the core and the backends
@@ -962,9 +967,8 @@ typedef struct gpuarr__event gpuarr__event;
 typedef struct gpuarr__array gpuarr__array;
 typedef struct gpuarr__backend gpuarr__backend;
 
-/* A host cast kernel, and a table of them indexed [src dtype][dst dtype]. */
+/* A host cast kernel (tables of them are indexed [src dtype][dst dtype]). */
 typedef void (*gpuarr__cast_fn)(const void *src, void *dst, size_t n);
-typedef const gpuarr__cast_fn (*gpuarr__cast_table)[GPUARR_DTYPE_COUNT];
 
 /* Reference-counted objects behind handles; destroy runs when the count reaches zero. */
 struct gpuarr__obj {
@@ -1493,48 +1497,55 @@ static inline double gpuarr__bits_f64(uint64_t u) { double d; memcpy(&d, &u, 8);
 #define GPUARR__CAST_ATTR_gpuarr__isa_base
 #define GPUARR__CAST_ATTR_gpuarr__isa_avx2 __attribute__((target("avx2")))
 
-/* gcc's -O2 cost model ("very cheap") leaves loops that mix element widths scalar; ask for the
-   normal one on these loops only. clang vectorizes them at -O2 already. */
-#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
-#pragma GCC push_options
-#pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic")
-#define GPUARR__CAST_OPTIONS_PUSHED 1
-#endif
-
-#define GPUARR__CAST_DEFINE(V, S, sstr, sstore, ssize, skind, scat, slo, shi, D, dstr, dstore,  \
-                            dsize, dkind, dcat, dlo, dhi)                                      \
-    static GPUARR__CAST_ATTR_##V void gpuarr__cast_##V##_##S##_##D(const void *src, void *dst, size_t n) { \
-        const sstore *GPUARR__RESTRICT s = (const sstore *)src;                                \
-        dstore *GPUARR__RESTRICT d = (dstore *)dst;                                            \
+/* gcc -O2's cost model ("very cheap") vectorizes only what needs no run-time alias check: the
+   restrict parameters (gcc ignores restrict on the local pointers) spare it that, so the inner
+   blocks vectorize with the user's flags, no `#pragma GCC optimize`. The tails stay scalar. */
+#define GPUARR__CAST_FN(V, S, sstore, skind, scat, D, dstore, dkind, dlo, dhi)                 \
+    static GPUARR__CAST_ATTR_##V void gpuarr__cast_##V##_##S##_##D(const void *GPUARR__RESTRICT src, \
+                                                                 void *GPUARR__RESTRICT dst, size_t n) { \
+        const sstore *s = (const sstore *)src;                                                 \
+        dstore *d = (dstore *)dst;                                                             \
         size_t i = 0;                                                                          \
         for (; i + GPUARR__CAST_BLOCK <= n; i += GPUARR__CAST_BLOCK)                           \
             for (size_t j = 0; j < GPUARR__CAST_BLOCK; j++)                                    \
                 d[i + j] = GPUARR_K_CONVERT_ONE(skind, scat, dkind, dstore, dlo, dhi, s[i + j]); \
         for (; i < n; i++) d[i] = GPUARR_K_CONVERT_ONE(skind, scat, dkind, dstore, dlo, dhi, s[i]); \
     }
-#define GPUARR__CAST_CELL_DEFINE_I(...) GPUARR__CAST_DEFINE(__VA_ARGS__)
-#define GPUARR__CAST_CELL_DEFINE(src, ...) GPUARR__CAST_CELL_DEFINE_I(GPUARR__UNPACK src, __VA_ARGS__)
-#define GPUARR__CAST_ROW_DEFINE(V, ...)                                                        \
-    GPUARR__DEFER(GPUARR__DTYPE_TABLE_INDIRECT)()(GPUARR__CAST_CELL_DEFINE, (V, __VA_ARGS__))
 
-#define GPUARR__CAST_CELL_ENTRY_II(V, S, sstr, sstore, ssize, skind, scat, slo, shi, D) gpuarr__cast_##V##_##S##_##D,
-#define GPUARR__CAST_CELL_ENTRY_I(...) GPUARR__CAST_CELL_ENTRY_II(__VA_ARGS__)
-#define GPUARR__CAST_CELL_ENTRY(src, D, ...) GPUARR__CAST_CELL_ENTRY_I(GPUARR__UNPACK src, D)
-#define GPUARR__CAST_ROW_ENTRY(V, ...)                                                         \
-    {NULL, GPUARR__DEFER(GPUARR__DTYPE_TABLE_INDIRECT)()(GPUARR__CAST_CELL_ENTRY, (V, __VA_ARGS__))},
+/* The 13 x 13 casts: GPUARR__CAST_SOURCES(M, V) calls M(src, <destination row>) for every pair,
+   src being (V, S, sstore, skind, scat). The destinations are GPUARR__DTYPE_TABLE; the sources
+   walk the same named rows, listed again here because GPUARR__DTYPE_TABLE cannot expand inside
+   itself. Same order as GPUARR__DTYPE_TABLE. */
+#define GPUARR__CAST_SOURCES(M, V)                                                             \
+    GPUARR__CAST_FROM(M, V, GPUARR__DT_BOOL) GPUARR__CAST_FROM(M, V, GPUARR__DT_I8)            \
+    GPUARR__CAST_FROM(M, V, GPUARR__DT_U8) GPUARR__CAST_FROM(M, V, GPUARR__DT_I16)             \
+    GPUARR__CAST_FROM(M, V, GPUARR__DT_U16) GPUARR__CAST_FROM(M, V, GPUARR__DT_I32)            \
+    GPUARR__CAST_FROM(M, V, GPUARR__DT_U32) GPUARR__CAST_FROM(M, V, GPUARR__DT_I64)            \
+    GPUARR__CAST_FROM(M, V, GPUARR__DT_U64) GPUARR__CAST_FROM(M, V, GPUARR__DT_F16)            \
+    GPUARR__CAST_FROM(M, V, GPUARR__DT_BF16) GPUARR__CAST_FROM(M, V, GPUARR__DT_F32)           \
+    GPUARR__CAST_FROM(M, V, GPUARR__DT_F64)
+#define GPUARR__CAST_FROM(M, V, row) GPUARR__CAST_FROM_I(M, V, row)
+#define GPUARR__CAST_FROM_I(M, V, S, sstr, sstore, ssize, skind, scat, slo, shi)                \
+    GPUARR__DTYPE_TABLE(M, (V, S, sstore, skind, scat))
+/* the two M: define a pair's function; fill its entry of table t */
+#define GPUARR__CAST_DEFINE(src, D, dstr, dstore, dsize, dkind, dcat, dlo, dhi)                \
+    GPUARR__CAST_DEFINE_I(GPUARR__UNPACK src, D, dstore, dkind, dlo, dhi)
+#define GPUARR__CAST_DEFINE_I(...) GPUARR__CAST_FN(__VA_ARGS__)
+#define GPUARR__CAST_SET(src, D, ...) GPUARR__CAST_SET_I(GPUARR__UNPACK src, D)
+#define GPUARR__CAST_SET_I(...) GPUARR__CAST_SET_II(__VA_ARGS__)
+#define GPUARR__CAST_SET_II(V, S, sstore, skind, scat, D) t[S][D] = gpuarr__cast_##V##_##S##_##D;
 
-/* gpuarr__host_casts_<isa>[src][dst]; row and column 0 (invalid dtype) are empty. */
-GPUARR__EXPAND(GPUARR__DTYPE_TABLE(GPUARR__CAST_ROW_DEFINE, gpuarr__isa_base))
-static const gpuarr__cast_fn gpuarr__host_casts_base[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT] = {
-    {NULL}, GPUARR__EXPAND(GPUARR__DTYPE_TABLE(GPUARR__CAST_ROW_ENTRY, gpuarr__isa_base))};
+/* gpuarr__host_casts_<isa>(t) fills t[src][dst] (row and column 0, the invalid dtype, are left
+   alone), by dtype value: the order of the lists cannot put a kernel in the wrong cell. */
+GPUARR__CAST_SOURCES(GPUARR__CAST_DEFINE, gpuarr__isa_base)
+static void gpuarr__host_casts_base(gpuarr__cast_fn t[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT]) {
+    GPUARR__CAST_SOURCES(GPUARR__CAST_SET, gpuarr__isa_base)
+}
 #ifdef GPUARR__HAVE_AVX2_CASTS
-GPUARR__EXPAND(GPUARR__DTYPE_TABLE(GPUARR__CAST_ROW_DEFINE, gpuarr__isa_avx2))
-static const gpuarr__cast_fn gpuarr__host_casts_avx2[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT] = {
-    {NULL}, GPUARR__EXPAND(GPUARR__DTYPE_TABLE(GPUARR__CAST_ROW_ENTRY, gpuarr__isa_avx2))};
-#endif
-
-#ifdef GPUARR__CAST_OPTIONS_PUSHED
-#pragma GCC pop_options
+GPUARR__CAST_SOURCES(GPUARR__CAST_DEFINE, gpuarr__isa_avx2)
+static void gpuarr__host_casts_avx2(gpuarr__cast_fn t[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT]) {
+    GPUARR__CAST_SOURCES(GPUARR__CAST_SET, gpuarr__isa_avx2)
+}
 #endif
 
 /* f32 -> f16 is the one cast the AVX2 kernels leave compute-bound; F16C does it in one
@@ -3751,15 +3762,16 @@ static gpuarr_result gpuarr__select_host_isa(const char *want) {
     if (want && gpuarr__streq_nocase(want, "avx2") && !avx2)
         return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "GPUARR_HOST_ISA=avx2, but this CPU or build lacks AVX2");
     if (want && gpuarr__streq_nocase(want, "baseline")) avx2 = false;
-    gpuarr__cast_table table = gpuarr__host_casts_base;
+    void (*fill)(gpuarr__cast_fn t[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT]) = gpuarr__host_casts_base;
     gpuarr__g.host_isa = "baseline";
 #ifdef GPUARR__HAVE_AVX2_CASTS
     if (avx2) {
-        table = gpuarr__host_casts_avx2;
+        fill = gpuarr__host_casts_avx2;
         gpuarr__g.host_isa = "avx2";
     }
 #endif
-    memcpy(gpuarr__g.host_casts, table, sizeof gpuarr__g.host_casts);
+    memset(gpuarr__g.host_casts, 0, sizeof gpuarr__g.host_casts);
+    fill(gpuarr__g.host_casts);
 #ifdef GPUARR__HAVE_F16C_CAST
     if (avx2 && gpuarr__cpu_has_f16c()) {
         gpuarr__g.host_casts[GPUARR_F32][GPUARR_F16] = gpuarr__cast_f32_f16_f16c;
