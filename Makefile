@@ -268,6 +268,7 @@ $(BUILD)/matrix/lto: gpuarr.c tests/compile/lto_main.c $(HEADERS)
 $(BUILD)/matrix/static-api: tests/compile/static_api.c $(HEADERS)
 	@mkdir -p $(@D)
 	$(CC) -std=c11 $(MATRIX_WARN) -I. $< -o $@ $(LIBS)
+	@if nm $@ | grep -q ' T gpuarr_'; then echo "compile test: GPUARR_STATIC left public functions global:"; nm $@ | grep ' T gpuarr_' | head -3; exit 1; fi
 	$@
 
 # Every ```c block of README.md compiles (programs also link and run): tools/readme-blocks.sh
