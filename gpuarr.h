@@ -18,7 +18,9 @@
  * =============================================================================================
  * HOW TO USE IT
  * =============================================================================================
- * Copy gpuarr.h and the backends/ folder into your project. In exactly ONE C (or C++) file:
+ * Copy gpuarr.h and the backends/ folder into your project (or `make install` them: they go to
+ * $(PREFIX)/include/gpuarr/, and programs include <gpuarr/gpuarr.h>). In exactly ONE C (or C++)
+ * file:
  *
  *     #define GPUARR_IMPLEMENTATION
  *     #include "gpuarr.h"
@@ -28,12 +30,16 @@
  *     cc -std=c11 app.c -lm -lpthread -ldl          (no CUDA or OpenCL library to link)
  *     nvcc -std=c++17 app.cu -ldl                   (the same, with your own kernels in it)
  *
+ * The implementation takes a while to compile (bench/results/compile.md), so it is best kept in
+ * a file of its own, like gpuarr.c, compiled once: with CUDA, `cc -std=c11 -O2 -c gpuarr.c` and
+ * `nvcc -std=c++17 app.cu gpuarr.o -lm -lpthread -ldl`, and editing a kernel does not recompile
+ * it (examples/custom_kernel.cu).
+ *
  * Defining GPUARR_IMPLEMENTATION after an earlier plain include in the same file still works
  * (the implementation sits outside the include guard); defining it twice in one translation unit
  * is harmless (the second is ignored). In strict ISO mode (-std=c11) the implementation needs
  * POSIX declarations the C library then hides (clock_gettime, madvise); it asks for them itself
- * when nothing was included before it, as in gpuarr.c (the implementation in its own file, the
- * cheapest way to build it: it takes a while to compile). Where a C library header or a plain
+ * when nothing was included before it, as in gpuarr.c. Where a C library header or a plain
  * include of gpuarr.h comes first in that file, put #define _DEFAULT_SOURCE (or _GNU_SOURCE)
  * above the first #include; the header stops with an #error saying so otherwise, rather than
  * build with a wall clock for events and no huge pages.
