@@ -1521,7 +1521,7 @@ static inline double gpuarr__bits_f64(uint64_t u) { double d; memcpy(&d, &u, 8);
 /* The 13 x 13 casts: GPUARR__CAST_SOURCES(M, V) calls M(src, <destination row>) for every pair,
    src being (V, S, sstore, skind, scat). The destinations are GPUARR__DTYPE_TABLE; the sources
    walk the same named rows, listed again here because GPUARR__DTYPE_TABLE cannot expand inside
-   itself. Same order as GPUARR__DTYPE_TABLE. */
+   itself (the count is checked below). */
 #define GPUARR__CAST_SOURCES(M, V)                                                             \
     GPUARR__CAST_FROM(M, V, GPUARR__DT_BOOL) GPUARR__CAST_FROM(M, V, GPUARR__DT_I8)            \
     GPUARR__CAST_FROM(M, V, GPUARR__DT_U8) GPUARR__CAST_FROM(M, V, GPUARR__DT_I16)             \
@@ -1540,6 +1540,9 @@ static inline double gpuarr__bits_f64(uint64_t u) { double d; memcpy(&d, &u, 8);
 #define GPUARR__CAST_SET(src, D, ...) GPUARR__CAST_SET_I(GPUARR__UNPACK src, D)
 #define GPUARR__CAST_SET_I(...) GPUARR__CAST_SET_II(__VA_ARGS__)
 #define GPUARR__CAST_SET_II(V, S, sstore, skind, scat, D) t[S][D] = gpuarr__cast_##V##_##S##_##D;
+
+GPUARR__STATIC_ASSERT(0 GPUARR__CAST_SOURCES(GPUARR__COUNT_ONE, ~) == (GPUARR_DTYPE_COUNT - 1) * (GPUARR_DTYPE_COUNT - 1),
+                      "GPUARR__CAST_SOURCES must name every row of GPUARR__DTYPE_TABLE");
 
 /* gpuarr__host_casts_<isa>(t) fills t[src][dst] (row and column 0, the invalid dtype, are left
    alone), by dtype value: the order of the lists cannot put a kernel in the wrong cell. */
