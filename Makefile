@@ -3,11 +3,14 @@
 #   make demo     build and run examples/quickstart.c on the best device found
 #   make test     install the Debian packages the tests need (as root; otherwise print the
 #                 apt-get line and stop), build everything, run the Criterion suite on every
-#                 device class present, and the compile tests (C11 gcc/clang, C++17, .cu)
+#                 device class present, and the compile tests (C11 gcc/clang, C++17, .cu, the
+#                 implementation at -O3 and with -flto, GPUARR_STATIC, the README's code, an
+#                 installed copy)
 #   make check    the suite under ASan+UBSan, the threaded tests under TSan, valgrind on the
 #                 examples
 #   make bench    tools/gpuarr-bench; prints a table (see bench/results/)
-#   make install  copy gpuarr.h and backends/ to $(PREFIX)/include
+#   make install  copy gpuarr.h and backends/ to $(PREFIX)/include/gpuarr (programs include
+#                 <gpuarr/gpuarr.h>); honours DESTDIR
 #   make clean
 #
 # CUDA and OpenCL are detected for the compile tests and later backends: CUDA_HOME (or
@@ -44,16 +47,18 @@ TEST_PACKAGES  := gcc g++ clang make libcriterion-dev \
 CHECK_PACKAGES := $(TEST_PACKAGES) valgrind
 
 .PHONY: all demo test check bench install clean deps-test deps-check info compile-tests \
-        run-tests run-asan run-tsan run-valgrind kernels kernels-check cuda-kernels
+        run-tests run-asan run-tsan run-valgrind kernels kernels-check cuda-kernels \
+        compile-matrix install-check readme-blocks
 
 CU_EXAMPLES := $(if $(NVCC),$(basename $(notdir $(wildcard examples/*.cu))))
 
 all: $(addprefix $(BUILD)/rel/examples/,$(EXAMPLES) $(CU_EXAMPLES)) $(addprefix $(BUILD)/rel/tools/,$(TOOLS))
 
-# .cu examples: nvcc compiles gpuarr.h's implementation into them (it is C++ there)
-$(BUILD)/rel/examples/%: examples/%.cu $(HEADERS)
+# .cu examples link the implementation compiled once as C (gpuarr.o), so a kernel edit
+# recompiles only the .cu file
+$(BUILD)/rel/examples/%: examples/%.cu $(BUILD)/rel/gpuarr.o
 	@mkdir -p $(@D)
-	$(NVCC) -std=c++17 -O2 -Werror all-warnings -I. $< -o $@ $(LIBS)
+	$(NVCC) -std=c++17 -O2 -Werror all-warnings -I. $< $(BUILD)/rel/gpuarr.o -o $@ $(LIBS)
 
 demo: $(BUILD)/rel/examples/quickstart
 	@$(BUILD)/rel/examples/quickstart
@@ -149,7 +154,7 @@ $(BUILD)/fake-cuda/libcuda.so.1: tests/fake_cuda/fake_cuda.c $(HEADERS)
 	$(CC) $(CFLAGS_REL) -fPIC -shared -fvisibility=hidden -I. -I$(CUDA_HOME)/include -Wl,-soname,libcuda.so.1 $< -o $@ -lpthread -lm
 FAKE_ENV := GPUARR_CUDA_LIBRARY=$(abspath $(BUILD))/fake-cuda/libcuda.so.1 GPUARR_CACHE_DIR=$(abspath $(BUILD))/fake-cuda/cache
 
-run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(BUILD)/rel/plugin/plugin_driver
+run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(BUILD)/rel/plugin/plugin_driver $(BUILD)/rel/tools/gpuarr-info
 	@set -e; for dev in $(TEST_DEVICES); do \
 	  for t in $(GENERIC_TESTS); do \
 	    echo "== $$t on $$dev"; \
@@ -207,9 +212,17 @@ cuda-kernels: $(BUILD)/rel/tools/cuda-ptx
 	$(BUILD)/rel/tools/cuda-ptx > $(BUILD)/gpuarr_cuda_ptx.h && mv $(BUILD)/gpuarr_cuda_ptx.h backends/gpuarr_cuda_ptx.h
 
 # The header as users compile it: C11 with gcc and clang, C++17, a .cu file, two translation
-# units, the implementation after a plain include, and the all-or-none allocator rule.
-compile-tests:
+# units, the implementation after a plain include, the all-or-none allocator rule, and the
+# implementation's POSIX calls whatever came before it (an #error where they would be hidden).
+# Then the optimizer matrix, the README's code blocks and an installed copy (below).
+POSIX_CALLS_USED = nm -u $(1) | grep -q clock_gettime && nm -u $(1) | grep -q madvise && ! nm -u $(1) | grep -q timespec_get || \
+  { echo "compile test: $(1) should call clock_gettime and madvise, not timespec_get:"; nm -u $(1) | grep -E 'clock_gettime|madvise|timespec_get'; exit 1; }
+compile-tests: compile-matrix readme-blocks install-check
 	@mkdir -p $(BUILD)/compile
+	@if $(CC) -std=c11 -I. -c tests/compile/libc_first.c -o $(BUILD)/compile/never.o 2>$(BUILD)/compile/libc-first.err; then \
+	  echo "compile test: the implementation after <stdio.h> in strict ISO mode should stop with an #error"; exit 1; fi
+	@grep -q "define _DEFAULT_SOURCE" $(BUILD)/compile/libc-first.err || { cat $(BUILD)/compile/libc-first.err; exit 1; }
+	$(CC) -std=c11 $(WARN) -D_DEFAULT_SOURCE -I. tests/compile/libc_first.c -o $(BUILD)/compile/libc-first $(LIBS)
 	$(CC) -std=c11 $(WARN) -I. tests/compile/compile_c.c -o $(BUILD)/compile/c11-gcc $(LIBS)
 	$(CLANG) -std=c11 $(WARN) -I. tests/compile/compile_c.c -o $(BUILD)/compile/c11-clang $(LIBS)
 	$(CXX) -std=c++17 $(WARN) -I. tests/compile/compile_cpp.cc -o $(BUILD)/compile/cxx17 $(LIBS)
@@ -237,6 +250,7 @@ compile-tests:
 	$(CC) -std=c11 $(WARN) -I$(BUILD)/compile/toy -I. -Itests/compile/toy tests/compile/toy_backend.c -o $(BUILD)/compile/toy-backend $(LIBS)
 	$(CC) -std=c11 $(WARN) -DGPUARR_NO_TOY -I$(BUILD)/compile/toy -I. -Itests/compile/toy tests/compile/toy_backend.c -o $(BUILD)/compile/toy-backend-left-out $(LIBS)
 	@$(BUILD)/compile/toy-backend && $(BUILD)/compile/toy-backend-left-out
+	@for p in c11-gcc c11-clang libc-first two-units; do $(call POSIX_CALLS_USED,$(BUILD)/compile/$$p); done
 ifneq ($(NVCC),)
 	$(NVCC) -std=c++17 -Werror all-warnings -I. tests/compile/compile_cu.cu -o $(BUILD)/compile/cu $(LIBS)
 	@$(BUILD)/compile/cu
@@ -250,6 +264,47 @@ else
 	@echo "compile test: .cu and CUDA declarations skipped: nvcc not found (set CUDA_HOME)"
 endif
 	@echo "compile tests passed"
+
+# The implementation under the optimizer and modes users build it with: warnings such as
+# -Wmaybe-uninitialized come from the optimizer, so each level finds its own. -O0 is covered by
+# compile-tests above and gcc -O2 by the build (CFLAGS_REL); here gcc -O3, clang -O2 and -O3,
+# g++ -O3, gcc -O3 -flto linked and run, and GPUARR_STATIC. One target per variant, compile only
+# where that suffices: `make -j2 compile-matrix` runs them side by side.
+MATRIX_WARN := $(WARN) -Wredundant-decls
+MATRIX := gcc-O3.o clang-O2.o clang-O3.o gxx-O3.o lto static-api
+compile-matrix: $(addprefix $(BUILD)/matrix/,$(MATRIX))
+	@echo "compile matrix: gcc -O3, clang -O2/-O3, g++ -O3, gcc -O3 -flto, GPUARR_STATIC: no warnings"
+$(BUILD)/matrix/gcc-O3.o: gpuarr.c $(HEADERS)
+	@mkdir -p $(@D)
+	$(CC) -std=c11 -O3 $(MATRIX_WARN) -I. -c $< -o $@
+$(BUILD)/matrix/clang-%.o: gpuarr.c $(HEADERS)
+	@mkdir -p $(@D)
+	$(CLANG) -std=c11 -$* $(MATRIX_WARN) -I. -c $< -o $@
+$(BUILD)/matrix/gxx-O3.o: gpuarr.c $(HEADERS)
+	@mkdir -p $(@D)
+	$(CXX) -std=c++17 -O3 $(MATRIX_WARN) -I. -x c++ -c $< -o $@
+$(BUILD)/matrix/lto: gpuarr.c tests/compile/lto_main.c $(HEADERS)
+	@mkdir -p $(@D)
+	$(CC) -std=c11 -O3 -flto=auto $(MATRIX_WARN) -I. gpuarr.c tests/compile/lto_main.c -o $@ $(LIBS)
+	$@
+$(BUILD)/matrix/static-api: tests/compile/static_api.c $(HEADERS)
+	@mkdir -p $(@D)
+	$(CC) -std=c11 $(MATRIX_WARN) -I. $< -o $@ $(LIBS)
+	@if nm $@ | grep -q ' T gpuarr_'; then echo "compile test: GPUARR_STATIC left public functions global:"; nm $@ | grep ' T gpuarr_' | head -3; exit 1; fi
+	$@
+
+# Every ```c block of README.md compiles (programs also link and run): tools/readme-blocks.sh
+# says how a block is taken.
+readme-blocks: $(BUILD)/rel/gpuarr.o
+	@CC="$(CC)" LIBS="$(LIBS)" tools/readme-blocks.sh README.md $(BUILD)/readme $(BUILD)/rel/gpuarr.o
+
+# `make install` into a scratch DESTDIR, and a program built with only that include directory.
+INSTALL_CHECK := $(BUILD)/install-check
+install-check:
+	@rm -rf $(INSTALL_CHECK)
+	@$(MAKE) --no-print-directory install DESTDIR=$(abspath $(INSTALL_CHECK)) PREFIX=/usr >/dev/null
+	$(CC) -std=c11 $(WARN) -I$(INSTALL_CHECK)/usr/include tests/compile/installed.c -o $(INSTALL_CHECK)/installed $(LIBS)
+	@$(INSTALL_CHECK)/installed
 
 # --- sanitizers -----------------------------------------------------------------------------
 check: deps-check
@@ -304,10 +359,12 @@ run-valgrind: $(addprefix $(BUILD)/rel/examples/,$(EXAMPLES)) $(BUILD)/rel/tools
 bench: $(BUILD)/rel/tools/gpuarr-bench
 	$(BUILD)/rel/tools/gpuarr-bench
 
+# Under include/gpuarr/, not include/: "backends/" is too common a name to put at the top. The
+# header finds its backends/ next to itself, wherever that is.
 install:
-	install -d $(DESTDIR)$(PREFIX)/include/backends
-	install -m 644 gpuarr.h $(DESTDIR)$(PREFIX)/include/
-	install -m 644 backends/*.h $(DESTDIR)$(PREFIX)/include/backends/
+	install -d $(DESTDIR)$(PREFIX)/include/gpuarr/backends
+	install -m 644 gpuarr.h $(DESTDIR)$(PREFIX)/include/gpuarr/
+	install -m 644 backends/*.h $(DESTDIR)$(PREFIX)/include/gpuarr/backends/
 
 clean:
 	rm -rf $(BUILD)

@@ -25,7 +25,9 @@
  * =============================================================================================
  * HOW TO USE IT
  * =============================================================================================
- * Copy gpuarr.h and the backends/ folder into your project. In exactly ONE C (or C++) file:
+ * Copy gpuarr.h and the backends/ folder into your project (or `make install` them: they go to
+ * $(PREFIX)/include/gpuarr/, and programs include <gpuarr/gpuarr.h>). In exactly ONE C (or C++)
+ * file:
  *
  *     #define GPUARR_IMPLEMENTATION
  *     #include "gpuarr.h"
@@ -35,11 +37,22 @@
  *     cc -std=c11 app.c -lm -lpthread -ldl          (no CUDA or OpenCL library to link)
  *     nvcc -std=c++17 app.cu -ldl                   (the same, with your own kernels in it)
  *
+ * The implementation takes a while to compile (bench/results/compile.md), so it is best kept in
+ * a file of its own, like gpuarr.c, compiled once: with CUDA, `cc -std=c11 -O2 -c gpuarr.c` and
+ * `nvcc -std=c++17 app.cu gpuarr.o -lm -lpthread -ldl`, and editing a kernel does not recompile
+ * it (examples/custom_kernel.cu).
+ *
  * Defining GPUARR_IMPLEMENTATION after an earlier plain include in the same file still works
  * (the implementation sits outside the include guard); defining it twice in one translation unit
- * is harmless (the second is ignored). Do not compile the implementation with -ffast-math: the
- * conversion rules below depend on IEEE NaN and infinity handling, and the header refuses to
- * build that way.
+ * is harmless (the second is ignored). In strict ISO mode (-std=c11) the implementation needs
+ * POSIX declarations the C library then hides (clock_gettime, madvise); it asks for them itself
+ * when nothing was included before it, as in gpuarr.c. Where a C library header or a plain
+ * include of gpuarr.h comes first in that file, put #define _DEFAULT_SOURCE (or _GNU_SOURCE)
+ * above the first #include; the header stops with an #error saying so otherwise, rather than
+ * build with a wall clock for events and no huge pages.
+ *
+ * Do not compile the implementation with -ffast-math: the conversion rules below depend on IEEE
+ * NaN and infinity handling, and the header refuses to build that way.
  *
  * A minimal program:
  *
@@ -67,6 +80,9 @@
  *   GPUARR_MALLOC(size)      replace malloc for every allocation the library makes; must be
  *   GPUARR_FREE(ptr)         defined together with GPUARR_FREE (all or none, else #error)
  *   GPUARR_API               storage/visibility of public functions (default: nothing = extern)
+ *   GPUARR_STATIC            make the public functions static, for a program whose only unit
+ *                            using gpuarr has the implementation; unused ones draw no warning
+ *                            (plain GPUARR_API=static warns about each one not called)
  *   GPUARR_NO_CUDA           leave the CUDA backend out
  *   GPUARR_NO_OPENCL         leave the OpenCL backend out
  *   GPUARR_NO_RUNTIME_LINKING  link the backends' libraries (-lcuda, -lOpenCL) instead of loading
@@ -307,7 +323,9 @@
 
 /* In strict ISO mode (-std=c11) the C library hides the POSIX and Linux declarations the
    implementation needs (clock_gettime, madvise). Ask for them in that mode only, and only in the
-   implementation's unit: in GNU mode the user's feature macros are left alone. */
+   implementation's unit: in GNU mode the user's feature macros are left alone. This works only
+   before the first C library header (glibc reads feature macros once); the implementation stops
+   with an #error where it came too late. */
 #if defined(GPUARR_IMPLEMENTATION) && defined(__STRICT_ANSI__) && !defined(_POSIX_C_SOURCE) && \
     !defined(_GNU_SOURCE) && !defined(_XOPEN_SOURCE) && !defined(_DEFAULT_SOURCE)
 #define _DEFAULT_SOURCE 1
@@ -324,6 +342,16 @@
 
 #define GPUARR_MAX_DIMS 8
 
+/* GPUARR_STATIC: every public function static to the one unit that has the implementation. The
+   attribute keeps gcc and clang from warning about each one the unit does not call (a plain
+   -DGPUARR_API=static draws one -Wunused-function per public function). */
+#if defined(GPUARR_STATIC) && !defined(GPUARR_API)
+#if defined(__GNUC__) || defined(__clang__)
+#define GPUARR_API static __attribute__((unused))
+#else
+#define GPUARR_API static
+#endif
+#endif
 #ifndef GPUARR_API
 #define GPUARR_API
 #endif
@@ -364,22 +392,34 @@ typedef enum gpuarr_result {
  *   lo hi  range of the integer types (0 for the others)
  * bool is stored as one byte; f16 and bf16 as their 16 bits (gpuarr_f16 / gpuarr_bf16 below).
  * Every token is an enumerator, a type or a gpuarr__ name, so no user macro can change the
- * table. The `c` parameter is passed through to M, so that the list can be crossed with itself.
+ * table. The `c` parameter is passed through to M. The rows are named (GPUARR__DT_*) so that the
+ * implementation can walk them a second time inside this table's expansion (the cast table
+ * crosses the dtypes with themselves; a macro is not expanded inside its own expansion).
  * ------------------------------------------------------------------------------------------- */
+#define GPUARR__DT_BOOL GPUARR_BOOL, "bool", uint8_t, 1, gpuarr__k_bool, int32_t, 0, 1
+#define GPUARR__DT_I8 GPUARR_I8, "i8", int8_t, 1, gpuarr__k_int, int32_t, INT8_MIN, INT8_MAX
+#define GPUARR__DT_U8 GPUARR_U8, "u8", uint8_t, 1, gpuarr__k_int, int32_t, 0, UINT8_MAX
+#define GPUARR__DT_I16 GPUARR_I16, "i16", int16_t, 2, gpuarr__k_int, int32_t, INT16_MIN, INT16_MAX
+#define GPUARR__DT_U16 GPUARR_U16, "u16", uint16_t, 2, gpuarr__k_int, int32_t, 0, UINT16_MAX
+#define GPUARR__DT_I32 GPUARR_I32, "i32", int32_t, 4, gpuarr__k_int, int32_t, INT32_MIN, INT32_MAX
+#define GPUARR__DT_U32 GPUARR_U32, "u32", uint32_t, 4, gpuarr__k_int, uint32_t, 0, UINT32_MAX
+#define GPUARR__DT_I64 GPUARR_I64, "i64", int64_t, 8, gpuarr__k_int, int64_t, INT64_MIN, INT64_MAX
+#define GPUARR__DT_U64 GPUARR_U64, "u64", uint64_t, 8, gpuarr__k_int, uint64_t, 0, UINT64_MAX
+#define GPUARR__DT_F16 GPUARR_F16, "f16", uint16_t, 2, gpuarr__k_f16, float, 0, 0
+#define GPUARR__DT_BF16 GPUARR_BF16, "bf16", uint16_t, 2, gpuarr__k_bf16, float, 0, 0
+#define GPUARR__DT_F32 GPUARR_F32, "f32", float, 4, gpuarr__k_f32, float, 0, 0
+#define GPUARR__DT_F64 GPUARR_F64, "f64", double, 8, gpuarr__k_f64, double, 0, 0
 #define GPUARR__DTYPE_TABLE(M, c)                                                              \
-    M(c, GPUARR_BOOL, "bool", uint8_t, 1, gpuarr__k_bool, int32_t, 0, 1)                       \
-    M(c, GPUARR_I8, "i8", int8_t, 1, gpuarr__k_int, int32_t, INT8_MIN, INT8_MAX)               \
-    M(c, GPUARR_U8, "u8", uint8_t, 1, gpuarr__k_int, int32_t, 0, UINT8_MAX)                    \
-    M(c, GPUARR_I16, "i16", int16_t, 2, gpuarr__k_int, int32_t, INT16_MIN, INT16_MAX)          \
-    M(c, GPUARR_U16, "u16", uint16_t, 2, gpuarr__k_int, int32_t, 0, UINT16_MAX)                \
-    M(c, GPUARR_I32, "i32", int32_t, 4, gpuarr__k_int, int32_t, INT32_MIN, INT32_MAX)          \
-    M(c, GPUARR_U32, "u32", uint32_t, 4, gpuarr__k_int, uint32_t, 0, UINT32_MAX)               \
-    M(c, GPUARR_I64, "i64", int64_t, 8, gpuarr__k_int, int64_t, INT64_MIN, INT64_MAX)          \
-    M(c, GPUARR_U64, "u64", uint64_t, 8, gpuarr__k_int, uint64_t, 0, UINT64_MAX)               \
-    M(c, GPUARR_F16, "f16", uint16_t, 2, gpuarr__k_f16, float, 0, 0)                           \
-    M(c, GPUARR_BF16, "bf16", uint16_t, 2, gpuarr__k_bf16, float, 0, 0)                        \
-    M(c, GPUARR_F32, "f32", float, 4, gpuarr__k_f32, float, 0, 0)                              \
-    M(c, GPUARR_F64, "f64", double, 8, gpuarr__k_f64, double, 0, 0)
+    GPUARR__DT_ROW(M, c, GPUARR__DT_BOOL) GPUARR__DT_ROW(M, c, GPUARR__DT_I8)                  \
+    GPUARR__DT_ROW(M, c, GPUARR__DT_U8) GPUARR__DT_ROW(M, c, GPUARR__DT_I16)                   \
+    GPUARR__DT_ROW(M, c, GPUARR__DT_U16) GPUARR__DT_ROW(M, c, GPUARR__DT_I32)                  \
+    GPUARR__DT_ROW(M, c, GPUARR__DT_U32) GPUARR__DT_ROW(M, c, GPUARR__DT_I64)                  \
+    GPUARR__DT_ROW(M, c, GPUARR__DT_U64) GPUARR__DT_ROW(M, c, GPUARR__DT_F16)                  \
+    GPUARR__DT_ROW(M, c, GPUARR__DT_BF16) GPUARR__DT_ROW(M, c, GPUARR__DT_F32)                 \
+    GPUARR__DT_ROW(M, c, GPUARR__DT_F64)
+/* the row's name expands to its columns before M sees them */
+#define GPUARR__DT_ROW(M, c, row) GPUARR__DT_ROW_I(M, c, row)
+#define GPUARR__DT_ROW_I(M, c, ...) M(c, __VA_ARGS__)
 
 /* The public form: X(NAME, str, store, size, kind, cat, lo, hi), e.g. for a switch:
        #define CASE(NAME, str, ...) case NAME: return str;   GPUARR_DTYPE_LIST(CASE)        */
@@ -981,6 +1021,12 @@ static inline gpuarr_result gpuarr_opencl_wrap_queue(gpuarr_device d, cl_command
 #include <time.h>
 #include <unistd.h>
 
+/* Without these the implementation would quietly time events with the wall clock and lose huge
+   pages: refuse instead. */
+#if !defined(CLOCK_MONOTONIC) || (defined(__linux__) && !defined(MADV_HUGEPAGE))
+#error "gpuarr: the implementation needs clock_gettime and madvise, which this unit's feature macros hide (in strict ISO mode a C library header, or a plain #include of gpuarr.h, came before the implementation). Put #define _DEFAULT_SOURCE (or _GNU_SOURCE) above the first #include of this file, or compile the implementation in its own file as gpuarr.c does"
+#endif
+
 /* ---------------------------------------------------------------------------------------------
  * Portability: the implementation compiles as C11, C++17 and inside .cu files.
  * ------------------------------------------------------------------------------------------- */
@@ -1013,14 +1059,7 @@ GPUARR__STATIC_ASSERT(sizeof(void *) == 8, "gpuarr needs a 64-bit system");
 GPUARR__STATIC_ASSERT(0 GPUARR_RESULT_LIST(GPUARR__COUNT_ONE) == GPUARR_RESULT_COUNT,
                       "GPUARR_RESULT_COUNT does not match GPUARR_RESULT_LIST");
 
-/* Deferred expansion lets a list be crossed with itself (the cast table): a macro is not
-   expanded inside its own expansion, so the inner use is spelled through an indirection that
-   only resolves on the next scan, which GPUARR__EXPAND provides. */
-#define GPUARR__EMPTY()
-#define GPUARR__DEFER(m) m GPUARR__EMPTY()
-#define GPUARR__EXPAND(...) __VA_ARGS__
 #define GPUARR__UNPACK(...) __VA_ARGS__
-#define GPUARR__DTYPE_TABLE_INDIRECT() GPUARR__DTYPE_TABLE
 
 /* ---------------------------------------------------------------------------------------------
  * Internal types shared by the core and the backends
@@ -1032,9 +1071,8 @@ typedef struct gpuarr__event gpuarr__event;
 typedef struct gpuarr__array gpuarr__array;
 typedef struct gpuarr__backend gpuarr__backend;
 
-/* A host cast kernel, and a table of them indexed [src dtype][dst dtype]. */
+/* A host cast kernel (tables of them are indexed [src dtype][dst dtype]). */
 typedef void (*gpuarr__cast_fn)(const void *src, void *dst, size_t n);
-typedef const gpuarr__cast_fn (*gpuarr__cast_table)[GPUARR_DTYPE_COUNT];
 
 /* Reference-counted objects behind handles; destroy runs when the count reaches zero. */
 struct gpuarr__obj {
@@ -1455,6 +1493,14 @@ static gpuarr_result gpuarr__fail(gpuarr_result r, const char *fmt, ...) {
     gpuarr__tls.error_formatted = false;
     return r;
 }
+/* The same, with the result visible to the caller's optimizer: gcc cannot see through the
+   varargs call that r comes back, so at -O3 it thought out-parameters of functions that fail
+   through here could be read unset (-Wmaybe-uninitialized). r must have no side effects. */
+static inline gpuarr_result gpuarr__second(gpuarr_result first, gpuarr_result second) {
+    GPUARR__UNUSED(first);
+    return second;
+}
+#define gpuarr__fail(r, ...) gpuarr__second(gpuarr__fail((r), __VA_ARGS__), (gpuarr_result)(r))
 
 static bool gpuarr__initialized(void) { return GPUARR__ATOMIC_LOAD(&gpuarr__g.valid) != 0; }
 
@@ -1522,8 +1568,8 @@ static void *gpuarr__aligned_malloc(size_t size, size_t align) {
 }
 
 /* Large host blocks ask for transparent huge pages: first touch of 128 MiB took 67 ms with 4 KiB
-   pages and 16 ms with 2 MiB ones on the development machine. Needs MADV_HUGEPAGE (GNU mode or
-   _GNU_SOURCE, as gpuarr.c sets); a no-op elsewhere. */
+   pages and 16 ms with 2 MiB ones on the development machine. A no-op where the system has no
+   MADV_HUGEPAGE (on Linux its absence is an #error above). */
 static void gpuarr__advise_huge_pages(void *ptr, size_t size) {
 #if defined(MADV_HUGEPAGE)
     const uintptr_t page = 4096;
@@ -1558,14 +1604,10 @@ static void gpuarr__copy_string(char *dst, size_t cap, const char *src) {
     dst[n] = '\0';
 }
 
-/* Monotonic milliseconds; the wall clock stands in when strict ISO mode hides clock_gettime. */
+/* Monotonic milliseconds. */
 static double gpuarr__now_ms(void) {
     struct timespec ts;
-#if defined(_POSIX_C_SOURCE) && _POSIX_C_SOURCE >= 199309L && defined(CLOCK_MONOTONIC)
     clock_gettime(CLOCK_MONOTONIC, &ts);
-#else
-    timespec_get(&ts, TIME_UTC);
-#endif
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
@@ -1629,48 +1671,58 @@ static inline double gpuarr__bits_f64(uint64_t u) { double d; memcpy(&d, &u, 8);
 #define GPUARR__CAST_ATTR_gpuarr__isa_base
 #define GPUARR__CAST_ATTR_gpuarr__isa_avx2 __attribute__((target("avx2")))
 
-/* gcc's -O2 cost model ("very cheap") leaves loops that mix element widths scalar; ask for the
-   normal one on these loops only. clang vectorizes them at -O2 already. */
-#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
-#pragma GCC push_options
-#pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic")
-#define GPUARR__CAST_OPTIONS_PUSHED 1
-#endif
-
-#define GPUARR__CAST_DEFINE(V, S, sstr, sstore, ssize, skind, scat, slo, shi, D, dstr, dstore,  \
-                            dsize, dkind, dcat, dlo, dhi)                                      \
-    static GPUARR__CAST_ATTR_##V void gpuarr__cast_##V##_##S##_##D(const void *src, void *dst, size_t n) { \
-        const sstore *GPUARR__RESTRICT s = (const sstore *)src;                                \
-        dstore *GPUARR__RESTRICT d = (dstore *)dst;                                            \
+/* gcc -O2's cost model ("very cheap") vectorizes only what needs no run-time alias check: the
+   restrict parameters (gcc ignores restrict on the local pointers) spare it that, so the inner
+   blocks vectorize with the user's flags, no `#pragma GCC optimize`. The tails stay scalar. */
+#define GPUARR__CAST_FN(V, S, sstore, skind, scat, D, dstore, dkind, dlo, dhi)                 \
+    static GPUARR__CAST_ATTR_##V void gpuarr__cast_##V##_##S##_##D(const void *GPUARR__RESTRICT src, \
+                                                                 void *GPUARR__RESTRICT dst, size_t n) { \
+        const sstore *s = (const sstore *)src;                                                 \
+        dstore *d = (dstore *)dst;                                                             \
         size_t i = 0;                                                                          \
         for (; i + GPUARR__CAST_BLOCK <= n; i += GPUARR__CAST_BLOCK)                           \
             for (size_t j = 0; j < GPUARR__CAST_BLOCK; j++)                                    \
                 d[i + j] = GPUARR_K_CONVERT_ONE(skind, scat, dkind, dstore, dlo, dhi, s[i + j]); \
         for (; i < n; i++) d[i] = GPUARR_K_CONVERT_ONE(skind, scat, dkind, dstore, dlo, dhi, s[i]); \
     }
-#define GPUARR__CAST_CELL_DEFINE_I(...) GPUARR__CAST_DEFINE(__VA_ARGS__)
-#define GPUARR__CAST_CELL_DEFINE(src, ...) GPUARR__CAST_CELL_DEFINE_I(GPUARR__UNPACK src, __VA_ARGS__)
-#define GPUARR__CAST_ROW_DEFINE(V, ...)                                                        \
-    GPUARR__DEFER(GPUARR__DTYPE_TABLE_INDIRECT)()(GPUARR__CAST_CELL_DEFINE, (V, __VA_ARGS__))
 
-#define GPUARR__CAST_CELL_ENTRY_II(V, S, sstr, sstore, ssize, skind, scat, slo, shi, D) gpuarr__cast_##V##_##S##_##D,
-#define GPUARR__CAST_CELL_ENTRY_I(...) GPUARR__CAST_CELL_ENTRY_II(__VA_ARGS__)
-#define GPUARR__CAST_CELL_ENTRY(src, D, ...) GPUARR__CAST_CELL_ENTRY_I(GPUARR__UNPACK src, D)
-#define GPUARR__CAST_ROW_ENTRY(V, ...)                                                         \
-    {NULL, GPUARR__DEFER(GPUARR__DTYPE_TABLE_INDIRECT)()(GPUARR__CAST_CELL_ENTRY, (V, __VA_ARGS__))},
+/* The 13 x 13 casts: GPUARR__CAST_SOURCES(M, V) calls M(src, <destination row>) for every pair,
+   src being (V, S, sstore, skind, scat). The destinations are GPUARR__DTYPE_TABLE; the sources
+   walk the same named rows, listed again here because GPUARR__DTYPE_TABLE cannot expand inside
+   itself (the count is checked below). */
+#define GPUARR__CAST_SOURCES(M, V)                                                             \
+    GPUARR__CAST_FROM(M, V, GPUARR__DT_BOOL) GPUARR__CAST_FROM(M, V, GPUARR__DT_I8)            \
+    GPUARR__CAST_FROM(M, V, GPUARR__DT_U8) GPUARR__CAST_FROM(M, V, GPUARR__DT_I16)             \
+    GPUARR__CAST_FROM(M, V, GPUARR__DT_U16) GPUARR__CAST_FROM(M, V, GPUARR__DT_I32)            \
+    GPUARR__CAST_FROM(M, V, GPUARR__DT_U32) GPUARR__CAST_FROM(M, V, GPUARR__DT_I64)            \
+    GPUARR__CAST_FROM(M, V, GPUARR__DT_U64) GPUARR__CAST_FROM(M, V, GPUARR__DT_F16)            \
+    GPUARR__CAST_FROM(M, V, GPUARR__DT_BF16) GPUARR__CAST_FROM(M, V, GPUARR__DT_F32)           \
+    GPUARR__CAST_FROM(M, V, GPUARR__DT_F64)
+#define GPUARR__CAST_FROM(M, V, row) GPUARR__CAST_FROM_I(M, V, row)
+#define GPUARR__CAST_FROM_I(M, V, S, sstr, sstore, ssize, skind, scat, slo, shi)                \
+    GPUARR__DTYPE_TABLE(M, (V, S, sstore, skind, scat))
+/* the two M: define a pair's function; fill its entry of table t */
+#define GPUARR__CAST_DEFINE(src, D, dstr, dstore, dsize, dkind, dcat, dlo, dhi)                \
+    GPUARR__CAST_DEFINE_I(GPUARR__UNPACK src, D, dstore, dkind, dlo, dhi)
+#define GPUARR__CAST_DEFINE_I(...) GPUARR__CAST_FN(__VA_ARGS__)
+#define GPUARR__CAST_SET(src, D, ...) GPUARR__CAST_SET_I(GPUARR__UNPACK src, D)
+#define GPUARR__CAST_SET_I(...) GPUARR__CAST_SET_II(__VA_ARGS__)
+#define GPUARR__CAST_SET_II(V, S, sstore, skind, scat, D) t[S][D] = gpuarr__cast_##V##_##S##_##D;
 
-/* gpuarr__host_casts_<isa>[src][dst]; row and column 0 (invalid dtype) are empty. */
-GPUARR__EXPAND(GPUARR__DTYPE_TABLE(GPUARR__CAST_ROW_DEFINE, gpuarr__isa_base))
-static const gpuarr__cast_fn gpuarr__host_casts_base[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT] = {
-    {NULL}, GPUARR__EXPAND(GPUARR__DTYPE_TABLE(GPUARR__CAST_ROW_ENTRY, gpuarr__isa_base))};
+GPUARR__STATIC_ASSERT(0 GPUARR__CAST_SOURCES(GPUARR__COUNT_ONE, ~) == (GPUARR_DTYPE_COUNT - 1) * (GPUARR_DTYPE_COUNT - 1),
+                      "GPUARR__CAST_SOURCES must name every row of GPUARR__DTYPE_TABLE");
+
+/* gpuarr__host_casts_<isa>(t) fills t[src][dst] (row and column 0, the invalid dtype, are left
+   alone), by dtype value: the order of the lists cannot put a kernel in the wrong cell. */
+GPUARR__CAST_SOURCES(GPUARR__CAST_DEFINE, gpuarr__isa_base)
+static void gpuarr__host_casts_base(gpuarr__cast_fn t[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT]) {
+    GPUARR__CAST_SOURCES(GPUARR__CAST_SET, gpuarr__isa_base)
+}
 #ifdef GPUARR__HAVE_AVX2_CASTS
-GPUARR__EXPAND(GPUARR__DTYPE_TABLE(GPUARR__CAST_ROW_DEFINE, gpuarr__isa_avx2))
-static const gpuarr__cast_fn gpuarr__host_casts_avx2[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT] = {
-    {NULL}, GPUARR__EXPAND(GPUARR__DTYPE_TABLE(GPUARR__CAST_ROW_ENTRY, gpuarr__isa_avx2))};
-#endif
-
-#ifdef GPUARR__CAST_OPTIONS_PUSHED
-#pragma GCC pop_options
+GPUARR__CAST_SOURCES(GPUARR__CAST_DEFINE, gpuarr__isa_avx2)
+static void gpuarr__host_casts_avx2(gpuarr__cast_fn t[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT]) {
+    GPUARR__CAST_SOURCES(GPUARR__CAST_SET, gpuarr__isa_avx2)
+}
 #endif
 
 /* f32 -> f16 is the one cast the AVX2 kernels leave compute-bound; F16C does it in one
@@ -1979,7 +2031,7 @@ static uint32_t gpuarr__handle_decode(const uint32_t key[4], uint32_t id) {
 /* A fresh permutation key for one table and init cycle, from the clock and addresses (ASLR). */
 static void gpuarr__handle_key(uint32_t kind, uint32_t key[4]) {
     struct timespec ts;
-    timespec_get(&ts, TIME_UTC);
+    clock_gettime(CLOCK_REALTIME, &ts);
     uint64_t x = (uint64_t)ts.tv_sec * 1000003u ^ (uint64_t)ts.tv_nsec ^ (uint64_t)(uintptr_t)&ts << 16 ^
                  (uint64_t)(uintptr_t)&gpuarr__g ^ (uint64_t)gpuarr__g.epoch << 48 ^ (uint64_t)kind << 56;
     for (int i = 0; i < 4; i++) { /* splitmix64 */
@@ -2118,7 +2170,9 @@ static gpuarr__obj *gpuarr__table_lookup(gpuarr__table *t, uint32_t id) {
 /* Looks id up and returns its object with an internal reference the caller must drop. */
 static gpuarr_result gpuarr__table_get(gpuarr__table *t, uint32_t id, const char *arg, gpuarr__obj **out) {
     *out = gpuarr__table_lookup(t, id);
-    return *out ? GPUARR_OK : gpuarr__table_reject(t, id, arg);
+    if (*out) return GPUARR_OK;
+    gpuarr__table_reject(t, id, arg); /* always INVALID_HANDLE; said here so the optimizer knows */
+    return GPUARR_ERROR_INVALID_HANDLE;
 }
 
 static gpuarr_result gpuarr__table_retain(gpuarr__table *t, uint32_t id, const char *arg) {
@@ -3008,8 +3062,6 @@ static gpuarr_result gpuarr__pool_new_segment(gpuarr__pool *p, size_t size, size
     return GPUARR_OK;
 }
 
-static void gpuarr__collect_device(gpuarr__dev *d);
-
 /* One rung of the ladder: try the cache, then the backend. */
 static gpuarr_result gpuarr__pool_try(gpuarr__pool *p, size_t size, size_t requested, bool small, uint64_t serial, gpuarr__block **out) {
     pthread_mutex_lock(&p->lock);
@@ -3312,8 +3364,6 @@ static gpuarr_result gpuarr__array_alloc_struct(gpuarr__dev *d, gpuarr_dtype t, 
     *out = a;
     return GPUARR_OK;
 }
-
-static gpuarr__dev *gpuarr__host_dev(void);
 
 /* A new array with memory from d's pool (none for an empty array), not yet behind a handle. s:
    the stream that will write it (NULL when the host will). With the host fallback on, an array
@@ -4084,15 +4134,16 @@ static gpuarr_result gpuarr__select_host_isa(int want) {
     if (want == GPUARR__ISA_AVX2 && !avx2)
         return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "GPUARR_HOST_ISA=avx2, but this CPU or build lacks AVX2");
     if (want == GPUARR__ISA_BASELINE) avx2 = false;
-    gpuarr__cast_table table = gpuarr__host_casts_base;
+    void (*fill)(gpuarr__cast_fn t[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT]) = gpuarr__host_casts_base;
     gpuarr__g.host_isa = "baseline";
 #ifdef GPUARR__HAVE_AVX2_CASTS
     if (avx2) {
-        table = gpuarr__host_casts_avx2;
+        fill = gpuarr__host_casts_avx2;
         gpuarr__g.host_isa = "avx2";
     }
 #endif
-    memcpy(gpuarr__g.host_casts, table, sizeof gpuarr__g.host_casts);
+    memset(gpuarr__g.host_casts, 0, sizeof gpuarr__g.host_casts);
+    fill(gpuarr__g.host_casts);
 #ifdef GPUARR__HAVE_F16C_CAST
     if (avx2 && gpuarr__cpu_has_f16c()) {
         gpuarr__g.host_casts[GPUARR_F32][GPUARR_F16] = gpuarr__cast_f32_f16_f16c;

@@ -1,12 +1,15 @@
 // custom_kernel: your own CUDA kernel on gpuarr arrays, on a gpuarr stream.
 //
-//   nvcc -std=c++17 -O2 -I.. custom_kernel.cu -o custom_kernel -ldl      (make builds it when
-//   nvcc is found: build/rel/examples/custom_kernel)
+//   cc -std=c11 -O2 -I.. -c ../gpuarr.c                   (once: the implementation, in C)
+//   nvcc -std=c++17 -O2 -I.. custom_kernel.cu gpuarr.o -o custom_kernel -lm -lpthread -ldl
+//
+// (make builds it when nvcc is found: build/rel/examples/custom_kernel.) The implementation is
+// kept out of the .cu file: it takes a while to compile, and then editing a kernel recompiles
+// only this file. The header's declarations are extern "C", so the C object links as it is.
 //
 // gpuarr uses each GPU's primary context, the one the CUDA runtime uses, so the pointers and
 // streams it hands out are ordinary runtime pointers and cudaStream_t's. On a machine without a
 // CUDA GPU it says so and exits 0.
-#define GPUARR_IMPLEMENTATION
 #include "gpuarr.h"
 
 #include <cmath>
@@ -61,10 +64,15 @@ int main() {
     CHECK(gpuarr_cuda_ptr(x, (void **)&xp));
     CHECK(gpuarr_cuda_ptr(y, (void **)&yp));
     saxpy<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(2.0f, xp, yp, n);
-    if (cudaGetLastError() != cudaSuccess) {
-        std::fprintf(stderr, "saxpy did not launch: %s\n", cudaGetErrorString(cudaGetLastError()));
+    cudaError_t launched = cudaGetLastError(); // reading it also resets it: read it once
+    if (launched != cudaSuccess) {
+        std::fprintf(stderr, "saxpy did not launch: %s\n", cudaGetErrorString(launched));
         return 1;
     }
+    // gpuarr did not run this work, so it is told which stream used its memory: x and y are not
+    // reused for another array before the kernel is done, even if released early
+    CHECK(gpuarr_array_record_stream(x, s));
+    CHECK(gpuarr_array_record_stream(y, s));
 
     // back to f64 on the host, ordered after the kernel because it is on the same stream
     gpuarr_array back;

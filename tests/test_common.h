@@ -16,6 +16,10 @@
 #if !defined(_POSIX_C_SOURCE) && !defined(_GNU_SOURCE)
 #define _POSIX_C_SOURCE 200809L
 #endif
+/* test_registry.c has the implementation after these headers (see HOW TO USE IT) */
+#ifndef _DEFAULT_SOURCE
+#define _DEFAULT_SOURCE 1
+#endif
 
 #include <criterion/criterion.h>
 #include <inttypes.h>

@@ -1,5 +1,6 @@
 /* Compile test, C11: the header included plainly first, then again with the implementation
    (which must still work), every _Generic association, scopes and the cleanup variant. */
+#define _DEFAULT_SOURCE 1 /* the plain include reads libc's feature macros: see HOW TO USE IT */
 #include "gpuarr.h"
 #define GPUARR_IMPLEMENTATION
 #include "gpuarr.h"

@@ -2,6 +2,7 @@
    Every entry point is assigned to a pointer of gpuarr's declared type: with -Werror a different
    signature does not compile. Compiled (not linked: that would need the driver) where the CUDA
    toolkit is. */
+#define _DEFAULT_SOURCE 1 /* <cuda.h> comes before the implementation: see HOW TO USE IT */
 #include <cuda.h>
 #include <nvrtc.h>
 #define GPUARR_IMPLEMENTATION

@@ -1,4 +1,5 @@
 /* Compile test: GPUARR_MALLOC / GPUARR_FREE replace every allocation the library makes. */
+#define _DEFAULT_SOURCE 1 /* libc headers come before the implementation: see HOW TO USE IT */
 #include <stdio.h>
 #include <stdlib.h>
 

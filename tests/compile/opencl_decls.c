@@ -1,4 +1,5 @@
 /* Compile test: the OpenCL backend's own declarations equal the official <CL/cl.h>. */
+#define _DEFAULT_SOURCE 1 /* <CL/cl.h> comes before the implementation: see HOW TO USE IT */
 #define CL_TARGET_OPENCL_VERSION 300
 #include <CL/cl.h>
 #include <CL/cl_ext.h>

@@ -138,6 +138,7 @@ static struct {
     fake_pinned *pinned;
     size_t pinned_count, pinned_cap;
     CUstream streams;
+    gpuarr__cast_fn casts[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT]; /* the host's portable kernels */
 } fake = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static __thread CUcontext fake_current;
@@ -306,6 +307,7 @@ FAKE_API CUresult cuInit(unsigned int flags) {
     if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&fake.lock);
     if (!fake.initialized) {
+        gpuarr__host_casts_base(fake.casts);
         fake.device_count = (int)fake_env_size("FAKE_CUDA_DEVICES", 2);
         if (fake.device_count > FAKE_MAX_DEVICES) fake.device_count = FAKE_MAX_DEVICES;
         fake.memory = fake_env_size("FAKE_CUDA_MEMORY", (size_t)1 << 30);
@@ -1044,7 +1046,7 @@ FAKE_API CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy,
     op->count = count;
     op->src_size = ss;
     op->dst_size = ds;
-    op->cast = gpuarr__host_casts_base[f->kernel.src][f->kernel.dst];
+    op->cast = fake.casts[f->kernel.src][f->kernel.dst];
     FAKE_RETURN(fake_enqueue(s, op));
 }
 
