@@ -158,6 +158,18 @@ static gpuarr_result gpuarr__host_cast(gpuarr__stream *s, void *dst, size_t dst_
     return GPUARR_OK;
 }
 
+static gpuarr_result gpuarr__host_cast_supported(gpuarr__dev *d, gpuarr_dtype dst_t, gpuarr_dtype src_t) {
+    GPUARR__UNUSED(d); GPUARR__UNUSED(dst_t); GPUARR__UNUSED(src_t);
+    return GPUARR_OK; /* the host reference casts every pair */
+}
+
+/* The stream's work is done already: run it now. */
+static gpuarr_result gpuarr__host_launch_host_fn(gpuarr__stream *s, gpuarr__host_fn fn, void *ctx) {
+    GPUARR__UNUSED(s);
+    fn(ctx);
+    return GPUARR_OK;
+}
+
 static gpuarr_result gpuarr__host_fill_zero(gpuarr__stream *s, void *dst, size_t dst_off, size_t bytes) {
     GPUARR__UNUSED(s);
     gpuarr__cpu_memzero((unsigned char *)dst + dst_off, bytes);
@@ -221,7 +233,7 @@ static void gpuarr__host_deactivate(gpuarr__dev *d, void *previous) { GPUARR__UN
 
 #define GPUARR__HOST_PROC(ret, name, params) gpuarr__host_##name,
 static const gpuarr__backend gpuarr__backend_host = {
-    GPUARR_BACKEND_HOST, "host", true, GPUARR__BACKEND_PROCS(GPUARR__HOST_PROC)};
+    GPUARR_BACKEND_HOST, "host", true, true, true, GPUARR__BACKEND_PROCS(GPUARR__HOST_PROC)};
 #undef GPUARR__HOST_PROC
 
 #endif /* GPUARR_HOST_BACKEND_INCLUDED */
