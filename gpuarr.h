@@ -134,9 +134,11 @@
  *     the quiet bit set and keeps the top bits of its payload (what x86 and ARM hardware do).
  * gpuarr_convert(src, dev, dtype, &out) with dev = src's device and dtype = src's dtype (or 0)
  * returns src itself, retained, without a copy. Otherwise the cast is done on the side of a
- * transfer that makes it narrower: narrowing casts run before data leaves the source device,
- * widening casts after it arrives. Large host casts and copies run on a small internal pool of
- * worker threads (GPUARR_THREADS).
+ * transfer that makes it narrower: narrowing casts (and casts between types of equal width) run
+ * before data leaves the source device, widening casts after it arrives. A cast that the device
+ * doing it cannot run (f64 on an OpenCL device without cl_khr_fp64) fails with
+ * GPUARR_ERROR_UNSUPPORTED before anything is allocated or moved. Large host casts and copies
+ * run on a small internal pool of worker threads (GPUARR_THREADS).
  *
  * =============================================================================================
  * STREAMS, EVENTS AND SCOPES
@@ -151,7 +153,12 @@
  * queued there is finished, and its stream dropped, when the thread exits. gpuarr_device_sync
  * waits for every thread's default stream and every stream made on the device. On the host
  * backend work runs to completion when it is enqueued, with the same API, ordering and errors.
- * Steps that run on the host (host-side casts) wait for their input first.
+ * In gpuarr_convert the steps that run on the host (host-side casts) wait for their input; in
+ * gpuarr_convert_async they are queued on the stream as host functions (cuLaunchHostFunc, an
+ * OpenCL event callback), which run once their input has arrived, so the call never waits for
+ * the device. Two exceptions wait: on CUDA without pinned memory left for the transfer the
+ * calling thread does the host's part, and on OpenCL devices that share the host's memory a
+ * copy maps the buffer (see OPENCL).
  *
  * Each thread has a current device (initially the "any" device) and a current stream (initially
  * none). GPUARR_WITH_DEVICE(dev) { ... } and GPUARR_WITH_STREAM(s) { ... } set them for the block
@@ -174,9 +181,10 @@
  * cudaHostRegister) are DMA on the stream. Larger ones from ordinary malloc memory go through
  * pinned staging (see MEMORY POOLS), and a cast that narrows runs on the GPU before the bytes
  * leave it. Between two GPUs that can reach each other, copies are peer to peer (access is
- * enabled once, both ways); otherwise, and between CUDA and OpenCL, through pinned host memory,
- * pipelined. A CUDA device and an OpenCL device that are the same GPU (same UUID, else the same
- * full PCI address) are linked in their infos (same_as) and counted once by "gpu" and "any".
+ * enabled once, both ways); otherwise, and between CUDA and OpenCL, through pinned host memory
+ * (pipelined in synchronous calls). A CUDA device and an OpenCL device that are the same GPU
+ * (same UUID, else the same full PCI address) are linked in their infos (same_as) and counted
+ * once by "gpu" and "any".
  *
  * Cast kernels come from backends/gpuarr_kernels.h, the same source as everywhere, loaded per
  * dtype pair at first use: the PTX committed in backends/gpuarr_cuda_ptx.h (made by NVRTC for
@@ -197,7 +205,8 @@
  * request above CL_DEVICE_MAX_MEM_ALLOC_SIZE fails saying so, and buffers are made resident when
  * allocated, so running out shows at allocation. On devices that share the host's memory (PoCL,
  * integrated GPUs) arrays live in memory gpuarr allocates (CL_MEM_USE_HOST_PTR) and copies run on
- * the host's worker threads. Casts run in kernels built from backends/gpuarr_kernels.h, one
+ * the host's worker threads, through a blocking map that waits for the work queued before the
+ * copy (also in async calls). Casts run in kernels built from backends/gpuarr_kernels.h, one
  * dtype pair at its first use, cached on disk; f16 and bf16 need no cl_khr_fp16, f64 needs
  * cl_khr_fp64 (else GPUARR_ERROR_UNSUPPORTED). A kernel build failure is GPUARR_ERROR_BACKEND with
  * the start of the build log in the message. gpuarr_opencl_* (below) give the native context,
@@ -237,11 +246,17 @@
  * nth raw allocation of a device fail, or every one above a size: for testing recovery paths;
  * "<device>:pinned_above=BYTES" does the same to its pinned staging pool.
  *
- * Transfers of 1 MiB or more between pageable host memory and a device with its own memory are
- * staged through a ring of three 8 MiB chunks of pinned host memory (a second pool per device,
- * gpuarr_pool_get_pinned_stats): the host copies or casts one chunk while the device copies the
- * previous one, and a chunk is refilled only once its copy has completed. Without pinned memory
- * the transfer copies directly. Devices that share the host's memory need no staging.
+ * Synchronous transfers of 1 MiB or more between pageable host memory and a device with its
+ * own memory are staged through a ring of three 8 MiB chunks of pinned host memory (a second
+ * pool per device, gpuarr_pool_get_pinned_stats): the host copies or casts one chunk while the
+ * device copies the previous one, and a chunk is refilled only once its copy has completed.
+ * Without pinned memory the transfer copies directly. Devices that share the host's memory
+ * need no staging. An async transfer never waits for such chunks: when it needs the host
+ * between device steps (a host-side cast, a CUDA copy from or to pageable memory, a hop
+ * between two devices through the host) it goes through one pinned buffer of its size from the
+ * same pool, which a host function on the stream fills or drains; OpenCL copies from and to
+ * pageable memory in queue order, so there a transfer without a host-side cast is one direct
+ * copy.
  *
  * =============================================================================================
  * CALLBACKS
