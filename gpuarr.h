@@ -1244,6 +1244,7 @@ typedef struct gpuarr__state {
     bool locks_ready;
     uint64_t event_seq;            /* atomic: numbers block events */
     uint64_t stream_serial;        /* atomic: numbers streams (kept across init cycles) */
+    uint64_t host_fns_done;        /* atomic: host functions run (gpuarr__host_fn_done) */
     char *faults_conf;             /* GPUARR_FAULTS, applied as pools open */
     gpuarr__cast_fn host_casts[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT]; /* for this CPU */
     const char *host_isa; /* "baseline", "avx2" or "avx2+f16c" */
@@ -2041,6 +2042,13 @@ GPUARR__FOR_BACKENDS static void gpuarr__write_file_atomic(const char *path, con
     if (!ok || rename(tmp, path) != 0) remove(tmp);
 }
 
+/* Host functions run on driver threads, which signal completion through the driver in ways
+   neither the compiler nor a race detector sees. So each ends with a release of one counter, and
+   a backend's wait that saw work complete acquires it: what the host function wrote is then
+   visible to the waiting thread. */
+static void gpuarr__host_fn_done(void) { __atomic_add_fetch(&gpuarr__g.host_fns_done, 1, __ATOMIC_RELEASE); }
+static void gpuarr__host_fn_seen(void) { (void)__atomic_load_n(&gpuarr__g.host_fns_done, __ATOMIC_ACQUIRE); }
+
 #include "backends/gpuarr_host.h"
 #define GPUARR__BACKEND_PTR_HOST (&gpuarr__backend_host)
 #ifndef GPUARR_NO_CUDA
@@ -2472,6 +2480,7 @@ static void gpuarr__event_wait_job(void *ctx) {
     gpuarr__event *e = (gpuarr__event *)ctx;
     e->dev->backend->event_sync(e->dev, e->native);
     gpuarr__obj_release(&e->obj);
+    gpuarr__host_fn_done();
 }
 
 /* Orders later work on s after e without the caller waiting: on the device when both share a
@@ -3393,6 +3402,7 @@ static void gpuarr__host_cast_job_run(void *ctx) {
     gpuarr__host_cast_job *j = (gpuarr__host_cast_job *)ctx;
     gpuarr__cpu_cast(j->dst, j->dt, j->src, j->st, j->n);
     gpuarr__free(j);
+    gpuarr__host_fn_done();
 }
 
 /* The host casts (or copies) n elements once s's work so far is done; s's later work waits. */

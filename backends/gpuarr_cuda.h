@@ -933,12 +933,14 @@ static void gpuarr__cu_stream_destroy(gpuarr__dev *d, void *native) {
 
 static gpuarr_result gpuarr__cu_stream_sync(gpuarr__dev *d, void *native) {
     GPUARR__CU_DO(d, "cuStreamSynchronize", cuStreamSynchronize(GPUARR__CU_STREAM(native)));
+    gpuarr__host_fn_seen();
     return GPUARR_OK;
 }
 
 /* NOT_READY is an answer, not an error. */
 static gpuarr_result gpuarr__cu_status(gpuarr__dev *d, gpuarr__cu_result e, const char *call, bool *done) {
     *done = e == GPUARR__CUDA_SUCCESS;
+    if (*done) gpuarr__host_fn_seen();
     if (e == GPUARR__CUDA_SUCCESS || e == GPUARR__CUDA_ERROR_NOT_READY) return GPUARR_OK;
     return gpuarr__cu_fail(e, call, d->info.spec);
 }
@@ -971,6 +973,7 @@ static gpuarr_result gpuarr__cu_event_record(gpuarr__dev *d, void *event, void *
 
 static gpuarr_result gpuarr__cu_event_sync(gpuarr__dev *d, void *event) {
     GPUARR__CU_DO(d, "cuEventSynchronize", cuEventSynchronize((gpuarr__cu_event)event));
+    gpuarr__host_fn_seen();
     return GPUARR_OK;
 }
 

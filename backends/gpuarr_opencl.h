@@ -1120,6 +1120,7 @@ static void gpuarr__cl_stream_destroy(gpuarr__dev *d, void *native) {
 
 static gpuarr_result gpuarr__cl_stream_sync(gpuarr__dev *d, void *native) {
     GPUARR__CL_CHECK(GPUARR__CL.clFinish(GPUARR__CL_STREAM(native)->queue), d->info.spec);
+    gpuarr__host_fn_seen();
     return GPUARR_OK;
 }
 
@@ -1128,6 +1129,7 @@ static gpuarr_result gpuarr__cl_event_status(gpuarr__dev *d, gpuarr__cl_event ev
     GPUARR__CL_CHECK(GPUARR__CL.clGetEventInfo(ev, GPUARR__CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL), d->info.spec);
     if (status < 0) return gpuarr__cl_fail(status, "a queued command", d->info.spec);
     *done = status == GPUARR__CL_COMPLETE;
+    if (*done) gpuarr__host_fn_seen();
     return GPUARR_OK;
 }
 
@@ -1182,6 +1184,7 @@ static gpuarr_result gpuarr__cl_event_record(gpuarr__dev *d, void *event, void *
 static gpuarr_result gpuarr__cl_event_sync(gpuarr__dev *d, void *event) {
     gpuarr__cl_event ev = ((gpuarr__cl_event_box *)event)->event;
     if (ev) GPUARR__CL_CHECK(GPUARR__CL.clWaitForEvents(1, &ev), d->info.spec);
+    gpuarr__host_fn_seen();
     return GPUARR_OK;
 }
 
