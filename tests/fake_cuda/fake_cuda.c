@@ -85,7 +85,7 @@ typedef struct fake_op {
     CUevent event;          /* OP_RECORD */
     struct CUstream_st *on; /* OP_WAIT: run `on` through its op number `through` */
     uint64_t seq, through;  /* ops are numbered per stream */
-    CUhostFn fn;            /* OP_HOST: runs with the driver's lock held, so a driver call from it hangs */
+    CUhostFn fn;            /* OP_HOST */
     void *user;
 } fake_op;
 
@@ -98,6 +98,7 @@ struct CUstream_st {
     uint64_t queued, ran; /* op numbers */
     bool asked;           /* a query saw the pending work once */
     bool destroyed;
+    bool in_host_fn; /* a thread runs one of its host functions, without the lock */
 };
 
 struct CUevent_st {
@@ -130,6 +131,7 @@ struct CUfunc_st {
 
 static struct {
     pthread_mutex_t lock;
+    pthread_cond_t host_fn_done; /* a stream's host function has returned */
     bool initialized;
     int device_count;
     size_t memory;
@@ -144,7 +146,7 @@ static struct {
     fake_pinned *pinned;
     size_t pinned_count, pinned_cap;
     CUstream streams;
-} fake = {.lock = PTHREAD_MUTEX_INITIALIZER};
+} fake = {.lock = PTHREAD_MUTEX_INITIALIZER, .host_fn_done = PTHREAD_COND_INITIALIZER};
 
 static __thread CUcontext fake_current;
 static __thread unsigned long long fake_ops_run_here; /* operations this thread ran (fake_cuda_ops_run) */
@@ -255,7 +257,14 @@ static void fake_run(CUstream s, fake_op *op) {
         }
         break;
     case OP_WAIT: fake_drain(op->on, op->through); break;
-    case OP_HOST: op->fn(op->user); break;
+    case OP_HOST: /* without the lock, as on the driver's own thread: it may wait for other work */
+        if (s) s->in_host_fn = true;
+        pthread_mutex_unlock(&fake.lock);
+        op->fn(op->user);
+        pthread_mutex_lock(&fake.lock);
+        if (s) s->in_host_fn = false;
+        pthread_cond_broadcast(&fake.host_fn_done);
+        break;
     }
     if (fake.trace_ops && op->dst) {
         uint64_t first = 0;
@@ -266,7 +275,9 @@ static void fake_run(CUstream s, fake_op *op) {
 
 /* Runs s's work in order, through its op number `through`. */
 static void fake_drain(CUstream s, uint64_t through) {
-    while (s->head && s->ran < through) {
+    for (;;) {
+        while (s->in_host_fn) pthread_cond_wait(&fake.host_fn_done, &fake.lock); /* the stream's order */
+        if (!s->head || s->ran >= through) break;
         fake_op *op = s->head;
         s->head = op->next;
         if (!s->head) s->tail = NULL;
