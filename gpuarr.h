@@ -251,12 +251,12 @@
  * pool per device, gpuarr_pool_get_pinned_stats): the host copies or casts one chunk while the
  * device copies the previous one, and a chunk is refilled only once its copy has completed.
  * Without pinned memory the transfer copies directly. Devices that share the host's memory
- * need no staging. An async transfer never waits for such chunks: when it needs the host
- * between device steps (a host-side cast, a CUDA copy from or to pageable memory, a hop
- * between two devices through the host) it goes through one pinned buffer of its size from the
- * same pool, which a host function on the stream fills or drains; OpenCL copies from and to
- * pageable memory in queue order, so there a transfer without a host-side cast is one direct
- * copy.
+ * need no staging. An async transfer never waits for chunks: when it needs the host between
+ * device steps (a host-side cast, a CUDA copy from or to pageable memory) it takes up to three
+ * such chunks for the stream and has host functions on the stream fill or drain them in turn,
+ * the stream's order making reuse safe; a hop between two devices through the host uses one
+ * pinned buffer of its size. OpenCL copies from and to pageable memory in queue order, so there
+ * an upload or download without a host-side cast is one direct copy.
  *
  * =============================================================================================
  * CALLBACKS
@@ -2047,7 +2047,9 @@ GPUARR__FOR_BACKENDS static void gpuarr__write_file_atomic(const char *path, con
    a backend's wait that saw work complete acquires it: what the host function wrote is then
    visible to the waiting thread. */
 static void gpuarr__host_fn_done(void) { __atomic_add_fetch(&gpuarr__g.host_fns_done, 1, __ATOMIC_RELEASE); }
-static void gpuarr__host_fn_seen(void) { (void)__atomic_load_n(&gpuarr__g.host_fns_done, __ATOMIC_ACQUIRE); }
+static inline void gpuarr__host_fn_seen(void) { /* inline: unused without a device backend */
+    (void)__atomic_load_n(&gpuarr__g.host_fns_done, __ATOMIC_ACQUIRE);
+}
 
 #include "backends/gpuarr_host.h"
 #define GPUARR__BACKEND_PTR_HOST (&gpuarr__backend_host)
@@ -3419,6 +3421,48 @@ static gpuarr_result gpuarr__queue_host_cast(gpuarr__stream *s, void *dst, gpuar
     return r;
 }
 
+/* A ring for async transfers: up to GPUARR__STAGE_RING pinned chunks of s's device, taken for s.
+   Host functions and copies on s run in order, so a chunk is reused with no one waiting. false
+   when s's device has no pinned memory at all. */
+static bool gpuarr__queued_ring_open(gpuarr__stream *s, size_t chunk, size_t chunks, gpuarr__ring *r) {
+    memset(r, 0, sizeof *r);
+    int want = (int)GPUARR__MIN(chunks, (size_t)GPUARR__STAGE_RING);
+    while (r->count < want && gpuarr__pool_alloc(&s->dev->pinned, chunk, s, &r->chunk[r->count]) == GPUARR_OK) r->count++;
+    return r->count > 0;
+}
+
+/* Host memory (dtype st) -> device memory (mem, off) in dtype t, chunk by chunk: a host function
+   on s casts or copies each chunk into a slot of the ring, then s copies it in. Closes the ring. */
+static gpuarr_result gpuarr__queued_upload(gpuarr__stream *s, gpuarr__ring *ring, size_t per, void *mem, size_t off, gpuarr_dtype t,
+                                           const unsigned char *src, gpuarr_dtype st, size_t n) {
+    size_t tsz = gpuarr__dtype_sizes[t], ssz = gpuarr__dtype_sizes[st];
+    gpuarr_result r = GPUARR_OK;
+    for (size_t i = 0, first = 0; r == GPUARR_OK && first < n; i++, first += per) {
+        void *slot = ring->chunk[i % (size_t)ring->count]->view;
+        size_t count = GPUARR__MIN(per, n - first);
+        r = gpuarr__queue_host_cast(s, slot, t, src + first * ssz, st, count);
+        if (r == GPUARR_OK) r = s->dev->backend->copy_h2d(s, mem, off + first * tsz, slot, count * tsz);
+    }
+    gpuarr__ring_close(s->dev, ring, s);
+    return r;
+}
+
+/* Device memory (mem, off) in dtype t -> host memory in dtype ht, chunk by chunk: s copies each
+   chunk out into a slot, then a host function on s casts or copies it into place. Closes the ring. */
+static gpuarr_result gpuarr__queued_download(gpuarr__stream *s, gpuarr__ring *ring, size_t per, unsigned char *dst, gpuarr_dtype ht,
+                                             const void *mem, size_t off, gpuarr_dtype t, size_t n) {
+    size_t tsz = gpuarr__dtype_sizes[t], hsz = gpuarr__dtype_sizes[ht];
+    gpuarr_result r = GPUARR_OK;
+    for (size_t i = 0, first = 0; r == GPUARR_OK && first < n; i++, first += per) {
+        void *slot = ring->chunk[i % (size_t)ring->count]->view;
+        size_t count = GPUARR__MIN(per, n - first);
+        r = s->dev->backend->copy_d2h(s, slot, mem, off + first * tsz, count * tsz);
+        if (r == GPUARR_OK) r = gpuarr__queue_host_cast(s, dst + first * hsz, ht, slot, t, count);
+    }
+    gpuarr__ring_close(s->dev, ring, s);
+    return r;
+}
+
 /* A host buffer that queued work fills or drains: pinned memory of pd (for pd's stream s, or for
    the host when s is NULL), else, where pageable_ok, ordinary memory. false: neither. */
 typedef struct gpuarr__hostbuf {
@@ -3494,11 +3538,15 @@ static gpuarr_result gpuarr__send(gpuarr__stream *s, void *mem, size_t off, gpua
         path = w != st ? GPUARR__PATH_HOST_TEMP : GPUARR__PATH_DIRECT;
     }
     if (path == GPUARR__PATH_QUEUED) {
-        gpuarr__hostbuf b;
-        if (gpuarr__hostbuf_get(d, s, bytes, d->backend->pageable_async, &b)) {
-            r = gpuarr__queue_host_cast(s, b.ptr, w, src, st, n);
-            if (r == GPUARR_OK) r = d->backend->copy_h2d(s, mem, off, b.ptr, bytes);
-            gpuarr__hostbuf_release(&b, s);
+        size_t per = GPUARR__STAGE_CHUNK / wsz;
+        gpuarr__ring ring;
+        if (gpuarr__queued_ring_open(s, GPUARR__MIN(per, n) * wsz, (n + per - 1) / per, &ring))
+            return gpuarr__queued_upload(s, &ring, per, mem, off, w, src, st, n);
+        void *tmp = NULL;
+        if (d->backend->pageable_async && gpuarr__host_temp(bytes, &tmp) == GPUARR_OK) { /* one ordinary buffer */
+            r = gpuarr__queue_host_cast(s, tmp, w, src, st, n);
+            if (r == GPUARR_OK) r = d->backend->copy_h2d(s, mem, off, tmp, bytes);
+            gpuarr__stream_defer(s, gpuarr__free_host_deferred, tmp);
             return r;
         }
         path = gpuarr__queued_fallback(s, w != st);
@@ -3529,11 +3577,15 @@ static gpuarr_result gpuarr__receive(gpuarr__stream *s, unsigned char *dst, gpua
         path = w != dt ? GPUARR__PATH_HOST_TEMP : GPUARR__PATH_DIRECT;
     }
     if (path == GPUARR__PATH_QUEUED) {
-        gpuarr__hostbuf b;
-        if (gpuarr__hostbuf_get(d, s, bytes, d->backend->pageable_async, &b)) {
-            r = d->backend->copy_d2h(s, b.ptr, mem, off, bytes);
-            if (r == GPUARR_OK) r = gpuarr__queue_host_cast(s, dst, dt, b.ptr, w, n);
-            gpuarr__hostbuf_release(&b, s);
+        size_t per = GPUARR__STAGE_CHUNK / wsz;
+        gpuarr__ring ring;
+        if (gpuarr__queued_ring_open(s, GPUARR__MIN(per, n) * wsz, (n + per - 1) / per, &ring))
+            return gpuarr__queued_download(s, &ring, per, dst, dt, mem, off, w, n);
+        void *tmp = NULL;
+        if (d->backend->pageable_async && gpuarr__host_temp(bytes, &tmp) == GPUARR_OK) { /* one ordinary buffer */
+            r = d->backend->copy_d2h(s, tmp, mem, off, bytes);
+            if (r == GPUARR_OK) r = gpuarr__queue_host_cast(s, dst, dt, tmp, w, n);
+            gpuarr__stream_defer(s, gpuarr__free_host_deferred, tmp);
             return r;
         }
         path = gpuarr__queued_fallback(s, w != dt);
