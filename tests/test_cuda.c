@@ -408,6 +408,19 @@ Test(cuda, async_conversions_return_before_any_of_their_work_runs) {
     expect_async_returns_first(ops_run, g8, GPUARR_U8, u8, host, GPUARR_U8, N, "cuda:0 u8 -> host u8");
     expect_async_returns_first(ops_run, g64, GPUARR_F64, f64, host, GPUARR_F16, N, "cuda:0 f64 -> host f16 (narrowed on the GPU)");
     expect_async_returns_first(ops_run, g8, GPUARR_U8, u8, host, GPUARR_F64, N, "cuda:0 u8 -> host f64 (widened on the host)");
+    enum { BIG = (5 << 20) + 3 }; /* 40 MiB of f64: more chunks than the ring has slots */
+    double *big = malloc(sizeof(double) * BIG);
+    cr_assert(big);
+    for (size_t i = 0; i < BIG; i++) big[i] = (double)i * 0.5;
+    int64_t big_shape[1] = {BIG};
+    gpuarr_array hbig, gbig;
+    TEST_OK(gpuarr_from_host(host, big, 1, big_shape, &hbig));
+    TEST_OK(gpuarr_from_host(g, big, 1, big_shape, &gbig));
+    expect_async_returns_first(ops_run, hbig, GPUARR_F64, big, g, GPUARR_F64, BIG, "host f64 -> cuda:0 f64, 40 MiB");
+    expect_async_returns_first(ops_run, gbig, GPUARR_F64, big, host, GPUARR_F64, BIG, "cuda:0 f64 -> host f64, 40 MiB");
+    TEST_OK(gpuarr_release(hbig));
+    TEST_OK(gpuarr_release(gbig));
+    free(big);
     if (gpuarr_device_find("cuda:1", &g1) == GPUARR_OK) { /* peer copies, or through the host with FAKE_CUDA_PEER=0 */
         expect_async_returns_first(ops_run, g8, GPUARR_U8, u8, g1, GPUARR_F64, N, "cuda:0 u8 -> cuda:1 f64");
         expect_async_returns_first(ops_run, g64, GPUARR_F64, f64, g1, GPUARR_F32, N, "cuda:0 f64 -> cuda:1 f32");

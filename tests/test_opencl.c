@@ -553,7 +553,7 @@ Test(opencl, async_conversions_return_while_their_queue_is_held) {
     fill_values(GPUARR_U8, u8, N, 31);
     fill_values(GPUARR_F64, f64, N, 32);
     int64_t shape[1] = {N};
-    gpuarr_array h8, h64, a8, a64, out[7];
+    gpuarr_array h8, h64, a8, a64, out[8];
     TEST_OK(gpuarr_from_host(host, u8, 1, shape, &h8));
     TEST_OK(gpuarr_from_host(host, f64, 1, shape, &h64));
     TEST_OK(gpuarr_from_host(d, u8, 1, shape, &a8));
@@ -577,6 +577,7 @@ Test(opencl, async_conversions_return_while_their_queue_is_held) {
     TEST_OK(gpuarr_convert_async(h8, d, GPUARR_F64, s, &out[4]));     /* widened on the device */
     TEST_OK(gpuarr_convert_async(a8, d1, GPUARR_F64, s, &out[5]));    /* to the other device */
     TEST_OK(gpuarr_convert_async(out[0], d, GPUARR_F32, s, &out[6])); /* a host array still pending */
+    TEST_OK(gpuarr_convert_async(h64, d, GPUARR_I64, s, &out[7]));    /* cast on the host, 24 MiB: pinned chunks reused */
     bool done = true;
     TEST_OK(gpuarr_stream_query(s, &done));
     cr_assert(!done, "the stream ran past a marker that waits for an incomplete user event");
@@ -590,7 +591,8 @@ Test(opencl, async_conversions_return_while_their_queue_is_held) {
     expect_chain(out[4], GPUARR_U8, u8, GPUARR_F64, GPUARR_F64, N);
     expect_chain(out[5], GPUARR_U8, u8, GPUARR_F64, GPUARR_F64, N);
     expect_chain(out[6], GPUARR_U8, u8, GPUARR_F64, GPUARR_F32, N);
-    for (int i = 0; i < 7; i++) TEST_OK(gpuarr_release(out[i]));
+    expect_chain(out[7], GPUARR_F64, f64, GPUARR_I64, GPUARR_I64, N);
+    for (int i = 0; i < 8; i++) TEST_OK(gpuarr_release(out[i]));
     clReleaseEvent(gate);
     TEST_OK(gpuarr_stream_destroy(s));
     TEST_OK(gpuarr_release(h8));
