@@ -176,9 +176,11 @@
  * with gcc or clang (elsewhere they assume the default floating-point environment).
  * gpuarr_convert(src, dev, dtype, &out) with dev = src's device and dtype = src's dtype (or 0)
  * returns src itself, retained, without a copy. Otherwise the cast is done on the side of a
- * transfer that makes it narrower: narrowing casts run before data leaves the source device,
- * widening casts after it arrives. Large host casts and copies run on a small internal pool of
- * worker threads (GPUARR_THREADS).
+ * transfer that makes it narrower: narrowing casts (and casts between types of equal width) run
+ * before data leaves the source device, widening casts after it arrives. A cast that the device
+ * doing it cannot run (f64 on an OpenCL device without cl_khr_fp64) fails with
+ * GPUARR_ERROR_UNSUPPORTED before anything is allocated or moved. Large host casts and copies
+ * run on a small internal pool of worker threads (GPUARR_THREADS).
  *
  * =============================================================================================
  * STREAMS, EVENTS AND SCOPES
@@ -195,7 +197,12 @@
  * exits: a plugin that contains gpuarr may be dlclose'd once it has shut down). gpuarr_device_sync
  * waits for every thread's default stream and every stream made on the device. On the host
  * backend work runs to completion when it is enqueued, with the same API, ordering and errors.
- * Steps that run on the host (host-side casts) wait for their input first.
+ * In gpuarr_convert the steps that run on the host (host-side casts) wait for their input; in
+ * gpuarr_convert_async they are queued on the stream as host functions (cuLaunchHostFunc, an
+ * OpenCL event callback), which run once their input has arrived, so the call never waits for
+ * the device. Two exceptions wait: on CUDA without pinned memory left for the transfer the
+ * calling thread does the host's part, and on OpenCL devices that share the host's memory a
+ * copy maps the buffer (see OPENCL).
  *
  * Each thread has a current device (initially the "any" device) and a current stream (initially
  * none). GPUARR_WITH_DEVICE(dev) { ... } and GPUARR_WITH_STREAM(s) { ... } set them for the block
@@ -229,7 +236,7 @@
  * memory go through pinned staging (see MEMORY POOLS), and a cast that narrows runs on the GPU
  * before the bytes leave it. Between two GPUs that can reach each other, copies are peer to
  * peer (access is enabled once, both ways); otherwise, and between CUDA and OpenCL, through
- * pinned host memory, pipelined. A CUDA device and an OpenCL device that are the same GPU (same
+ * pinned host memory (pipelined in synchronous calls). A CUDA device and an OpenCL device that are the same GPU (same
  * UUID, else the same full PCI address) are linked in their infos (same_as) and counted once by
  * "gpu" and "any".
  *
@@ -252,7 +259,8 @@
  * request above CL_DEVICE_MAX_MEM_ALLOC_SIZE fails saying so, and buffers are made resident when
  * allocated, so running out shows at allocation. On devices that share the host's memory (PoCL,
  * integrated GPUs) arrays live in memory gpuarr allocates (CL_MEM_USE_HOST_PTR) and copies run on
- * the host's worker threads. Casts run in kernels built from backends/gpuarr_kernels.h, one
+ * the host's worker threads, through a blocking map that waits for the work queued before the
+ * copy (also in async calls). Casts run in kernels built from backends/gpuarr_kernels.h, one
  * dtype pair at its first use, cached on disk; f16 and bf16 need no cl_khr_fp16, f64 needs
  * cl_khr_fp64 (else GPUARR_ERROR_UNSUPPORTED). A kernel build failure is GPUARR_ERROR_BACKEND with
  * the start of the build log in the message. gpuarr_opencl_* (below) give the native context,
@@ -296,11 +304,17 @@
  * nth raw allocation of a device fail, or every one above a size: for testing recovery paths;
  * "<device>:pinned_above=BYTES" does the same to its pinned staging pool.
  *
- * Transfers of 1 MiB or more between pageable host memory and a device with its own memory are
- * staged through a ring of three 8 MiB chunks of pinned host memory (a second pool per device,
- * gpuarr_pool_get_pinned_stats): the host copies or casts one chunk while the device copies the
- * previous one, and a chunk is refilled only once its copy has completed. Without pinned memory
- * the transfer copies directly. Devices that share the host's memory need no staging.
+ * Synchronous transfers of 1 MiB or more between pageable host memory and a device with its
+ * own memory are staged through a ring of three 8 MiB chunks of pinned host memory (a second
+ * pool per device, gpuarr_pool_get_pinned_stats): the host copies or casts one chunk while the
+ * device copies the previous one, and a chunk is refilled only once its copy has completed.
+ * Without pinned memory the transfer copies directly. Devices that share the host's memory
+ * need no staging. An async transfer never waits for chunks: when it needs the host between
+ * device steps (a host-side cast, a CUDA copy from or to pageable memory) it takes up to three
+ * such chunks for the stream and has host functions on the stream fill or drain them in turn,
+ * the stream's order making reuse safe; a hop between two devices through the host uses one
+ * pinned buffer of its size. OpenCL copies from and to pageable memory in queue order, so there
+ * an upload or download without a host-side cast is one direct copy.
  *
  * =============================================================================================
  * CALLBACKS
@@ -1091,7 +1105,12 @@ struct gpuarr__obj {
    at full speed as it is (page-locked by the caller), so staging would only cost. activate makes d's native
    context current on the calling thread (replacing, not pushing) and returns the one it
    replaced; deactivate puts that one back. stream_wait_event must accept an event of another
-   device of the same backend (waiting on the host if the native API cannot). */
+   device of the same backend (waiting on the host if the native API cannot). cast_supported says,
+   before any data moves, whether d can run the cast kernel of a pair (UNSUPPORTED and why if
+   not). launch_host_fn runs fn(ctx) on some host thread once the work queued on s so far has
+   completed, and s's later work waits for it (the host: at once); fn must not call s's backend
+   (CUDA forbids driver calls there); on failure fn never runs. */
+typedef void (*gpuarr__host_fn)(void *ctx);
 #define GPUARR__BACKEND_PROCS(X)                                                               \
     X(gpuarr_result, load, (void))                                                             \
     X(void, unload, (void))                                                                    \
@@ -1124,7 +1143,9 @@ struct gpuarr__obj {
     X(gpuarr_result, cast,                                                                     \
       (gpuarr__stream * s, void *dst, size_t dst_off, gpuarr_dtype dst_t, const void *src,     \
        size_t src_off, gpuarr_dtype src_t, size_t count))                                      \
+    X(gpuarr_result, cast_supported, (gpuarr__dev * d, gpuarr_dtype dst_t, gpuarr_dtype src_t)) \
     X(gpuarr_result, fill_zero, (gpuarr__stream * s, void *dst, size_t dst_off, size_t bytes)) \
+    X(gpuarr_result, launch_host_fn, (gpuarr__stream * s, gpuarr__host_fn fn, void *ctx))      \
     X(gpuarr_result, stream_create, (gpuarr__dev * d, void **native))                          \
     X(void, stream_destroy, (gpuarr__dev * d, void *native))                                   \
     X(gpuarr_result, stream_sync, (gpuarr__dev * d, void *native))                             \
@@ -1143,10 +1164,14 @@ struct gpuarr__obj {
 struct gpuarr__backend {
     gpuarr_backend id;
     const char *name;
-    bool synchronous; /* work is complete when it is enqueued (the host) */
-    bool builtin;     /* the embedded default: one device, named by the backend's name alone
-                         ("host", not "host:0"), that GPUARR_DEVICES never filters out */
-    bool host_memory; /* its memory handles are host pointers the program may use (the host) */
+    bool synchronous;    /* work is complete when it is enqueued (the host) */
+    bool builtin;        /* the embedded default: one device, named by the backend's name alone
+                            ("host", not "host:0"), that GPUARR_DEVICES never filters out */
+    bool host_memory;    /* its memory handles are host pointers the program may use: moving data
+                            to or from it is a host step, never a device transfer (the host) */
+    bool pageable_async; /* copies from and to pageable host memory are queued like any work; if
+                            not (CUDA), the driver consumes them at the call, so queued host steps
+                            and bounce chunks use its own pinned memory */
     const char *max_alloc_name; /* the native name of the largest-allocation limit, for messages */
     const void *interop; /* its gpuarr__interop_<NAME> table (its public interop functions) */
 #define GPUARR__PROC_MEMBER(ret, name, params) ret(*name) params;
@@ -1401,6 +1426,7 @@ typedef struct gpuarr__state {
     uint64_t thread_serials;       /* atomic: names threads that own default streams (kept too) */
     pthread_key_t thread_key;      /* its destructor drops an exiting thread's default streams */
     bool thread_key_ok;            /* made at init, deleted at the last shutdown */
+    uint64_t host_fns_done;        /* atomic: host functions run (gpuarr__host_fn_done) */
     struct {                       /* the environment, read once by gpuarr_init */
         char *text[GPUARR__SETTING_COUNT]; /* a copy of each one set (ALLOC_CONF: or the desc's) */
         int value[GPUARR__SETTING_COUNT];  /* what its check parsed (a keyword's index, 0/1) */
@@ -2305,6 +2331,15 @@ GPUARR__FOR_BACKENDS static void gpuarr__write_file_atomic(const char *path, con
     if (!ok || rename(tmp, path) != 0) remove(tmp);
 }
 
+/* Host functions run on driver threads, which signal completion through the driver in ways
+   neither the compiler nor a race detector sees. So each ends with a release of one counter, and
+   a backend's wait that saw work complete acquires it: what the host function wrote is then
+   visible to the waiting thread. */
+static void gpuarr__host_fn_done(void) { __atomic_add_fetch(&gpuarr__g.host_fns_done, 1, __ATOMIC_RELEASE); }
+static inline void gpuarr__host_fn_seen(void) { /* inline: unused without a device backend */
+    (void)__atomic_load_n(&gpuarr__g.host_fns_done, __ATOMIC_ACQUIRE);
+}
+
 /* ---- for the backends' interop functions: core services (defined further down) ---- */
 static gpuarr_result gpuarr__get_dev(gpuarr_device d, const char *arg, gpuarr__dev **out);
 static gpuarr_result gpuarr__dev_open(gpuarr__dev *d);
@@ -2760,11 +2795,23 @@ static gpuarr_result gpuarr__event_record_raw(gpuarr__event *e, gpuarr__stream *
     return GPUARR_OK;
 }
 
-/* Orders later work on s after e: on the device when both share a backend, else by waiting. */
+/* A host function that waits for an event of another backend (so it may call that backend). */
+static void gpuarr__event_wait_job(void *ctx) {
+    gpuarr__event *e = (gpuarr__event *)ctx;
+    e->dev->backend->event_sync(e->dev, e->native);
+    gpuarr__obj_release(&e->obj);
+    gpuarr__host_fn_done();
+}
+
+/* Orders later work on s after e without the caller waiting: on the device when both share a
+   backend, else by a host function on s that waits for e. */
 static gpuarr_result gpuarr__stream_wait_raw(gpuarr__stream *s, gpuarr__event *e) {
     if (!GPUARR__ATOMIC_LOAD(&e->recorded) || e->dev->backend->synchronous) return GPUARR_OK;
     if (e->dev->backend == s->dev->backend) return s->dev->backend->stream_wait_event(s->dev, s->native, e->native);
-    return e->dev->backend->event_sync(e->dev, e->native);
+    gpuarr__obj_retain(&e->obj);
+    gpuarr_result r = s->dev->backend->launch_host_fn(s, gpuarr__event_wait_job, e);
+    if (r != GPUARR_OK) gpuarr__obj_release(&e->obj);
+    return r;
 }
 
 /* Orders later work on `later` after everything queued on `earlier` so far. */
@@ -3253,7 +3300,7 @@ static void gpuarr__pool_init(gpuarr__pool *p, gpuarr__dev *d, bool pinned) {
         p->stats.release_threshold_bytes = UINT64_MAX;
         return;
     }
-    int host = d->backend->id == GPUARR_BACKEND_HOST; /* limit: device pools, host_limit: the host's */
+    int host = d->backend->builtin ? 1 : 0; /* limit: device pools, host_limit: the host's (the builtin one) */
     uint64_t limit = gpuarr__g.alloc_conf.limit_bytes[host];
     if (gpuarr__g.alloc_conf.limit_percent[host]) limit = d->info.total_memory / 100u * gpuarr__g.alloc_conf.limit_percent[host];
     p->stats.limit_bytes = limit;
@@ -3478,17 +3525,54 @@ static gpuarr_result gpuarr__move_local(gpuarr__stream *s, gpuarr__view dst, gpu
     return b->cast(s, dst.mem, dst.offset, dst.dtype, src.mem, src.offset, src.dtype, n);
 }
 
+/* ---- where a cast runs ---- */
+typedef enum gpuarr__cast_at {
+    GPUARR__CAST_NONE,      /* same dtype: a copy */
+    GPUARR__CAST_AT_SOURCE, /* narrowing or same width: before the data leaves the source */
+    GPUARR__CAST_AT_DEST    /* widening: after the data arrives */
+} gpuarr__cast_at;
+
+/* The one rule for every direction: the cast runs on the side that makes the transfer narrower,
+   and at equal widths on the source (the bytes then travel in the dtype they are wanted in). */
+static gpuarr__cast_at gpuarr__cast_side(gpuarr_dtype src, gpuarr_dtype dst) {
+    if (src == dst) return GPUARR__CAST_NONE;
+    return gpuarr__dtype_sizes[dst] <= gpuarr__dtype_sizes[src] ? GPUARR__CAST_AT_SOURCE : GPUARR__CAST_AT_DEST;
+}
+
+/* Whether the device the rule picks can run the cast: asked before anything is allocated or
+   moved, so a device's limit (no fp64) fails the call with nothing done. */
+static gpuarr_result gpuarr__route_check(gpuarr__dev *sd, gpuarr__dev *dd, gpuarr_dtype st, gpuarr_dtype dt) {
+    gpuarr__cast_at at = gpuarr__cast_side(st, dt);
+    if (at == GPUARR__CAST_NONE) return GPUARR_OK;
+    gpuarr__dev *d = at == GPUARR__CAST_AT_SOURCE ? sd : dd;
+    return d->backend->cast_supported(d, dt, st);
+}
+
+/* ---- how bytes cross between pageable host memory and a device ---- */
+typedef enum gpuarr__path {
+    GPUARR__PATH_DIRECT,    /* one backend copy from or to the host memory as it is */
+    GPUARR__PATH_STAGED,    /* through the ring of pinned chunks (synchronous calls) */
+    GPUARR__PATH_HOST_TEMP, /* the caller's thread casts through a temporary (synchronous calls) */
+    GPUARR__PATH_QUEUED     /* through one host buffer that a host function on the stream fills or
+                               drains: async calls, which never wait for the device */
+} gpuarr__path;
+
 /* ---- staging through pinned memory ----
-   Between pageable host memory and a device that does not share it, large transfers go through
-   a ring of pinned chunks: the host copies (or casts) chunk i while the device copies chunk i-1,
-   and a chunk is refilled only after its copy has completed. */
+   Between pageable host memory and a device that does not share it, large synchronous transfers
+   go through a ring of pinned chunks: the host copies (or casts) chunk i while the device copies
+   chunk i-1, and a chunk is refilled only after its copy has completed. */
 #define GPUARR__STAGE_MIN ((size_t)1 << 20)   /* below this the driver's own path is as good */
 #define GPUARR__STAGE_CHUNK ((size_t)8 << 20)
 #define GPUARR__STAGE_RING 3
 
 static bool gpuarr__stages(gpuarr__dev *d, const void *host, size_t bytes) {
-    return !d->info.host_unified && d->backend->id != GPUARR_BACKEND_HOST && bytes >= GPUARR__STAGE_MIN &&
-           !d->backend->host_ptr_pinned(d, host);
+    return !d->info.host_unified && !d->backend->host_memory && bytes >= GPUARR__STAGE_MIN && !d->backend->host_ptr_pinned(d, host);
+}
+
+static gpuarr__path gpuarr__host_path(gpuarr__dev *d, const void *host, size_t bytes, bool host_work, bool async) {
+    if (async) return host_work || !d->backend->pageable_async ? GPUARR__PATH_QUEUED : GPUARR__PATH_DIRECT;
+    if (gpuarr__stages(d, host, bytes)) return GPUARR__PATH_STAGED;
+    return host_work ? GPUARR__PATH_HOST_TEMP : GPUARR__PATH_DIRECT;
 }
 
 typedef struct gpuarr__ring {
@@ -3497,15 +3581,32 @@ typedef struct gpuarr__ring {
     int count;
 } gpuarr__ring;
 
-/* count pinned chunks of `bytes` each (the host waits for their previous users). */
-static gpuarr_result gpuarr__ring_open(gpuarr__dev *d, size_t bytes, int count, gpuarr__ring *r) {
+/* The chunks go back to the pinned pool in s's order: a later user waits for s's copies. */
+static void gpuarr__ring_close(gpuarr__dev *d, gpuarr__ring *r, gpuarr__stream *s) {
+    gpuarr__stream *uses[1] = {s};
+    for (int j = 0; j < r->count; j++) {
+        if (r->done[j]) gpuarr__obj_release(&r->done[j]->obj);
+        gpuarr__pool_free(&d->pinned, r->chunk[j], uses, 1);
+    }
+    r->count = 0;
+}
+
+/* A ring for `total` bytes moved in chunks of at most GPUARR__STAGE_CHUNK: false, with nothing
+   held, when d has no pinned memory for it (none left, or the backend has none); the caller then
+   takes another path. The host waits for the chunks' previous users. */
+static bool gpuarr__ring_open(gpuarr__dev *d, size_t chunk, size_t chunks, gpuarr__ring *r) {
     memset(r, 0, sizeof *r);
-    for (int i = 0; i < count; i++) {
-        gpuarr_result res = gpuarr__pool_alloc(&d->pinned, bytes, NULL, &r->chunk[i]);
-        if (res != GPUARR_OK) return res;
+    int want = (int)GPUARR__MIN(chunks, (size_t)GPUARR__STAGE_RING);
+    for (int i = 0; i < want; i++) {
+        if (gpuarr__pool_alloc(&d->pinned, chunk, NULL, &r->chunk[i]) != GPUARR_OK) {
+            gpuarr__log(GPUARR_LOG_INFO, "%s: no pinned memory to stage through (%s); copying directly", d->info.spec, gpuarr_last_error());
+            for (int j = 0; j < r->count; j++) gpuarr__pool_free(&d->pinned, r->chunk[j], NULL, 0);
+            r->count = 0;
+            return false;
+        }
         r->count++;
     }
-    return GPUARR_OK;
+    return true;
 }
 
 /* Waits until chunk j's last copy is done (before the host touches it again). */
@@ -3524,211 +3625,322 @@ static gpuarr_result gpuarr__ring_mark(gpuarr__ring *r, int j, gpuarr__stream *s
     return res;
 }
 
-/* The chunks go back to the pinned pool in s's order: a later user waits for s's copies. */
-static void gpuarr__ring_close(gpuarr__dev *d, gpuarr__ring *r, gpuarr__stream *s) {
-    gpuarr__stream *uses[1] = {s};
-    for (int j = 0; j < r->count; j++) {
-        if (r->done[j]) gpuarr__obj_release(&r->done[j]->obj);
-        gpuarr__pool_free(&d->pinned, r->chunk[j], uses, 1);
-    }
-}
-
-/* No pinned memory for the ring (none left, or the backend has none): the caller copies directly,
-   more slowly. Returns UNSUPPORTED for it to know. */
-static gpuarr_result gpuarr__staging_unavailable(gpuarr__dev *d) {
-    gpuarr__log(GPUARR_LOG_INFO, "%s: no pinned memory to stage through (%s); copying directly", d->info.spec, gpuarr_last_error());
-    return GPUARR_ERROR_UNSUPPORTED;
-}
-
 /* Host memory (dtype st) -> device memory at (mem, off) in dtype t, where t is st or narrower:
-   the host casts into the pinned chunks. Returns UNSUPPORTED, with nothing done, when the
-   device has no pinned memory. */
-static gpuarr_result gpuarr__staged_upload(gpuarr__stream *s, void *mem, size_t off, gpuarr_dtype t, const unsigned char *src,
-                                           gpuarr_dtype st, size_t n) {
+   the host casts into the ring's chunks of `per` elements. Closes the ring. */
+static gpuarr_result gpuarr__staged_upload(gpuarr__stream *s, gpuarr__ring *ring, size_t per, void *mem, size_t off, gpuarr_dtype t,
+                                           const unsigned char *src, gpuarr_dtype st, size_t n) {
     gpuarr__dev *d = s->dev;
-    size_t tsz = gpuarr__dtype_sizes[t], ssz = gpuarr__dtype_sizes[st];
-    size_t per = GPUARR__STAGE_CHUNK / tsz, chunks = (n + per - 1) / per;
-    gpuarr__ring ring;
-    gpuarr_result r = gpuarr__ring_open(d, GPUARR__MIN(per, n) * tsz, (int)GPUARR__MIN(chunks, (size_t)GPUARR__STAGE_RING), &ring);
+    size_t tsz = gpuarr__dtype_sizes[t], ssz = gpuarr__dtype_sizes[st], chunks = (n + per - 1) / per;
+    gpuarr_result r = GPUARR_OK;
     for (size_t i = 0; r == GPUARR_OK && i < chunks; i++) {
-        int j = (int)(i % (size_t)ring.count);
+        int j = (int)(i % (size_t)ring->count);
         size_t first = i * per, count = GPUARR__MIN(per, n - first);
-        r = gpuarr__ring_wait(&ring, j);
-        if (r == GPUARR_OK) r = gpuarr__host_step(ring.chunk[j]->view, t, src + first * ssz, st, count);
-        if (r == GPUARR_OK) r = d->backend->copy_h2d(s, mem, off + first * tsz, ring.chunk[j]->view, count * tsz);
-        if (r == GPUARR_OK) r = gpuarr__ring_mark(&ring, j, s);
+        r = gpuarr__ring_wait(ring, j);
+        if (r == GPUARR_OK) r = gpuarr__host_step(ring->chunk[j]->view, t, src + first * ssz, st, count);
+        if (r == GPUARR_OK) r = d->backend->copy_h2d(s, mem, off + first * tsz, ring->chunk[j]->view, count * tsz);
+        if (r == GPUARR_OK) r = gpuarr__ring_mark(ring, j, s);
     }
-    gpuarr__ring_close(d, &ring, s);
-    if (ring.count < (int)GPUARR__MIN(chunks, (size_t)GPUARR__STAGE_RING)) return gpuarr__staging_unavailable(d);
+    gpuarr__ring_close(d, ring, s);
     return r;
 }
 
 /* Device memory (mem, off) in dtype t -> host memory in dtype ht, where ht is t or wider: the
-   host casts out of the pinned chunks. Blocks until the data is in place. UNSUPPORTED as above. */
-static gpuarr_result gpuarr__staged_download(gpuarr__stream *s, unsigned char *dst, gpuarr_dtype ht, const void *mem, size_t off,
-                                             gpuarr_dtype t, size_t n) {
+   host casts out of the ring's chunks of `per` elements. Blocks until the data is in place;
+   closes the ring. */
+static gpuarr_result gpuarr__staged_download(gpuarr__stream *s, gpuarr__ring *ring, size_t per, unsigned char *dst, gpuarr_dtype ht,
+                                             const void *mem, size_t off, gpuarr_dtype t, size_t n) {
     gpuarr__dev *d = s->dev;
-    size_t tsz = gpuarr__dtype_sizes[t], hsz = gpuarr__dtype_sizes[ht];
-    size_t per = GPUARR__STAGE_CHUNK / tsz, chunks = (n + per - 1) / per;
-    int want = (int)GPUARR__MIN(chunks, (size_t)GPUARR__STAGE_RING);
-    gpuarr__ring ring;
-    gpuarr_result r = gpuarr__ring_open(d, GPUARR__MIN(per, n) * tsz, want, &ring);
-    if (ring.count < want) {
-        gpuarr__ring_close(d, &ring, s);
-        return gpuarr__staging_unavailable(d);
-    }
-    for (size_t i = 0; r == GPUARR_OK && i < (size_t)want; i++) { /* the first copies in flight */
+    size_t tsz = gpuarr__dtype_sizes[t], hsz = gpuarr__dtype_sizes[ht], chunks = (n + per - 1) / per;
+    gpuarr_result r = GPUARR_OK;
+    for (size_t i = 0; r == GPUARR_OK && i < (size_t)ring->count; i++) { /* the first copies in flight */
         size_t count = GPUARR__MIN(per, n - i * per);
-        r = d->backend->copy_d2h(s, ring.chunk[i]->view, mem, off + i * per * tsz, count * tsz);
-        if (r == GPUARR_OK) r = gpuarr__ring_mark(&ring, (int)i, s);
+        r = d->backend->copy_d2h(s, ring->chunk[i]->view, mem, off + i * per * tsz, count * tsz);
+        if (r == GPUARR_OK) r = gpuarr__ring_mark(ring, (int)i, s);
     }
     for (size_t i = 0; r == GPUARR_OK && i < chunks; i++) {
-        int j = (int)(i % (size_t)ring.count);
+        int j = (int)(i % (size_t)ring->count);
         size_t first = i * per, count = GPUARR__MIN(per, n - first);
-        r = gpuarr__ring_wait(&ring, j);
-        if (r == GPUARR_OK) r = gpuarr__host_step(dst + first * hsz, ht, ring.chunk[j]->view, t, count);
-        size_t next = i + (size_t)ring.count;
+        r = gpuarr__ring_wait(ring, j);
+        if (r == GPUARR_OK) r = gpuarr__host_step(dst + first * hsz, ht, ring->chunk[j]->view, t, count);
+        size_t next = i + (size_t)ring->count;
         if (r == GPUARR_OK && next < chunks) {
             size_t ncount = GPUARR__MIN(per, n - next * per);
-            r = d->backend->copy_d2h(s, ring.chunk[j]->view, mem, off + next * per * tsz, ncount * tsz);
-            if (r == GPUARR_OK) r = gpuarr__ring_mark(&ring, j, s);
+            r = d->backend->copy_d2h(s, ring->chunk[j]->view, mem, off + next * per * tsz, ncount * tsz);
+            if (r == GPUARR_OK) r = gpuarr__ring_mark(ring, j, s);
         }
     }
     if (r != GPUARR_OK) gpuarr__stream_sync_raw(s);
-    gpuarr__ring_close(d, &ring, s);
+    gpuarr__ring_close(d, ring, s);
     return r;
 }
 
-/* Device memory to device memory of another device, bytes in chunks through pinned host
-   memory: chunk k is copied out on ss into slot k % R, then (once the host has seen that copy
-   finish) in on ds; a slot is copied into again only after its copy in has finished. With R = 3
-   two copies out run ahead of the copies in. UNSUPPORTED, with nothing done, without pinned
-   memory. */
-static gpuarr_result gpuarr__staged_bounce(gpuarr__stream *ss, gpuarr__stream *ds, void *dmem, size_t doff, const void *smem,
-                                           size_t soff, size_t bytes) {
-    /* CUDA copies at full speed only from its own pinned memory; OpenCL takes any host memory */
-    gpuarr__dev *pd = ds->dev->backend->id == GPUARR_BACKEND_CUDA ? ds->dev : ss->dev;
+/* Device memory to device memory of another device, bytes in chunks through the ring (of pd's
+   pinned memory): chunk k is copied out on ss into slot k % R, then (once the host has seen that
+   copy finish) in on ds; a slot is copied into again only after its copy in has finished. With
+   R = 3 two copies out run ahead of the copies in. Closes the ring. */
+static gpuarr_result gpuarr__staged_bounce(gpuarr__stream *ss, gpuarr__stream *ds, gpuarr__dev *pd, gpuarr__ring *out, void *dmem,
+                                           size_t doff, const void *smem, size_t soff, size_t bytes) {
     size_t chunk = GPUARR__MIN(GPUARR__STAGE_CHUNK, bytes), chunks = (bytes + chunk - 1) / chunk;
-    int want = (int)GPUARR__MIN(chunks, (size_t)GPUARR__STAGE_RING);
-    gpuarr__ring out, in; /* out: the ring's chunks and their copies out; in: their copies in */
-    gpuarr_result r = gpuarr__ring_open(pd, chunk, want, &out);
-    if (out.count < want) {
-        gpuarr__ring_close(pd, &out, ss);
-        return gpuarr__staging_unavailable(pd);
-    }
+    int want = out->count;
+    gpuarr__ring in; /* out: the ring's chunks and their copies out; in: their copies in */
     memset(&in, 0, sizeof in);
+    gpuarr_result r = GPUARR_OK;
     for (size_t k = 0; r == GPUARR_OK && k < chunks + (size_t)want - 1; k++) {
         if (k < chunks) { /* copy chunk k out into its slot, after the slot's last copy in */
             int j = (int)(k % (size_t)want);
             r = gpuarr__ring_wait(&in, j);
-            if (r == GPUARR_OK) r = ss->dev->backend->copy_d2h(ss, out.chunk[j]->view, smem, soff + k * chunk, GPUARR__MIN(chunk, bytes - k * chunk));
-            if (r == GPUARR_OK) r = gpuarr__ring_mark(&out, j, ss);
+            if (r == GPUARR_OK) r = ss->dev->backend->copy_d2h(ss, out->chunk[j]->view, smem, soff + k * chunk, GPUARR__MIN(chunk, bytes - k * chunk));
+            if (r == GPUARR_OK) r = gpuarr__ring_mark(out, j, ss);
         }
         if (r == GPUARR_OK && k + 1 >= (size_t)want) { /* copy chunk c in, want - 1 behind */
             size_t c = k + 1 - (size_t)want;
             int j = (int)(c % (size_t)want);
-            r = gpuarr__ring_wait(&out, j);
-            if (r == GPUARR_OK) r = ds->dev->backend->copy_h2d(ds, dmem, doff + c * chunk, out.chunk[j]->view, GPUARR__MIN(chunk, bytes - c * chunk));
+            r = gpuarr__ring_wait(out, j);
+            if (r == GPUARR_OK) r = ds->dev->backend->copy_h2d(ds, dmem, doff + c * chunk, out->chunk[j]->view, GPUARR__MIN(chunk, bytes - c * chunk));
             if (r == GPUARR_OK) r = gpuarr__ring_mark(&in, j, ds);
         }
     }
     if (r != GPUARR_OK) gpuarr__stream_sync_raw(ss);
     for (int j = 0; j < want; j++)
         if (in.done[j]) gpuarr__obj_release(&in.done[j]->obj);
-    gpuarr__ring_close(pd, &out, ds); /* reused after ds's copies in */
+    gpuarr__ring_close(pd, out, ds); /* reused after ds's copies in */
     return r;
 }
 
-/* src on one device -> dst on another through the host, cast to mid (the narrower dtype) on the
-   source and from it on the destination. UNSUPPORTED, with nothing done, without pinned memory. */
-static gpuarr_result gpuarr__move_bounce(gpuarr__stream *ss, gpuarr__stream *ds, gpuarr__view dst, gpuarr__view src, gpuarr_dtype mid,
-                                         size_t n) {
-    size_t msz = gpuarr__dtype_sizes[mid];
-    gpuarr__device_mem *stmp = NULL, *dtmp = NULL;
-    gpuarr__view from = src, to = dst;
+/* ---- host work queued on a stream (async calls) ---- */
+typedef struct gpuarr__host_cast_job {
+    void *dst;
+    const void *src;
+    gpuarr_dtype dt, st;
+    size_t n;
+} gpuarr__host_cast_job;
+
+/* Runs as a host function: on the worker pool's host reference, never the stream's driver. */
+static void gpuarr__host_cast_job_run(void *ctx) {
+    gpuarr__host_cast_job *j = (gpuarr__host_cast_job *)ctx;
+    gpuarr__cpu_cast(j->dst, j->dt, j->src, j->st, j->n);
+    gpuarr__free(j);
+    gpuarr__host_fn_done();
+}
+
+/* The host casts (or copies) n elements once s's work so far is done; s's later work waits. */
+static gpuarr_result gpuarr__queue_host_cast(gpuarr__stream *s, void *dst, gpuarr_dtype dt, const void *src, gpuarr_dtype st, size_t n) {
+    gpuarr__host_cast_job *j = (gpuarr__host_cast_job *)gpuarr__calloc(sizeof *j);
+    if (!j) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a queued host cast");
+    j->dst = dst;
+    j->src = src;
+    j->dt = dt;
+    j->st = st;
+    j->n = n;
+    gpuarr_result r = s->dev->backend->launch_host_fn(s, gpuarr__host_cast_job_run, j);
+    if (r != GPUARR_OK) gpuarr__free(j);
+    return r;
+}
+
+/* A ring for async transfers: up to GPUARR__STAGE_RING pinned chunks of s's device, taken for s.
+   Host functions and copies on s run in order, so a chunk is reused with no one waiting. false
+   when s's device has no pinned memory at all. */
+static bool gpuarr__queued_ring_open(gpuarr__stream *s, size_t chunk, size_t chunks, gpuarr__ring *r) {
+    memset(r, 0, sizeof *r);
+    int want = (int)GPUARR__MIN(chunks, (size_t)GPUARR__STAGE_RING);
+    while (r->count < want && gpuarr__pool_alloc(&s->dev->pinned, chunk, s, &r->chunk[r->count]) == GPUARR_OK) r->count++;
+    return r->count > 0;
+}
+
+/* Host memory (dtype st) -> device memory (mem, off) in dtype t, chunk by chunk: a host function
+   on s casts or copies each chunk into a slot of the ring, then s copies it in. Closes the ring. */
+static gpuarr_result gpuarr__queued_upload(gpuarr__stream *s, gpuarr__ring *ring, size_t per, void *mem, size_t off, gpuarr_dtype t,
+                                           const unsigned char *src, gpuarr_dtype st, size_t n) {
+    size_t tsz = gpuarr__dtype_sizes[t], ssz = gpuarr__dtype_sizes[st];
     gpuarr_result r = GPUARR_OK;
-    if (src.dtype != mid && (r = gpuarr__temp_alloc(ss, n * msz, &stmp)) == GPUARR_OK) {
-        from = gpuarr__make_view(ss->dev, stmp->view, stmp->view_offset, mid);
-        r = ss->dev->backend->cast(ss, stmp->view, stmp->view_offset, mid, src.mem, src.offset, src.dtype, n);
+    for (size_t i = 0, first = 0; r == GPUARR_OK && first < n; i++, first += per) {
+        void *slot = ring->chunk[i % (size_t)ring->count]->view;
+        size_t count = GPUARR__MIN(per, n - first);
+        r = gpuarr__queue_host_cast(s, slot, t, src + first * ssz, st, count);
+        if (r == GPUARR_OK) r = s->dev->backend->copy_h2d(s, mem, off + first * tsz, slot, count * tsz);
     }
-    if (r == GPUARR_OK && dst.dtype != mid && (r = gpuarr__temp_alloc(ds, n * msz, &dtmp)) == GPUARR_OK)
-        to = gpuarr__make_view(ds->dev, dtmp->view, dtmp->view_offset, mid);
-    if (r == GPUARR_OK) r = gpuarr__staged_bounce(ss, ds, to.mem, to.offset, from.mem, from.offset, n * msz);
-    if (r == GPUARR_OK && dtmp) r = ds->dev->backend->cast(ds, dst.mem, dst.offset, dst.dtype, dtmp->view, dtmp->view_offset, mid, n);
-    if (stmp) gpuarr__temp_free(ss, stmp);
-    if (dtmp) gpuarr__temp_free(ds, dtmp);
+    gpuarr__ring_close(s->dev, ring, s);
     return r;
 }
 
-/* Host -> device on s: narrowing casts run on the host first, others on the device after. */
-static gpuarr_result gpuarr__upload(gpuarr__stream *s, gpuarr__view dst, gpuarr__view src, size_t n) {
-    const gpuarr__backend *b = s->dev->backend;
-    size_t ssz = gpuarr__dtype_sizes[src.dtype], dsz = gpuarr__dtype_sizes[dst.dtype];
-    const unsigned char *sp = gpuarr__view_host_ptr(src);
-    if (gpuarr__stages(s->dev, sp, n * GPUARR__MIN(ssz, dsz))) {
-        gpuarr_result r;
-        if (src.dtype == dst.dtype || dsz < ssz) { /* same, or narrowed on the host into the chunks */
-            r = gpuarr__staged_upload(s, dst.mem, dst.offset, dst.dtype, sp, src.dtype, n);
-        } else { /* widened on the device after arrival */
-            gpuarr__device_mem *tmp;
-            GPUARR__CHECK(gpuarr__temp_alloc(s, n * ssz, &tmp));
-            r = gpuarr__staged_upload(s, tmp->view, tmp->view_offset, src.dtype, sp, src.dtype, n);
-            if (r == GPUARR_OK) r = b->cast(s, dst.mem, dst.offset, dst.dtype, tmp->view, tmp->view_offset, src.dtype, n);
-            gpuarr__temp_free(s, tmp);
+/* Device memory (mem, off) in dtype t -> host memory in dtype ht, chunk by chunk: s copies each
+   chunk out into a slot, then a host function on s casts or copies it into place. Closes the ring. */
+static gpuarr_result gpuarr__queued_download(gpuarr__stream *s, gpuarr__ring *ring, size_t per, unsigned char *dst, gpuarr_dtype ht,
+                                             const void *mem, size_t off, gpuarr_dtype t, size_t n) {
+    size_t tsz = gpuarr__dtype_sizes[t], hsz = gpuarr__dtype_sizes[ht];
+    gpuarr_result r = GPUARR_OK;
+    for (size_t i = 0, first = 0; r == GPUARR_OK && first < n; i++, first += per) {
+        void *slot = ring->chunk[i % (size_t)ring->count]->view;
+        size_t count = GPUARR__MIN(per, n - first);
+        r = s->dev->backend->copy_d2h(s, slot, mem, off + first * tsz, count * tsz);
+        if (r == GPUARR_OK) r = gpuarr__queue_host_cast(s, dst + first * hsz, ht, slot, t, count);
+    }
+    gpuarr__ring_close(s->dev, ring, s);
+    return r;
+}
+
+/* A host buffer that queued work fills or drains: pinned memory of pd (for pd's stream s, or for
+   the host when s is NULL), else, where pageable_ok, ordinary memory. false: neither. */
+typedef struct gpuarr__hostbuf {
+    gpuarr__dev *pd;
+    gpuarr__block *pinned;
+    void *ptr;
+} gpuarr__hostbuf;
+
+static bool gpuarr__hostbuf_get(gpuarr__dev *pd, gpuarr__stream *s, size_t bytes, bool pageable_ok, gpuarr__hostbuf *b) {
+    memset(b, 0, sizeof *b);
+    b->pd = pd;
+    if (gpuarr__pool_alloc(&pd->pinned, bytes, s, &b->pinned) == GPUARR_OK) {
+        b->ptr = b->pinned->view;
+        return true;
+    }
+    return pageable_ok && gpuarr__host_temp(bytes, &b->ptr) == GPUARR_OK;
+}
+
+typedef struct gpuarr__pinned_return {
+    gpuarr__pool *pool;
+    gpuarr__block *block;
+} gpuarr__pinned_return;
+
+static void gpuarr__pinned_return_deferred(void *ctx) {
+    gpuarr__pinned_return *p = (gpuarr__pinned_return *)ctx;
+    gpuarr__pool_free(p->pool, p->block, NULL, 0);
+    gpuarr__free(p);
+}
+
+/* Gives the buffer back once s, its last user, has passed this point. */
+static void gpuarr__hostbuf_release(gpuarr__hostbuf *b, gpuarr__stream *s) {
+    if (!b->pinned) {
+        gpuarr__stream_defer(s, gpuarr__free_host_deferred, b->ptr);
+        return;
+    }
+    gpuarr__stream *uses[1] = {s};
+    if (s->dev == b->pd) {
+        gpuarr__pool_free(&b->pd->pinned, b->pinned, uses, 1);
+        return;
+    }
+    gpuarr__pinned_return *p = (gpuarr__pinned_return *)gpuarr__malloc(sizeof *p);
+    if (!p) { /* cannot defer: wait instead */
+        gpuarr__stream_sync_raw(s);
+        gpuarr__pool_free(&b->pd->pinned, b->pinned, NULL, 0);
+        return;
+    }
+    p->pool = &b->pd->pinned;
+    p->block = b->pinned;
+    gpuarr__stream_defer(s, gpuarr__pinned_return_deferred, p);
+}
+
+/* An async call that found no buffer for its host work: it does that work now, after waiting. */
+static gpuarr__path gpuarr__queued_fallback(gpuarr__stream *s, bool host_work) {
+    gpuarr__log(GPUARR_LOG_INFO, "%s: no pinned memory for an async transfer (%s); the calling thread does the host's part", s->dev->info.spec,
+                gpuarr_last_error());
+    return host_work ? GPUARR__PATH_HOST_TEMP : GPUARR__PATH_DIRECT;
+}
+
+/* ---- the directions ---- */
+/* Host memory (dtype st) -> device memory (mem, off) on s in dtype w, where w is st or narrower
+   (the host casts). */
+static gpuarr_result gpuarr__send(gpuarr__stream *s, void *mem, size_t off, gpuarr_dtype w, const unsigned char *src, gpuarr_dtype st,
+                                  size_t n, bool async) {
+    gpuarr__dev *d = s->dev;
+    size_t wsz = gpuarr__dtype_sizes[w], bytes = n * wsz;
+    gpuarr__path path = gpuarr__host_path(d, src, bytes, w != st, async);
+    gpuarr_result r = GPUARR_OK;
+    if (path == GPUARR__PATH_STAGED) {
+        size_t per = GPUARR__STAGE_CHUNK / wsz;
+        gpuarr__ring ring;
+        if (gpuarr__ring_open(d, GPUARR__MIN(per, n) * wsz, (n + per - 1) / per, &ring))
+            return gpuarr__staged_upload(s, &ring, per, mem, off, w, src, st, n);
+        path = w != st ? GPUARR__PATH_HOST_TEMP : GPUARR__PATH_DIRECT;
+    }
+    if (path == GPUARR__PATH_QUEUED) {
+        size_t per = GPUARR__STAGE_CHUNK / wsz;
+        gpuarr__ring ring;
+        if (gpuarr__queued_ring_open(s, GPUARR__MIN(per, n) * wsz, (n + per - 1) / per, &ring))
+            return gpuarr__queued_upload(s, &ring, per, mem, off, w, src, st, n);
+        void *tmp = NULL;
+        if (d->backend->pageable_async && gpuarr__host_temp(bytes, &tmp) == GPUARR_OK) { /* one ordinary buffer */
+            r = gpuarr__queue_host_cast(s, tmp, w, src, st, n);
+            if (r == GPUARR_OK) r = d->backend->copy_h2d(s, mem, off, tmp, bytes);
+            gpuarr__stream_defer(s, gpuarr__free_host_deferred, tmp);
+            return r;
         }
-        if (r != GPUARR_ERROR_UNSUPPORTED) return r; /* else: no pinned memory, the direct path */
+        path = gpuarr__queued_fallback(s, w != st);
+        GPUARR__CHECK(gpuarr__stream_sync_raw(s)); /* the source may be pending on s */
     }
-    if (src.dtype == dst.dtype) return b->copy_h2d(s, dst.mem, dst.offset, sp, n * dsz);
-    if (dsz < ssz) {
-        void *tmp;
-        GPUARR__CHECK(gpuarr__host_temp(n * dsz, &tmp));
-        gpuarr_result r = gpuarr__host_step(tmp, dst.dtype, sp, src.dtype, n);
-        if (r == GPUARR_OK) r = b->copy_h2d(s, dst.mem, dst.offset, tmp, n * dsz);
-        gpuarr__stream_defer(s, gpuarr__free_host_deferred, tmp);
-        return r;
+    if (path == GPUARR__PATH_DIRECT) return d->backend->copy_h2d(s, mem, off, src, bytes);
+    void *tmp;
+    GPUARR__CHECK(gpuarr__host_temp(bytes, &tmp));
+    r = gpuarr__host_step(tmp, w, src, st, n);
+    if (r == GPUARR_OK) r = d->backend->copy_h2d(s, mem, off, tmp, bytes);
+    gpuarr__stream_defer(s, gpuarr__free_host_deferred, tmp);
+    return r;
+}
+
+/* Device memory (mem, off) on s in dtype w -> host memory in dtype dt, where dt is w or wider
+   (the host widens). */
+static gpuarr_result gpuarr__receive(gpuarr__stream *s, unsigned char *dst, gpuarr_dtype dt, const void *mem, size_t off, gpuarr_dtype w,
+                                     size_t n, bool async) {
+    gpuarr__dev *d = s->dev;
+    size_t wsz = gpuarr__dtype_sizes[w], bytes = n * wsz;
+    gpuarr__path path = gpuarr__host_path(d, dst, bytes, w != dt, async);
+    gpuarr_result r = GPUARR_OK;
+    if (path == GPUARR__PATH_STAGED) {
+        size_t per = GPUARR__STAGE_CHUNK / wsz;
+        gpuarr__ring ring;
+        if (gpuarr__ring_open(d, GPUARR__MIN(per, n) * wsz, (n + per - 1) / per, &ring))
+            return gpuarr__staged_download(s, &ring, per, dst, dt, mem, off, w, n);
+        path = w != dt ? GPUARR__PATH_HOST_TEMP : GPUARR__PATH_DIRECT;
     }
+    if (path == GPUARR__PATH_QUEUED) {
+        size_t per = GPUARR__STAGE_CHUNK / wsz;
+        gpuarr__ring ring;
+        if (gpuarr__queued_ring_open(s, GPUARR__MIN(per, n) * wsz, (n + per - 1) / per, &ring))
+            return gpuarr__queued_download(s, &ring, per, dst, dt, mem, off, w, n);
+        void *tmp = NULL;
+        if (d->backend->pageable_async && gpuarr__host_temp(bytes, &tmp) == GPUARR_OK) { /* one ordinary buffer */
+            r = d->backend->copy_d2h(s, tmp, mem, off, bytes);
+            if (r == GPUARR_OK) r = gpuarr__queue_host_cast(s, dst, dt, tmp, w, n);
+            gpuarr__stream_defer(s, gpuarr__free_host_deferred, tmp);
+            return r;
+        }
+        path = gpuarr__queued_fallback(s, w != dt);
+    }
+    if (path == GPUARR__PATH_DIRECT) return d->backend->copy_d2h(s, dst, mem, off, bytes);
+    void *tmp;
+    GPUARR__CHECK(gpuarr__host_temp(bytes, &tmp));
+    r = d->backend->copy_d2h(s, tmp, mem, off, bytes);
+    if (r == GPUARR_OK) r = gpuarr__stream_sync_raw(s);
+    if (r == GPUARR_OK) r = gpuarr__host_step(dst, dt, tmp, w, n);
+    gpuarr__stream_defer(s, gpuarr__free_host_deferred, tmp);
+    return r;
+}
+
+/* Host -> device on s: casts the rule puts on the source run on the host, the others on the
+   device after arrival. */
+static gpuarr_result gpuarr__upload(gpuarr__stream *s, gpuarr__view dst, gpuarr__view src, size_t n, bool async) {
+    const unsigned char *sp = gpuarr__view_host_ptr(src);
+    if (gpuarr__cast_side(src.dtype, dst.dtype) != GPUARR__CAST_AT_DEST)
+        return gpuarr__send(s, dst.mem, dst.offset, dst.dtype, sp, src.dtype, n, async);
     gpuarr__device_mem *tmp;
-    GPUARR__CHECK(gpuarr__temp_alloc(s, n * ssz, &tmp));
-    gpuarr_result r = b->copy_h2d(s, tmp->view, tmp->view_offset, sp, n * ssz);
-    if (r == GPUARR_OK) r = b->cast(s, dst.mem, dst.offset, dst.dtype, tmp->view, tmp->view_offset, src.dtype, n);
+    GPUARR__CHECK(gpuarr__temp_alloc(s, n * gpuarr__dtype_sizes[src.dtype], &tmp));
+    gpuarr_result r = gpuarr__send(s, tmp->view, tmp->view_offset, src.dtype, sp, src.dtype, n, async);
+    if (r == GPUARR_OK) r = s->dev->backend->cast(s, dst.mem, dst.offset, dst.dtype, tmp->view, tmp->view_offset, src.dtype, n);
     gpuarr__temp_free(s, tmp);
     return r;
 }
 
-/* Device -> host on s: narrowing and same-width casts run on the device first; widening ones
-   on the host after the bytes arrive (which waits for s). */
-static gpuarr_result gpuarr__download(gpuarr__stream *s, gpuarr__view dst, gpuarr__view src, size_t n, bool may_block) {
-    const gpuarr__backend *b = s->dev->backend;
-    size_t ssz = gpuarr__dtype_sizes[src.dtype], dsz = gpuarr__dtype_sizes[dst.dtype];
+/* Device -> host on s: casts the rule puts on the source run on the device before the bytes
+   leave it, the others (widening) on the host after they arrive. */
+static gpuarr_result gpuarr__download(gpuarr__stream *s, gpuarr__view dst, gpuarr__view src, size_t n, bool async) {
     unsigned char *dp = gpuarr__view_host_ptr(dst);
-    if (may_block && gpuarr__stages(s->dev, dp, n * GPUARR__MIN(ssz, dsz))) {
-        gpuarr_result r;
-        if (src.dtype == dst.dtype || dsz > ssz) { /* same, or widened on the host out of the chunks */
-            r = gpuarr__staged_download(s, dp, dst.dtype, src.mem, src.offset, src.dtype, n);
-        } else { /* narrowed on the device before leaving */
-            gpuarr__device_mem *tmp;
-            GPUARR__CHECK(gpuarr__temp_alloc(s, n * dsz, &tmp));
-            r = b->cast(s, tmp->view, tmp->view_offset, dst.dtype, src.mem, src.offset, src.dtype, n);
-            if (r == GPUARR_OK) r = gpuarr__staged_download(s, dp, dst.dtype, tmp->view, tmp->view_offset, dst.dtype, n);
-            gpuarr__temp_free(s, tmp);
-        }
-        if (r != GPUARR_ERROR_UNSUPPORTED) return r;
-    }
-    if (src.dtype == dst.dtype) return b->copy_d2h(s, dp, src.mem, src.offset, n * ssz);
-    if (dsz <= ssz) {
-        gpuarr__device_mem *tmp;
-        GPUARR__CHECK(gpuarr__temp_alloc(s, n * dsz, &tmp));
-        gpuarr_result r = b->cast(s, tmp->view, tmp->view_offset, dst.dtype, src.mem, src.offset, src.dtype, n);
-        if (r == GPUARR_OK) r = b->copy_d2h(s, dp, tmp->view, tmp->view_offset, n * dsz);
-        gpuarr__temp_free(s, tmp);
-        return r;
-    }
-    void *tmp;
-    GPUARR__CHECK(gpuarr__host_temp(n * ssz, &tmp));
-    gpuarr_result r = b->copy_d2h(s, tmp, src.mem, src.offset, n * ssz);
-    if (r == GPUARR_OK) r = gpuarr__stream_sync_raw(s);
-    if (r == GPUARR_OK) r = gpuarr__host_step(dp, dst.dtype, tmp, src.dtype, n);
-    gpuarr__stream_defer(s, gpuarr__free_host_deferred, tmp);
+    if (gpuarr__cast_side(src.dtype, dst.dtype) != GPUARR__CAST_AT_SOURCE)
+        return gpuarr__receive(s, dp, dst.dtype, src.mem, src.offset, src.dtype, n, async);
+    gpuarr__device_mem *tmp;
+    GPUARR__CHECK(gpuarr__temp_alloc(s, n * gpuarr__dtype_sizes[dst.dtype], &tmp));
+    gpuarr_result r = s->dev->backend->cast(s, tmp->view, tmp->view_offset, dst.dtype, src.mem, src.offset, src.dtype, n);
+    if (r == GPUARR_OK) r = gpuarr__receive(s, dp, dst.dtype, tmp->view, tmp->view_offset, dst.dtype, n, async);
+    gpuarr__temp_free(s, tmp);
     return r;
 }
 
@@ -3739,7 +3951,7 @@ static gpuarr_result gpuarr__move_peer(gpuarr__stream *ss, gpuarr__stream *ds, g
     size_t ssz = gpuarr__dtype_sizes[src.dtype], dsz = gpuarr__dtype_sizes[dst.dtype];
     gpuarr__device_mem *tmp = NULL;
     gpuarr_result r;
-    if (dsz <= ssz) { /* cast (if any) on the source, copy the narrow bytes */
+    if (gpuarr__cast_side(src.dtype, dst.dtype) != GPUARR__CAST_AT_DEST) { /* cast (if any) on the source, copy the narrow bytes */
         gpuarr__view from = src;
         *last = ss;
         if (src.dtype != dst.dtype) {
@@ -3766,38 +3978,84 @@ static gpuarr_result gpuarr__move_peer(gpuarr__stream *ss, gpuarr__stream *ds, g
     return r;
 }
 
-/* Any two views. On return every step has been enqueued (host steps are done), and *last is the
-   stream that ran the final one: the data is in dst when *last has passed this point. */
-static gpuarr_result gpuarr__move(gpuarr__stream *ss, gpuarr__stream *ds, gpuarr__view dst, gpuarr__view src, size_t n,
-                                  bool may_block, gpuarr__stream **last) {
+/* Whose pinned memory carries bytes between two devices through the host: the side whose driver
+   consumes pageable memory at the call needs its own (OpenCL takes any host memory). */
+static gpuarr__dev *gpuarr__bounce_pinned_dev(gpuarr__stream *ss, gpuarr__stream *ds) {
+    return ds->dev->backend->pageable_async ? ss->dev : ds->dev;
+}
+
+/* `bytes` from device memory on ss's device to device memory on ds's, through one host buffer.
+   Async: no host wait -- ds is ordered after ss's copy out on the device or by a host function.
+   Synchronous (or without a buffer that async copies can use): the host waits in between. */
+static gpuarr_result gpuarr__bounce_once(gpuarr__stream *ss, gpuarr__stream *ds, void *dmem, size_t doff, const void *smem, size_t soff,
+                                         size_t bytes, bool async) {
+    gpuarr__dev *pd = gpuarr__bounce_pinned_dev(ss, ds);
+    bool pageable_ok = ss->dev->backend->pageable_async && ds->dev->backend->pageable_async;
+    gpuarr__hostbuf b;
+    gpuarr_result r;
+    if (async && gpuarr__hostbuf_get(pd, pd == ds->dev ? ds : ss, bytes, pageable_ok, &b)) {
+        r = ss->dev->backend->copy_d2h(ss, b.ptr, smem, soff, bytes);
+        if (r == GPUARR_OK) r = gpuarr__stream_order(ds, ss);
+        if (r == GPUARR_OK) r = ds->dev->backend->copy_h2d(ds, dmem, doff, b.ptr, bytes);
+        gpuarr__hostbuf_release(&b, ds);
+        return r;
+    }
+    if (async) gpuarr__queued_fallback(ds, false);
+    void *tmp;
+    GPUARR__CHECK(gpuarr__host_temp(bytes, &tmp));
+    r = ss->dev->backend->copy_d2h(ss, tmp, smem, soff, bytes);
+    if (r == GPUARR_OK) r = gpuarr__stream_sync_raw(ss);
+    if (r == GPUARR_OK) r = ds->dev->backend->copy_h2d(ds, dmem, doff, tmp, bytes);
+    gpuarr__stream_defer(ds, gpuarr__free_host_deferred, tmp);
+    return r;
+}
+
+/* src on one device -> dst on another through the host, cast (by the rule) to mid, the narrower
+   dtype, on the source or from it on the destination. Synchronous calls moving enough bytes
+   pipeline them through the ring of pinned chunks. */
+static gpuarr_result gpuarr__move_bounce(gpuarr__stream *ss, gpuarr__stream *ds, gpuarr__view dst, gpuarr__view src, size_t n, bool async) {
+    gpuarr_dtype mid = gpuarr__cast_side(src.dtype, dst.dtype) == GPUARR__CAST_AT_DEST ? src.dtype : dst.dtype;
+    size_t msz = gpuarr__dtype_sizes[mid], bytes = n * msz;
+    gpuarr__device_mem *stmp = NULL, *dtmp = NULL;
+    gpuarr__view from = src, to = dst;
+    gpuarr_result r = GPUARR_OK;
+    if (src.dtype != mid && (r = gpuarr__temp_alloc(ss, bytes, &stmp)) == GPUARR_OK) {
+        from = gpuarr__make_view(ss->dev, stmp->view, stmp->view_offset, mid);
+        r = ss->dev->backend->cast(ss, stmp->view, stmp->view_offset, mid, src.mem, src.offset, src.dtype, n);
+    }
+    if (r == GPUARR_OK && dst.dtype != mid && (r = gpuarr__temp_alloc(ds, bytes, &dtmp)) == GPUARR_OK)
+        to = gpuarr__make_view(ds->dev, dtmp->view, dtmp->view_offset, mid);
+    gpuarr__dev *pd = gpuarr__bounce_pinned_dev(ss, ds);
+    size_t chunk = GPUARR__MIN(GPUARR__STAGE_CHUNK, bytes);
+    gpuarr__ring ring;
+    if (r == GPUARR_OK && !async && bytes >= GPUARR__STAGE_MIN && gpuarr__ring_open(pd, chunk, (bytes + chunk - 1) / chunk, &ring))
+        r = gpuarr__staged_bounce(ss, ds, pd, &ring, to.mem, to.offset, from.mem, from.offset, bytes);
+    else if (r == GPUARR_OK)
+        r = gpuarr__bounce_once(ss, ds, to.mem, to.offset, from.mem, from.offset, bytes, async);
+    if (r == GPUARR_OK && dtmp) r = ds->dev->backend->cast(ds, dst.mem, dst.offset, dst.dtype, dtmp->view, dtmp->view_offset, mid, n);
+    if (stmp) gpuarr__temp_free(ss, stmp);
+    if (dtmp) gpuarr__temp_free(ds, dtmp);
+    return r;
+}
+
+/* Any two views. On return every step has been enqueued (async: host steps are queued as host
+   functions; synchronous: they are done), and *last is the stream that ran the final one: the
+   data is in dst when *last has passed this point. */
+static gpuarr_result gpuarr__move(gpuarr__stream *ss, gpuarr__stream *ds, gpuarr__view dst, gpuarr__view src, size_t n, bool async,
+                                  gpuarr__stream **last) {
     gpuarr__dev *sd = src.dev, *dd = dst.dev;
     *last = ss;
     if (n == 0) return GPUARR_OK;
     if (sd == dd) return gpuarr__move_local(ss, dst, src, n);
-    if (sd->backend->id == GPUARR_BACKEND_HOST) {
+    if (sd->backend->host_memory) {
         *last = ds;
-        return gpuarr__upload(ds, dst, src, n);
+        return gpuarr__upload(ds, dst, src, n, async);
     }
-    if (dd->backend->id == GPUARR_BACKEND_HOST) return gpuarr__download(ss, dst, src, n, may_block);
+    if (dd->backend->host_memory) return gpuarr__download(ss, dst, src, n, async);
     if (sd->backend == dd->backend && !gpuarr__g.no_peer_copies && sd->backend->can_copy_peer(dd, sd))
         return gpuarr__move_peer(ss, ds, dst, src, n, last);
-    /* Through host memory, in the narrower of the two dtypes: pinned chunks, pipelined, when
-       there is enough to move; else one host buffer. */
     *last = ds;
-    gpuarr_dtype mid = gpuarr__dtype_sizes[dst.dtype] <= gpuarr__dtype_sizes[src.dtype] ? dst.dtype : src.dtype;
-    if (n * gpuarr__dtype_sizes[mid] >= GPUARR__STAGE_MIN) {
-        gpuarr_result r = gpuarr__move_bounce(ss, ds, dst, src, mid, n);
-        if (r != GPUARR_ERROR_UNSUPPORTED) return r;
-    }
-    void *tmp;
-    GPUARR__CHECK(gpuarr__host_temp(n * gpuarr__dtype_sizes[mid], &tmp));
-    gpuarr__view hv = gpuarr__make_view(gpuarr__host_dev(), tmp, 0, mid);
-    gpuarr_result r = gpuarr__download(ss, hv, src, n, true); /* this path waits for it anyway */
-    if (r == GPUARR_OK) r = gpuarr__stream_sync_raw(ss);
-    if (r == GPUARR_OK) r = gpuarr__upload(ds, dst, hv, n);
-    if (r != GPUARR_OK) gpuarr__stream_sync_raw(ss);
-    gpuarr__stream_defer(ds, gpuarr__free_host_deferred, tmp);
-    return r;
+    return gpuarr__move_bounce(ss, ds, dst, src, n, async);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -3846,8 +4104,10 @@ static gpuarr_result gpuarr__transfer_run(gpuarr__transfer *t) {
     gpuarr__stream *ss = NULL, *ds = NULL, *last = NULL;
     gpuarr_result r = gpuarr__stream_for(t->src.dev, t->explicit_stream, &ss);
     if (r == GPUARR_OK) r = gpuarr__stream_for(t->dst.dev, t->explicit_stream, &ds);
-    if (r == GPUARR_OK && t->src_array && t->src_array->ready) r = gpuarr__stream_wait_raw(ss, t->src_array->ready);
-    if (r == GPUARR_OK) r = gpuarr__move(ss, ds, t->dst, t->src, t->count, !t->async, &last);
+    /* the source's producer: an async upload's stream waits for it (a pending host array), never the caller */
+    gpuarr__stream *reader = t->async && t->src.dev->backend->host_memory ? ds : ss;
+    if (r == GPUARR_OK && t->src_array && t->src_array->ready) r = gpuarr__stream_wait_raw(reader, t->src_array->ready);
+    if (r == GPUARR_OK) r = gpuarr__move(ss, ds, t->dst, t->src, t->count, t->async, &last);
     if (r == GPUARR_OK && !t->async) r = gpuarr__stream_sync_raw(last);
     if (r == GPUARR_OK && t->async) r = gpuarr__transfer_finish_async(t, ss, ds, last);
     if (r != GPUARR_OK) { /* nothing may still be reading or writing once we report failure */
@@ -3897,7 +4157,8 @@ static gpuarr_result gpuarr__convert(gpuarr_array src, gpuarr_device dst, gpuarr
         id = src.id;
     } else if (r == GPUARR_OK) {
         gpuarr__stream *writer = NULL;
-        r = gpuarr__stream_for(d, es, &writer);
+        r = gpuarr__route_check(a->dev, d, a->dtype, dt);
+        if (r == GPUARR_OK) r = gpuarr__stream_for(d, es, &writer);
         if (r == GPUARR_OK) r = gpuarr__array_new(d, dt, a->ndim, a->shape, writer, &b);
         if (writer) gpuarr__obj_release(&writer->obj);
         if (r == GPUARR_OK) {
@@ -4322,7 +4583,7 @@ static gpuarr_result gpuarr__registry_add(const gpuarr__backend *b, int index) {
 static void gpuarr__warn_absent_filter_items(const int *counts) {
     for (int i = 0; i < gpuarr__g.filter_count; i++) {
         const gpuarr__filter_item *f = &gpuarr__g.filter[i];
-        if (f->backend == GPUARR_BACKEND_HOST || (f->index < 0 ? counts[f->backend] > 0 : f->index < counts[f->backend])) continue;
+        if ((gpuarr__backends[f->backend] && gpuarr__backends[f->backend]->builtin) || (f->index < 0 ? counts[f->backend] > 0 : f->index < counts[f->backend])) continue;
         char item[32];
         if (f->index < 0) snprintf(item, sizeof item, "%s", gpuarr__backend_names[f->backend]);
         else snprintf(item, sizeof item, "%s:%d", gpuarr__backend_names[f->backend], f->index);
@@ -4838,6 +5099,7 @@ GPUARR_API gpuarr_result gpuarr__to_host_named(const char *api, gpuarr_array arr
     else if (count < (uint64_t)a->count)
         r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "count = %zu is smaller than the array's %lld elements", count,
                          (long long)a->count);
+    if (r == GPUARR_OK) r = gpuarr__route_check(a->dev, gpuarr__host_dev(), a->dtype, dt);
     if (r == GPUARR_OK) {
         gpuarr__transfer tr;
         memset(&tr, 0, sizeof tr);

@@ -101,6 +101,7 @@ struct CUuuid_st; /* 16 bytes */
     X(gpuarr__cu_result, cuStreamQuery, (gpuarr__cu_stream))                                   \
     X(gpuarr__cu_result, cuStreamWaitEvent, (gpuarr__cu_stream, gpuarr__cu_event, unsigned int)) \
     X(gpuarr__cu_result, cuStreamGetCtx, (gpuarr__cu_stream, gpuarr__cu_context *))            \
+    X(gpuarr__cu_result, cuLaunchHostFunc, (gpuarr__cu_stream, void (*)(void *), void *))      \
     X(gpuarr__cu_result, cuEventCreate, (gpuarr__cu_event *, unsigned int))                    \
     X(gpuarr__cu_result, cuEventDestroy_v2, (gpuarr__cu_event))                                \
     X(gpuarr__cu_result, cuEventRecord, (gpuarr__cu_event, gpuarr__cu_stream))                 \
@@ -883,9 +884,21 @@ static gpuarr_result gpuarr__cu_cast(gpuarr__stream *s, void *dst, size_t dst_of
     return GPUARR_OK;
 }
 
+/* Every pair has a kernel (from the committed PTX or NVRTC); failing to get one is BACKEND. */
+static gpuarr_result gpuarr__cu_cast_supported(gpuarr__dev *d, gpuarr_dtype dst_t, gpuarr_dtype src_t) {
+    GPUARR__UNUSED(d); GPUARR__UNUSED(dst_t); GPUARR__UNUSED(src_t);
+    return GPUARR_OK;
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Streams and events
  * ------------------------------------------------------------------------------------------- */
+/* The driver runs fn on its own thread, in stream order. */
+static gpuarr_result gpuarr__cu_launch_host_fn(gpuarr__stream *s, gpuarr__host_fn fn, void *ctx) {
+    GPUARR__CU_DO(s->dev, "cuLaunchHostFunc", cuLaunchHostFunc(GPUARR__CU_STREAM(s->native), fn, ctx));
+    return GPUARR_OK;
+}
+
 static gpuarr_result gpuarr__cu_stream_wrap(gpuarr__cu_stream stream, bool owned, void **native) {
     gpuarr__cu_stream_box *box = (gpuarr__cu_stream_box *)gpuarr__calloc(sizeof *box);
     if (!box) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a stream");
@@ -916,12 +929,14 @@ static void gpuarr__cu_stream_destroy(gpuarr__dev *d, void *native) {
 
 static gpuarr_result gpuarr__cu_stream_sync(gpuarr__dev *d, void *native) {
     GPUARR__CU_DO(d, "cuStreamSynchronize", cuStreamSynchronize(GPUARR__CU_STREAM(native)));
+    gpuarr__host_fn_seen();
     return GPUARR_OK;
 }
 
 /* NOT_READY is an answer, not an error. */
 static gpuarr_result gpuarr__cu_status(gpuarr__dev *d, gpuarr__cu_result e, const char *call, bool *done) {
     *done = e == GPUARR__CUDA_SUCCESS;
+    if (*done) gpuarr__host_fn_seen();
     if (e == GPUARR__CUDA_SUCCESS || e == GPUARR__CUDA_ERROR_NOT_READY) return GPUARR_OK;
     return gpuarr__cu_fail(e, call, d->info.spec);
 }
@@ -954,6 +969,7 @@ static gpuarr_result gpuarr__cu_event_record(gpuarr__dev *d, void *event, void *
 
 static gpuarr_result gpuarr__cu_event_sync(gpuarr__dev *d, void *event) {
     GPUARR__CU_DO(d, "cuEventSynchronize", cuEventSynchronize((gpuarr__cu_event)event));
+    gpuarr__host_fn_seen();
     return GPUARR_OK;
 }
 
@@ -1109,7 +1125,7 @@ static const gpuarr__interop_CUDA gpuarr__cu_interop = {GPUARR_BACKEND_CUDA, GPU
 #define GPUARR__CU_TABLE_PROC(ret, name, params) gpuarr__cu_##name,
 /* asynchronous, devices named "cuda:N", device memory, no allocation limit of its own */
 static const gpuarr__backend gpuarr__backend_cuda = {
-    GPUARR_BACKEND_CUDA, "cuda", false, false, false, NULL, &gpuarr__cu_interop,
+    GPUARR_BACKEND_CUDA, "cuda", false, false, false, false, NULL, &gpuarr__cu_interop,
     GPUARR__BACKEND_PROCS(GPUARR__CU_TABLE_PROC)};
 #undef GPUARR__CU_TABLE_PROC
 #define GPUARR__BACKEND_PTR_CUDA (&gpuarr__backend_cuda)

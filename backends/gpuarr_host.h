@@ -159,6 +159,18 @@ static gpuarr_result gpuarr__host_cast(gpuarr__stream *s, void *dst, size_t dst_
     return GPUARR_OK;
 }
 
+static gpuarr_result gpuarr__host_cast_supported(gpuarr__dev *d, gpuarr_dtype dst_t, gpuarr_dtype src_t) {
+    GPUARR__UNUSED(d); GPUARR__UNUSED(dst_t); GPUARR__UNUSED(src_t);
+    return GPUARR_OK; /* the host reference casts every pair */
+}
+
+/* The stream's work is done already: run it now. */
+static gpuarr_result gpuarr__host_launch_host_fn(gpuarr__stream *s, gpuarr__host_fn fn, void *ctx) {
+    GPUARR__UNUSED(s);
+    fn(ctx);
+    return GPUARR_OK;
+}
+
 static gpuarr_result gpuarr__host_fill_zero(gpuarr__stream *s, void *dst, size_t dst_off, size_t bytes) {
     GPUARR__UNUSED(s);
     gpuarr__cpu_memzero((unsigned char *)dst + dst_off, bytes);
@@ -225,7 +237,7 @@ static const gpuarr__interop_HOST gpuarr__host_interop = {GPUARR_BACKEND_HOST, G
 /* synchronous, builtin ("host", always kept), its memory is host memory, no allocation limit */
 #define GPUARR__HOST_PROC(ret, name, params) gpuarr__host_##name,
 static const gpuarr__backend gpuarr__backend_host = {
-    GPUARR_BACKEND_HOST, "host", true, true, true, NULL, &gpuarr__host_interop, GPUARR__BACKEND_PROCS(GPUARR__HOST_PROC)};
+    GPUARR_BACKEND_HOST, "host", true, true, true, true, NULL, &gpuarr__host_interop, GPUARR__BACKEND_PROCS(GPUARR__HOST_PROC)};
 #undef GPUARR__HOST_PROC
 #define GPUARR__BACKEND_PTR_HOST (&gpuarr__backend_host)
 

@@ -38,6 +38,7 @@ typedef intptr_t gpuarr__cl_context_properties;
 typedef void (*gpuarr__cl_notify_fn)(const char *, const void *, size_t, void *);
 typedef void (*gpuarr__cl_build_fn)(gpuarr__cl_program, void *);
 typedef void (*gpuarr__cl_mem_fn)(gpuarr__cl_mem, void *);
+typedef void (*gpuarr__cl_event_fn)(gpuarr__cl_event, gpuarr__cl_int, void *);
 
 #define GPUARR__CL_SUCCESS 0
 #define GPUARR__CL_MEM_OBJECT_ALLOCATION_FAILURE (-4)
@@ -171,6 +172,9 @@ typedef void (*gpuarr__cl_mem_fn)(gpuarr__cl_mem, void *);
     X(gpuarr__cl_int, clWaitForEvents, (gpuarr__cl_uint, const gpuarr__cl_event *))           \
     X(gpuarr__cl_int, clGetEventInfo, (gpuarr__cl_event, gpuarr__cl_uint, size_t, void *, size_t *)) \
     X(gpuarr__cl_int, clGetEventProfilingInfo, (gpuarr__cl_event, gpuarr__cl_uint, size_t, void *, size_t *)) \
+    X(gpuarr__cl_event, clCreateUserEvent, (gpuarr__cl_context, gpuarr__cl_int *))            \
+    X(gpuarr__cl_int, clSetUserEventStatus, (gpuarr__cl_event, gpuarr__cl_int))                \
+    X(gpuarr__cl_int, clSetEventCallback, (gpuarr__cl_event, gpuarr__cl_int, gpuarr__cl_event_fn, void *)) \
     X(gpuarr__cl_int, clRetainEvent, (gpuarr__cl_event))                                       \
     X(gpuarr__cl_int, clReleaseEvent, (gpuarr__cl_event))
 
@@ -988,14 +992,18 @@ static gpuarr_result gpuarr__cl_ensure_kernel(gpuarr__dev *d, int s, int t) {
     return r;
 }
 
+static gpuarr_result gpuarr__cl_cast_supported(gpuarr__dev *d, gpuarr_dtype dst_t, gpuarr_dtype src_t) {
+    if (gpuarr__cl_pair_supported(GPUARR__CL_DEV(d), (int)src_t, (int)dst_t)) return GPUARR_OK;
+    return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "%s has no cl_khr_fp64: it cannot cast %s to %s", d->info.spec,
+                        gpuarr__dtype_names[src_t], gpuarr__dtype_names[dst_t]);
+}
+
 static gpuarr_result gpuarr__cl_cast(gpuarr__stream *s, void *dst, size_t dst_off, gpuarr_dtype dst_t, const void *src,
                                      size_t src_off, gpuarr_dtype src_t, size_t count) {
     gpuarr__cl_state *cl = &GPUARR__CL;
     gpuarr__dev *d = s->dev;
     gpuarr__cl_device *cd = GPUARR__CL_DEV(d);
-    if (!gpuarr__cl_pair_supported(cd, (int)src_t, (int)dst_t))
-        return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "%s has no cl_khr_fp64: it cannot cast %s to %s", d->info.spec,
-                            gpuarr__dtype_names[src_t], gpuarr__dtype_names[dst_t]);
+    GPUARR__CHECK(gpuarr__cl_cast_supported(d, dst_t, src_t));
     pthread_mutex_lock(&cd->kernel_lock);
     gpuarr_result r = gpuarr__cl_ensure_kernel(d, (int)src_t, (int)dst_t);
     if (r == GPUARR_OK) {
@@ -1028,6 +1036,80 @@ static void gpuarr__cl_track(gpuarr__cl_stream *st, gpuarr__cl_event ev) {
     if (old) GPUARR__CL.clReleaseEvent(old);
 }
 
+/* A host function on a queue: a marker for the work before it, whose completion callback runs
+   fn and then opens a gate (a user event) that a second marker, and so everything queued after
+   it, waits for. A driver may call the callback at once, on the registering thread, when the
+   marker is already complete: fn then runs on a thread of its own, never in the caller's. */
+typedef struct gpuarr__cl_host_call {
+    gpuarr__host_fn fn;
+    void *ctx;
+    gpuarr__cl_event gate;
+    gpuarr__cl_int status;
+} gpuarr__cl_host_call;
+
+static GPUARR__THREAD_LOCAL bool gpuarr__cl_registering; /* inside clSetEventCallback */
+
+static void *gpuarr__cl_host_call_finish(void *user) {
+    gpuarr__cl_host_call *call = (gpuarr__cl_host_call *)user;
+    call->fn(call->ctx);
+    GPUARR__CL.clSetUserEventStatus(call->gate, call->status < 0 ? call->status : GPUARR__CL_COMPLETE);
+    GPUARR__CL.clReleaseEvent(call->gate);
+    gpuarr__free(call);
+    return NULL;
+}
+
+static void gpuarr__cl_host_call_run(gpuarr__cl_event ev, gpuarr__cl_int status, void *user) {
+    GPUARR__UNUSED(ev);
+    gpuarr__cl_host_call *call = (gpuarr__cl_host_call *)user;
+    call->status = status;
+    if (gpuarr__cl_registering) {
+        pthread_attr_t attr;
+        pthread_t t;
+        bool started = pthread_attr_init(&attr) == 0;
+        if (started) {
+            pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+            started = pthread_create(&t, &attr, gpuarr__cl_host_call_finish, call) == 0;
+            pthread_attr_destroy(&attr);
+        }
+        if (started) return;
+    }
+    gpuarr__cl_host_call_finish(call); /* on the driver's callback thread */
+}
+
+static gpuarr_result gpuarr__cl_launch_host_fn(gpuarr__stream *s, gpuarr__host_fn fn, void *ctx) {
+    gpuarr__cl_state *cl = &GPUARR__CL;
+    gpuarr__cl_command_queue q = GPUARR__CL_QUEUE(s);
+    gpuarr__cl_context context = NULL;
+    gpuarr__cl_event before = NULL, after = NULL;
+    gpuarr__cl_host_call *call = (gpuarr__cl_host_call *)gpuarr__calloc(sizeof *call);
+    if (!call) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a host function");
+    call->fn = fn;
+    call->ctx = ctx;
+    gpuarr__cl_int e = cl->clGetCommandQueueInfo(q, GPUARR__CL_QUEUE_CONTEXT, sizeof context, &context, NULL);
+    if (e == GPUARR__CL_SUCCESS) call->gate = cl->clCreateUserEvent(context, &e);
+    if (e == GPUARR__CL_SUCCESS) e = cl->clEnqueueMarkerWithWaitList(q, 0, NULL, &before);
+    if (e == GPUARR__CL_SUCCESS) e = cl->clEnqueueMarkerWithWaitList(q, 1, &call->gate, &after);
+    if (e != GPUARR__CL_SUCCESS) {
+        if (before) cl->clReleaseEvent(before);
+        if (call->gate) cl->clReleaseEvent(call->gate);
+        gpuarr__free(call);
+        return gpuarr__cl_fail(e, "queueing a host function", s->dev->info.spec);
+    }
+    gpuarr__cl_track(GPUARR__CL_LAST(s), after);
+    gpuarr__cl_registering = true;
+    e = cl->clSetEventCallback(before, GPUARR__CL_COMPLETE, gpuarr__cl_host_call_run, call);
+    gpuarr__cl_registering = false;
+    cl->clReleaseEvent(before);
+    if (e != GPUARR__CL_SUCCESS) { /* open the gate without fn, so the queue still drains */
+        cl->clSetUserEventStatus(call->gate, e);
+        cl->clReleaseEvent(call->gate);
+        gpuarr__free(call);
+        return gpuarr__cl_fail(e, "clSetEventCallback", s->dev->info.spec);
+    }
+    cl->clFlush(q);
+    return GPUARR_OK;
+}
+
 static gpuarr_result gpuarr__cl_stream_wrap(gpuarr__cl_command_queue q, void **native) {
     gpuarr__cl_stream *st = (gpuarr__cl_stream *)gpuarr__calloc(sizeof *st);
     if (!st) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a stream");
@@ -1057,6 +1139,7 @@ static void gpuarr__cl_stream_destroy(gpuarr__dev *d, void *native) {
 
 static gpuarr_result gpuarr__cl_stream_sync(gpuarr__dev *d, void *native) {
     GPUARR__CL_CHECK(GPUARR__CL.clFinish(GPUARR__CL_STREAM(native)->queue), d->info.spec);
+    gpuarr__host_fn_seen();
     return GPUARR_OK;
 }
 
@@ -1065,6 +1148,7 @@ static gpuarr_result gpuarr__cl_event_status(gpuarr__dev *d, gpuarr__cl_event ev
     GPUARR__CL_CHECK(GPUARR__CL.clGetEventInfo(ev, GPUARR__CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL), d->info.spec);
     if (status < 0) return gpuarr__cl_fail(status, "a queued command", d->info.spec);
     *done = status == GPUARR__CL_COMPLETE;
+    if (*done) gpuarr__host_fn_seen();
     return GPUARR_OK;
 }
 
@@ -1119,6 +1203,7 @@ static gpuarr_result gpuarr__cl_event_record(gpuarr__dev *d, void *event, void *
 static gpuarr_result gpuarr__cl_event_sync(gpuarr__dev *d, void *event) {
     gpuarr__cl_event ev = ((gpuarr__cl_event_box *)event)->event;
     if (ev) GPUARR__CL_CHECK(GPUARR__CL.clWaitForEvents(1, &ev), d->info.spec);
+    gpuarr__host_fn_seen();
     return GPUARR_OK;
 }
 
@@ -1316,7 +1401,7 @@ static const gpuarr__interop_OPENCL gpuarr__cl_interop = {GPUARR_BACKEND_OPENCL,
 /* asynchronous, devices named "opencl:N", device memory, CL_DEVICE_MAX_MEM_ALLOC_SIZE */
 #define GPUARR__CL_TABLE_PROC(ret, name, params) gpuarr__cl_##name,
 static const gpuarr__backend gpuarr__backend_opencl = {
-    GPUARR_BACKEND_OPENCL, "opencl", false, false, false, "CL_DEVICE_MAX_MEM_ALLOC_SIZE", &gpuarr__cl_interop,
+    GPUARR_BACKEND_OPENCL, "opencl", false, false, false, true, "CL_DEVICE_MAX_MEM_ALLOC_SIZE", &gpuarr__cl_interop,
     GPUARR__BACKEND_PROCS(GPUARR__CL_TABLE_PROC)};
 #undef GPUARR__CL_TABLE_PROC
 #define GPUARR__BACKEND_PTR_OPENCL (&gpuarr__backend_opencl)

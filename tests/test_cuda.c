@@ -385,6 +385,100 @@ Test(cuda, conversions_between_cuda_and_opencl_are_exact_on_every_hop) {
     free(back);
 }
 
+/* ---- async calls never wait: on the fake driver, where queued work runs only when waited for ---- */
+typedef unsigned long long (*ops_run_fn)(void);
+
+/* The fake driver's count of operations run, or a skip on a real driver (whose work may run at
+   once, so the count would prove nothing). */
+static ops_run_fn fake_ops_counter(void) {
+    const char *lib = getenv("GPUARR_CUDA_LIBRARY");
+    void *driver = dlopen(lib ? lib : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    ops_run_fn fn = NULL;
+    if (driver) *(void **)&fn = dlsym(driver, "fake_cuda_ops_run");
+    if (!fn) test_skip("the driver is not tests/fake_cuda (no fake_cuda_ops_run)");
+    return fn;
+}
+
+/* out (dtype t) against the reference cast of src (dtype st), every element. */
+static void expect_cast(gpuarr_array out, gpuarr_dtype st, const void *src, gpuarr_dtype t, size_t n, const char *what) {
+    unsigned char *got = malloc(n * 8);
+    cr_assert(got);
+    TEST_OK(gpuarr_to_host_as(out, t, got, n));
+    for (size_t i = 0; i < n; i++) {
+        uint64_t want = ref_cast_bits(st, test_load_bits(st, src, i), t), have = test_load_bits(t, got, i);
+        if (have != want) cr_assert_fail("%s: element %zu: got 0x%llx, want 0x%llx", what, i, (unsigned long long)have, (unsigned long long)want);
+    }
+    free(got);
+}
+
+/* gpuarr_convert_async(src, dst, t) must return before any of its work has run; then the result
+   is exact once waited for. */
+static void expect_async_returns_first(ops_run_fn ops_run, gpuarr_array src, gpuarr_dtype st, const void *data, gpuarr_device dst,
+                                       gpuarr_dtype t, size_t n, const char *what) {
+    gpuarr_array out;
+    unsigned long long before = ops_run();
+    TEST_OK(gpuarr_convert_async(src, dst, t, (gpuarr_stream){0}, &out));
+    unsigned long long after = ops_run();
+    cr_assert_eq(after, before, "%s: %llu operations ran inside gpuarr_convert_async", what, after - before);
+    expect_cast(out, st, data, t, n, what);
+    TEST_OK(gpuarr_release(out));
+}
+
+Test(cuda, async_conversions_return_before_any_of_their_work_runs) {
+    gpuarr_device g = cuda_device(0), g1 = {0}, cl = {0}, host = gpuarr_host();
+    ops_run_fn ops_run = fake_ops_counter();
+    enum { N = (1 << 20) + 7 }; /* 1 MiB even as u8: where synchronous calls stage */
+    unsigned char *u8 = malloc(N);
+    double *f64 = malloc(sizeof(double) * N);
+    cr_assert(u8 && f64);
+    test_rng rng = {77};
+    test_fill_random(GPUARR_U8, u8, N, &rng);
+    for (size_t i = 0; i < N; i++) f64[i] = (double)((int)(i % 70001) - 35000) / 8.0; /* exact in f32 */
+    int64_t shape[1] = {N};
+    gpuarr_array h8, h64, g8, g64;
+    TEST_OK(gpuarr_from_host(host, u8, 1, shape, &h8));
+    TEST_OK(gpuarr_from_host(host, f64, 1, shape, &h64));
+    TEST_OK(gpuarr_from_host(g, u8, 1, shape, &g8));
+    TEST_OK(gpuarr_from_host(g, f64, 1, shape, &g64));
+    expect_async_returns_first(ops_run, h8, GPUARR_U8, u8, g, GPUARR_U8, N, "host u8 -> cuda:0 u8");
+    expect_async_returns_first(ops_run, h64, GPUARR_F64, f64, g, GPUARR_F32, N, "host f64 -> cuda:0 f32 (narrowed on the host)");
+    expect_async_returns_first(ops_run, h8, GPUARR_U8, u8, g, GPUARR_F64, N, "host u8 -> cuda:0 f64 (widened on the GPU)");
+    expect_async_returns_first(ops_run, g8, GPUARR_U8, u8, host, GPUARR_U8, N, "cuda:0 u8 -> host u8");
+    expect_async_returns_first(ops_run, g64, GPUARR_F64, f64, host, GPUARR_F16, N, "cuda:0 f64 -> host f16 (narrowed on the GPU)");
+    expect_async_returns_first(ops_run, g8, GPUARR_U8, u8, host, GPUARR_F64, N, "cuda:0 u8 -> host f64 (widened on the host)");
+    enum { BIG = (5 << 20) + 3 }; /* 40 MiB of f64: more chunks than the ring has slots */
+    double *big = malloc(sizeof(double) * BIG);
+    cr_assert(big);
+    for (size_t i = 0; i < BIG; i++) big[i] = (double)i * 0.5;
+    int64_t big_shape[1] = {BIG};
+    gpuarr_array hbig, gbig;
+    TEST_OK(gpuarr_from_host(host, big, 1, big_shape, &hbig));
+    TEST_OK(gpuarr_from_host(g, big, 1, big_shape, &gbig));
+    expect_async_returns_first(ops_run, hbig, GPUARR_F64, big, g, GPUARR_F64, BIG, "host f64 -> cuda:0 f64, 40 MiB");
+    expect_async_returns_first(ops_run, gbig, GPUARR_F64, big, host, GPUARR_F64, BIG, "cuda:0 f64 -> host f64, 40 MiB");
+    TEST_OK(gpuarr_release(hbig));
+    TEST_OK(gpuarr_release(gbig));
+    free(big);
+    if (gpuarr_device_find("cuda:1", &g1) == GPUARR_OK) { /* peer copies, or through the host with FAKE_CUDA_PEER=0 */
+        expect_async_returns_first(ops_run, g8, GPUARR_U8, u8, g1, GPUARR_F64, N, "cuda:0 u8 -> cuda:1 f64");
+        expect_async_returns_first(ops_run, g64, GPUARR_F64, f64, g1, GPUARR_F32, N, "cuda:0 f64 -> cuda:1 f32");
+    }
+    if (gpuarr_device_find("opencl:0", &cl) == GPUARR_OK) { /* through the host to another backend */
+        gpuarr_array c8;
+        expect_async_returns_first(ops_run, g64, GPUARR_F64, f64, cl, GPUARR_F32, N, "cuda:0 f64 -> opencl:0 f32");
+        expect_async_returns_first(ops_run, g8, GPUARR_U8, u8, cl, GPUARR_I32, N, "cuda:0 u8 -> opencl:0 i32");
+        TEST_OK(gpuarr_from_host(cl, u8, 1, shape, &c8));
+        expect_async_returns_first(ops_run, c8, GPUARR_U8, u8, g, GPUARR_F64, N, "opencl:0 u8 -> cuda:0 f64");
+        TEST_OK(gpuarr_release(c8));
+    }
+    TEST_OK(gpuarr_release(h8));
+    TEST_OK(gpuarr_release(h64));
+    TEST_OK(gpuarr_release(g8));
+    TEST_OK(gpuarr_release(g64));
+    free(u8);
+    free(f64);
+}
+
 /* {0} is the calling thread's own default stream: a different CUstream on each thread. */
 static void *probe_default_cu_stream(void *arg) {
     struct CUstream_st **out = arg;

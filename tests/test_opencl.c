@@ -6,6 +6,7 @@
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <unistd.h> /* alarm */
 #include "test_common.h"
 
 TestSuite(opencl, .init = test_setup, .fini = test_teardown);
@@ -237,6 +238,77 @@ Test(opencl, without_fp64_casts_to_and_from_f64_are_unsupported) {
     TEST_OK(gpuarr_release(h));
 }
 
+/* Every pool a conversion between host, opencl:0 and opencl:1 could draw from. */
+typedef struct pool_counts {
+    unsigned long long allocations[6], backend_allocs[6];
+} pool_counts;
+
+static pool_counts count_pools(gpuarr_device d0, gpuarr_device d1) {
+    gpuarr_device devs[3] = {gpuarr_host(), d0, d1};
+    pool_counts c;
+    for (int i = 0; i < 3; i++) {
+        gpuarr_pool_stats st, pin;
+        TEST_OK(gpuarr_pool_get_stats(devs[i], &st));
+        TEST_OK(gpuarr_pool_get_pinned_stats(devs[i], &pin));
+        c.allocations[2 * i] = st.total_allocations;
+        c.backend_allocs[2 * i] = st.backend_allocs;
+        c.allocations[2 * i + 1] = pin.total_allocations;
+        c.backend_allocs[2 * i + 1] = pin.backend_allocs;
+    }
+    return c;
+}
+
+static void expect_unsupported_untouched(gpuarr_result r, gpuarr_device d0, gpuarr_device d1, pool_counts before, const char *what) {
+    cr_assert_eq(r, GPUARR_ERROR_UNSUPPORTED, "%s: %s (%s)", what, gpuarr_result_name(r), gpuarr_last_error());
+    cr_assert(strstr(gpuarr_last_error(), "cl_khr_fp64"), "%s: %s", what, gpuarr_last_error());
+    static const char *const pools[6] = {"host", "host pinned", "opencl:0", "opencl:0 pinned", "opencl:1", "opencl:1 pinned"};
+    pool_counts after = count_pools(d0, d1);
+    for (int i = 0; i < 6; i++) {
+        cr_assert_eq(after.allocations[i], before.allocations[i], "%s: %llu allocations from the %s pool before the refusal", what,
+                     after.allocations[i] - before.allocations[i], pools[i]);
+        cr_assert_eq(after.backend_allocs[i], before.backend_allocs[i], "%s: %llu backend allocations (%s) before the refusal", what,
+                     after.backend_allocs[i] - before.backend_allocs[i], pools[i]);
+    }
+}
+
+/* What a device cannot do is known before any data moves: a cast it cannot run fails with no
+   memory taken from any pool, pinned staging included, in every direction. */
+Test(opencl, an_unsupported_cast_fails_before_any_memory_is_used) {
+    gpuarr_shutdown();
+    setenv_or_die("GPUARR_OPENCL_FP64", "off");
+    setenv_or_die("GPUARR_OPENCL_UNIFIED", "off"); /* a discrete device: large transfers are staged */
+    TEST_OK(gpuarr_init(NULL));
+    unsetenv("GPUARR_OPENCL_FP64");
+    unsetenv("GPUARR_OPENCL_UNIFIED");
+    gpuarr_device d0 = cl_device(0), d1 = cl_device(1), host = gpuarr_host();
+    enum { N = 1 << 20 }; /* 4 MiB of f32 */
+    float *f32 = malloc(sizeof(float) * N);
+    double *f64 = malloc(sizeof(double) * N);
+    cr_assert(f32 && f64);
+    fill_values(GPUARR_F32, f32, N, 21);
+    fill_values(GPUARR_F64, f64, N, 22);
+    int64_t shape[1] = {N};
+    gpuarr_array h32, a32, a64, out = {0xdeadbeefu};
+    TEST_OK(gpuarr_from_host(host, f32, 1, shape, &h32));
+    TEST_OK(gpuarr_from_host(d0, f32, 1, shape, &a32));
+    TEST_OK(gpuarr_from_host(d0, f64, 1, shape, &a64)); /* f64 bytes need no fp64 to be copied */
+    pool_counts before = count_pools(d0, d1);
+    expect_unsupported_untouched(gpuarr_convert(h32, d0, GPUARR_F64, &out), d0, d1, before, "host f32 -> opencl:0 f64");
+    expect_unsupported_untouched(gpuarr_convert_async(h32, d0, GPUARR_F64, (gpuarr_stream){0}, &out), d0, d1, before,
+                                 "async host f32 -> opencl:0 f64");
+    expect_unsupported_untouched(gpuarr_convert(a64, host, GPUARR_F32, &out), d0, d1, before, "opencl:0 f64 -> host f32");
+    expect_unsupported_untouched(gpuarr_to_host_as(a64, GPUARR_F32, f32, N), d0, d1, before, "gpuarr_to_host_as f64 -> f32");
+    expect_unsupported_untouched(gpuarr_convert(a32, d1, GPUARR_F64, &out), d0, d1, before, "opencl:0 f32 -> opencl:1 f64");
+    expect_unsupported_untouched(gpuarr_convert(a64, d1, GPUARR_F32, &out), d0, d1, before, "opencl:0 f64 -> opencl:1 f32");
+    expect_unsupported_untouched(gpuarr_convert(a32, d0, GPUARR_F64, &out), d0, d1, before, "opencl:0 f32 -> f64");
+    cr_assert_eq(out.id, 0xdeadbeefu, "*out was written by a failed call");
+    TEST_OK(gpuarr_release(h32));
+    TEST_OK(gpuarr_release(a32));
+    TEST_OK(gpuarr_release(a64));
+    free(f32);
+    free(f64);
+}
+
 Test(opencl, native_handles_and_wrapping_do_not_take_ownership) {
     gpuarr_device d0 = cl_device(0);
     cl_context ctx;
@@ -459,9 +531,8 @@ Test(opencl, without_pinned_memory_transfers_copy_directly_and_stay_exact) {
     cr_assert_gt(pin.oom_trims, 0, "the pinned pool was never asked");
 }
 
-/* Async uploads on two streams share the ring: a chunk goes to the second stream's copy only
-   after the first stream's copy out of it completes. */
-Test(opencl, staged_async_uploads_on_two_streams_do_not_overwrite_each_other) {
+/* Async uploads on two streams (each a copy the queue reads when it runs it) are exact. */
+Test(opencl, async_uploads_on_two_streams_do_not_overwrite_each_other) {
     gpuarr_device d = discrete_device(NULL);
     enum { N = 6000001, ROUNDS = 3 };
     float *in[2];
@@ -492,6 +563,68 @@ Test(opencl, staged_async_uploads_on_two_streams_do_not_overwrite_each_other) {
 
 /* GPUARR_PEER_COPIES=off: opencl:0 -> opencl:1 goes through pinned host chunks, pipelined (the
    path of two GPUs without peer access, or of CUDA <-> OpenCL), with a cast on either side. */
+/* No async call waits for device work: with the stream's queue held shut by a user event, every
+   direction returns (a call that waited would hang: the alarm turns that into a failure), and
+   the results are exact once the queue is let go. */
+Test(opencl, async_conversions_return_while_their_queue_is_held) {
+    gpuarr_device d = discrete_device(NULL), d1 = cl_device(1), host = gpuarr_host();
+    enum { N = (3 << 20) + 5 }; /* 3 MiB even as u8: where synchronous calls stage */
+    unsigned char *u8 = malloc(N);
+    double *f64 = malloc(sizeof(double) * N);
+    cr_assert(u8 && f64);
+    fill_values(GPUARR_U8, u8, N, 31);
+    fill_values(GPUARR_F64, f64, N, 32);
+    int64_t shape[1] = {N};
+    gpuarr_array h8, h64, a8, a64, out[8];
+    TEST_OK(gpuarr_from_host(host, u8, 1, shape, &h8));
+    TEST_OK(gpuarr_from_host(host, f64, 1, shape, &h64));
+    TEST_OK(gpuarr_from_host(d, u8, 1, shape, &a8));
+    TEST_OK(gpuarr_from_host(d, f64, 1, shape, &a64));
+    gpuarr_stream s;
+    cl_command_queue q = NULL;
+    cl_context ctx = NULL;
+    cl_int e = CL_SUCCESS;
+    TEST_OK(gpuarr_stream_create(d, 0, &s));
+    TEST_OK(gpuarr_opencl_queue(s, &q));
+    cr_assert_eq(clGetCommandQueueInfo(q, CL_QUEUE_CONTEXT, sizeof ctx, &ctx, NULL), CL_SUCCESS);
+    cl_event gate = clCreateUserEvent(ctx, &e);
+    cr_assert_eq(e, CL_SUCCESS);
+    cr_assert_eq(clEnqueueMarkerWithWaitList(q, 1, &gate, NULL), CL_SUCCESS);
+    clFlush(q);
+    alarm(60);
+    TEST_OK(gpuarr_convert_async(a8, host, GPUARR_F64, s, &out[0]));  /* widened on the host after arrival */
+    TEST_OK(gpuarr_convert_async(a8, host, GPUARR_U8, s, &out[1]));   /* a plain copy */
+    TEST_OK(gpuarr_convert_async(a64, host, GPUARR_F32, s, &out[2])); /* narrowed on the device */
+    TEST_OK(gpuarr_convert_async(h64, d, GPUARR_F32, s, &out[3]));    /* narrowed on the host before leaving */
+    TEST_OK(gpuarr_convert_async(h8, d, GPUARR_F64, s, &out[4]));     /* widened on the device */
+    TEST_OK(gpuarr_convert_async(a8, d1, GPUARR_F64, s, &out[5]));    /* to the other device */
+    TEST_OK(gpuarr_convert_async(out[0], d, GPUARR_F32, s, &out[6])); /* a host array still pending */
+    TEST_OK(gpuarr_convert_async(h64, d, GPUARR_I64, s, &out[7]));    /* cast on the host, 24 MiB: pinned chunks reused */
+    bool done = true;
+    TEST_OK(gpuarr_stream_query(s, &done));
+    cr_assert(!done, "the stream ran past a marker that waits for an incomplete user event");
+    cr_assert_eq(clSetUserEventStatus(gate, CL_COMPLETE), CL_SUCCESS);
+    TEST_OK(gpuarr_stream_sync(s));
+    alarm(0);
+    expect_chain(out[0], GPUARR_U8, u8, GPUARR_F64, GPUARR_F64, N);
+    expect_chain(out[1], GPUARR_U8, u8, GPUARR_U8, GPUARR_U8, N);
+    expect_chain(out[2], GPUARR_F64, f64, GPUARR_F32, GPUARR_F32, N);
+    expect_chain(out[3], GPUARR_F64, f64, GPUARR_F32, GPUARR_F32, N);
+    expect_chain(out[4], GPUARR_U8, u8, GPUARR_F64, GPUARR_F64, N);
+    expect_chain(out[5], GPUARR_U8, u8, GPUARR_F64, GPUARR_F64, N);
+    expect_chain(out[6], GPUARR_U8, u8, GPUARR_F64, GPUARR_F32, N);
+    expect_chain(out[7], GPUARR_F64, f64, GPUARR_I64, GPUARR_I64, N);
+    for (int i = 0; i < 8; i++) TEST_OK(gpuarr_release(out[i]));
+    clReleaseEvent(gate);
+    TEST_OK(gpuarr_stream_destroy(s));
+    TEST_OK(gpuarr_release(h8));
+    TEST_OK(gpuarr_release(h64));
+    TEST_OK(gpuarr_release(a8));
+    TEST_OK(gpuarr_release(a64));
+    free(u8);
+    free(f64);
+}
+
 Test(opencl, device_to_device_through_pinned_chunks_is_exact_with_a_cast_on_either_side) {
     gpuarr_shutdown();
     setenv_or_die("GPUARR_PEER_COPIES", "off");

@@ -5,9 +5,10 @@
  *
  * It is not a GPU simulator; it is a strict model of the driver contract gpuarr relies on, so
  * that the mistakes a real GPU would punish show up here as wrong values or errors:
- *   - work on a stream runs only when the host waits for it (stream or event synchronize, a
- *     query -- the first query of pending work answers NOT_READY, the second runs it -- a wait
- *     of another stream, or a blocking call), so missing waits between streams read stale data;
+ *   - work on a stream (copies, kernels, host functions) runs only when the host waits for it
+ *     (stream or event synchronize, a query -- the first query of pending work answers
+ *     NOT_READY, the second runs it -- a wait of another stream, or a blocking call), so missing
+ *     waits between streams read stale data; destroying an event does not wait;
  *   - async copies from and to pinned memory (cuMemHostAlloc, cuMemHostRegister) happen when
  *     the stream runs, so a staging buffer reused too early is caught; pageable sources are
  *     copied at the call and pageable destinations make the call synchronous, as CUDA does;
@@ -21,6 +22,8 @@
  * Environment: FAKE_CUDA_DEVICES (default 2), FAKE_CUDA_MEMORY (bytes per device, default
  * 1 GiB), FAKE_CUDA_PEER=0 (no peer access), FAKE_CUDA_PTX_MAX_ISA ("7.0" makes newer PTX fail
  * to load, as an old driver does), FAKE_CUDA_TRACE=1 (a line per refused call on stderr; 2: also a line per operation run).
+ * fake_cuda_ops_run() (exported, for tests through dlsym) counts the operations the calling
+ * thread has run.
  */
 #define _GNU_SOURCE
 #include <cuda.h>
@@ -67,7 +70,7 @@ typedef struct fake_pinned {
     CUcontext ctx;
 } fake_pinned;
 
-typedef enum { OP_COPY, OP_SET, OP_CAST, OP_RECORD, OP_WAIT } fake_op_kind;
+typedef enum { OP_COPY, OP_SET, OP_CAST, OP_RECORD, OP_WAIT, OP_HOST } fake_op_kind;
 
 typedef struct fake_op {
     struct fake_op *next;
@@ -82,6 +85,8 @@ typedef struct fake_op {
     CUevent event;          /* OP_RECORD */
     struct CUstream_st *on; /* OP_WAIT: run `on` through its op number `through` */
     uint64_t seq, through;  /* ops are numbered per stream */
+    CUhostFn fn;            /* OP_HOST */
+    void *user;
 } fake_op;
 
 /* Streams are never freed, only marked destroyed (and listed): a wait queued elsewhere may still
@@ -93,6 +98,7 @@ struct CUstream_st {
     uint64_t queued, ran; /* op numbers */
     bool asked;           /* a query saw the pending work once */
     bool destroyed;
+    bool in_host_fn; /* a thread runs one of its host functions, without the lock */
 };
 
 struct CUevent_st {
@@ -101,6 +107,7 @@ struct CUevent_st {
     CUstream stream; /* where the latest record went; NULL: none, or it ran at the call */
     uint64_t seq;    /* its op number there */
     bool recorded, asked;
+    bool destroyed; /* destroyed with its record still queued: freed when the record runs */
     double time_ms;
 };
 
@@ -124,6 +131,7 @@ struct CUfunc_st {
 
 static struct {
     pthread_mutex_t lock;
+    pthread_cond_t host_fn_done; /* a stream's host function has returned */
     bool initialized;
     int device_count;
     size_t memory;
@@ -139,9 +147,10 @@ static struct {
     size_t pinned_count, pinned_cap;
     CUstream streams;
     gpuarr__cast_fn casts[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT]; /* the host's portable kernels */
-} fake = {.lock = PTHREAD_MUTEX_INITIALIZER};
+} fake = {.lock = PTHREAD_MUTEX_INITIALIZER, .host_fn_done = PTHREAD_COND_INITIALIZER};
 
 static __thread CUcontext fake_current;
+static __thread unsigned long long fake_ops_run_here; /* operations this thread ran (fake_cuda_ops_run) */
 
 static CUresult fake_refuse(CUresult e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static CUresult fake_refuse(CUresult e, const char *fmt, ...) {
@@ -225,7 +234,8 @@ static bool fake_grow(void **array, size_t *cap, size_t count, size_t item) {
 static void fake_drain(CUstream s, uint64_t through);
 
 static void fake_run(CUstream s, fake_op *op) {
-    static const char *const kinds[] = {"copy", "set", "cast", "record", "wait"};
+    static const char *const kinds[] = {"copy", "set", "cast", "record", "wait", "host function"};
+    fake_ops_run_here++;
     if (fake.trace_ops)
         fprintf(stderr, "fake-cuda: run %s #%llu on %p: dst %p src %p bytes %zu count %zu\n", kinds[op->kind], (unsigned long long)op->seq, (void *)s,
                 (void *)op->dst, (const void *)(op->owned ? op->owned : op->src), op->bytes, op->count);
@@ -242,9 +252,20 @@ static void fake_run(CUstream s, fake_op *op) {
         break;
     }
     case OP_RECORD:
-        if (op->event->stream == s && op->event->seq == op->seq) op->event->time_ms = fake_now_ms();
+        if (op->event->stream == s && op->event->seq == op->seq) {
+            op->event->time_ms = fake_now_ms();
+            if (op->event->destroyed) free(op->event);
+        }
         break;
     case OP_WAIT: fake_drain(op->on, op->through); break;
+    case OP_HOST: /* without the lock, as on the driver's own thread: it may wait for other work */
+        if (s) s->in_host_fn = true;
+        pthread_mutex_unlock(&fake.lock);
+        op->fn(op->user);
+        pthread_mutex_lock(&fake.lock);
+        if (s) s->in_host_fn = false;
+        pthread_cond_broadcast(&fake.host_fn_done);
+        break;
     }
     if (fake.trace_ops && op->dst) {
         uint64_t first = 0;
@@ -255,7 +276,9 @@ static void fake_run(CUstream s, fake_op *op) {
 
 /* Runs s's work in order, through its op number `through`. */
 static void fake_drain(CUstream s, uint64_t through) {
-    while (s->head && s->ran < through) {
+    for (;;) {
+        while (s->in_host_fn) pthread_cond_wait(&fake.host_fn_done, &fake.lock); /* the stream's order */
+        if (!s->head || s->ran >= through) break;
         fake_op *op = s->head;
         s->head = op->next;
         if (!s->head) s->tail = NULL;
@@ -751,6 +774,26 @@ FAKE_API CUresult cuStreamQuery(CUstream s) {
     FAKE_RETURN(CUDA_SUCCESS);
 }
 
+/* Runs in stream order when the stream runs (on the waiting thread here, the driver's own on a GPU). */
+FAKE_API CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void *user) {
+    FAKE_ENTER();
+    FAKE_NEED_CONTEXT();
+    if (!fn) FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
+    CUresult e = fake_check_stream(s, __func__);
+    if (e != CUDA_SUCCESS) FAKE_RETURN(e);
+    fake_op *op = fake_op_new(OP_HOST);
+    if (!op) FAKE_RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+    op->fn = fn;
+    op->user = user;
+    FAKE_RETURN(fake_enqueue(s, op));
+}
+
+/* For tests (found with dlsym): how many operations the calling thread has run, so that a test
+   can see that an async call returned without running any of its work itself (another thread,
+   such as an OpenCL callback waiting for an event, may run it meanwhile, as a GPU would). */
+FAKE_API unsigned long long fake_cuda_ops_run(void);
+FAKE_API unsigned long long fake_cuda_ops_run(void) { return fake_ops_run_here; }
+
 FAKE_API CUresult cuStreamGetCtx(CUstream s, CUcontext *ctx) {
     FAKE_ENTER();
     if (!ctx) FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
@@ -775,12 +818,13 @@ FAKE_API CUresult cuEventCreate(CUevent *out, unsigned int flags) {
     FAKE_RETURN(CUDA_SUCCESS);
 }
 
-/* A queued record names the event: destroying it first runs the work up to the record. */
+/* As the driver does, an event whose record is still queued is released once the record runs
+   (the call returns at once); a wait already queued on it is not affected. */
 FAKE_API CUresult cuEventDestroy_v2(CUevent e) {
     FAKE_ENTER();
-    if (!e) FAKE_RETURN(CUDA_ERROR_INVALID_HANDLE);
-    if (!fake_event_done(e)) fake_drain(e->stream, e->seq);
-    free(e);
+    if (!e || e->destroyed) FAKE_RETURN(CUDA_ERROR_INVALID_HANDLE);
+    if (fake_event_done(e)) free(e);
+    else e->destroyed = true;
     FAKE_RETURN(CUDA_SUCCESS);
 }
 
