@@ -1470,6 +1470,8 @@ typedef struct gpuarr__thread_state {
     uint32_t stream_id;    /* current stream; 0 = none */
     gpuarr_result scope_failure; /* inside a held scope that failed: its result, else 0 */
     char scope_why[512];   /* that scope's error message */
+    bool registering_host_fn; /* a backend is handing a host function to its driver, which may call
+                                 it at once on this thread (OpenCL's clSetEventCallback) */
     uint64_t serial;       /* names the thread as the owner of its default streams; 0 = none yet */
     uint32_t key_epoch;    /* the init cycle whose thread key holds this thread's value */
     struct {               /* what gpuarr_set_current_device made current natively (CUDA) */

@@ -1047,8 +1047,6 @@ typedef struct gpuarr__cl_host_call {
     gpuarr__cl_int status;
 } gpuarr__cl_host_call;
 
-static GPUARR__THREAD_LOCAL bool gpuarr__cl_registering; /* inside clSetEventCallback */
-
 static void *gpuarr__cl_host_call_finish(void *user) {
     gpuarr__cl_host_call *call = (gpuarr__cl_host_call *)user;
     call->fn(call->ctx);
@@ -1062,7 +1060,7 @@ static void gpuarr__cl_host_call_run(gpuarr__cl_event ev, gpuarr__cl_int status,
     GPUARR__UNUSED(ev);
     gpuarr__cl_host_call *call = (gpuarr__cl_host_call *)user;
     call->status = status;
-    if (gpuarr__cl_registering) {
+    if (gpuarr__tls.registering_host_fn) {
         pthread_attr_t attr;
         pthread_t t;
         bool started = pthread_attr_init(&attr) == 0;
@@ -1096,9 +1094,9 @@ static gpuarr_result gpuarr__cl_launch_host_fn(gpuarr__stream *s, gpuarr__host_f
         return gpuarr__cl_fail(e, "queueing a host function", s->dev->info.spec);
     }
     gpuarr__cl_track(GPUARR__CL_LAST(s), after);
-    gpuarr__cl_registering = true;
+    gpuarr__tls.registering_host_fn = true;
     e = cl->clSetEventCallback(before, GPUARR__CL_COMPLETE, gpuarr__cl_host_call_run, call);
-    gpuarr__cl_registering = false;
+    gpuarr__tls.registering_host_fn = false;
     cl->clReleaseEvent(before);
     if (e != GPUARR__CL_SUCCESS) { /* open the gate without fn, so the queue still drains */
         cl->clSetUserEventStatus(call->gate, e);

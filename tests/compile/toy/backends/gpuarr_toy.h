@@ -20,7 +20,7 @@ static const gpuarr__interop_TOY gpuarr__toy_interop = {GPUARR_BACKEND_TOY, GPUA
 
 #define GPUARR__TOY_PROC(ret, name, params) gpuarr__host_##name,
 static const gpuarr__backend gpuarr__backend_toy = {
-    GPUARR_BACKEND_TOY, "toy", true, false, true, NULL, &gpuarr__toy_interop, GPUARR__BACKEND_PROCS(GPUARR__TOY_PROC)};
+    GPUARR_BACKEND_TOY, "toy", true, false, true, true, NULL, &gpuarr__toy_interop, GPUARR__BACKEND_PROCS(GPUARR__TOY_PROC)};
 #undef GPUARR__TOY_PROC
 #define GPUARR__BACKEND_PTR_TOY (&gpuarr__backend_toy)
 
