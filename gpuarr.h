@@ -201,8 +201,9 @@
  * gpuarr_convert_async they are queued on the stream as host functions (cuLaunchHostFunc, an
  * OpenCL event callback), which run once their input has arrived, so the call never waits for
  * the device. Two exceptions wait: on CUDA without pinned memory left for the transfer the
- * calling thread does the host's part, and on OpenCL devices that share the host's memory a
- * copy maps the buffer (see OPENCL).
+ * calling thread does the host's part, and an array used by async work on a fifth stream makes
+ * the call wait for the oldest of the four streams it remembers (so its memory is freed in
+ * their order).
  *
  * Each thread has a current device (initially the "any" device) and a current stream (initially
  * none). GPUARR_WITH_DEVICE(dev) { ... } and GPUARR_WITH_STREAM(s) { ... } set them for the block
@@ -259,10 +260,10 @@
  * request above CL_DEVICE_MAX_MEM_ALLOC_SIZE fails saying so, and buffers are made resident when
  * allocated, so running out shows at allocation. On devices that share the host's memory (PoCL,
  * integrated GPUs) arrays live in memory gpuarr allocates (CL_MEM_USE_HOST_PTR) and copies run on
- * the host's worker threads, through a blocking map that waits for the work queued before the
- * copy (also in async calls). Casts run in kernels built from backends/gpuarr_kernels.h, one
- * dtype pair at its first use, cached on disk; f16 and bf16 need no cl_khr_fp16, f64 needs
- * cl_khr_fp64 (else GPUARR_ERROR_UNSUPPORTED). A kernel build failure is GPUARR_ERROR_BACKEND with
+ * the host's worker threads, through a map of the buffer (in async calls the map is queued and
+ * the copy runs as a host function once it is done, so the call does not wait). Casts run in
+ * kernels built from backends/gpuarr_kernels.h, one dtype pair at its first use, cached on disk;
+ * f16 and bf16 need no cl_khr_fp16, f64 needs cl_khr_fp64 (else GPUARR_ERROR_UNSUPPORTED). A kernel build failure is GPUARR_ERROR_BACKEND with
  * the start of the build log in the message. gpuarr_opencl_* (below) give the native context,
  * queue and buffer, and wrap a caller's cl_mem or queue without taking ownership.
  *
@@ -1470,6 +1471,7 @@ typedef struct gpuarr__thread_state {
     uint32_t stream_id;    /* current stream; 0 = none */
     gpuarr_result scope_failure; /* inside a held scope that failed: its result, else 0 */
     char scope_why[512];   /* that scope's error message */
+    bool async_call;       /* inside an _async call: no backend step may wait for queued work */
     bool registering_host_fn; /* a backend is handing a host function to its driver, which may call
                                  it at once on this thread (OpenCL's clSetEventCallback) */
     uint64_t serial;       /* names the thread as the owner of its default streams; 0 = none yet */
@@ -4109,7 +4111,9 @@ static gpuarr_result gpuarr__transfer_run(gpuarr__transfer *t) {
     /* the source's producer: an async upload's stream waits for it (a pending host array), never the caller */
     gpuarr__stream *reader = t->async && t->src.dev->backend->host_memory ? ds : ss;
     if (r == GPUARR_OK && t->src_array && t->src_array->ready) r = gpuarr__stream_wait_raw(reader, t->src_array->ready);
+    gpuarr__tls.async_call = t->async; /* read by backends whose copies could block (see copy_h2d) */
     if (r == GPUARR_OK) r = gpuarr__move(ss, ds, t->dst, t->src, t->count, t->async, &last);
+    gpuarr__tls.async_call = false;
     if (r == GPUARR_OK && !t->async) r = gpuarr__stream_sync_raw(last);
     if (r == GPUARR_OK && t->async) r = gpuarr__transfer_finish_async(t, ss, ds, last);
     if (r != GPUARR_OK) { /* nothing may still be reading or writing once we report failure */

@@ -760,9 +760,52 @@ static void *gpuarr__cl_mem_host_ptr(gpuarr__dev *d, void *mem) {
  * Copies. Host-unified devices (PoCL, integrated GPUs) map the buffer and copy with the host's
  * threads: their write/read paths are far slower than a memcpy (bench/results/opencl-pocl.md).
  * ------------------------------------------------------------------------------------------- */
+static gpuarr_result gpuarr__cl_launch_host_fn(gpuarr__stream *s, gpuarr__host_fn fn, void *ctx);
+
+/* In an async call a host-unified copy may not wait for the queue (a blocking map does): the map
+   is queued without blocking, the memcpy runs as a host function once it is done, and the unmap
+   follows in queue order. */
+typedef struct gpuarr__cl_queued_copy {
+    void *dst;
+    const void *src;
+    size_t bytes;
+} gpuarr__cl_queued_copy;
+
+static void gpuarr__cl_queued_copy_run(void *ctx) {
+    gpuarr__cl_queued_copy *c = (gpuarr__cl_queued_copy *)ctx;
+    gpuarr__cpu_memcpy(c->dst, c->src, c->bytes);
+    gpuarr__free(c);
+    gpuarr__host_fn_done();
+}
+
+static gpuarr_result gpuarr__cl_copy_queued(gpuarr__stream *s, gpuarr__cl_mem m, size_t off, size_t bytes, void *host, bool to_device) {
+    gpuarr__cl_state *cl = &GPUARR__CL;
+    gpuarr__cl_queued_copy *c = (gpuarr__cl_queued_copy *)gpuarr__calloc(sizeof *c);
+    if (!c) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a queued copy");
+    gpuarr__cl_int e = GPUARR__CL_SUCCESS;
+    uint64_t flags = to_device ? GPUARR__CL_MAP_WRITE_INVALIDATE_REGION : GPUARR__CL_MAP_READ;
+    void *p = cl->clEnqueueMapBuffer(GPUARR__CL_QUEUE(s), m, GPUARR__CL_FALSE, flags, off, bytes, 0, NULL, NULL, &e);
+    if (!p) {
+        gpuarr__free(c);
+        return gpuarr__cl_fail(e, "clEnqueueMapBuffer", s->dev->info.spec);
+    }
+    c->dst = to_device ? p : host;
+    c->src = to_device ? (const void *)host : (const void *)p;
+    c->bytes = bytes;
+    gpuarr_result r = gpuarr__cl_launch_host_fn(s, gpuarr__cl_queued_copy_run, c);
+    if (r != GPUARR_OK) gpuarr__free(c); /* not queued: the unmap below still balances the map */
+    gpuarr__cl_event ev = NULL;
+    gpuarr__cl_int ue = cl->clEnqueueUnmapMemObject(GPUARR__CL_QUEUE(s), m, p, 0, NULL, &ev);
+    if (ue == GPUARR__CL_SUCCESS) gpuarr__cl_track(GPUARR__CL_LAST(s), ev);
+    if (r == GPUARR_OK && ue != GPUARR__CL_SUCCESS) r = gpuarr__cl_fail(ue, "clEnqueueUnmapMemObject", s->dev->info.spec);
+    return r;
+}
+
 static gpuarr_result gpuarr__cl_copy_h2d(gpuarr__stream *s, void *dst, size_t dst_off, const void *src, size_t bytes) {
     gpuarr__cl_state *cl = &GPUARR__CL;
     gpuarr__cl_device *cd = GPUARR__CL_DEV(s->dev);
+    if (cd->host_unified && gpuarr__tls.async_call)
+        return gpuarr__cl_copy_queued(s, (gpuarr__cl_mem)dst, dst_off, bytes, (void *)(uintptr_t)src, true);
     if (cd->host_unified) {
         gpuarr__cl_int e = GPUARR__CL_SUCCESS;
         void *p = cl->clEnqueueMapBuffer(GPUARR__CL_QUEUE(s), (gpuarr__cl_mem)dst, GPUARR__CL_TRUE,
@@ -785,6 +828,7 @@ static gpuarr_result gpuarr__cl_copy_d2h(gpuarr__stream *s, void *dst, const voi
     gpuarr__cl_state *cl = &GPUARR__CL;
     gpuarr__cl_device *cd = GPUARR__CL_DEV(s->dev);
     gpuarr__cl_mem m = (gpuarr__cl_mem)(uintptr_t)src;
+    if (cd->host_unified && gpuarr__tls.async_call) return gpuarr__cl_copy_queued(s, m, src_off, bytes, dst, false);
     if (cd->host_unified) {
         gpuarr__cl_int e = GPUARR__CL_SUCCESS;
         void *p = cl->clEnqueueMapBuffer(GPUARR__CL_QUEUE(s), m, GPUARR__CL_TRUE, GPUARR__CL_MAP_READ, src_off, bytes, 0, NULL, NULL, &e);

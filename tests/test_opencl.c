@@ -566,8 +566,8 @@ Test(opencl, async_uploads_on_two_streams_do_not_overwrite_each_other) {
 /* No async call waits for device work: with the stream's queue held shut by a user event, every
    direction returns (a call that waited would hang: the alarm turns that into a failure), and
    the results are exact once the queue is let go. */
-Test(opencl, async_conversions_return_while_their_queue_is_held) {
-    gpuarr_device d = discrete_device(NULL), d1 = cl_device(1), host = gpuarr_host();
+static void async_conversions_return_while_held(gpuarr_device d) {
+    gpuarr_device d1 = cl_device(1), host = gpuarr_host();
     enum { N = (3 << 20) + 5 }; /* 3 MiB even as u8: where synchronous calls stage */
     unsigned char *u8 = malloc(N);
     double *f64 = malloc(sizeof(double) * N);
@@ -623,6 +623,18 @@ Test(opencl, async_conversions_return_while_their_queue_is_held) {
     TEST_OK(gpuarr_release(a64));
     free(u8);
     free(f64);
+}
+
+Test(opencl, async_conversions_return_while_their_queue_is_held) { async_conversions_return_while_held(discrete_device(NULL)); }
+
+/* The same where the device shares the host's memory (PoCL as it is): copies there map the
+   buffer, which must not block in an async call either. */
+Test(opencl, async_conversions_on_a_host_unified_device_return_while_their_queue_is_held) {
+    gpuarr_device d = cl_device(0);
+    gpuarr_device_info info;
+    TEST_OK(gpuarr_device_get_info(d, &info));
+    cr_assert(info.host_unified, "%s is not host-unified: this test needs PoCL as it is", info.spec);
+    async_conversions_return_while_held(d);
 }
 
 Test(opencl, device_to_device_through_pinned_chunks_is_exact_with_a_cast_on_either_side) {
