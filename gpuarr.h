@@ -1026,6 +1026,7 @@ static inline gpuarr_result gpuarr_opencl_wrap_queue(gpuarr_device d, cl_command
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1428,6 +1429,7 @@ typedef struct gpuarr__state {
     pthread_key_t thread_key;      /* its destructor drops an exiting thread's default streams */
     bool thread_key_ok;            /* made at init, deleted at the last shutdown */
     uint64_t host_fns_done;        /* atomic: host functions run (gpuarr__host_fn_done) */
+    uint64_t host_fns_queued;      /* atomic: host functions handed to a driver (gpuarr__host_fn_queued) */
     struct {                       /* the environment, read once by gpuarr_init */
         char *text[GPUARR__SETTING_COUNT]; /* a copy of each one set (ALLOC_CONF: or the desc's) */
         int value[GPUARR__SETTING_COUNT];  /* what its check parsed (a keyword's index, 0/1) */
@@ -2343,6 +2345,10 @@ static void gpuarr__host_fn_done(void) { __atomic_add_fetch(&gpuarr__g.host_fns_
 static inline void gpuarr__host_fn_seen(void) { /* inline: unused without a device backend */
     (void)__atomic_load_n(&gpuarr__g.host_fns_done, __ATOMIC_ACQUIRE);
 }
+/* The same at the start: the thread that queues a host function releases a second counter, and
+   the driver's thread acquires it before running fn, so fn sees what was written before. */
+static inline void gpuarr__host_fn_queued(void) { __atomic_add_fetch(&gpuarr__g.host_fns_queued, 1, __ATOMIC_RELEASE); }
+static inline void gpuarr__host_fn_starts(void) { (void)__atomic_load_n(&gpuarr__g.host_fns_queued, __ATOMIC_ACQUIRE); }
 
 /* ---- for the backends' interop functions: core services (defined further down) ---- */
 static gpuarr_result gpuarr__get_dev(gpuarr_device d, const char *arg, gpuarr__dev **out);

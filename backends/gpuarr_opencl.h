@@ -216,6 +216,7 @@ typedef struct gpuarr__cl_state {
     int platform_count, device_count;
     gpuarr__cl_platform *platforms;
     gpuarr__cl_device *devices;
+    uint32_t host_calls; /* atomic: host functions handed to the driver and not yet finished */
 } gpuarr__cl_state;
 
 /* The native event: the marker of its latest record. */
@@ -349,6 +350,8 @@ static bool gpuarr__cl_has_extension(gpuarr__cl_state *cl, gpuarr__cl_device_id 
 static void gpuarr__cl_unload(void) {
     gpuarr__cl_state *cl = (gpuarr__cl_state *)gpuarr__g.backend_state[GPUARR_BACKEND_OPENCL];
     if (!cl) return;
+    /* a host function whose gate is open may still be returning from the driver's calls */
+    while (__atomic_load_n(&cl->host_calls, __ATOMIC_ACQUIRE)) sched_yield();
     for (int i = 0; i < cl->device_count; i++) pthread_mutex_destroy(&cl->devices[i].kernel_lock);
     for (int i = 0; i < cl->platform_count; i++)
         if (cl->platforms[i].context) cl->clReleaseContext(cl->platforms[i].context);
@@ -1091,12 +1094,19 @@ typedef struct gpuarr__cl_host_call {
     gpuarr__cl_int status;
 } gpuarr__cl_host_call;
 
+/* Once the gate is open the waiting thread may shut gpuarr down: everything needed after that is
+   taken first, and the count of calls in flight, which unload waits for, drops last. */
 static void *gpuarr__cl_host_call_finish(void *user) {
     gpuarr__cl_host_call *call = (gpuarr__cl_host_call *)user;
+    gpuarr__host_fn_starts();
     call->fn(call->ctx);
-    GPUARR__CL.clSetUserEventStatus(call->gate, call->status < 0 ? call->status : GPUARR__CL_COMPLETE);
-    GPUARR__CL.clReleaseEvent(call->gate);
+    gpuarr__cl_state *cl = &GPUARR__CL;
+    gpuarr__cl_event gate = call->gate;
+    gpuarr__cl_int status = call->status < 0 ? call->status : GPUARR__CL_COMPLETE;
     gpuarr__free(call);
+    cl->clSetUserEventStatus(gate, status);
+    cl->clReleaseEvent(gate);
+    __atomic_sub_fetch(&cl->host_calls, 1, __ATOMIC_RELEASE);
     return NULL;
 }
 
@@ -1138,11 +1148,14 @@ static gpuarr_result gpuarr__cl_launch_host_fn(gpuarr__stream *s, gpuarr__host_f
         return gpuarr__cl_fail(e, "queueing a host function", s->dev->info.spec);
     }
     gpuarr__cl_track(GPUARR__CL_LAST(s), after);
+    gpuarr__host_fn_queued();
+    __atomic_add_fetch(&cl->host_calls, 1, __ATOMIC_RELAXED);
     gpuarr__tls.registering_host_fn = true;
     e = cl->clSetEventCallback(before, GPUARR__CL_COMPLETE, gpuarr__cl_host_call_run, call);
     gpuarr__tls.registering_host_fn = false;
     cl->clReleaseEvent(before);
     if (e != GPUARR__CL_SUCCESS) { /* open the gate without fn, so the queue still drains */
+        __atomic_sub_fetch(&cl->host_calls, 1, __ATOMIC_RELAXED);
         cl->clSetUserEventStatus(call->gate, e);
         cl->clReleaseEvent(call->gate);
         gpuarr__free(call);
