@@ -715,3 +715,46 @@ Test(opencl, each_thread_has_its_own_default_queue) {
     }
     cr_expect_eq(mine, mine_again, "main got two default queues");
 }
+
+/* gpuarr_stream_wait_array: a second stream waits, on the device, for an array still being made
+   on a first one whose queue is held shut; it finishes once the first is let go. */
+Test(opencl, stream_wait_array_orders_another_stream_after_a_pending_array) {
+    gpuarr_device d = cl_device(0), host = gpuarr_host();
+    enum { N = 1 << 16 };
+    static float v[N];
+    for (int i = 0; i < N; i++) v[i] = (float)i * 0.5f;
+    int64_t shape[1] = {N};
+    gpuarr_array h, out;
+    TEST_OK(gpuarr_from_host(host, v, 1, shape, &h));
+    gpuarr_stream s1, s2;
+    TEST_OK(gpuarr_stream_create(d, 0, &s1));
+    TEST_OK(gpuarr_stream_create(d, 0, &s2));
+    cl_command_queue q = NULL;
+    cl_context ctx = NULL;
+    cl_int e = CL_SUCCESS;
+    TEST_OK(gpuarr_opencl_queue(s1, &q));
+    cr_assert_eq(clGetCommandQueueInfo(q, CL_QUEUE_CONTEXT, sizeof ctx, &ctx, NULL), CL_SUCCESS);
+    cl_event gate = clCreateUserEvent(ctx, &e);
+    cr_assert_eq(e, CL_SUCCESS);
+    cr_assert_eq(clEnqueueMarkerWithWaitList(q, 1, &gate, NULL), CL_SUCCESS);
+    clFlush(q);
+    alarm(60);
+    TEST_OK(gpuarr_convert_async(h, d, GPUARR_F64, s1, &out));
+    TEST_OK(gpuarr_stream_wait_array(s2, out));
+    bool done = true;
+    TEST_OK(gpuarr_stream_query(s2, &done));
+    cr_expect(!done, "s2 is done although the array it waits for is held on s1");
+    cr_assert_eq(clSetUserEventStatus(gate, CL_COMPLETE), CL_SUCCESS);
+    TEST_OK(gpuarr_stream_sync(s2));
+    alarm(0);
+    double back[N];
+    TEST_OK(gpuarr_to_host(out, back, N));
+    for (int i = 0; i < N; i++) cr_assert_eq(back[i], (double)v[i], "element %d", i);
+    gpuarr_array dead = out;
+    TEST_OK(gpuarr_release(out));
+    cr_expect_eq(gpuarr_stream_wait_array(s2, dead), GPUARR_ERROR_INVALID_HANDLE);
+    clReleaseEvent(gate);
+    TEST_OK(gpuarr_stream_destroy(s1));
+    TEST_OK(gpuarr_stream_destroy(s2));
+    TEST_OK(gpuarr_release(h));
+}

@@ -487,3 +487,21 @@ Test(pool, sixteen_threads_of_random_allocations_leave_nothing_behind, .timeout 
         cr_assert_eq(st.reserved_bytes, 0u, "device %d: trim left %llu bytes", i, (unsigned long long)st.reserved_bytes);
     }
 }
+
+Test(pool, reset_peaks_brings_the_peaks_down_to_the_current_values) {
+    gpuarr_device d = test_device();
+    gpuarr_array big = bytes_array(d, (int64_t)8 << 20), small = bytes_array(d, 4096);
+    TEST_OK(gpuarr_release(big));
+    TEST_OK(gpuarr_device_sync(d));
+    gpuarr_pool_stats before = stats_of(d);
+    cr_assert_gt(before.peak_allocated_bytes, before.allocated_bytes, "the 8 MiB array left no peak above the current");
+    TEST_OK(gpuarr_pool_reset_peaks(d));
+    gpuarr_pool_stats after = stats_of(d);
+    cr_expect_eq(after.peak_allocated_bytes, after.allocated_bytes);
+    cr_expect_eq(after.peak_requested_bytes, after.requested_bytes);
+    cr_expect_eq(after.peak_reserved_bytes, after.reserved_bytes);
+    cr_expect_eq(after.peak_allocations, after.allocations);
+    cr_expect_eq(after.total_allocated_bytes, before.total_allocated_bytes, "totals are not peaks: kept");
+    cr_expect_eq(gpuarr_pool_reset_peaks((gpuarr_device){0}), GPUARR_ERROR_INVALID_HANDLE);
+    TEST_OK(gpuarr_release(small));
+}

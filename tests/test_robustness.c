@@ -176,3 +176,18 @@ Test(robustness, scalar_f16_and_bf16_helpers_ignore_the_callers_rounding_mode) {
     expect_scalar_helpers_exact(FE_UPWARD, "FE_UPWARD");
     expect_scalar_helpers_exact(FE_DOWNWARD, "FE_DOWNWARD");
 }
+
+/* Every bf16 bit pattern widens exactly (NaNs quieted as the rules say), whatever the rounding mode. */
+Test(robustness, bf16_to_float_is_exact_for_every_bit_pattern) {
+    int bad = 0;
+    char first[128] = "";
+    for (uint32_t b = 0; b <= 0xffffu; b++) {
+        gpuarr_bf16 h = {(uint16_t)b};
+        float f = gpuarr_bf16_to_float(h);
+        uint32_t got;
+        memcpy(&got, &f, 4);
+        uint32_t want = (uint32_t)ref_cast_bits(GPUARR_BF16, b, GPUARR_F32);
+        if (got != want && bad++ == 0) snprintf(first, sizeof first, "bf16_to_float(0x%04x) = 0x%08x, want 0x%08x", b, got, want);
+    }
+    cr_expect_eq(bad, 0, "%d patterns differ, the first: %s", bad, first);
+}

@@ -554,3 +554,25 @@ Test(streams, work_inside_with_stream_runs_on_that_stream) {
     TEST_OK(gpuarr_event_destroy(ev));
     free_scope_env(&e);
 }
+
+/* gpuarr_scope_hold, called directly (the SCOPED_* macros call it): a failed scope held leaves
+   the thread with no current device until it is left; an active scope passes through unchanged. */
+Test(streams, scope_hold_keeps_a_failed_scope_without_a_device_until_it_is_left) {
+    scope_env e = make_scope_env();
+    gpuarr_scope held = gpuarr_scope_hold(gpuarr_scope_enter_device((gpuarr_device){999}));
+    cr_expect(held.held && !held.active, "a failed scope was not held");
+    cr_expect_eq(held.result, GPUARR_ERROR_INVALID_HANDLE, "%s", gpuarr_result_name(held.result));
+    cr_expect_eq(gpuarr_current_device().id, 0u, "a held failed scope left device 0x%x current", gpuarr_current_device().id);
+    gpuarr_array a = {0};
+    int64_t shape[1] = {4};
+    cr_expect_eq(gpuarr_empty(gpuarr_current_device(), GPUARR_F32, 1, shape, &a), GPUARR_ERROR_INVALID_HANDLE);
+    cr_expect_neq(gpuarr_stream_sync((gpuarr_stream){0}), GPUARR_OK, "the current stream of a held failed scope worked");
+    gpuarr_scope_leave(&held);
+    EXPECT_CURRENT(e.dev, e.s0, "after leaving the held scope");
+    gpuarr_scope ok = gpuarr_scope_hold(gpuarr_scope_enter_device(e.dev));
+    cr_expect(ok.active && !ok.held, "an active scope was changed by gpuarr_scope_hold");
+    cr_expect_eq(gpuarr_current_device().id, e.dev.id);
+    gpuarr_scope_leave(&ok);
+    EXPECT_CURRENT(e.dev, e.s0, "after leaving the active scope");
+    free_scope_env(&e);
+}
