@@ -277,3 +277,23 @@ Test(config_devices, typed_host_io_errors_name_the_typed_call) {
     cr_expect(strncmp(gpuarr_last_error(), "gpuarr_from_host:", 17) == 0, "%s", gpuarr_last_error());
     gpuarr_shutdown();
 }
+
+/* The entry points behind the typed wrappers: they do what the _as calls do and report errors
+   under the name they are given. */
+Test(config_devices, the_named_host_io_entries_copy_and_report_under_their_name) {
+    TEST_OK(gpuarr_init(NULL));
+    float in[4] = {1.5f, -2.0f, 3.25f, 0.0f};
+    double back[4] = {0};
+    gpuarr_array a;
+    TEST_OK(gpuarr__from_host_named("my_upload", gpuarr_host(), GPUARR_F32, in, 1, (int64_t[]){4}, &a));
+    TEST_OK(gpuarr__to_host_named("my_download", a, GPUARR_F64, back, 4));
+    for (int i = 0; i < 4; i++) cr_expect_eq(back[i], (double)in[i], "element %d", i);
+    cr_expect_eq(gpuarr__to_host_named("my_download", a, GPUARR_F64, back, 3), GPUARR_ERROR_INVALID_ARGUMENT);
+    cr_expect(strncmp(gpuarr_last_error(), "my_download:", 12) == 0, "%s", gpuarr_last_error());
+    gpuarr_array b;
+    cr_expect_eq(gpuarr__from_host_named("my_upload", (gpuarr_device){0}, GPUARR_F32, in, 1, (int64_t[]){4}, &b),
+                 GPUARR_ERROR_INVALID_HANDLE);
+    cr_expect(strncmp(gpuarr_last_error(), "my_upload:", 10) == 0, "%s", gpuarr_last_error());
+    TEST_OK(gpuarr_release(a));
+    gpuarr_shutdown();
+}
