@@ -609,6 +609,10 @@ typedef struct gpuarr_array_info {
     bool wrapped;                   /* memory adopted from the caller (gpuarr_wrap_host) */
     bool host_fallback;             /* placed on the host because the device asked for was out
                                        of memory (desc.oom_host_fallback) */
+    bool pinned;                    /* page-locked host memory (gpuarr_empty_pinned) */
+    bool is_view;                   /* made by gpuarr_reshape or gpuarr_slice: shares the memory of
+                                       the array it was made from */
+    size_t offset;                  /* bytes from the start of the memory it shares (0 if none) */
     uint32_t refcount;              /* references held through the handle */
 } gpuarr_array_info;
 
@@ -630,6 +634,7 @@ GPUARR_API gpuarr_result gpuarr_to_host_as(gpuarr_array a, gpuarr_dtype t, void 
 GPUARR_API gpuarr_result gpuarr__from_host_named(const char *api, gpuarr_device d, gpuarr_dtype t, const void *data,
                                                  int ndim, const int64_t *shape, gpuarr_array *out);
 GPUARR_API gpuarr_result gpuarr__to_host_named(const char *api, gpuarr_array a, gpuarr_dtype t, void *data, size_t count);
+GPUARR_API gpuarr_result gpuarr__fill_named(const char *api, gpuarr_array a, gpuarr_dtype t, const void *value);
 /* Adopts host memory without copying. `release` (may be NULL) is called with (data, user_data)
    when the last reference goes, and never if this call fails. data must be aligned to the
    dtype's size; it may be NULL only for an empty array. */
@@ -648,6 +653,45 @@ GPUARR_API gpuarr_result gpuarr_array_get_info(gpuarr_array a, gpuarr_array_info
 /* The host pointer of an array on the host device, after any pending work producing it has
    completed. Valid while the array is referenced. GPUARR_ERROR_UNSUPPORTED for device arrays. */
 GPUARR_API gpuarr_result gpuarr_host_data(gpuarr_array a, void **out);
+
+/* Arrays are mutable: the calls below write into existing arrays, and views share memory.
+   dst and src hold the same element count (shapes may differ); src is cast to dst's dtype; any
+   two devices. Overlapping memory (views of one array) is GPUARR_ERROR_INVALID_ARGUMENT unless
+   dst and src are the same elements (then nothing is done). */
+GPUARR_API gpuarr_result gpuarr_copy(gpuarr_array dst, gpuarr_array src);
+GPUARR_API gpuarr_result gpuarr_copy_async(gpuarr_array dst, gpuarr_array src, gpuarr_stream s);
+/* Elements [first, first + count) of a, in C order, from / to host memory holding count elements
+   of dtype t (0 = a's dtype), cast on the way. The _async forms return without waiting for the
+   device: the host memory must stay valid (and, for a read, unread) until s passes that point. */
+GPUARR_API gpuarr_result gpuarr_write(gpuarr_array a, int64_t first, int64_t count, gpuarr_dtype t, const void *src);
+GPUARR_API gpuarr_result gpuarr_write_async(gpuarr_array a, int64_t first, int64_t count, gpuarr_dtype t,
+                                            const void *src, gpuarr_stream s);
+GPUARR_API gpuarr_result gpuarr_read(gpuarr_array a, int64_t first, int64_t count, gpuarr_dtype t, void *dst);
+GPUARR_API gpuarr_result gpuarr_read_async(gpuarr_array a, int64_t first, int64_t count, gpuarr_dtype t,
+                                           void *dst, gpuarr_stream s);
+/* Every element set to *value, given as dtype t and cast to a's dtype by the conversion rules.
+   gpuarr_fill(a, x) picks t from x's C type. */
+GPUARR_API gpuarr_result gpuarr_fill_as(gpuarr_array a, gpuarr_dtype t, const void *value);
+/* Views: new handles on a's memory, holding a reference to it (a may be released first).
+   reshape: the same count in a new shape; slice: rows [begin, end) of dimension 0. */
+GPUARR_API gpuarr_result gpuarr_reshape(gpuarr_array a, int ndim, const int64_t *shape, gpuarr_array *out);
+GPUARR_API gpuarr_result gpuarr_slice(gpuarr_array a, int64_t begin, int64_t end, gpuarr_array *out);
+/* A host array in page-locked memory registered for transfers with device d (CUDA pinned memory,
+   OpenCL CL_MEM_ALLOC_HOST_PTR mapped), from d's pinned pool: copies between it and d are DMA on
+   the stream, with no staging. d = the host gives an ordinary host array. */
+GPUARR_API gpuarr_result gpuarr_empty_pinned(gpuarr_device d, gpuarr_dtype t, int ndim, const int64_t *shape,
+                                             gpuarr_array *out);
+/* ready = every piece of work gpuarr queued that writes a, and every stream a was used on
+   asynchronously, has finished. _sync waits for that. */
+GPUARR_API gpuarr_result gpuarr_array_query(gpuarr_array a, bool *ready);
+GPUARR_API gpuarr_result gpuarr_array_sync(gpuarr_array a);
+/* n arrays of one shape and dtype, anywhere, into one new array of shape [n, ...] on dst, cast to
+   t (0 = keep): one packed transfer per source device. */
+GPUARR_API gpuarr_result gpuarr_stack(const gpuarr_array *src, int n, gpuarr_device dst, gpuarr_dtype t, gpuarr_array *out);
+/* n conversions as one batch (out[i] = gpuarr_convert(src[i], dst, t)): small arrays share one
+   staging transfer and one cast. On an error nothing is left allocated and no out[i] is set. */
+GPUARR_API gpuarr_result gpuarr_convert_many(const gpuarr_array *src, int n, gpuarr_device dst, gpuarr_dtype t,
+                                             gpuarr_array *out);
 
 /* Marks a's memory as used by work on s (for arrays also used on streams other than the ones
    gpuarr ran their work on, e.g. through native interop): when a is freed, its memory is not
@@ -750,6 +794,9 @@ GPUARR_API gpuarr_result gpuarr_pool_inject_faults(gpuarr_device d, uint64_t nth
     static inline gpuarr_result gpuarr_to_host_##suffix(gpuarr_array a, ctype *data,           \
                                                         size_t count) {                        \
         return gpuarr__to_host_named("gpuarr_to_host", a, dtype, data, count);                 \
+    }                                                                                          \
+    static inline gpuarr_result gpuarr_fill_##suffix(gpuarr_array a, ctype value) {            \
+        return gpuarr__fill_named("gpuarr_fill", a, dtype, &value);                            \
     }
 GPUARR_CTYPE_LIST(GPUARR__TYPED_IO)
 #undef GPUARR__TYPED_IO
@@ -927,7 +974,8 @@ GPUARR_BACKEND_LIST(GPUARR__DECLARE_INTEROPS)
     }                                                                                          \
     inline gpuarr_result gpuarr_to_host(gpuarr_array a, ctype *data, size_t count) {           \
         return gpuarr_to_host_##suffix(a, data, count);                                        \
-    }
+    }                                                                                          \
+    inline gpuarr_result gpuarr_fill(gpuarr_array a, ctype value) { return gpuarr_fill_##suffix(a, value); }
 GPUARR_CTYPE_LIST(GPUARR__OVERLOADS)
 #undef GPUARR__OVERLOADS
 
@@ -956,6 +1004,8 @@ struct gpuarr_scope_guard {
     _Generic((data)GPUARR_CTYPE_LIST(GPUARR__GENERIC_FROM))(dev, data, ndim, shape, out)
 #define gpuarr_to_host(arr, data, count)                                                       \
     _Generic((data)GPUARR_CTYPE_LIST(GPUARR__GENERIC_TO))(arr, data, count)
+#define GPUARR__GENERIC_FILL(ctype, suffix, dtype) , ctype : gpuarr_fill_##suffix
+#define gpuarr_fill(arr, value) _Generic((value)GPUARR_CTYPE_LIST(GPUARR__GENERIC_FILL))(arr, value)
 #if defined(__GNUC__) || defined(__clang__)
 #define GPUARR_SCOPED_DEVICE(dev) GPUARR_SCOPED_DEVICE_R(dev, NULL)
 #define GPUARR_SCOPED_STREAM(stream) GPUARR_SCOPED_STREAM_R(stream, NULL)
