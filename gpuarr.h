@@ -1340,7 +1340,12 @@ struct gpuarr__array {
     size_t offset; /* bytes into mem */
     bool wrapped;  /* mem belongs to the caller */
     bool host_fallback; /* placed on the host: the device asked for was out of memory */
-    gpuarr__block *block; /* its pool block (NULL when wrapped or empty) */
+    gpuarr__block *block; /* its pool block (NULL when wrapped, empty or a view) */
+    gpuarr__pool *pool;   /* the pool block came from: its device's, the host's, or a pinned one */
+    gpuarr__dev *pinned_for; /* a pinned host array: the device whose pinned pool holds it */
+    gpuarr__array *base;  /* a view: the array that owns the memory (never a view itself), held;
+                             its ready event and use list stand for the view's too */
+    size_t base_offset;   /* a view: bytes from base's first element */
     gpuarr__stream *uses[GPUARR__POOL_EVENTS]; /* async streams its memory was used on (held) */
     uint32_t nuses;
     gpuarr_release_fn release_fn;
@@ -3389,21 +3394,54 @@ static void gpuarr__pool_destroy(gpuarr__pool *p) {
  * ------------------------------------------------------------------------------------------- */
 static void gpuarr__array_destroy_obj(gpuarr__obj *o) {
     gpuarr__array *a = (gpuarr__array *)o;
-    if (a->wrapped) {
+    if (a->base) {
+        gpuarr__obj_release(&a->base->obj); /* a view: the base owns the memory */
+    } else if (a->wrapped) {
         if (a->release_fn) a->release_fn(a->mem, a->release_user);
     } else if (a->block) { /* in stream order: the streams it was used on record their point */
-        gpuarr__pool_free(&a->dev->pool, a->block, a->uses, a->nuses);
+        gpuarr__pool_free(a->pool, a->block, a->uses, a->nuses);
     }
     for (uint32_t i = 0; i < a->nuses; i++) gpuarr__obj_release(&a->uses[i]->obj);
     if (a->ready) gpuarr__obj_release(&a->ready->obj);
     gpuarr__free(a);
 }
 
+/* The array that owns a's memory (a itself unless a is a view): it keeps the ready event and
+   the use list for every view of it. */
+static gpuarr__array *gpuarr__root(gpuarr__array *a) { return a->base ? a->base : a; }
+
+static pthread_mutex_t *gpuarr__use_lock(gpuarr__array *root) { return &gpuarr__g.use_locks[((uintptr_t)root >> 6) % 64u]; }
+
+/* The event after which the contents of a's memory are valid, retained (NULL: valid now). */
+static gpuarr__event *gpuarr__ready_get(gpuarr__array *a) {
+    gpuarr__array *root = gpuarr__root(a);
+    pthread_mutex_t *lock = gpuarr__use_lock(root);
+    pthread_mutex_lock(lock);
+    gpuarr__event *e = root->ready;
+    if (e) gpuarr__obj_retain(&e->obj);
+    pthread_mutex_unlock(lock);
+    return e;
+}
+
+/* Makes e (whose reference it takes) the point after which a's memory is valid. e's stream was
+   ordered after the previous one, so e covers it. */
+static void gpuarr__ready_set(gpuarr__array *a, gpuarr__event *e) {
+    gpuarr__array *root = gpuarr__root(a);
+    pthread_mutex_t *lock = gpuarr__use_lock(root);
+    pthread_mutex_lock(lock);
+    gpuarr__event *old = root->ready;
+    root->ready = e;
+    pthread_mutex_unlock(lock);
+    if (old) gpuarr__obj_release(&old->obj);
+}
+
 /* Notes that a's memory is used by work queued on s (an async stream): its block must not be
-   reused by another stream before s passes this point. A full list waits for its oldest. */
+   reused by another stream before s passes this point, and a later write waits for s. A full
+   list waits for its oldest. */
 static void gpuarr__array_note_use(gpuarr__array *a, gpuarr__stream *s) {
-    if (!s || s->dev->backend->synchronous || a->wrapped || !a->block) return;
-    pthread_mutex_t *lock = &gpuarr__g.use_locks[((uintptr_t)a >> 6) % 64u];
+    a = gpuarr__root(a);
+    if (!s || s->dev->backend->synchronous || !a->mem) return;
+    pthread_mutex_t *lock = gpuarr__use_lock(a);
     pthread_mutex_lock(lock);
     bool known = false;
     for (uint32_t i = 0; i < a->nuses; i++) known = known || a->uses[i] == s;
@@ -3479,12 +3517,14 @@ static gpuarr_result gpuarr__array_new(gpuarr__dev *d, gpuarr_dtype t, int ndim,
                                        gpuarr__array **out) {
     gpuarr__array *a;
     GPUARR__CHECK(gpuarr__array_alloc_struct(d, t, ndim, shape, &a));
+    a->pool = &d->pool;
     gpuarr_result r = a->nbytes ? gpuarr__pool_alloc(&d->pool, a->nbytes, s, &a->block) : GPUARR_OK;
     if (r == GPUARR_ERROR_OUT_OF_MEMORY && gpuarr__g.alloc_conf.host_fallback && d != gpuarr__host_dev()) {
         char why[sizeof gpuarr__tls.error_message];
         gpuarr__copy_string(why, sizeof why, gpuarr_last_error());
         r = gpuarr__pool_alloc(&gpuarr__host_dev()->pool, a->nbytes, NULL, &a->block);
         if (r == GPUARR_OK) {
+            a->pool = &gpuarr__host_dev()->pool;
             pthread_mutex_lock(&d->pool.lock);
             d->pool.stats.host_fallbacks++;
             pthread_mutex_unlock(&d->pool.lock);
@@ -3625,12 +3665,29 @@ typedef enum gpuarr__path {
 #define GPUARR__STAGE_CHUNK ((size_t)8 << 20)
 #define GPUARR__STAGE_RING 3
 
+/* Whether p lies in memory of pool p (its segments; pool lock taken). */
+static bool gpuarr__pool_owns(gpuarr__pool *p, const void *ptr) {
+    uintptr_t x = (uintptr_t)ptr;
+    bool found = false;
+    pthread_mutex_lock(&p->lock);
+    for (gpuarr__segment *seg = p->segments; seg && !found; seg = seg->next)
+        found = seg->host_base && x >= (uintptr_t)seg->host_base && x < (uintptr_t)seg->host_base + seg->size;
+    pthread_mutex_unlock(&p->lock);
+    return found;
+}
+
+/* Host memory d copies from and to at full speed as it is: page-locked by the caller, or a
+   pinned host array of d (gpuarr_empty_pinned). */
+static bool gpuarr__host_pinned(gpuarr__dev *d, const void *host) {
+    return gpuarr__pool_owns(&d->pinned, host) || d->backend->host_ptr_pinned(d, host);
+}
+
 static bool gpuarr__stages(gpuarr__dev *d, const void *host, size_t bytes) {
-    return !d->info.host_unified && !d->backend->host_memory && bytes >= GPUARR__STAGE_MIN && !d->backend->host_ptr_pinned(d, host);
+    return !d->info.host_unified && !d->backend->host_memory && bytes >= GPUARR__STAGE_MIN && !gpuarr__host_pinned(d, host);
 }
 
 static gpuarr__path gpuarr__host_path(gpuarr__dev *d, const void *host, size_t bytes, bool host_work, bool async) {
-    if (async) return host_work || !d->backend->pageable_async ? GPUARR__PATH_QUEUED : GPUARR__PATH_DIRECT;
+    if (async) return host_work || (!d->backend->pageable_async && !gpuarr__host_pinned(d, host)) ? GPUARR__PATH_QUEUED : GPUARR__PATH_DIRECT;
     if (gpuarr__stages(d, host, bytes)) return GPUARR__PATH_STAGED;
     return host_work ? GPUARR__PATH_HOST_TEMP : GPUARR__PATH_DIRECT;
 }
@@ -4126,6 +4183,7 @@ typedef struct gpuarr__transfer {
     size_t count;
     gpuarr__array *src_array;        /* waited for and kept alive while read; NULL = caller memory */
     gpuarr__array *dst_array;        /* kept alive while written; gets the ready event when async */
+    bool dst_existing;               /* dst_array is published: wait for its readers and writers */
     gpuarr__stream *explicit_stream; /* the caller's stream, or NULL */
     bool async;
 } gpuarr__transfer;
@@ -4149,14 +4207,53 @@ static gpuarr_result gpuarr__transfer_finish_async(gpuarr__transfer *t, gpuarr__
         gpuarr__obj_release(&ready->obj);
         return r;
     }
-    if (t->dst_array) t->dst_array->ready = ready;
+    if (t->dst_array) gpuarr__ready_set(t->dst_array, ready);
     else gpuarr__obj_release(&ready->obj);
     for (int i = 0; i < 2; i++) {
-        if (!arrays[i] || !arrays[i]->wrapped) continue;
+        if (!arrays[i] || !gpuarr__root(arrays[i])->wrapped) continue;
         gpuarr__obj_retain(&arrays[i]->obj);
         gpuarr__stream_defer(last, gpuarr__release_obj_deferred, &arrays[i]->obj);
     }
     if (t->explicit_stream && t->explicit_stream != last) r = gpuarr__stream_order(t->explicit_stream, last);
+    return r;
+}
+
+/* The streams a was used on asynchronously, retained (at most GPUARR__POOL_EVENTS). */
+static uint32_t gpuarr__array_uses(gpuarr__array *a, gpuarr__stream **uses) {
+    gpuarr__array *root = gpuarr__root(a);
+    pthread_mutex_t *lock = gpuarr__use_lock(root);
+    pthread_mutex_lock(lock);
+    uint32_t n = root->nuses;
+    for (uint32_t i = 0; i < n; i++) {
+        uses[i] = root->uses[i];
+        gpuarr__obj_retain(&uses[i]->obj);
+    }
+    pthread_mutex_unlock(lock);
+    return n;
+}
+
+/* Orders s after everything gpuarr queued that may still read or write a's memory: the work
+   producing it and what is queued so far on the streams it was used on. */
+static gpuarr_result gpuarr__order_after_uses(gpuarr__stream *s, gpuarr__array *a) {
+    gpuarr__stream *uses[GPUARR__POOL_EVENTS];
+    uint32_t n = gpuarr__array_uses(a, uses);
+    gpuarr__event *ready = gpuarr__ready_get(a);
+    gpuarr_result r = ready ? gpuarr__stream_wait_raw(s, ready) : GPUARR_OK;
+    for (uint32_t i = 0; i < n; i++) {
+        if (r == GPUARR_OK) r = gpuarr__stream_order(s, uses[i]);
+        gpuarr__obj_release(&uses[i]->obj);
+    }
+    if (ready) gpuarr__obj_release(&ready->obj);
+    return r;
+}
+
+/* Before writing into an existing array: the streams that may write it (those of a device; the
+   host's only when both are the host's) wait for its earlier readers and writers. */
+static gpuarr_result gpuarr__order_writers(gpuarr__stream *ss, gpuarr__stream *ds, gpuarr__array *dst) {
+    bool ss_device = !ss->dev->backend->synchronous, ds_device = !ds->dev->backend->synchronous;
+    gpuarr_result r = GPUARR_OK;
+    if (ss_device || !ds_device) r = gpuarr__order_after_uses(ss, dst);
+    if (r == GPUARR_OK && ds != ss && (ds_device || !ss_device)) r = gpuarr__order_after_uses(ds, dst);
     return r;
 }
 
@@ -4166,7 +4263,12 @@ static gpuarr_result gpuarr__transfer_run(gpuarr__transfer *t) {
     if (r == GPUARR_OK) r = gpuarr__stream_for(t->dst.dev, t->explicit_stream, &ds);
     /* the source's producer: an async upload's stream waits for it (a pending host array), never the caller */
     gpuarr__stream *reader = t->async && t->src.dev->backend->host_memory ? ds : ss;
-    if (r == GPUARR_OK && t->src_array && t->src_array->ready) r = gpuarr__stream_wait_raw(reader, t->src_array->ready);
+    gpuarr__event *src_ready = r == GPUARR_OK && t->src_array ? gpuarr__ready_get(t->src_array) : NULL;
+    if (src_ready) {
+        r = gpuarr__stream_wait_raw(reader, src_ready);
+        gpuarr__obj_release(&src_ready->obj);
+    }
+    if (r == GPUARR_OK && t->dst_existing) r = gpuarr__order_writers(ss, ds, t->dst_array);
     gpuarr__tls.async_call = t->async; /* read by backends whose copies could block (see copy_h2d) */
     if (r == GPUARR_OK) r = gpuarr__move(ss, ds, t->dst, t->src, t->count, t->async, &last);
     gpuarr__tls.async_call = false;
@@ -4187,12 +4289,14 @@ static gpuarr__view gpuarr__array_view(gpuarr__array *a) { return gpuarr__make_v
    same promise holds as for a copy: synchronous calls wait for it, async ones order the stream
    after it. */
 static gpuarr_result gpuarr__identity_ready(gpuarr__array *a, gpuarr__stream *explicit_stream, bool async) {
-    if (!a->ready) return GPUARR_OK;
-    if (!async) return a->ready->dev->backend->event_sync(a->ready->dev, a->ready->native);
-    gpuarr__stream *s;
-    GPUARR__CHECK(gpuarr__stream_for(a->dev, explicit_stream, &s));
-    gpuarr_result r = gpuarr__stream_wait_raw(s, a->ready);
-    gpuarr__obj_release(&s->obj);
+    gpuarr__event *ready = gpuarr__ready_get(a);
+    if (!ready) return GPUARR_OK;
+    gpuarr__stream *s = NULL;
+    gpuarr_result r;
+    if (!async) r = ready->dev->backend->event_sync(ready->dev, ready->native);
+    else if ((r = gpuarr__stream_for(a->dev, explicit_stream, &s)) == GPUARR_OK) r = gpuarr__stream_wait_raw(s, ready);
+    if (s) gpuarr__obj_release(&s->obj);
+    gpuarr__obj_release(&ready->obj);
     return r;
 }
 
@@ -5244,6 +5348,9 @@ GPUARR_API gpuarr_result gpuarr_array_get_info(gpuarr_array arr, gpuarr_array_in
     out->host_accessible = a->dev->backend->host_memory;
     out->wrapped = a->wrapped;
     out->host_fallback = a->host_fallback;
+    out->pinned = a->pinned_for != NULL;
+    out->is_view = a->base != NULL;
+    out->offset = a->base_offset;
     out->refcount = gpuarr__table_public_refs(&gpuarr__g.arrays, arr.id);
     gpuarr__obj_release(&a->obj);
     return GPUARR_OK;
@@ -5257,13 +5364,332 @@ GPUARR_API gpuarr_result gpuarr_host_data(gpuarr_array arr, void **out) {
     gpuarr_result r = GPUARR_OK;
     if (!a->dev->backend->host_memory)
         r = gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "a lives on %s, not on the host; convert it to gpuarr_host() first", a->dev->info.spec);
-    else if (a->ready) {
-        r = a->ready->dev->backend->event_sync(a->ready->dev, a->ready->native);
-        if (r == GPUARR_OK) gpuarr__collect_device(a->ready->dev);
+    else {
+        gpuarr__event *ready = gpuarr__ready_get(a);
+        if (ready) {
+            r = ready->dev->backend->event_sync(ready->dev, ready->native);
+            if (r == GPUARR_OK) gpuarr__collect_device(ready->dev);
+            gpuarr__obj_release(&ready->obj);
+        }
     }
     if (r == GPUARR_OK) *out = a->mem ? (unsigned char *)a->mem + a->offset : NULL;
     gpuarr__obj_release(&a->obj);
     return r;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Arrays you write into: copies into existing arrays, element ranges, fill, views, pinned host
+ * arrays, readiness. A write waits (on the device) for every earlier reader and writer of the
+ * memory; a view's readers and writers are its base's.
+ * ------------------------------------------------------------------------------------------- */
+
+/* Whether two arrays' memory overlaps; *same: they are the very same elements. */
+static bool gpuarr__overlap(gpuarr__array *x, gpuarr__array *y, bool *same) {
+    *same = false;
+    if (x->dev != y->dev || !x->nbytes || !y->nbytes) return false;
+    uintptr_t xs = x->offset, ys = y->offset;
+    if (x->dev->backend->host_memory) {
+        xs += (uintptr_t)x->mem;
+        ys += (uintptr_t)y->mem;
+    } else if (x->mem != y->mem) {
+        return false; /* distinct device allocations (or sub-buffers of distinct pool blocks) */
+    }
+    *same = xs == ys && x->nbytes == y->nbytes && x->dtype == y->dtype;
+    return xs < ys + y->nbytes && ys < xs + x->nbytes;
+}
+
+/* The caller's stream for a call between devices a and b (NULL for {0}): it must be on one. */
+static gpuarr_result gpuarr__stream_between(gpuarr_stream s, gpuarr__dev *a, gpuarr__dev *b, gpuarr__stream **out) {
+    *out = NULL;
+    if (!s.id) return GPUARR_OK;
+    GPUARR__CHECK(gpuarr__get_stream(s, "s", out));
+    if ((*out)->dev == a || (*out)->dev == b) return GPUARR_OK;
+    gpuarr_result r = a == b ? gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "s belongs to %s, not to %s", (*out)->dev->info.spec, a->info.spec)
+                             : gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "s belongs to %s, which is neither %s nor %s",
+                                            (*out)->dev->info.spec, a->info.spec, b->info.spec);
+    gpuarr__obj_release(&(*out)->obj);
+    *out = NULL;
+    return r;
+}
+
+static gpuarr_result gpuarr__copy(gpuarr_array dst, gpuarr_array src, gpuarr_stream stream, bool async) {
+    gpuarr__array *d, *a = NULL;
+    gpuarr__stream *es = NULL;
+    GPUARR__CHECK(gpuarr__get_array(dst, "dst", &d));
+    gpuarr_result r = gpuarr__get_array(src, "src", &a);
+    bool same = false;
+    if (r == GPUARR_OK && d->count != a->count)
+        r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "dst holds %lld elements and src %lld: a copy needs the same count",
+                         (long long)d->count, (long long)a->count);
+    if (r == GPUARR_OK && gpuarr__overlap(d, a, &same) && !same)
+        r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "dst and src share memory (views of one array) without being the same elements");
+    if (r == GPUARR_OK) r = gpuarr__stream_between(stream, a->dev, d->dev, &es);
+    if (r == GPUARR_OK && !same) r = gpuarr__route_check(a->dev, d->dev, a->dtype, d->dtype);
+    if (r == GPUARR_OK && !same) {
+        gpuarr__transfer tr;
+        memset(&tr, 0, sizeof tr);
+        tr.dst = gpuarr__array_view(d);
+        tr.src = gpuarr__array_view(a);
+        tr.count = (size_t)a->count;
+        tr.src_array = a;
+        tr.dst_array = d;
+        tr.dst_existing = true;
+        tr.explicit_stream = es;
+        tr.async = async;
+        r = gpuarr__transfer_run(&tr);
+    }
+    if (es) gpuarr__obj_release(&es->obj);
+    if (a) gpuarr__obj_release(&a->obj);
+    gpuarr__obj_release(&d->obj);
+    return r;
+}
+
+GPUARR_API gpuarr_result gpuarr_copy(gpuarr_array dst, gpuarr_array src) {
+    GPUARR__BEGIN();
+    gpuarr_stream none = {0};
+    return gpuarr__copy(dst, src, none, false);
+}
+
+GPUARR_API gpuarr_result gpuarr_copy_async(gpuarr_array dst, gpuarr_array src, gpuarr_stream s) {
+    GPUARR__BEGIN();
+    return gpuarr__copy(dst, src, s, true);
+}
+
+/* Checks elements [first, first + count) of a against host memory p holding count elements of
+   dtype t (0 = a's, written to *ht). */
+static gpuarr_result gpuarr__check_range(gpuarr__array *a, int64_t first, int64_t count, gpuarr_dtype t, const void *p, gpuarr_dtype *ht) {
+    gpuarr_dtype h = t ? t : a->dtype;
+    if (!gpuarr__dtype_valid(h)) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "t = %d is not a gpuarr_dtype", (int)t);
+    if (first < 0) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "first = %lld: must be >= 0", (long long)first);
+    if (count < 0) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "count = %lld: must be >= 0", (long long)count);
+    if (count > INT64_MAX - first)
+        return gpuarr__fail(GPUARR_ERROR_OVERFLOW, "first = %lld plus count = %lld overflows int64", (long long)first, (long long)count);
+    if (first + count > a->count)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "elements [%lld, %lld) pass the end of the array's %lld", (long long)first,
+                            (long long)(first + count), (long long)a->count);
+    size_t bytes;
+    if ((uint64_t)count > SIZE_MAX || gpuarr__mul_overflows((size_t)count, gpuarr__dtype_sizes[h], &bytes) || bytes > (size_t)PTRDIFF_MAX)
+        return gpuarr__fail(GPUARR_ERROR_OVERFLOW, "%lld elements of %s overflow the address space", (long long)count, gpuarr__dtype_names[h]);
+    if (!p && count > 0) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "the host pointer is NULL with count = %lld", (long long)count);
+    if ((uintptr_t)p % gpuarr__dtype_sizes[h] != 0)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "the host pointer %p is not aligned to %zu bytes (the size of %s)", p,
+                            gpuarr__dtype_sizes[h], gpuarr__dtype_names[h]);
+    *ht = h;
+    return GPUARR_OK;
+}
+
+/* gpuarr_write and gpuarr_read, both forms: host memory <-> elements [first, first + count). */
+static gpuarr_result gpuarr__range_io(gpuarr_array arr, int64_t first, int64_t count, gpuarr_dtype t, void *host, gpuarr_stream stream,
+                                      bool async, bool writing) {
+    gpuarr__array *a;
+    gpuarr__stream *es = NULL;
+    gpuarr_dtype ht = 0;
+    GPUARR__CHECK(gpuarr__get_array(arr, "a", &a));
+    gpuarr__dev *h = gpuarr__host_dev();
+    gpuarr_result r = gpuarr__check_range(a, first, count, t, host, &ht);
+    if (r == GPUARR_OK) r = gpuarr__stream_between(stream, a->dev, h, &es);
+    if (r == GPUARR_OK) r = writing ? gpuarr__route_check(h, a->dev, ht, a->dtype) : gpuarr__route_check(a->dev, h, a->dtype, ht);
+    if (r == GPUARR_OK && count > 0) {
+        gpuarr__transfer tr;
+        memset(&tr, 0, sizeof tr);
+        gpuarr__view part = gpuarr__make_view(a->dev, a->mem, a->offset + (size_t)first * gpuarr__dtype_sizes[a->dtype], a->dtype);
+        gpuarr__view mem = gpuarr__make_view(h, host, 0, ht);
+        tr.dst = writing ? part : mem;
+        tr.src = writing ? mem : part;
+        tr.count = (size_t)count;
+        tr.src_array = writing ? NULL : a;
+        tr.dst_array = writing ? a : NULL;
+        tr.dst_existing = writing;
+        tr.explicit_stream = es;
+        tr.async = async;
+        r = gpuarr__transfer_run(&tr);
+    }
+    if (es) gpuarr__obj_release(&es->obj);
+    gpuarr__obj_release(&a->obj);
+    return r;
+}
+
+GPUARR_API gpuarr_result gpuarr_write(gpuarr_array a, int64_t first, int64_t count, gpuarr_dtype t, const void *src) {
+    GPUARR__BEGIN();
+    gpuarr_stream none = {0};
+    return gpuarr__range_io(a, first, count, t, (void *)(uintptr_t)src, none, false, true);
+}
+
+GPUARR_API gpuarr_result gpuarr_write_async(gpuarr_array a, int64_t first, int64_t count, gpuarr_dtype t, const void *src,
+                                            gpuarr_stream s) {
+    GPUARR__BEGIN();
+    return gpuarr__range_io(a, first, count, t, (void *)(uintptr_t)src, s, true, true);
+}
+
+GPUARR_API gpuarr_result gpuarr_read(gpuarr_array a, int64_t first, int64_t count, gpuarr_dtype t, void *dst) {
+    GPUARR__BEGIN();
+    gpuarr_stream none = {0};
+    return gpuarr__range_io(a, first, count, t, dst, none, false, false);
+}
+
+GPUARR_API gpuarr_result gpuarr_read_async(gpuarr_array a, int64_t first, int64_t count, gpuarr_dtype t, void *dst, gpuarr_stream s) {
+    GPUARR__BEGIN();
+    return gpuarr__range_io(a, first, count, t, dst, s, true, false);
+}
+
+/* The element value as a's dtype, and the shortest pattern that repeats it (1 byte when all of
+   its bytes are equal, as for zero). */
+static size_t gpuarr__fill_pattern(gpuarr_dtype at, gpuarr_dtype t, const void *value, unsigned char pattern[8]) {
+    memset(pattern, 0, 8);
+    gpuarr__cpu_cast(pattern, at, value, t, 1);
+    size_t size = gpuarr__dtype_sizes[at];
+    bool uniform = true;
+    for (size_t i = 1; i < size; i++) uniform = uniform && pattern[i] == pattern[0];
+    return uniform ? 1 : size;
+}
+
+GPUARR_API gpuarr_result gpuarr_fill_as(gpuarr_array a, gpuarr_dtype t, const void *value) {
+    return gpuarr__fill_named(__func__, a, t, value);
+}
+
+GPUARR_API gpuarr_result gpuarr__fill_named(const char *api, gpuarr_array arr, gpuarr_dtype t, const void *value) {
+    GPUARR__BEGIN_AS(api ? api : "gpuarr_fill_as");
+    gpuarr__array *a;
+    GPUARR__CHECK(gpuarr__get_array(arr, "a", &a));
+    gpuarr_dtype vt = t ? t : a->dtype;
+    gpuarr_result r = GPUARR_OK;
+    if (!gpuarr__dtype_valid(vt)) r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "t = %d is not a gpuarr_dtype", (int)t);
+    else if (!value) r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "value is NULL");
+    else if ((uintptr_t)value % gpuarr__dtype_sizes[vt] != 0)
+        r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "value %p is not aligned to %zu bytes (the size of %s)", value,
+                         gpuarr__dtype_sizes[vt], gpuarr__dtype_names[vt]);
+    if (r == GPUARR_OK && a->nbytes) {
+        unsigned char pattern[8];
+        size_t size = gpuarr__fill_pattern(a->dtype, vt, value, pattern);
+        gpuarr__stream *s;
+        r = gpuarr__stream_for(a->dev, NULL, &s);
+        if (r == GPUARR_OK) {
+            r = gpuarr__order_after_uses(s, a);
+            if (r == GPUARR_OK) r = a->dev->backend->fill(s, a->mem, a->offset, pattern, size, a->nbytes);
+            gpuarr_result synced = gpuarr__stream_sync_raw(s);
+            if (r == GPUARR_OK) r = synced;
+            gpuarr__obj_release(&s->obj);
+        }
+    }
+    gpuarr__obj_release(&a->obj);
+    return r;
+}
+
+/* A new handle on a's memory: ndim/shape, starting byte_offset bytes into a. */
+static gpuarr_result gpuarr__view_publish(gpuarr__array *a, int ndim, const int64_t *shape, size_t byte_offset, gpuarr_array *out) {
+    gpuarr__array *v;
+    GPUARR__CHECK(gpuarr__array_alloc_struct(a->dev, a->dtype, ndim, shape, &v));
+    gpuarr__array *root = gpuarr__root(a);
+    gpuarr__obj_retain(&root->obj);
+    v->base = root;
+    v->base_offset = (a->base ? a->base_offset : 0) + byte_offset;
+    v->mem = a->mem;
+    v->offset = a->offset + byte_offset;
+    v->wrapped = root->wrapped;
+    v->host_fallback = root->host_fallback;
+    v->pinned_for = root->pinned_for;
+    uint32_t id;
+    GPUARR__CHECK(gpuarr__array_publish(v, &id)); /* on failure v, and its hold on root, are dropped */
+    out->id = id;
+    return GPUARR_OK;
+}
+
+GPUARR_API gpuarr_result gpuarr_reshape(gpuarr_array arr, int ndim, const int64_t *shape, gpuarr_array *out) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(out);
+    gpuarr__array *a;
+    GPUARR__CHECK(gpuarr__get_array(arr, "a", &a));
+    int64_t count = 0;
+    size_t nbytes;
+    gpuarr_result r = gpuarr__check_shape(a->dtype, ndim, shape, &count, &nbytes);
+    if (r == GPUARR_OK && count != a->count)
+        r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "the new shape holds %lld elements, a holds %lld", (long long)count,
+                         (long long)a->count);
+    if (r == GPUARR_OK) r = gpuarr__view_publish(a, ndim, shape, 0, out);
+    gpuarr__obj_release(&a->obj);
+    return r;
+}
+
+GPUARR_API gpuarr_result gpuarr_slice(gpuarr_array arr, int64_t begin, int64_t end, gpuarr_array *out) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(out);
+    gpuarr__array *a;
+    GPUARR__CHECK(gpuarr__get_array(arr, "a", &a));
+    gpuarr_result r = GPUARR_OK;
+    if (a->ndim == 0) r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "a is a scalar (ndim 0): it has no rows to slice");
+    else if (begin < 0 || end < begin || end > a->shape[0])
+        r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "rows [%lld, %lld) are not within a's %lld (0 <= begin <= end <= shape[0])",
+                         (long long)begin, (long long)end, (long long)a->shape[0]);
+    if (r == GPUARR_OK) {
+        int64_t shape[GPUARR_MAX_DIMS];
+        memcpy(shape, a->shape, sizeof shape);
+        size_t row_bytes = a->shape[0] ? a->nbytes / (size_t)a->shape[0] : 0;
+        shape[0] = end - begin;
+        r = gpuarr__view_publish(a, a->ndim, shape, (size_t)begin * row_bytes, out);
+    }
+    gpuarr__obj_release(&a->obj);
+    return r;
+}
+
+GPUARR_API gpuarr_result gpuarr_empty_pinned(gpuarr_device d, gpuarr_dtype t, int ndim, const int64_t *shape, gpuarr_array *out) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(out);
+    gpuarr__dev *dev;
+    gpuarr__array *a;
+    GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
+    gpuarr__dev *h = gpuarr__host_dev();
+    if (dev == h) GPUARR__CHECK(gpuarr__array_new(h, t, ndim, shape, NULL, &a));
+    else {
+        GPUARR__CHECK(gpuarr__array_alloc_struct(h, t, ndim, shape, &a));
+        a->pool = &dev->pinned;
+        a->pinned_for = dev;
+        gpuarr_result r = a->nbytes ? gpuarr__pool_alloc(&dev->pinned, a->nbytes, NULL, &a->block) : GPUARR_OK;
+        if (r != GPUARR_OK) {
+            gpuarr__free(a);
+            return r;
+        }
+        if (a->block) a->mem = a->block->view;
+    }
+    uint32_t id;
+    GPUARR__CHECK(gpuarr__array_publish(a, &id));
+    out->id = id;
+    return GPUARR_OK;
+}
+
+/* Query (wait = false) or wait for the work writing a and the streams a was used on. */
+static gpuarr_result gpuarr__array_settle(gpuarr_array arr, bool wait, bool *ready) {
+    gpuarr__array *a;
+    GPUARR__CHECK(gpuarr__get_array(arr, "a", &a));
+    gpuarr__stream *uses[GPUARR__POOL_EVENTS];
+    uint32_t n = gpuarr__array_uses(a, uses);
+    gpuarr__event *e = gpuarr__ready_get(a);
+    bool done = true;
+    gpuarr_result r = GPUARR_OK;
+    if (e) r = wait ? e->dev->backend->event_sync(e->dev, e->native) : e->dev->backend->event_query(e->dev, e->native, &done);
+    for (uint32_t i = 0; i < n; i++) {
+        gpuarr__stream *s = uses[i];
+        bool finished = true;
+        uint64_t seq = gpuarr__stream_seq(s);
+        if (r == GPUARR_OK && done) r = wait ? s->dev->backend->stream_sync(s->dev, s->native) : s->dev->backend->stream_query(s->dev, s->native, &finished);
+        if (r == GPUARR_OK && finished && done) gpuarr__stream_collect(s, seq);
+        done = done && finished;
+        gpuarr__obj_release(&s->obj);
+    }
+    if (e) gpuarr__obj_release(&e->obj);
+    gpuarr__obj_release(&a->obj);
+    if (r == GPUARR_OK && ready) *ready = done;
+    return r;
+}
+
+GPUARR_API gpuarr_result gpuarr_array_query(gpuarr_array a, bool *ready) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(ready);
+    return gpuarr__array_settle(a, false, ready);
+}
+
+GPUARR_API gpuarr_result gpuarr_array_sync(gpuarr_array a) {
+    GPUARR__BEGIN();
+    return gpuarr__array_settle(a, true, NULL);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -5382,7 +5808,11 @@ GPUARR_API gpuarr_result gpuarr_stream_wait_array(gpuarr_stream s, gpuarr_array 
     GPUARR__CHECK(gpuarr__get_array(a, "a", &arr));
     gpuarr_result r = gpuarr__resolve_stream(s, "s", &st);
     if (r == GPUARR_OK) {
-        if (arr->ready) r = gpuarr__stream_wait_raw(st, arr->ready);
+        gpuarr__event *ready = gpuarr__ready_get(arr);
+        if (ready) {
+            r = gpuarr__stream_wait_raw(st, ready);
+            gpuarr__obj_release(&ready->obj);
+        }
         gpuarr__obj_release(&st->obj);
     }
     gpuarr__obj_release(&arr->obj);
