@@ -155,10 +155,42 @@
  * At most 65536 arrays (and as many streams, and events) are alive at once; one more is
  * GPUARR_ERROR_OUT_OF_MEMORY. Arrays are reference counted: gpuarr_retain adds a reference,
  * gpuarr_release drops one and frees the memory with the last. Work still queued on a stream
- * keeps the memory alive until it completes, so releasing early is always safe. Arrays are
- * immutable once created: every operation makes a new array (or returns the same one, retained).
+ * keeps the memory alive until it completes, so releasing early is always safe.
  *
  * Output handles are written only on success: on any error *out is left exactly as it was.
+ *
+ * =============================================================================================
+ * WRITING INTO ARRAYS, VIEWS AND ALIASING
+ * =============================================================================================
+ * Arrays are mutable buffers. gpuarr_copy(dst, src) copies (and casts) into an existing array;
+ * gpuarr_write / gpuarr_read move elements [first, first + count), in C order, between an array
+ * and host memory, cast to or from the host dtype given; gpuarr_fill_as (or the typed
+ * gpuarr_fill(a, x), which takes x's C type) sets every element to one value, cast by the rules
+ * below. Several handles can name the same memory, and a write through one is seen through all:
+ *   - gpuarr_convert to the same device and dtype returns the source itself (retained);
+ *   - gpuarr_host_data hands out the memory of a host array;
+ *   - gpuarr_reshape(a, ...) (the same elements in a new shape) and gpuarr_slice(a, begin, end)
+ *     (rows [begin, end) of dimension 0) make views: new handles on a's memory, starting
+ *     array_info.offset bytes into the array that owns it. A view holds a reference to that
+ *     memory: it stays valid after the handle it was made from is released, and is freed with
+ *     the last view. Views of views share the same memory.
+ * gpuarr_copy between two arrays whose memory overlaps is GPUARR_ERROR_INVALID_ARGUMENT, unless
+ * they are the very same elements, when it does nothing. Writes are ordered after the work
+ * gpuarr queued earlier that reads or writes the same memory (views included), on any stream:
+ * the device waits for it, the calling thread does not (in the _async calls). Work you queue
+ * yourself through native interop is ordered only by gpuarr_array_record_stream and
+ * gpuarr_stream_wait_array. gpuarr_array_query says whether the work writing an array, and every
+ * stream it was used on asynchronously, has finished; gpuarr_array_sync waits for that.
+ *
+ * The _async forms (gpuarr_copy_async, gpuarr_write_async, gpuarr_read_async) return without
+ * waiting for the device. The caller's host memory must stay valid, and a read's destination
+ * untouched, until the stream passes that point (gpuarr_stream_sync, an event, or
+ * gpuarr_array_sync on the array).
+ *
+ * gpuarr_empty_pinned(d, ...) makes a host array in page-locked memory from d's pinned pool
+ * (counted in gpuarr_pool_get_pinned_stats(d)): its info says pinned, and copies between it and d
+ * are DMA on the stream, never staged, so async ones return at once on CUDA too. With d = the
+ * host it is an ordinary host array.
  *
  * =============================================================================================
  * CONVERSION RULES (identical on every backend, bit for bit)
@@ -1161,7 +1193,9 @@ struct gpuarr__obj {
    before any data moves, whether d can run the cast kernel of a pair (UNSUPPORTED and why if
    not). launch_host_fn runs fn(ctx) on some host thread once the work queued on s so far has
    completed, and s's later work waits for it (the host: at once); fn must not call s's backend
-   (CUDA forbids driver calls there); on failure fn never runs. */
+   (CUDA forbids driver calls there); on failure fn never runs. fill writes `bytes` bytes at
+   dst + dst_off with the pattern repeated (pattern_size is 1, 2, 4 or 8; bytes and dst_off are
+   multiples of it), enqueued on s like a copy. */
 typedef void (*gpuarr__host_fn)(void *ctx);
 #define GPUARR__BACKEND_PROCS(X)                                                               \
     X(gpuarr_result, load, (void))                                                             \
@@ -1196,7 +1230,9 @@ typedef void (*gpuarr__host_fn)(void *ctx);
       (gpuarr__stream * s, void *dst, size_t dst_off, gpuarr_dtype dst_t, const void *src,     \
        size_t src_off, gpuarr_dtype src_t, size_t count))                                      \
     X(gpuarr_result, cast_supported, (gpuarr__dev * d, gpuarr_dtype dst_t, gpuarr_dtype src_t)) \
-    X(gpuarr_result, fill_zero, (gpuarr__stream * s, void *dst, size_t dst_off, size_t bytes)) \
+    X(gpuarr_result, fill,                                                                     \
+      (gpuarr__stream * s, void *dst, size_t dst_off, const void *pattern, size_t pattern_size, \
+       size_t bytes))                                                                          \
     X(gpuarr_result, launch_host_fn, (gpuarr__stream * s, gpuarr__host_fn fn, void *ctx))      \
     X(gpuarr_result, stream_create, (gpuarr__dev * d, void **native))                          \
     X(void, stream_destroy, (gpuarr__dev * d, void *native))                                   \
@@ -2069,12 +2105,70 @@ static void gpuarr__cpu_memcpy(void *dst, const void *src, size_t bytes) {
     gpuarr__cpu_cast(dst, GPUARR_U8, src, GPUARR_U8, bytes);
 }
 
-static void gpuarr__zero_chunk(void *ctx, size_t begin, size_t end) {
-    memset((unsigned char *)ctx + begin, 0, end - begin);
+/* A fill with a 1, 2, 4 or 8-byte pattern, split across the workers like a copy: one byte (or a
+   pattern of equal bytes) is a memset; a wider one is stored from a 64-byte block of the pattern
+   held in a local, which the compiler turns into vector stores. A fill too large for the cache
+   writes around it with non-temporal stores, like a copy (GPUARR__STREAMING_COPY_MIN). */
+typedef struct gpuarr__fill_job {
+    unsigned char *dst;
+    size_t pattern_size;
+    bool streaming;
+    unsigned char block[64]; /* the pattern repeated */
+} gpuarr__fill_job;
+
+#ifdef GPUARR__HAVE_STREAMING_COPY
+/* n bytes at p, the pattern's phase 0 at p; block + k for k < 8 is the pattern from its byte k. */
+static __attribute__((target("avx2"))) void gpuarr__streaming_fill(unsigned char *p, const unsigned char *block, size_t pattern_size,
+                                                                   size_t n) {
+    size_t head = (32u - ((uintptr_t)p & 31u)) & 31u, i = head;
+    if (head > n) head = i = n;
+    memcpy(p, block, head);
+    __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(block + head % pattern_size));
+    for (; i + 128 <= n; i += 128) {
+        _mm256_stream_si256((__m256i *)(void *)(p + i), v);
+        _mm256_stream_si256((__m256i *)(void *)(p + i + 32), v);
+        _mm256_stream_si256((__m256i *)(void *)(p + i + 64), v);
+        _mm256_stream_si256((__m256i *)(void *)(p + i + 96), v);
+    }
+    _mm_sfence(); /* the streamed stores are visible before the chunk is reported done */
+    for (size_t m; i < n; i += m) {
+        m = GPUARR__MIN((size_t)32, n - i);
+        memcpy(p + i, block + i % pattern_size, m);
+    }
+}
+#endif
+
+static void gpuarr__fill_chunk(void *ctx, size_t begin, size_t end) {
+    const gpuarr__fill_job *j = (const gpuarr__fill_job *)ctx;
+    unsigned char *p = j->dst + begin * j->pattern_size;
+    size_t n = (end - begin) * j->pattern_size, i = 0;
+#ifdef GPUARR__HAVE_STREAMING_COPY
+    if (j->streaming) {
+        gpuarr__streaming_fill(p, j->block, j->pattern_size, n);
+        return;
+    }
+#endif
+    if (j->pattern_size == 1) {
+        memset(p, j->block[0], n);
+        return;
+    }
+    unsigned char block[64];
+    memcpy(block, j->block, sizeof block);
+    for (; i + sizeof block <= n; i += sizeof block) memcpy(p + i, block, sizeof block);
+    memcpy(p + i, block, n - i);
 }
 
-static void gpuarr__cpu_memzero(void *dst, size_t bytes) {
-    gpuarr__parallel_for(bytes, gpuarr__chunk_items(bytes, 1), gpuarr__zero_chunk, dst);
+static void gpuarr__cpu_fill(void *dst, const void *pattern, size_t pattern_size, size_t bytes) {
+    gpuarr__fill_job job;
+    const unsigned char *pat = (const unsigned char *)pattern;
+    job.dst = (unsigned char *)dst;
+    job.pattern_size = 1;
+    for (size_t i = 1; i < pattern_size; i++)
+        if (pat[i] != pat[0]) job.pattern_size = pattern_size;
+    for (size_t i = 0; i < sizeof job.block; i += job.pattern_size) memcpy(job.block + i, pat, job.pattern_size);
+    job.streaming = bytes >= GPUARR__STREAMING_COPY_MIN && gpuarr__g.streaming_copies;
+    size_t n = bytes / job.pattern_size;
+    gpuarr__parallel_for(n, gpuarr__chunk_items(n, job.pattern_size), gpuarr__fill_chunk, &job);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -5182,7 +5276,8 @@ static gpuarr_result gpuarr__create(gpuarr_device d, gpuarr_dtype t, int ndim, c
         gpuarr__stream *fs = s;
         if (a->dev != dev) r = gpuarr__stream_for(a->dev, NULL, &fs); /* placed on the host */
         if (r == GPUARR_OK) {
-            r = a->dev->backend->fill_zero(fs, a->mem, a->offset, a->nbytes);
+            static const unsigned char zero = 0;
+            r = a->dev->backend->fill(fs, a->mem, a->offset, &zero, 1, a->nbytes);
             gpuarr_result sr = gpuarr__stream_sync_raw(fs);
             if (r == GPUARR_OK) r = sr;
             if (fs != s) gpuarr__obj_release(&fs->obj);
