@@ -873,10 +873,24 @@ static gpuarr_result gpuarr__cl_copy_peer(gpuarr__stream *s, gpuarr__dev *dst_de
 
 static gpuarr_result gpuarr__cl_fill(gpuarr__stream *s, void *dst, size_t dst_off, const void *pattern, size_t pattern_size,
                                      size_t bytes) {
+    gpuarr__cl_state *cl = &GPUARR__CL;
     gpuarr__cl_event ev = NULL;
     if (bytes == 0) return GPUARR_OK;
-    GPUARR__CL_CHECK(GPUARR__CL.clEnqueueFillBuffer(GPUARR__CL_QUEUE(s), (gpuarr__cl_mem)dst, pattern, pattern_size, dst_off, bytes, 0,
-                                                    NULL, &ev),
+    /* Host-unified devices fill the way they copy: the buffer mapped, the host's threads writing.
+       PoCL's clEnqueueFillBuffer writes a pattern wider than one byte several times slower
+       than memset (bench/results/mutable.md). An async call keeps the enqueued fill, which
+       does not wait for the queue as a blocking map would. */
+    if (GPUARR__CL_DEV(s->dev)->host_unified && !gpuarr__tls.async_call) {
+        gpuarr__cl_int e = GPUARR__CL_SUCCESS;
+        void *p = cl->clEnqueueMapBuffer(GPUARR__CL_QUEUE(s), (gpuarr__cl_mem)dst, GPUARR__CL_TRUE,
+                                         GPUARR__CL_MAP_WRITE_INVALIDATE_REGION, dst_off, bytes, 0, NULL, NULL, &e);
+        if (!p) return gpuarr__cl_fail(e, "clEnqueueMapBuffer", s->dev->info.spec);
+        gpuarr__cpu_fill(p, pattern, pattern_size, bytes);
+        GPUARR__CL_CHECK(cl->clEnqueueUnmapMemObject(GPUARR__CL_QUEUE(s), (gpuarr__cl_mem)dst, p, 0, NULL, &ev), s->dev->info.spec);
+        gpuarr__cl_track(GPUARR__CL_LAST(s), ev);
+        return GPUARR_OK;
+    }
+    GPUARR__CL_CHECK(cl->clEnqueueFillBuffer(GPUARR__CL_QUEUE(s), (gpuarr__cl_mem)dst, pattern, pattern_size, dst_off, bytes, 0, NULL, &ev),
                      s->dev->info.spec);
     gpuarr__cl_track(GPUARR__CL_LAST(s), ev);
     return GPUARR_OK;
