@@ -871,6 +871,18 @@ static gpuarr_result gpuarr__cl_copy_peer(gpuarr__stream *s, gpuarr__dev *dst_de
     return gpuarr__cl_copy_d2d(s, dst, dst_off, src, src_off, bytes);
 }
 
+#define GPUARR__CL_FILL_WIDE 32
+
+/* One clEnqueueFillBuffer (none for an empty range). */
+static gpuarr_result gpuarr__cl_fill_range(gpuarr__stream *s, void *dst, size_t off, const void *pattern, size_t pattern_size, size_t bytes) {
+    if (bytes == 0) return GPUARR_OK;
+    gpuarr__cl_event ev = NULL;
+    GPUARR__CL_CHECK(GPUARR__CL.clEnqueueFillBuffer(GPUARR__CL_QUEUE(s), (gpuarr__cl_mem)dst, pattern, pattern_size, off, bytes, 0, NULL, &ev),
+                     s->dev->info.spec);
+    gpuarr__cl_track(GPUARR__CL_LAST(s), ev);
+    return GPUARR_OK;
+}
+
 static gpuarr_result gpuarr__cl_fill(gpuarr__stream *s, void *dst, size_t dst_off, const void *pattern, size_t pattern_size,
                                      size_t bytes) {
     gpuarr__cl_state *cl = &GPUARR__CL;
@@ -890,10 +902,19 @@ static gpuarr_result gpuarr__cl_fill(gpuarr__stream *s, void *dst, size_t dst_of
         gpuarr__cl_track(GPUARR__CL_LAST(s), ev);
         return GPUARR_OK;
     }
-    GPUARR__CL_CHECK(cl->clEnqueueFillBuffer(GPUARR__CL_QUEUE(s), (gpuarr__cl_mem)dst, pattern, pattern_size, dst_off, bytes, 0, NULL, &ev),
-                     s->dev->info.spec);
-    gpuarr__cl_track(GPUARR__CL_LAST(s), ev);
-    return GPUARR_OK;
+    /* A pattern wider than a byte is repeated to 32 bytes over the aligned middle of the range:
+       PoCL fills a 4-byte pattern at a third of the rate of a 16- to 128-byte one. */
+    size_t head = 0, body = 0;
+    unsigned char wide[GPUARR__CL_FILL_WIDE];
+    if (pattern_size > 1 && bytes >= 2 * GPUARR__CL_FILL_WIDE) {
+        head = (GPUARR__CL_FILL_WIDE - dst_off % GPUARR__CL_FILL_WIDE) % GPUARR__CL_FILL_WIDE; /* a multiple of pattern_size */
+        body = (bytes - head) / GPUARR__CL_FILL_WIDE * GPUARR__CL_FILL_WIDE;
+        for (size_t i = 0; i < GPUARR__CL_FILL_WIDE; i += pattern_size) memcpy(wide + i, pattern, pattern_size);
+    }
+    GPUARR__CHECK(gpuarr__cl_fill_range(s, dst, dst_off, pattern, pattern_size, body ? head : bytes));
+    if (!body) return GPUARR_OK;
+    GPUARR__CHECK(gpuarr__cl_fill_range(s, dst, dst_off + head, wide, GPUARR__CL_FILL_WIDE, body));
+    return gpuarr__cl_fill_range(s, dst, dst_off + head + body, pattern, pattern_size, bytes - head - body);
 }
 
 /* ---------------------------------------------------------------------------------------------
