@@ -159,6 +159,26 @@
  *
  * Output handles are written only on success: on any error *out is left exactly as it was.
  *
+ * Batches. gpuarr_stack(src, n, dst, t, &out) makes one new array of shape [n, ...] on dst from
+ * n arrays of one shape and dtype on any devices (row i = src[i], cast to t; 0 keeps the dtype);
+ * gpuarr_convert_many(src, n, dst, t, out) sets out[i] as gpuarr_convert(src[i], dst, t) would
+ * (src[i] itself, retained, where neither device nor dtype changes). Both are synchronous. The
+ * sources are grouped by device: the host's are packed with memcpy (cast first when the cast is
+ * narrowing) into one buffer, from dst's pinned pool where it has one, a device's by copies into
+ * one temporary there, and each group crosses to dst in one transfer with one cast; sources
+ * already on dst are copied into place. In gpuarr_convert_many the arrays of up to 1 MiB that
+ * move or change dtype share one block of dst's memory: each output holds the block, which is
+ * freed when the last of them is released; they are ordinary arrays (info.is_view false, offset
+ * 0) and outlive their sources and each other. Larger ones are converted one by one. Every
+ * argument is checked before anything is allocated: n < 0, src NULL with n > 0, out NULL, t not
+ * a dtype (GPUARR_ERROR_INVALID_ARGUMENT), dst or a src[i] not a live handle
+ * (GPUARR_ERROR_INVALID_HANDLE, the message names "src[i]"), for gpuarr_stack n = 0 (the
+ * result's shape comes from src[0]), a shape or dtype differing from src[0]'s, or src[0] with 8
+ * dimensions (INVALID_ARGUMENT naming src[i]), and a cast the device that must run it cannot run
+ * (GPUARR_ERROR_UNSUPPORTED). gpuarr_convert_many with n = 0 does nothing. On any error, also one
+ * part-way through, nothing the call allocated is left (the pool stats are as before) and no
+ * output is written.
+ *
  * =============================================================================================
  * WRITING INTO ARRAYS, VIEWS AND ALIASING
  * =============================================================================================
