@@ -197,7 +197,8 @@
  * gpuarr_copy between two arrays whose memory overlaps is GPUARR_ERROR_INVALID_ARGUMENT, unless
  * they are the very same elements, when it does nothing. Writes are ordered after the work
  * gpuarr queued earlier that reads or writes the same memory (views included), on any stream:
- * the device waits for it, the calling thread does not (in the _async calls). Work you queue
+ * the device waits for it, the calling thread does not (in the _async calls; work that runs on
+ * the host itself, as a copy between two host arrays, runs at the call and so waits). Work you queue
  * yourself through native interop is ordered only by gpuarr_array_record_stream and
  * gpuarr_stream_wait_array. gpuarr_array_query says whether the work writing an array, and every
  * stream it was used on asynchronously, has finished; gpuarr_array_sync waits for that.
@@ -5599,7 +5600,7 @@ static gpuarr_result gpuarr__range_io(gpuarr_array arr, int64_t first, int64_t c
                                       bool async, bool writing) {
     gpuarr__array *a;
     gpuarr__stream *es = NULL;
-    gpuarr_dtype ht = 0;
+    gpuarr_dtype ht = GPUARR_BOOL; /* set by gpuarr__check_range */
     GPUARR__CHECK(gpuarr__get_array(arr, "a", &a));
     gpuarr__dev *h = gpuarr__host_dev();
     gpuarr_result r = gpuarr__check_range(a, first, count, t, host, &ht);
