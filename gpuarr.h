@@ -159,6 +159,26 @@
  *
  * Output handles are written only on success: on any error *out is left exactly as it was.
  *
+ * Batches. gpuarr_stack(src, n, dst, t, &out) makes one new array of shape [n, ...] on dst from
+ * n arrays of one shape and dtype on any devices (row i = src[i], cast to t; 0 keeps the dtype);
+ * gpuarr_convert_many(src, n, dst, t, out) sets out[i] as gpuarr_convert(src[i], dst, t) would
+ * (src[i] itself, retained, where neither device nor dtype changes). Both are synchronous. The
+ * sources are grouped by device: the host's are packed with memcpy (cast first when the cast is
+ * narrowing) into one buffer, from dst's pinned pool where it has one, a device's by copies into
+ * one temporary there, and each group crosses to dst in one transfer with one cast; sources
+ * already on dst are copied into place. In gpuarr_convert_many the arrays of up to 1 MiB that
+ * move or change dtype share one block of dst's memory: each output holds the block, which is
+ * freed when the last of them is released; they are ordinary arrays (info.is_view false, offset
+ * 0) and outlive their sources and each other. Larger ones are converted one by one. Every
+ * argument is checked before anything is allocated: n < 0, src NULL with n > 0, out NULL, t not
+ * a dtype (GPUARR_ERROR_INVALID_ARGUMENT), dst or a src[i] not a live handle
+ * (GPUARR_ERROR_INVALID_HANDLE, the message names "src[i]"), for gpuarr_stack n = 0 (the
+ * result's shape comes from src[0]), a shape or dtype differing from src[0]'s, or src[0] with 8
+ * dimensions (INVALID_ARGUMENT naming src[i]), and a cast the device that must run it cannot run
+ * (GPUARR_ERROR_UNSUPPORTED). gpuarr_convert_many with n = 0 does nothing. On any error, also one
+ * part-way through, nothing the call allocated is left (the pool stats are as before) and no
+ * output is written.
+ *
  * =============================================================================================
  * WRITING INTO ARRAYS, VIEWS AND ALIASING
  * =============================================================================================
@@ -1383,6 +1403,7 @@ struct gpuarr__array {
     gpuarr__array *base;  /* a view: the array that owns the memory (never a view itself), held;
                              its ready event and use list stand for the view's too */
     size_t base_offset;   /* a view: bytes from base's first element */
+    bool batch_member;    /* an output of gpuarr_convert_many sharing its batch's block: not a view */
     gpuarr__stream *uses[GPUARR__POOL_EVENTS]; /* async streams its memory was used on (held) */
     uint32_t nuses;
     gpuarr_release_fn release_fn;
@@ -5445,8 +5466,8 @@ GPUARR_API gpuarr_result gpuarr_array_get_info(gpuarr_array arr, gpuarr_array_in
     out->wrapped = a->wrapped;
     out->host_fallback = a->host_fallback;
     out->pinned = a->pinned_for != NULL;
-    out->is_view = a->base != NULL;
-    out->offset = a->base_offset;
+    out->is_view = a->base != NULL && !a->batch_member;
+    out->offset = a->batch_member ? 0 : a->base_offset;
     out->refcount = gpuarr__table_public_refs(&gpuarr__g.arrays, arr.id);
     gpuarr__obj_release(&a->obj);
     return GPUARR_OK;
@@ -5786,6 +5807,383 @@ GPUARR_API gpuarr_result gpuarr_array_query(gpuarr_array a, bool *ready) {
 GPUARR_API gpuarr_result gpuarr_array_sync(gpuarr_array a) {
     GPUARR__BEGIN();
     return gpuarr__array_settle(a, true, NULL);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Batches: gpuarr_stack and gpuarr_convert_many. The sources are grouped by device (and dtype);
+ * each group is packed on its device (host memcpy into one buffer, pinned memory of the
+ * destination where it has some; local copies into one temporary on a device) and crosses in
+ * one transfer, cast on the way by the usual rule. Everything is built before any handle is
+ * published, so an error leaves nothing allocated and no output written.
+ * ------------------------------------------------------------------------------------------- */
+#define GPUARR__BATCH_SMALL ((size_t)1 << 20) /* convert_many: arrays up to this share a block */
+#define GPUARR__BATCH_ALIGN ((size_t)64)      /* each group's start in a batch block */
+
+/* One group: m sources of one device and dtype, written in dtype dt into b's memory at byte
+   offsets off[j] (from b's first element). Synchronous: done when it returns. */
+static gpuarr_result gpuarr__batch_group(gpuarr__array *b, gpuarr__array *const *src, const size_t *off, int m, gpuarr_dtype dt) {
+    gpuarr__dev *sd = src[0]->dev, *dd = b->dev;
+    gpuarr_dtype st = src[0]->dtype;
+    size_t dsz = gpuarr__dtype_sizes[dt], total = 0;
+    bool contiguous = true;
+    for (int j = 0; j < m; j++) {
+        if (j > 0 && off[j] != off[j - 1] + (size_t)src[j - 1]->count * dsz) contiguous = false;
+        total += (size_t)src[j]->count;
+    }
+    gpuarr_result r = GPUARR_OK;
+    if (sd == dd) { /* local copies (or casts) straight into place */
+        gpuarr__stream *s;
+        GPUARR__CHECK(gpuarr__stream_for(dd, NULL, &s));
+        for (int j = 0; j < m && r == GPUARR_OK; j++) {
+            gpuarr__event *e = gpuarr__ready_get(src[j]);
+            if (e) {
+                r = gpuarr__stream_wait_raw(s, e);
+                gpuarr__obj_release(&e->obj);
+            }
+            if (r == GPUARR_OK)
+                r = gpuarr__move_local(s, gpuarr__make_view(dd, b->mem, b->offset + off[j], dt), gpuarr__array_view(src[j]),
+                                       (size_t)src[j]->count);
+        }
+        gpuarr_result synced = gpuarr__stream_sync_raw(s);
+        if (r == GPUARR_OK) r = synced;
+        gpuarr__obj_release(&s->obj);
+        return r;
+    }
+    /* where the group lands: its place in b, or a temporary on dd when its rows are scattered */
+    gpuarr__stream *ds = NULL;
+    gpuarr__device_mem *tmp = NULL;
+    gpuarr__view to = gpuarr__make_view(dd, b->mem, b->offset + off[0], dt);
+    if (!contiguous) {
+        GPUARR__CHECK(gpuarr__stream_for(dd, NULL, &ds));
+        r = gpuarr__temp_alloc(ds, total * dsz, &tmp);
+        if (r != GPUARR_OK) {
+            gpuarr__obj_release(&ds->obj);
+            return r;
+        }
+        to = gpuarr__make_view(dd, tmp->view, tmp->view_offset, dt);
+    }
+    gpuarr__transfer tr;
+    memset(&tr, 0, sizeof tr);
+    tr.dst = to;
+    tr.count = total;
+    if (m == 1) { /* nothing to pack */
+        tr.src = gpuarr__array_view(src[0]);
+        tr.src_array = src[0];
+        r = gpuarr__transfer_run(&tr);
+    } else if (sd->backend->host_memory) { /* the host packs, casting first where the rule says so */
+        gpuarr_dtype pt = gpuarr__cast_side(st, dt) == GPUARR__CAST_AT_SOURCE ? dt : st;
+        size_t psz = gpuarr__dtype_sizes[pt];
+        gpuarr__hostbuf hb;
+        if (!gpuarr__hostbuf_get(dd, NULL, total * psz, true, &hb))
+            r = gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a %zu-byte batch buffer", total * psz);
+        for (size_t j = 0, at = 0; r == GPUARR_OK && j < (size_t)m; at += (size_t)src[j]->count, j++) {
+            gpuarr__event *e = gpuarr__ready_get(src[j]);
+            if (e) {
+                r = e->dev->backend->event_sync(e->dev, e->native);
+                gpuarr__obj_release(&e->obj);
+            }
+            const unsigned char *p = (const unsigned char *)src[j]->mem + src[j]->offset;
+            if (r == GPUARR_OK && pt == st) memcpy((unsigned char *)hb.ptr + at * psz, p, src[j]->nbytes);
+            else if (r == GPUARR_OK) r = gpuarr__host_step((unsigned char *)hb.ptr + at * psz, pt, p, st, (size_t)src[j]->count);
+        }
+        if (r == GPUARR_OK) {
+            tr.src = gpuarr__make_view(sd, hb.ptr, 0, pt);
+            r = gpuarr__transfer_run(&tr);
+        }
+        if (hb.pinned) gpuarr__pool_free(&dd->pinned, hb.pinned, NULL, 0);
+        else if (hb.ptr) gpuarr__aligned_free(hb.ptr);
+    } else { /* a device packs into one temporary, in its stream's order */
+        gpuarr__stream *ss;
+        gpuarr__device_mem *pack = NULL;
+        size_t ssz = gpuarr__dtype_sizes[st];
+        r = gpuarr__stream_for(sd, NULL, &ss);
+        if (r == GPUARR_OK) {
+            r = gpuarr__temp_alloc(ss, total * ssz, &pack);
+            for (size_t j = 0, at = 0; r == GPUARR_OK && j < (size_t)m; at += (size_t)src[j]->count, j++) {
+                gpuarr__event *e = gpuarr__ready_get(src[j]);
+                if (e) {
+                    r = gpuarr__stream_wait_raw(ss, e);
+                    gpuarr__obj_release(&e->obj);
+                }
+                if (r == GPUARR_OK)
+                    r = gpuarr__move_local(ss, gpuarr__make_view(sd, pack->view, pack->view_offset + at * ssz, st),
+                                           gpuarr__array_view(src[j]), (size_t)src[j]->count);
+            }
+            if (r == GPUARR_OK) { /* the transfer runs on ss too (the same thread's stream for sd) */
+                tr.src = gpuarr__make_view(sd, pack->view, pack->view_offset, st);
+                r = gpuarr__transfer_run(&tr);
+            }
+            if (r != GPUARR_OK) gpuarr__stream_sync_raw(ss);
+            if (pack) gpuarr__temp_free(ss, pack);
+            gpuarr__obj_release(&ss->obj);
+        }
+    }
+    if (tmp) { /* scattered rows: local copies from the temporary into place */
+        for (size_t j = 0, at = 0; r == GPUARR_OK && j < (size_t)m; at += (size_t)src[j]->count, j++)
+            r = dd->backend->copy_d2d(ds, b->mem, b->offset + off[j], tmp->view, tmp->view_offset + at * dsz, (size_t)src[j]->count * dsz);
+        gpuarr_result synced = gpuarr__stream_sync_raw(ds);
+        if (r == GPUARR_OK) r = synced;
+        gpuarr__temp_free(ds, tmp);
+        gpuarr__obj_release(&ds->obj);
+    }
+    return r;
+}
+
+/* The sources of a batch, held, by index; "src[i]" in messages. The destination dtype of i is
+   t, or its own when t is 0. Refuses handles, shapes (stack) and casts before anything is made. */
+typedef struct gpuarr__batch {
+    gpuarr__array **a;
+    int n;
+} gpuarr__batch;
+
+static void gpuarr__batch_drop(gpuarr__batch *bt) {
+    for (int i = 0; i < bt->n; i++)
+        if (bt->a[i]) gpuarr__obj_release(&bt->a[i]->obj);
+    gpuarr__free(bt->a);
+    bt->a = NULL;
+}
+
+static gpuarr_result gpuarr__batch_open(const gpuarr_array *src, int n, gpuarr_device dst, gpuarr_dtype t, bool stack, gpuarr__dev **d,
+                                        gpuarr__batch *bt) {
+    memset(bt, 0, sizeof *bt);
+    if (n < 0) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "n = %d: must be >= 0", n);
+    if (n == 0 && stack)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "n = 0: gpuarr_stack needs at least one array (the result's shape is src[0]'s)");
+    if (!src && n > 0) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "src is NULL with n = %d", n);
+    GPUARR__CHECK(gpuarr__get_dev(dst, "dst", d));
+    if (t && !gpuarr__dtype_valid(t)) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "t = %d is not a gpuarr_dtype", (int)t);
+    if (n == 0) return GPUARR_OK;
+    bt->a = (gpuarr__array **)gpuarr__calloc(sizeof *bt->a * (size_t)n);
+    if (!bt->a) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a batch of %d arrays", n);
+    bt->n = n;
+    gpuarr_result r = GPUARR_OK;
+    for (int i = 0; i < n && r == GPUARR_OK; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "src[%d]", i);
+        r = gpuarr__get_array(src[i], name, &bt->a[i]);
+        if (r != GPUARR_OK) break;
+        gpuarr__array *a = bt->a[i], *a0 = bt->a[0];
+        if (stack && i == 0 && a->ndim >= GPUARR_MAX_DIMS)
+            r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "src[0] has %d dimensions: a stack of it would have more than %d", a->ndim,
+                             GPUARR_MAX_DIMS);
+        if (r == GPUARR_OK && stack && a->dtype != a0->dtype)
+            r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "src[%d] is %s and src[0] %s: stacked arrays share one dtype", i,
+                             gpuarr__dtype_names[a->dtype], gpuarr__dtype_names[a0->dtype]);
+        bool same_shape = a->ndim == a0->ndim;
+        for (int k = 0; k < a->ndim && same_shape; k++) same_shape = a->shape[k] == a0->shape[k];
+        if (r == GPUARR_OK && stack && !same_shape)
+            r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "src[%d]'s shape differs from src[0]'s: stacked arrays share one shape", i);
+        gpuarr_dtype dt = t ? t : a->dtype;
+        if (r == GPUARR_OK && !(a->dev == *d && dt == a->dtype)) {
+            r = gpuarr__route_check(a->dev, *d, a->dtype, dt);
+            if (r != GPUARR_OK) {
+                char why[sizeof gpuarr__tls.error_message];
+                gpuarr__copy_string(why, sizeof why, gpuarr_last_error());
+                r = gpuarr__fail(r, "src[%d] (%s on %s) to %s on %s: %s", i, gpuarr__dtype_names[a->dtype], a->dev->info.spec,
+                                 gpuarr__dtype_names[dt], (*d)->info.spec, why);
+            }
+        }
+    }
+    if (r != GPUARR_OK) gpuarr__batch_drop(bt);
+    return r;
+}
+
+/* Groups items (indices idx[0..m)) by source device and dtype, in first-seen order: order[]
+   receives the indices group after group, starts[g] where group g begins (starts[groups] = m). */
+static int gpuarr__batch_groups(gpuarr__array *const *a, const int *idx, int m, int *order, int *starts) {
+    int groups = 0, placed = 0;
+    unsigned char *done = (unsigned char *)gpuarr__calloc((size_t)m);
+    if (!done) return -1;
+    for (int i = 0; i < m; i++) {
+        if (done[i]) continue;
+        starts[groups++] = placed;
+        for (int j = i; j < m; j++)
+            if (!done[j] && a[idx[j]]->dev == a[idx[i]]->dev && a[idx[j]]->dtype == a[idx[i]]->dtype) {
+                done[j] = 1;
+                order[placed++] = idx[j];
+            }
+    }
+    starts[groups] = placed;
+    gpuarr__free(done);
+    return groups;
+}
+
+/* Runs every group of items order[starts[g]..starts[g+1]) into b at offsets off[item]. */
+static gpuarr_result gpuarr__batch_run(gpuarr__array *b, gpuarr__array *const *a, const int *order, const int *starts, int groups,
+                                       const size_t *off, gpuarr_dtype t) {
+    int n = starts[groups];
+    gpuarr__array **gs = (gpuarr__array **)gpuarr__malloc(sizeof *gs * (size_t)n);
+    size_t *go = (size_t *)gpuarr__malloc(sizeof *go * (size_t)n);
+    gpuarr_result r = gs && go ? GPUARR_OK : gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a batch of %d arrays", n);
+    for (int g = 0; g < groups && r == GPUARR_OK; g++) {
+        int m = starts[g + 1] - starts[g];
+        for (int j = 0; j < m; j++) {
+            gs[j] = a[order[starts[g] + j]];
+            go[j] = off[order[starts[g] + j]];
+        }
+        r = gpuarr__batch_group(b, gs, go, m, t ? t : gs[0]->dtype);
+    }
+    gpuarr__free(gs);
+    gpuarr__free(go);
+    return r;
+}
+
+GPUARR_API gpuarr_result gpuarr_stack(const gpuarr_array *src, int n, gpuarr_device dst, gpuarr_dtype t, gpuarr_array *out) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(out);
+    gpuarr__dev *d;
+    gpuarr__batch bt;
+    GPUARR__CHECK(gpuarr__batch_open(src, n, dst, t, true, &d, &bt));
+    gpuarr__array *a0 = bt.a[0], *b = NULL;
+    gpuarr_dtype dt = t ? t : a0->dtype;
+    int64_t shape[GPUARR_MAX_DIMS];
+    shape[0] = n;
+    for (int k = 0; k < a0->ndim; k++) shape[k + 1] = a0->shape[k];
+    int *idx = (int *)gpuarr__malloc(sizeof(int) * (size_t)n * 3 + sizeof(int));
+    size_t *off = (size_t *)gpuarr__malloc(sizeof(size_t) * (size_t)n);
+    gpuarr_result r = idx && off ? GPUARR_OK : gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a batch of %d arrays", n);
+    gpuarr__stream *writer = NULL;
+    if (r == GPUARR_OK) r = gpuarr__stream_for(d, NULL, &writer);
+    if (r == GPUARR_OK) r = gpuarr__array_new(d, dt, a0->ndim + 1, shape, writer, &b);
+    if (writer) gpuarr__obj_release(&writer->obj);
+    if (r == GPUARR_OK && b->nbytes) {
+        size_t row = b->nbytes / (size_t)n;
+        for (int i = 0; i < n; i++) {
+            idx[i] = i;
+            off[i] = (size_t)i * row;
+        }
+        int groups = gpuarr__batch_groups(bt.a, idx, n, idx + n, idx + 2 * n);
+        if (groups < 0) r = gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a batch of %d arrays", n);
+        else r = gpuarr__batch_run(b, bt.a, idx + n, idx + 2 * n, groups, off, dt);
+    }
+    uint32_t id = 0;
+    if (r == GPUARR_OK) r = gpuarr__array_publish(b, &id); /* on failure b is dropped */
+    else if (b) gpuarr__obj_release(&b->obj);
+    gpuarr__free(idx);
+    gpuarr__free(off);
+    gpuarr__batch_drop(&bt);
+    if (r == GPUARR_OK) out->id = id;
+    return r;
+}
+
+/* A conversion of a to d in dt, not yet behind a handle (gpuarr__convert without publishing). */
+static gpuarr_result gpuarr__convert_private(gpuarr__array *a, gpuarr__dev *d, gpuarr_dtype dt, gpuarr__array **out) {
+    gpuarr__stream *writer;
+    GPUARR__CHECK(gpuarr__stream_for(d, NULL, &writer));
+    gpuarr_result r = gpuarr__array_new(d, dt, a->ndim, a->shape, writer, out);
+    gpuarr__obj_release(&writer->obj);
+    if (r != GPUARR_OK) return r;
+    gpuarr__transfer tr;
+    memset(&tr, 0, sizeof tr);
+    tr.dst = gpuarr__array_view(*out);
+    tr.src = gpuarr__array_view(a);
+    tr.count = (size_t)a->count;
+    tr.src_array = a;
+    tr.dst_array = *out;
+    r = gpuarr__transfer_run(&tr);
+    if (r != GPUARR_OK) {
+        gpuarr__obj_release(&(*out)->obj);
+        *out = NULL;
+    }
+    return r;
+}
+
+GPUARR_API gpuarr_result gpuarr_convert_many(const gpuarr_array *src, int n, gpuarr_device dst, gpuarr_dtype t, gpuarr_array *out) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(out);
+    gpuarr__dev *d;
+    gpuarr__batch bt;
+    GPUARR__CHECK(gpuarr__batch_open(src, n, dst, t, false, &d, &bt));
+    if (n == 0) return GPUARR_OK;
+    /* res[i]: the private result (NULL for an identity: src[i] itself, retained at the end) */
+    gpuarr__array **res = (gpuarr__array **)gpuarr__calloc(sizeof *res * (size_t)n);
+    int *idx = (int *)gpuarr__malloc(sizeof(int) * (size_t)n * 3 + sizeof(int));
+    size_t *off = (size_t *)gpuarr__calloc(sizeof(size_t) * (size_t)n);
+    uint32_t *ids = (uint32_t *)gpuarr__calloc(sizeof(uint32_t) * (size_t)n);
+    gpuarr_result r = res && idx && off && ids ? GPUARR_OK : gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a batch of %d arrays", n);
+    int m = 0; /* the small ones that move or cast: one block */
+    for (int i = 0; i < n && r == GPUARR_OK; i++) {
+        gpuarr__array *a = bt.a[i];
+        gpuarr_dtype dt = t ? t : a->dtype;
+        size_t dbytes = (size_t)a->count * gpuarr__dtype_sizes[dt];
+        bool identity = a->dev == d && dt == a->dtype;
+        if (!identity && a->count > 0 && a->nbytes <= GPUARR__BATCH_SMALL && dbytes <= GPUARR__BATCH_SMALL) idx[m++] = i;
+    }
+    gpuarr__array *blk = NULL;
+    if (r == GPUARR_OK && m > 1) {
+        int groups = gpuarr__batch_groups(bt.a, idx, m, idx + n, idx + 2 * n);
+        if (groups < 0) r = gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a batch of %d arrays", n);
+        size_t total = 0;
+        for (int g = 0; g < groups; g++) { /* a group's items follow each other: it lands in one piece */
+            total = (total + GPUARR__BATCH_ALIGN - 1) / GPUARR__BATCH_ALIGN * GPUARR__BATCH_ALIGN;
+            for (int j = idx[2 * n + g]; j < idx[2 * n + g + 1]; j++) {
+                gpuarr__array *a = bt.a[idx[n + j]];
+                off[idx[n + j]] = total;
+                total += (size_t)a->count * gpuarr__dtype_sizes[t ? t : a->dtype];
+            }
+        }
+        int64_t shape[1] = {(int64_t)total};
+        gpuarr__stream *writer = NULL;
+        if (r == GPUARR_OK) r = gpuarr__stream_for(d, NULL, &writer);
+        if (r == GPUARR_OK) r = gpuarr__array_new(d, GPUARR_U8, 1, shape, writer, &blk);
+        if (writer) gpuarr__obj_release(&writer->obj);
+        /* each output: a handle on its part of the block, holding the block */
+        for (int j = 0; j < m && r == GPUARR_OK; j++) {
+            gpuarr__array *a = bt.a[idx[n + j]], *v;
+            r = gpuarr__array_alloc_struct(blk->dev, t ? t : a->dtype, a->ndim, a->shape, &v);
+            if (r != GPUARR_OK) break;
+            gpuarr__obj_retain(&blk->obj);
+            v->base = blk;
+            v->batch_member = true;
+            v->base_offset = off[idx[n + j]];
+            v->mem = blk->mem;
+            v->offset = blk->offset + v->base_offset;
+            v->host_fallback = blk->host_fallback;
+            res[idx[n + j]] = v;
+        }
+        if (r == GPUARR_OK) r = gpuarr__batch_run(blk, bt.a, idx + n, idx + 2 * n, groups, off, t);
+    } else if (r == GPUARR_OK && m == 1) {
+        m = 0; /* one alone goes the ordinary way */
+    }
+    for (int i = 0; i < n && r == GPUARR_OK; i++) { /* the rest, one by one */
+        gpuarr__array *a = bt.a[i];
+        gpuarr_dtype dt = t ? t : a->dtype;
+        if (res[i]) continue;
+        if (a->dev == d && dt == a->dtype) r = gpuarr__identity_ready(a, NULL, false);
+        else r = gpuarr__convert_private(a, d, dt, &res[i]);
+    }
+    int published = 0;
+    for (; published < n && r == GPUARR_OK; published++) {
+        int i = published;
+        if (res[i]) {
+            r = gpuarr__array_publish(res[i], &ids[i]); /* on failure res[i] is dropped */
+            res[i] = NULL;
+        } else {
+            char name[32];
+            snprintf(name, sizeof name, "src[%d]", i);
+            r = gpuarr__table_retain(&gpuarr__g.arrays, src[i].id, name);
+            ids[i] = src[i].id;
+        }
+        if (r != GPUARR_OK) break;
+    }
+    if (r != GPUARR_OK && ids) /* take back what was published */
+        for (int i = 0; i < published; i++) {
+            gpuarr__obj *dropped = NULL;
+            gpuarr__table_release(&gpuarr__g.arrays, ids[i], "out", &dropped);
+            if (dropped) gpuarr__obj_release(dropped);
+        }
+    if (res)
+        for (int i = 0; i < n; i++)
+            if (res[i]) gpuarr__obj_release(&res[i]->obj);
+    if (blk) gpuarr__obj_release(&blk->obj); /* the outputs hold it now */
+    if (r == GPUARR_OK)
+        for (int i = 0; i < n; i++) out[i].id = ids[i];
+    gpuarr__free(res);
+    gpuarr__free(idx);
+    gpuarr__free(off);
+    gpuarr__free(ids);
+    gpuarr__batch_drop(&bt);
+    return r;
 }
 
 /* ---------------------------------------------------------------------------------------------

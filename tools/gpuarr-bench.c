@@ -1,7 +1,7 @@
 /* gpuarr-bench: measured performance, each figure next to its baseline from the same run.
  *
  *   gpuarr-bench [--mib N] [--cuda-mib N] [--reps N] [--host-only | --opencl-only | --pool-only |
- *                --cuda-only | --mutable-only] [--device SPEC]
+ *                --cuda-only | --mutable-only | --batch-only] [--device SPEC]
  *
  * Host section: casts f32->f64, f64->f32, u8->f32, f32->f16, f32->bf16 on N MiB source arrays
  * (default 64) against single-threaded memcpy of the same source bytes. Rates count bytes read
@@ -15,7 +15,10 @@
  * a buffer that already exists, downloads through gpuarr_to_host against clEnqueueReadBuffer,
  * both against memcpy; on-device casts f32->f64, f64->f32, f32->f16 timed by events around the
  * kernel, against memcpy's rate; the first cast's kernel build time cold (empty caches, PoCL's
- * own cache off) and warm (gpuarr's binary cache), each in a fresh process.
+ * own cache off) and warm (gpuarr's binary cache), each in a fresh process. Then batches
+ * (alone with --batch-only): 1,000 host arrays of 4 KiB (1024 f32) onto the device as one
+ * gpuarr_stack and one gpuarr_convert_many against 1,000 gpuarr_convert calls, dtype kept and
+ * f32->f16. GPUARR_OPENCL_UNIFIED=off in the environment runs PoCL as a discrete device.
  *
  * Arrays you write into (--mutable-only): gpuarr_write / gpuarr_read against gpuarr_from_host /
  * gpuarr_to_host, gpuarr_fill against memset, gpuarr_copy between a pinned host array and an
@@ -481,15 +484,71 @@ static void bench_opencl_build(const char *self, const char *spec) {
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
 }
 
+/* Batches: 1,000 host arrays of 4 KiB (1024 f32) onto the device, as 1,000 gpuarr_convert calls
+   (the baseline), one gpuarr_stack and one gpuarr_convert_many, back to back in each repetition;
+   kept dtype and f32->f16. Times are the calls alone (the releases are not timed). */
+#define BATCH_N 1000
+#define BATCH_COUNT 1024
+static void bench_batches(gpuarr_device dev, int reps) {
+    gpuarr_device_info info;
+    gpuarr_device_get_info(dev, &info);
+    static gpuarr_array src[BATCH_N], out[BATCH_N];
+    float *x = (float *)malloc(sizeof(float) * BATCH_COUNT);
+    if (!x) die("malloc");
+    int64_t shape[1] = {BATCH_COUNT};
+    for (int i = 0; i < BATCH_N; i++) {
+        fill_source(x, GPUARR_F32, BATCH_COUNT);
+        if (gpuarr_from_host(gpuarr_host(), x, 1, shape, &src[i]) != GPUARR_OK) die("gpuarr_from_host");
+    }
+    free(x);
+    printf("\n| %d host arrays of 4 KiB (1024 f32) to %s (%s) | median time | per array | speed-up vs %d gpuarr_convert |\n|---|---|---|---|\n",
+           BATCH_N, info.spec, info.host_unified ? "shares host memory" : "discrete: own memory, pinned staging", BATCH_N);
+    gpuarr_dtype targets[2] = {GPUARR_DTYPE_INVALID, GPUARR_F16};
+    for (int k = 0; k < 2; k++) {
+        gpuarr_dtype t = targets[k];
+        double conv_s[64], stack_s[64], many_s[64];
+        for (int r = 0; r < reps; r++) {
+            double t0 = now_s();
+            for (int i = 0; i < BATCH_N; i++)
+                if (gpuarr_convert(src[i], dev, t, &out[i]) != GPUARR_OK) die("gpuarr_convert");
+            conv_s[r] = now_s() - t0;
+            for (int i = 0; i < BATCH_N; i++) gpuarr_release(out[i]);
+            gpuarr_array stacked;
+            t0 = now_s();
+            if (gpuarr_stack(src, BATCH_N, dev, t, &stacked) != GPUARR_OK) die("gpuarr_stack");
+            stack_s[r] = now_s() - t0;
+            gpuarr_release(stacked);
+            t0 = now_s();
+            if (gpuarr_convert_many(src, BATCH_N, dev, t, out) != GPUARR_OK) die("gpuarr_convert_many");
+            many_s[r] = now_s() - t0;
+            for (int i = 0; i < BATCH_N; i++) gpuarr_release(out[i]);
+        }
+        double tc = median(conv_s, reps), ts = median(stack_s, reps), tm = median(many_s, reps);
+        const char *to = t ? "f32->f16" : "f32, dtype kept";
+        printf("| %d x gpuarr_convert, %s (baseline) | %.2f ms | %.2f us | 1.00 |\n", BATCH_N, to, tc * 1e3, tc * 1e6 / BATCH_N);
+        printf("| **gpuarr_stack**, %s | %.2f ms | %.2f us | **%.1fx** |\n", to, ts * 1e3, ts * 1e6 / BATCH_N, tc / ts);
+        printf("| **gpuarr_convert_many**, %s | %.2f ms | %.2f us | **%.1fx** |\n", to, tm * 1e3, tm * 1e6 / BATCH_N, tc / tm);
+    }
+    for (int i = 0; i < BATCH_N; i++) gpuarr_release(src[i]);
+}
+
+static bool batch_only = false;
+
 static void bench_opencl(const char *self, size_t mib, int reps, const char *only) {
     for (int i = 0; i < gpuarr_device_count(); i++) {
         gpuarr_device_info info;
         gpuarr_device_get_info(gpuarr_device_at(i), &info);
         if (info.backend != GPUARR_BACKEND_OPENCL || (only && strcmp(only, info.spec) != 0)) continue;
         printf("\n## %s: %s (%s), %s\n\n", info.spec, info.name, info.vendor, info.version);
+        if (batch_only) {
+            bench_batches(info.device, reps);
+            if (!only) break;
+            continue;
+        }
         bench_opencl_transfers(info.device, mib, reps);
         bench_opencl_casts(info.device, mib, reps);
         bench_opencl_build(self, info.spec);
+        bench_batches(info.device, reps);
         if (!only) break; /* one device per platform kind is enough unless asked */
     }
 }
@@ -1135,9 +1194,12 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--pool-only") == 0) host = opencl = cuda = mutable_arrays = false;
         else if (strcmp(argv[i], "--cuda-only") == 0) host = opencl = pools = mutable_arrays = false;
         else if (strcmp(argv[i], "--mutable-only") == 0) host = opencl = pools = cuda = false;
+#ifndef GPUARR_NO_OPENCL
+        else if (strcmp(argv[i], "--batch-only") == 0) { host = pools = cuda = mutable_arrays = false; batch_only = true; }
+#endif
         else if (strcmp(argv[i], "--probe-build") == 0 && i + 1 < argc) return probe_build_time(argv[i + 1]);
         else {
-            fprintf(stderr, "usage: %s [--mib N] [--cuda-mib N] [--reps N (1..63)] [--host-only | --opencl-only | --pool-only | --cuda-only | --mutable-only] [--device SPEC]\n",
+            fprintf(stderr, "usage: %s [--mib N] [--cuda-mib N] [--reps N (1..63)] [--host-only | --opencl-only | --pool-only | --cuda-only | --mutable-only | --batch-only] [--device SPEC]\n",
                     argv[0]);
             return 2;
         }
