@@ -1161,7 +1161,9 @@ struct gpuarr__obj {
    before any data moves, whether d can run the cast kernel of a pair (UNSUPPORTED and why if
    not). launch_host_fn runs fn(ctx) on some host thread once the work queued on s so far has
    completed, and s's later work waits for it (the host: at once); fn must not call s's backend
-   (CUDA forbids driver calls there); on failure fn never runs. */
+   (CUDA forbids driver calls there); on failure fn never runs. fill writes `bytes` bytes at
+   dst + dst_off with the pattern repeated (pattern_size is 1, 2, 4 or 8; bytes and dst_off are
+   multiples of it), enqueued on s like a copy. */
 typedef void (*gpuarr__host_fn)(void *ctx);
 #define GPUARR__BACKEND_PROCS(X)                                                               \
     X(gpuarr_result, load, (void))                                                             \
@@ -1196,7 +1198,9 @@ typedef void (*gpuarr__host_fn)(void *ctx);
       (gpuarr__stream * s, void *dst, size_t dst_off, gpuarr_dtype dst_t, const void *src,     \
        size_t src_off, gpuarr_dtype src_t, size_t count))                                      \
     X(gpuarr_result, cast_supported, (gpuarr__dev * d, gpuarr_dtype dst_t, gpuarr_dtype src_t)) \
-    X(gpuarr_result, fill_zero, (gpuarr__stream * s, void *dst, size_t dst_off, size_t bytes)) \
+    X(gpuarr_result, fill,                                                                     \
+      (gpuarr__stream * s, void *dst, size_t dst_off, const void *pattern, size_t pattern_size, \
+       size_t bytes))                                                                          \
     X(gpuarr_result, launch_host_fn, (gpuarr__stream * s, gpuarr__host_fn fn, void *ctx))      \
     X(gpuarr_result, stream_create, (gpuarr__dev * d, void **native))                          \
     X(void, stream_destroy, (gpuarr__dev * d, void *native))                                   \
@@ -2069,12 +2073,70 @@ static void gpuarr__cpu_memcpy(void *dst, const void *src, size_t bytes) {
     gpuarr__cpu_cast(dst, GPUARR_U8, src, GPUARR_U8, bytes);
 }
 
-static void gpuarr__zero_chunk(void *ctx, size_t begin, size_t end) {
-    memset((unsigned char *)ctx + begin, 0, end - begin);
+/* A fill with a 1, 2, 4 or 8-byte pattern, split across the workers like a copy: one byte (or a
+   pattern of equal bytes) is a memset; a wider one is stored from a 64-byte block of the pattern
+   held in a local, which the compiler turns into vector stores. A fill too large for the cache
+   writes around it with non-temporal stores, like a copy (GPUARR__STREAMING_COPY_MIN). */
+typedef struct gpuarr__fill_job {
+    unsigned char *dst;
+    size_t pattern_size;
+    bool streaming;
+    unsigned char block[64]; /* the pattern repeated */
+} gpuarr__fill_job;
+
+#ifdef GPUARR__HAVE_STREAMING_COPY
+/* n bytes at p, the pattern's phase 0 at p; block + k for k < 8 is the pattern from its byte k. */
+static __attribute__((target("avx2"))) void gpuarr__streaming_fill(unsigned char *p, const unsigned char *block, size_t pattern_size,
+                                                                   size_t n) {
+    size_t head = (32u - ((uintptr_t)p & 31u)) & 31u, i = head;
+    if (head > n) head = i = n;
+    memcpy(p, block, head);
+    __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(block + head % pattern_size));
+    for (; i + 128 <= n; i += 128) {
+        _mm256_stream_si256((__m256i *)(void *)(p + i), v);
+        _mm256_stream_si256((__m256i *)(void *)(p + i + 32), v);
+        _mm256_stream_si256((__m256i *)(void *)(p + i + 64), v);
+        _mm256_stream_si256((__m256i *)(void *)(p + i + 96), v);
+    }
+    _mm_sfence(); /* the streamed stores are visible before the chunk is reported done */
+    for (size_t m; i < n; i += m) {
+        m = GPUARR__MIN((size_t)32, n - i);
+        memcpy(p + i, block + i % pattern_size, m);
+    }
+}
+#endif
+
+static void gpuarr__fill_chunk(void *ctx, size_t begin, size_t end) {
+    const gpuarr__fill_job *j = (const gpuarr__fill_job *)ctx;
+    unsigned char *p = j->dst + begin * j->pattern_size;
+    size_t n = (end - begin) * j->pattern_size, i = 0;
+#ifdef GPUARR__HAVE_STREAMING_COPY
+    if (j->streaming) {
+        gpuarr__streaming_fill(p, j->block, j->pattern_size, n);
+        return;
+    }
+#endif
+    if (j->pattern_size == 1) {
+        memset(p, j->block[0], n);
+        return;
+    }
+    unsigned char block[64];
+    memcpy(block, j->block, sizeof block);
+    for (; i + sizeof block <= n; i += sizeof block) memcpy(p + i, block, sizeof block);
+    memcpy(p + i, block, n - i);
 }
 
-static void gpuarr__cpu_memzero(void *dst, size_t bytes) {
-    gpuarr__parallel_for(bytes, gpuarr__chunk_items(bytes, 1), gpuarr__zero_chunk, dst);
+static void gpuarr__cpu_fill(void *dst, const void *pattern, size_t pattern_size, size_t bytes) {
+    gpuarr__fill_job job;
+    const unsigned char *pat = (const unsigned char *)pattern;
+    job.dst = (unsigned char *)dst;
+    job.pattern_size = 1;
+    for (size_t i = 1; i < pattern_size; i++)
+        if (pat[i] != pat[0]) job.pattern_size = pattern_size;
+    for (size_t i = 0; i < sizeof job.block; i += job.pattern_size) memcpy(job.block + i, pat, job.pattern_size);
+    job.streaming = bytes >= GPUARR__STREAMING_COPY_MIN && gpuarr__g.streaming_copies;
+    size_t n = bytes / job.pattern_size;
+    gpuarr__parallel_for(n, gpuarr__chunk_items(n, job.pattern_size), gpuarr__fill_chunk, &job);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -5182,7 +5244,8 @@ static gpuarr_result gpuarr__create(gpuarr_device d, gpuarr_dtype t, int ndim, c
         gpuarr__stream *fs = s;
         if (a->dev != dev) r = gpuarr__stream_for(a->dev, NULL, &fs); /* placed on the host */
         if (r == GPUARR_OK) {
-            r = a->dev->backend->fill_zero(fs, a->mem, a->offset, a->nbytes);
+            static const unsigned char zero = 0;
+            r = a->dev->backend->fill(fs, a->mem, a->offset, &zero, 1, a->nbytes);
             gpuarr_result sr = gpuarr__stream_sync_raw(fs);
             if (r == GPUARR_OK) r = sr;
             if (fs != s) gpuarr__obj_release(&fs->obj);

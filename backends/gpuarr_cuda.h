@@ -95,6 +95,10 @@ struct CUuuid_st; /* 16 bytes */
     X(gpuarr__cu_result, cuMemcpyPeerAsync,                                                    \
       (gpuarr__cu_ptr, gpuarr__cu_context, gpuarr__cu_ptr, gpuarr__cu_context, size_t, gpuarr__cu_stream)) \
     X(gpuarr__cu_result, cuMemsetD8Async, (gpuarr__cu_ptr, unsigned char, size_t, gpuarr__cu_stream)) \
+    X(gpuarr__cu_result, cuMemsetD16Async, (gpuarr__cu_ptr, unsigned short, size_t, gpuarr__cu_stream)) \
+    X(gpuarr__cu_result, cuMemsetD32Async, (gpuarr__cu_ptr, unsigned int, size_t, gpuarr__cu_stream)) \
+    X(gpuarr__cu_result, cuMemsetD2D32Async,                                                   \
+      (gpuarr__cu_ptr, size_t, unsigned int, size_t, size_t, gpuarr__cu_stream))               \
     X(gpuarr__cu_result, cuStreamCreate, (gpuarr__cu_stream *, unsigned int))                  \
     X(gpuarr__cu_result, cuStreamDestroy_v2, (gpuarr__cu_stream))                              \
     X(gpuarr__cu_result, cuStreamSynchronize, (gpuarr__cu_stream))                             \
@@ -606,8 +610,31 @@ static gpuarr_result gpuarr__cu_copy_peer(gpuarr__stream *s, gpuarr__dev *dst_de
     return GPUARR_OK;
 }
 
-static gpuarr_result gpuarr__cu_fill_zero(gpuarr__stream *s, void *dst, size_t dst_off, size_t bytes) {
-    GPUARR__CU_DO(s->dev, "cuMemsetD8Async", cuMemsetD8Async(GPUARR__CU_PTR(dst, dst_off), 0, bytes, GPUARR__CU_STREAM(s->native)));
+/* The driver has no 64-bit memset: an 8-byte pattern is two strided 32-bit ones, the low word
+   at each element's first 4 bytes and the high word at the next 4 (little-endian). */
+static gpuarr_result gpuarr__cu_fill(gpuarr__stream *s, void *dst, size_t dst_off, const void *pattern, size_t pattern_size,
+                                     size_t bytes) {
+    gpuarr__cu_ptr p = GPUARR__CU_PTR(dst, dst_off);
+    gpuarr__cu_stream cs = GPUARR__CU_STREAM(s->native);
+    unsigned short u16;
+    unsigned int u32[2];
+    if (bytes == 0) return GPUARR_OK;
+    switch (pattern_size) {
+    case 1: GPUARR__CU_DO(s->dev, "cuMemsetD8Async", cuMemsetD8Async(p, *(const unsigned char *)pattern, bytes, cs)); break;
+    case 2:
+        memcpy(&u16, pattern, 2);
+        GPUARR__CU_DO(s->dev, "cuMemsetD16Async", cuMemsetD16Async(p, u16, bytes / 2, cs));
+        break;
+    case 4:
+        memcpy(u32, pattern, 4);
+        GPUARR__CU_DO(s->dev, "cuMemsetD32Async", cuMemsetD32Async(p, u32[0], bytes / 4, cs));
+        break;
+    default:
+        memcpy(u32, pattern, 8);
+        GPUARR__CU_DO(s->dev, "cuMemsetD2D32Async", cuMemsetD2D32Async(p, 8, u32[0], 1, bytes / 8, cs));
+        GPUARR__CU_DO(s->dev, "cuMemsetD2D32Async", cuMemsetD2D32Async(p + 4, 8, u32[1], 1, bytes / 8, cs));
+        break;
+    }
     return GPUARR_OK;
 }
 

@@ -171,9 +171,10 @@ static gpuarr_result gpuarr__host_launch_host_fn(gpuarr__stream *s, gpuarr__host
     return GPUARR_OK;
 }
 
-static gpuarr_result gpuarr__host_fill_zero(gpuarr__stream *s, void *dst, size_t dst_off, size_t bytes) {
+static gpuarr_result gpuarr__host_fill(gpuarr__stream *s, void *dst, size_t dst_off, const void *pattern, size_t pattern_size,
+                                       size_t bytes) {
     GPUARR__UNUSED(s);
-    gpuarr__cpu_memzero((unsigned char *)dst + dst_off, bytes);
+    gpuarr__cpu_fill((unsigned char *)dst + dst_off, pattern, pattern_size, bytes);
     return GPUARR_OK;
 }
 

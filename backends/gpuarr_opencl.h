@@ -871,10 +871,12 @@ static gpuarr_result gpuarr__cl_copy_peer(gpuarr__stream *s, gpuarr__dev *dst_de
     return gpuarr__cl_copy_d2d(s, dst, dst_off, src, src_off, bytes);
 }
 
-static gpuarr_result gpuarr__cl_fill_zero(gpuarr__stream *s, void *dst, size_t dst_off, size_t bytes) {
-    unsigned char zero = 0;
+static gpuarr_result gpuarr__cl_fill(gpuarr__stream *s, void *dst, size_t dst_off, const void *pattern, size_t pattern_size,
+                                     size_t bytes) {
     gpuarr__cl_event ev = NULL;
-    GPUARR__CL_CHECK(GPUARR__CL.clEnqueueFillBuffer(GPUARR__CL_QUEUE(s), (gpuarr__cl_mem)dst, &zero, 1, dst_off, bytes, 0, NULL, &ev),
+    if (bytes == 0) return GPUARR_OK;
+    GPUARR__CL_CHECK(GPUARR__CL.clEnqueueFillBuffer(GPUARR__CL_QUEUE(s), (gpuarr__cl_mem)dst, pattern, pattern_size, dst_off, bytes, 0,
+                                                    NULL, &ev),
                      s->dev->info.spec);
     gpuarr__cl_track(GPUARR__CL_LAST(s), ev);
     return GPUARR_OK;

@@ -199,3 +199,57 @@ Test(internals, a_table_holds_65536_live_handles_and_refuses_one_more) {
     cr_assert_str_eq(gpuarr_last_error(), "gpuarr_test: more than 65536 live event handles");
     for (int i = 0; i < LIMIT; i++) release_placeholder(t, ids[i]);
 }
+
+/* Each backend's fill proc, called directly (gpuarr_zeros uses only its one-byte form): 1, 2, 4
+   and 8-byte patterns at an offset that is a multiple of the pattern but not of 8, over a length
+   that is not a multiple of 8 either, read back bit for bit with the bytes around untouched. The
+   large fill takes the host's streaming path (unaligned head and tail). Devices: the host,
+   opencl:0 and cuda:0 (the fake driver under GPUARR_CUDA_LIBRARY) where present. */
+static void init_all_devices(void) { test_setup(); }
+
+static void check_backend_fill(const char *spec, gpuarr_backend backend, bool required) {
+    static const unsigned char pattern[8] = {0x01, 0x82, 0x43, 0xc4, 0x25, 0xa6, 0x67, 0xe8};
+    gpuarr_device d;
+    gpuarr_result r = gpuarr_device_find(spec, &d);
+    if (r == GPUARR_ERROR_NO_DEVICE && !required) test_skip("%s: no such device here (%s)", spec, gpuarr_last_error());
+    TEST_OK(r);
+    const size_t sizes[] = {1024, ((size_t)33 << 20) + 64};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        size_t n = sizes[k];
+        unsigned char *init = malloc(n), *got = malloc(n);
+        cr_assert(init && got);
+        for (size_t i = 0; i < n; i++) init[i] = (unsigned char)(0x5a ^ (i * 7));
+        for (size_t ps = 1; ps <= 8; ps *= 2) {
+            size_t off = 5 * ps, bytes = n - 64 - 2 * ps; /* ends 64 - 3 ps bytes before the end */
+            gpuarr_array a;
+            int64_t shape = (int64_t)n;
+            TEST_OK(gpuarr_from_host_as(d, GPUARR_U8, init, 1, &shape, &a));
+            gpuarr__array *arr;
+            gpuarr__tls.api = "gpuarr_test";
+            TEST_OK(gpuarr__get_array(a, "a", &arr));
+            cr_assert_eq(arr->dev->backend->id, backend, "%s: the array is not on the device's backend", spec);
+            gpuarr__stream *s;
+            TEST_OK(gpuarr__stream_for(arr->dev, NULL, &s));
+            r = arr->dev->backend->fill(s, arr->mem, arr->offset + off, pattern, ps, bytes);
+            cr_assert_eq(r, GPUARR_OK, "%s: fill(%zu-byte pattern) = %s: %s", spec, ps, gpuarr_result_name(r), gpuarr_last_error());
+            TEST_OK(gpuarr__stream_sync_raw(s));
+            gpuarr__obj_release(&s->obj);
+            gpuarr__obj_release(&arr->obj);
+            TEST_OK(gpuarr_to_host_as(a, GPUARR_U8, got, n));
+            TEST_OK(gpuarr_release(a));
+            for (size_t i = 0; i < n; i++) {
+                unsigned char want = i >= off && i < off + bytes ? pattern[(i - off) % ps] : init[i];
+                cr_assert_eq(got[i], want, "%s: %zu-byte pattern, %zu bytes at %zu: byte %zu is 0x%02x, not 0x%02x", spec, ps, bytes, off, i,
+                             got[i], want);
+            }
+        }
+        free(init);
+        free(got);
+    }
+}
+
+Test(backend_fill, host, .init = init_all_devices, .fini = test_teardown) { check_backend_fill("host", GPUARR_BACKEND_HOST, true); }
+Test(backend_fill, opencl, .init = init_all_devices, .fini = test_teardown) {
+    check_backend_fill("opencl:0", GPUARR_BACKEND_OPENCL, test_devices_required());
+}
+Test(backend_fill, cuda, .init = init_all_devices, .fini = test_teardown) { check_backend_fill("cuda:0", GPUARR_BACKEND_CUDA, false); }

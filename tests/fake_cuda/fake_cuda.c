@@ -77,8 +77,9 @@ typedef struct fake_op {
     fake_op_kind kind;
     char *dst;           /* host view of the destination (device memory is host memory here) */
     const char *src;
-    size_t bytes;        /* OP_COPY, OP_SET */
-    unsigned char value; /* OP_SET */
+    size_t bytes;        /* OP_COPY; OP_SET: the extent, first row to the end of the last */
+    unsigned int value;  /* OP_SET: height rows of width elements of elem_size bytes, pitch apart */
+    size_t elem_size, width, height, pitch;
     char *owned;         /* a snapshot of a pageable source, freed with the op */
     gpuarr__cast_fn cast; /* OP_CAST: NULL for an identity copy */
     size_t count, src_size, dst_size;
@@ -241,7 +242,15 @@ static void fake_run(CUstream s, fake_op *op) {
                 (void *)op->dst, (const void *)(op->owned ? op->owned : op->src), op->bytes, op->count);
     switch (op->kind) {
     case OP_COPY: memmove(op->dst, op->owned ? op->owned : op->src, op->bytes); break;
-    case OP_SET: memset(op->dst, op->value, op->bytes); break;
+    case OP_SET:
+        for (size_t r = 0; r < op->height; r++) {
+            char *row = op->dst + r * op->pitch;
+            uint16_t v16 = (uint16_t)op->value;
+            if (op->elem_size == 1) memset(row, (int)op->value, op->width);
+            else if (op->elem_size == 2) for (size_t i = 0; i < op->width; i++) memcpy(row + 2 * i, &v16, 2);
+            else for (size_t i = 0; i < op->width; i++) memcpy(row + 4 * i, &op->value, 4);
+        }
+        break;
     case OP_CAST: { /* a GPU ignores the host thread's rounding mode and flush-to-zero */
         fenv_t caller;
         fegetenv(&caller);
@@ -715,21 +724,58 @@ FAKE_API CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dst_ctx, CUdevice
     FAKE_RETURN(e);
 }
 
-FAKE_API CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t n, CUstream s) {
-    FAKE_ENTER();
-    FAKE_NEED_CONTEXT();
-    CUresult e = fake_check_stream(s, __func__);
+/* The memsets: height rows of width elements of elem_size bytes, pitch bytes apart. The
+   destination must be aligned to the element, as the driver requires; a 2D one's pitch too, and
+   its rows must not overlap. Called with the lock held. */
+static CUresult fake_memset(CUdeviceptr dst, size_t pitch, unsigned int value, size_t elem_size, size_t width, size_t height, CUstream s,
+                            const char *call) {
+    if (!fake_current) return fake_refuse(CUDA_ERROR_INVALID_CONTEXT, "%s without a current context", call);
+    CUresult e = fake_check_stream(s, call);
     char *d = NULL;
-    if (e == CUDA_SUCCESS) e = fake_device_view(dst, n, __func__, &d);
-    if (e == CUDA_SUCCESS && n) {
+    size_t extent = 0, last_row = 0;
+    if (e == CUDA_SUCCESS && dst % elem_size != 0)
+        e = fake_refuse(CUDA_ERROR_INVALID_VALUE, "%s: 0x%llx is not aligned to %zu bytes", call, (unsigned long long)dst, elem_size);
+    if (e == CUDA_SUCCESS && height > 1 && (pitch % elem_size != 0 || width > pitch / elem_size))
+        e = fake_refuse(CUDA_ERROR_INVALID_VALUE, "%s: pitch %zu for rows of %zu elements of %zu bytes", call, pitch, width, elem_size);
+    if (e == CUDA_SUCCESS && width && height) {
+        if (__builtin_mul_overflow(height - 1, pitch, &last_row) || __builtin_mul_overflow(width, elem_size, &extent) ||
+            __builtin_add_overflow(last_row, extent, &extent))
+            e = fake_refuse(CUDA_ERROR_INVALID_VALUE, "%s: %zu rows of %zu elements, pitch %zu, overflow", call, height, width, pitch);
+    }
+    if (e == CUDA_SUCCESS) e = fake_device_view(dst, extent, call, &d);
+    if (e == CUDA_SUCCESS && extent) {
         fake_op *op = fake_op_new(OP_SET);
-        if (!op) FAKE_RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+        if (!op) return CUDA_ERROR_OUT_OF_MEMORY;
         op->dst = d;
-        op->bytes = n;
+        op->bytes = extent;
         op->value = value;
+        op->elem_size = elem_size;
+        op->width = width;
+        op->height = height;
+        op->pitch = pitch;
         e = fake_enqueue(s, op);
     }
-    FAKE_RETURN(e);
+    return e;
+}
+
+FAKE_API CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t n, CUstream s) {
+    FAKE_ENTER();
+    FAKE_RETURN(fake_memset(dst, n, value, 1, n, 1, s, __func__));
+}
+
+FAKE_API CUresult cuMemsetD16Async(CUdeviceptr dst, unsigned short value, size_t n, CUstream s) {
+    FAKE_ENTER();
+    FAKE_RETURN(fake_memset(dst, 2 * n, value, 2, n, 1, s, __func__));
+}
+
+FAKE_API CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned int value, size_t n, CUstream s) {
+    FAKE_ENTER();
+    FAKE_RETURN(fake_memset(dst, 4 * n, value, 4, n, 1, s, __func__));
+}
+
+FAKE_API CUresult cuMemsetD2D32Async(CUdeviceptr dst, size_t pitch, unsigned int value, size_t width, size_t height, CUstream s) {
+    FAKE_ENTER();
+    FAKE_RETURN(fake_memset(dst, pitch, value, 4, width, height, s, __func__));
 }
 
 /* ---------------------------------------------------------------------------------------------
