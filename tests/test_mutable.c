@@ -308,6 +308,15 @@ static void copy_between(gpuarr_device from, gpuarr_device to, gpuarr_dtype s, g
     raw_read(dst, d, got, N);
     expect_reference(s, in, d, got, N, what);
     TEST_OK(gpuarr_stream_destroy(st));
+    /* and on a stream of the source's device */
+    TEST_OK(gpuarr_fill_as(dst, GPUARR_U8, &(uint8_t){0}));
+    TEST_OK(gpuarr_stream_create(from, 0, &st));
+    r = gpuarr_copy_async(dst, src, st);
+    cr_assert_eq(r, GPUARR_OK, "%s: gpuarr_copy_async on the source's stream = %s: %s", what, gpuarr_result_name(r), gpuarr_last_error());
+    TEST_OK(gpuarr_array_sync(dst));
+    raw_read(dst, d, got, N);
+    expect_reference(s, in, d, got, N, what);
+    TEST_OK(gpuarr_stream_destroy(st));
     TEST_OK(gpuarr_release(src));
     TEST_OK(gpuarr_release(dst));
 }
@@ -1040,4 +1049,231 @@ Test(mutable, array_sync_after_an_async_write_makes_it_ready_with_the_data) {
     TEST_OK(gpuarr_stream_destroy(s));
     TEST_OK(gpuarr_release(a));
     free(in);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * More: ordering through views and fill, large chunked ranges, views across devices, pending
+ * copies into host arrays, empty arrays
+ * ------------------------------------------------------------------------------------------- */
+Test(mutable, a_synchronous_fill_comes_after_a_pending_async_write) {
+    gpuarr_device dev = test_device();
+    enum { M = 4096 };
+    int64_t shape[1] = {M};
+    int32_t *in = malloc(M * 4), *got = malloc(M * 4);
+    cr_assert(in && got);
+    for (int i = 0; i < M; i++) in[i] = i + 1;
+    gpuarr_array x = {0};
+    TEST_OK(gpuarr_zeros(dev, GPUARR_I32, 1, shape, &x));
+    TEST_OK(gpuarr_device_sync(dev));
+    gpuarr_stream a;
+    TEST_OK(gpuarr_stream_create(dev, 0, &a));
+    TEST_OK(gpuarr_write_async(x, 0, M, GPUARR_I32, in, a));
+    TEST_OK(gpuarr_fill(x, 5)); /* must wait for the write on a */
+    raw_read(x, GPUARR_I32, got, M);
+    for (int i = 0; i < M; i++) cr_assert_eq(got[i], 5, "element %d = %d after write_async then fill: the write landed after the fill", i, got[i]);
+    /* and a pending async write into a slice after the fill lands on top of it */
+    gpuarr_array s = {0};
+    TEST_OK(gpuarr_slice(x, 100, 200, &s));
+    TEST_OK(gpuarr_write_async(s, 0, 100, GPUARR_I32, in, a));
+    raw_read(x, GPUARR_I32, got, M); /* a synchronous read of the base waits for the view's write */
+    for (int i = 0; i < M; i++) {
+        int32_t want = i >= 100 && i < 200 ? in[i - 100] : 5;
+        cr_assert_eq(got[i], want, "element %d = %d, want %d after write_async into slice(x, 100, 200)", i, got[i], want);
+    }
+    TEST_OK(gpuarr_stream_destroy(a));
+    TEST_OK(gpuarr_release(s));
+    TEST_OK(gpuarr_release(x));
+    free(in);
+    free(got);
+}
+
+Test(mutable, a_copy_out_of_a_view_waits_for_a_pending_write_through_another_view) {
+    gpuarr_device dev = test_device();
+    int64_t pshape[2] = {64, 32};
+    gpuarr_array p = make_i32(dev, 2, pshape, 0), s = {0}, flat = {0}, d = {0};
+    TEST_OK(gpuarr_slice(p, 8, 16, &s)); /* elements 256..511 */
+    TEST_OK(gpuarr_reshape(p, 1, (int64_t[]){2048}, &flat));
+    TEST_OK(gpuarr_zeros(dev, GPUARR_I64, 2, (int64_t[]){32, 64}, &d));
+    TEST_OK(gpuarr_device_sync(dev));
+    int32_t in[256];
+    for (int i = 0; i < 256; i++) in[i] = -7 * i - 1;
+    gpuarr_stream a, b;
+    TEST_OK(gpuarr_stream_create(dev, 0, &a));
+    TEST_OK(gpuarr_stream_create(dev, 0, &b));
+    TEST_OK(gpuarr_write_async(s, 0, 256, GPUARR_I32, in, a));
+    TEST_OK(gpuarr_copy_async(d, flat, b)); /* reads all of p: must wait for the write on a */
+    TEST_OK(gpuarr_stream_sync(b));
+    int64_t got[2048];
+    raw_read(d, GPUARR_I64, got, 2048);
+    for (int i = 0; i < 2048; i++) {
+        int64_t want = i >= 256 && i < 512 ? in[i - 256] : i;
+        cr_assert_eq(got[i], want, "element %d = %" PRId64 ", want %" PRId64 ": the copy out of reshape(p) did not wait for the write through slice(p)", i, got[i], want);
+    }
+    TEST_OK(gpuarr_stream_destroy(a));
+    TEST_OK(gpuarr_stream_destroy(b));
+    gpuarr_array v[] = {p, s, flat, d};
+    for (size_t i = 0; i < 4; i++) TEST_OK(gpuarr_release(v[i]));
+}
+
+Test(mutable, large_ranges_at_an_offset_are_written_and_read_exactly) {
+    gpuarr_device dev = test_device();
+    enum { M = (1 << 20) + 333, FIRST = 12345, COUNT = M - 20000 }; /* 4 MiB of i32: staged in chunks */
+    int64_t shape[1] = {M};
+    int16_t *in = malloc(COUNT * sizeof *in);
+    int32_t *all = malloc(M * sizeof *all);
+    float *back = malloc((COUNT + 1) * sizeof *back);
+    cr_assert(in && all && back);
+    for (int i = 0; i < COUNT; i++) in[i] = (int16_t)(i * 7919);
+    gpuarr_array a = {0};
+    TEST_OK(gpuarr_zeros(dev, GPUARR_I32, 1, shape, &a));
+    TEST_OK(gpuarr_fill(a, -3));
+    TEST_OK(gpuarr_write(a, FIRST, COUNT, GPUARR_I16, in)); /* i16 -> i32 */
+    raw_read(a, GPUARR_I32, all, M);
+    for (int i = 0; i < M; i++) {
+        int32_t want = i >= FIRST && i < FIRST + COUNT ? in[i - FIRST] : -3;
+        if (all[i] != want) cr_assert_fail("large write: element %d = %d, want %d", i, all[i], want);
+    }
+    back[COUNT] = 1234.5f;
+    TEST_OK(gpuarr_read(a, FIRST - 1, COUNT, GPUARR_F32, back)); /* i32 -> f32 */
+    for (int i = 0; i < COUNT; i++) {
+        float want = i == 0 ? -3.0f : (float)in[i - 1];
+        if (back[i] != want) cr_assert_fail("large read: element %d = %g, want %g", i, (double)back[i], (double)want);
+    }
+    cr_expect_eq(back[COUNT], 1234.5f, "the large read wrote past its count");
+    /* the same through a slice of a 2-D view */
+    gpuarr_array r = {0}, s = {0};
+    TEST_OK(gpuarr_reshape(a, 2, (int64_t[]){M, 1}, &r));
+    TEST_OK(gpuarr_slice(r, FIRST, FIRST + COUNT, &s));
+    TEST_OK(gpuarr_read(s, 1, COUNT - 1, GPUARR_F32, back));
+    for (int i = 0; i < COUNT - 1; i++)
+        if (back[i] != (float)in[i + 1]) cr_assert_fail("large read through a slice: element %d = %g, want %d", i, (double)back[i], in[i + 1]);
+    TEST_OK(gpuarr_release(s));
+    TEST_OK(gpuarr_release(r));
+    TEST_OK(gpuarr_release(a));
+    free(in);
+    free(all);
+    free(back);
+}
+
+static void copy_views_between(gpuarr_device from, gpuarr_device to, const char *what) {
+    int64_t s1[2] = {10, 6}, s2[1] = {90};
+    gpuarr_array p = make_i32(from, 2, s1, 0), q = {0}, sp = {0}, sq = {0}, rsq = {0};
+    TEST_OK(gpuarr_zeros(to, GPUARR_F32, 1, s2, &q));
+    TEST_OK(gpuarr_fill(q, 0.5f));
+    TEST_OK(gpuarr_slice(p, 3, 7, &sp));  /* elements 18..41 */
+    TEST_OK(gpuarr_slice(q, 50, 74, &sq)); /* 24 elements */
+    TEST_OK(gpuarr_reshape(sq, 2, (int64_t[]){4, 6}, &rsq));
+    gpuarr_result r = gpuarr_copy(rsq, sp);
+    cr_assert_eq(r, GPUARR_OK, "%s: copy slice -> reshape(slice) = %s: %s", what, gpuarr_result_name(r), gpuarr_last_error());
+    float got[90];
+    raw_read(q, GPUARR_F32, got, 90);
+    for (int i = 0; i < 90; i++) {
+        float want = i >= 50 && i < 74 ? (float)(18 + i - 50) : 0.5f;
+        cr_assert_eq(got[i], want, "%s: q element %d = %g, want %g", what, i, (double)got[i], (double)want);
+    }
+    gpuarr_array v[] = {p, q, sp, sq, rsq};
+    for (size_t i = 0; i < 5; i++) TEST_OK(gpuarr_release(v[i]));
+}
+
+Test(mutable, copies_between_views_on_different_devices) {
+    gpuarr_device dev = test_device(), host = gpuarr_host();
+    copy_views_between(dev, host, "device -> host");
+    copy_views_between(host, dev, "host -> device");
+    gpuarr_device other = other_device(dev, false);
+    if (other.id) {
+        copy_views_between(dev, other, "device -> another device");
+        copy_views_between(other, dev, "another device -> device");
+    }
+}
+
+Test(mutable, a_pending_async_copy_into_a_host_array_is_waited_for_by_host_data) {
+    gpuarr_device dev = test_device();
+    enum { M = 5000 };
+    int64_t shape[1] = {M};
+    gpuarr_array src = make_i32(dev, 1, shape, -2500), pin = {0}, plain = {0};
+    TEST_OK(gpuarr_empty_pinned(dev, GPUARR_I64, 1, shape, &pin));
+    TEST_OK(gpuarr_zeros(gpuarr_host(), GPUARR_F64, 1, shape, &plain));
+    gpuarr_stream s;
+    TEST_OK(gpuarr_stream_create(dev, 0, &s));
+    TEST_OK(gpuarr_copy_async(pin, src, s));
+    TEST_OK(gpuarr_copy_async(plain, src, s));
+    int64_t *pp = NULL;
+    double *dp = NULL;
+    TEST_OK(gpuarr_host_data(pin, (void **)&pp));
+    for (int i = 0; i < M; i++) cr_assert_eq(pp[i], -2500 + i, "pinned element %d = %" PRId64 " read through host_data after copy_async", i, pp[i]);
+    TEST_OK(gpuarr_host_data(plain, (void **)&dp));
+    for (int i = 0; i < M; i++) cr_assert_eq(dp[i], (double)(-2500 + i), "host element %d = %g read through host_data after copy_async", i, dp[i]);
+    /* a slice of the pinned array is pinned too and shares it */
+    gpuarr_array ps = {0};
+    TEST_OK(gpuarr_slice(pin, 10, 20, &ps));
+    gpuarr_array_info info;
+    TEST_OK(gpuarr_array_get_info(ps, &info));
+    cr_expect_eq(info.pinned, !test_device_is_host(dev), "a slice of a pinned array: pinned = %d", info.pinned);
+    cr_expect(info.is_view && info.offset == 80, "a slice of a pinned array: is_view %d offset %zu", info.is_view, info.offset);
+    int64_t *sp = NULL;
+    TEST_OK(gpuarr_host_data(ps, (void **)&sp));
+    cr_expect_eq(sp, pp + 10, "host_data of slice(pin, 10, 20) is not 10 elements into pin's");
+    TEST_OK(gpuarr_release(ps));
+    TEST_OK(gpuarr_stream_destroy(s));
+    TEST_OK(gpuarr_release(src));
+    TEST_OK(gpuarr_release(pin));
+    TEST_OK(gpuarr_release(plain));
+}
+
+Test(mutable, empty_arrays_copy_fill_and_take_empty_ranges) {
+    gpuarr_device dev = test_device();
+    int64_t z[2] = {0, 5}, z2[1] = {0};
+    gpuarr_array a = {0}, b = {0}, s = {0};
+    TEST_OK(gpuarr_empty(dev, GPUARR_F32, 2, z, &a));
+    TEST_OK(gpuarr_empty(gpuarr_host(), GPUARR_I8, 1, z2, &b));
+    TEST_OK(gpuarr_copy(a, b));
+    TEST_OK(gpuarr_copy(b, a));
+    TEST_OK(gpuarr_fill(a, 1.0));
+    TEST_OK(gpuarr_write(a, 0, 0, 0, NULL));
+    TEST_OK(gpuarr_read(a, 0, 0, 0, NULL));
+    EXPECT_FAIL(gpuarr_read(a, 0, 1, 0, (float[1]){0}), GPUARR_ERROR_INVALID_ARGUMENT, "[0, 1)");
+    TEST_OK(gpuarr_slice(a, 0, 0, &s));
+    gpuarr_array r = {0};
+    TEST_OK(gpuarr_reshape(a, 3, (int64_t[]){5, 0, 7}, &r));
+    bool ready = false;
+    TEST_OK(gpuarr_array_query(r, &ready));
+    cr_expect(ready, "an empty view is not ready");
+    TEST_OK(gpuarr_array_sync(s));
+    gpuarr_array v[] = {a, b, s, r};
+    for (size_t i = 0; i < 4; i++) TEST_OK(gpuarr_release(v[i]));
+}
+
+Test(mutable, range_io_on_a_stream_of_the_host_and_query_after_the_stream_is_destroyed) {
+    gpuarr_device dev = test_device(), host = gpuarr_host();
+    enum { M = 3000 };
+    int64_t shape[1] = {M};
+    int32_t *in = malloc(M * 4);
+    float *out = malloc(M * 4);
+    cr_assert(in && out);
+    for (int i = 0; i < M; i++) {
+        in[i] = 3 * i - 4000;
+        out[i] = -1.0f;
+    }
+    gpuarr_array a = {0};
+    TEST_OK(gpuarr_zeros(dev, GPUARR_I32, 1, shape, &a));
+    gpuarr_stream hs, s;
+    TEST_OK(gpuarr_stream_create(host, 0, &hs));
+    TEST_OK(gpuarr_write_async(a, 0, M, 0, in, hs));
+    TEST_OK(gpuarr_read_async(a, 0, M, GPUARR_F32, out, hs));
+    TEST_OK(gpuarr_stream_sync(hs));
+    for (int i = 0; i < M; i++) cr_assert_eq(out[i], (float)in[i], "write then read on a stream of the host: element %d = %g", i, (double)out[i]);
+    TEST_OK(gpuarr_stream_destroy(hs));
+    TEST_OK(gpuarr_stream_create(dev, 0, &s));
+    TEST_OK(gpuarr_write_async(a, 0, M, GPUARR_F32, out, s));
+    TEST_OK(gpuarr_stream_destroy(s)); /* waits for its work */
+    bool ready = false;
+    TEST_OK(gpuarr_array_query(a, &ready));
+    cr_expect(ready, "not ready after the stream it was written on was destroyed");
+    TEST_OK(gpuarr_array_sync(a));
+    int32_t got[M];
+    raw_read(a, GPUARR_I32, got, M);
+    cr_assert(memcmp(got, in, sizeof got) == 0, "the write on a destroyed stream did not land");
+    TEST_OK(gpuarr_release(a));
+    free(in);
+    free(out);
 }
