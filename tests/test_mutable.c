@@ -455,12 +455,18 @@ Test(mutable, a_view_keeps_the_memory_after_its_parent_is_released) {
     cr_assert_gt(with_all, start, "allocated_bytes did not grow with a 4 KiB array");
     TEST_OK(gpuarr_release(p));
     cr_expect_eq(allocated_bytes(dev), with_all, "the parent's memory was freed while views of it live");
+    /* a view of a view whose parent handle is gone */
+    gpuarr_array ss = {0};
+    TEST_OK(gpuarr_slice(s, 1, 2, &ss));
+    expect_info_view(ss, true, 10 * 64 + 64, 2, (int64_t[]){1, 16}, "slice(slice) after the parent was released");
     /* new arrays made now must not take the memory the views still use */
     gpuarr_array junk = make_i32(dev, 2, pshape, 77777);
     int32_t want[32];
     for (int i = 0; i < 32; i++) want[i] = 160 + i;
     expect_i32_values(r, want, 32, "reshape(slice) after the parent was released");
     expect_i32_values(s, want, 32, "slice after the parent was released");
+    expect_i32_values(ss, want + 16, 16, "slice(slice) after the parent was released");
+    TEST_OK(gpuarr_release(ss));
     /* the views still share: a write through one is seen by the other */
     TEST_OK(gpuarr_write(s, 31, 1, GPUARR_I32, &(int32_t){-9}));
     want[31] = -9;
@@ -783,6 +789,11 @@ Test(mutable, reshape_and_slice_refuse_bad_shapes_and_rows) {
     TEST_OK(gpuarr_from_host_as(dev, GPUARR_I32, &(int32_t){5}, 0, NULL, &scalar));
     EXPECT_FAIL(gpuarr_slice(scalar, 0, 0, &out), GPUARR_ERROR_INVALID_ARGUMENT, "scalar");
     cr_expect_eq(out.id, SENTINEL_ID, "slice of a scalar changed *out");
+    EXPECT_FAIL(gpuarr_reshape(p, GPUARR_MAX_DIMS + 1, (int64_t[GPUARR_MAX_DIMS + 1]){12, 1, 1, 1, 1, 1, 1, 1, 1}, &out),
+                GPUARR_ERROR_INVALID_ARGUMENT, "ndim");
+    EXPECT_FAIL(gpuarr_reshape(p, 1, NULL, &out), GPUARR_ERROR_INVALID_ARGUMENT, "shape");
+    EXPECT_FAIL(gpuarr_reshape(p, 2, (int64_t[]){-3, -4}, &out), GPUARR_ERROR_INVALID_ARGUMENT, "-3");
+    cr_expect_eq(out.id, SENTINEL_ID, "a refused reshape changed *out");
     /* reshape of a scalar into [1] is fine, and the failures made no views */
     gpuarr_array one = {0};
     TEST_OK(gpuarr_reshape(scalar, 1, (int64_t[]){1}, &one));
@@ -1176,13 +1187,16 @@ static void copy_views_between(gpuarr_device from, gpuarr_device to, const char 
 }
 
 Test(mutable, copies_between_views_on_different_devices) {
-    gpuarr_device dev = test_device(), host = gpuarr_host();
-    copy_views_between(dev, host, "device -> host");
-    copy_views_between(host, dev, "host -> device");
-    gpuarr_device other = other_device(dev, false);
-    if (other.id) {
-        copy_views_between(dev, other, "device -> another device");
-        copy_views_between(other, dev, "another device -> device");
+    gpuarr_device dev = test_device();
+    for (int i = 0; i < gpuarr_device_count(); i++) { /* the host and every other device, any backend */
+        gpuarr_device o = gpuarr_device_at(i);
+        gpuarr_device_info oi;
+        TEST_OK(gpuarr_device_get_info(o, &oi));
+        char what[96];
+        snprintf(what, sizeof what, "%s -> %s", test_device_spec(), oi.spec);
+        copy_views_between(dev, o, what);
+        snprintf(what, sizeof what, "%s -> %s", oi.spec, test_device_spec());
+        copy_views_between(o, dev, what);
     }
 }
 
@@ -1277,4 +1291,46 @@ Test(mutable, range_io_on_a_stream_of_the_host_and_query_after_the_stream_is_des
     TEST_OK(gpuarr_release(a));
     free(in);
     free(out);
+}
+
+Test(mutable, bool_sources_are_0_or_1_and_fill_writes_wrapped_memory) {
+    gpuarr_device dev = test_device();
+    unsigned char b[4] = {0, 1, 2, 255};
+    gpuarr_array a = {0}, f = {0};
+    TEST_OK(gpuarr_zeros(dev, GPUARR_I32, 1, (int64_t[]){4}, &a));
+    TEST_OK(gpuarr_zeros(dev, GPUARR_F32, 1, (int64_t[]){4}, &f));
+    TEST_OK(gpuarr_write(a, 0, 4, GPUARR_BOOL, b));
+    TEST_OK(gpuarr_write(f, 0, 4, GPUARR_BOOL, b));
+    int32_t gi[4];
+    float gf[4];
+    raw_read(a, GPUARR_I32, gi, 4);
+    raw_read(f, GPUARR_F32, gf, 4);
+    for (int i = 0; i < 4; i++) {
+        cr_expect_eq(gi[i], b[i] != 0, "bool byte 0x%02x written into i32: %d", b[i], gi[i]);
+        cr_expect_eq(gf[i], b[i] != 0 ? 1.0f : 0.0f, "bool byte 0x%02x written into f32: %g", b[i], (double)gf[i]);
+    }
+    unsigned char two = 2;
+    TEST_OK(gpuarr_fill_as(a, GPUARR_BOOL, &two));
+    raw_read(a, GPUARR_I32, gi, 4);
+    for (int i = 0; i < 4; i++) cr_expect_eq(gi[i], 1, "i32 filled with bool byte 0x02: %d", gi[i]);
+    TEST_OK(gpuarr_release(a));
+    TEST_OK(gpuarr_release(f));
+    /* fill of wrapped host memory writes the caller's memory, and no further */
+    uint16_t mem[9];
+    for (int i = 0; i < 9; i++) mem[i] = 0xeeee;
+    gpuarr_array w = {0}, ws = {0};
+    TEST_OK(gpuarr_wrap_host(mem, GPUARR_F16, 2, (int64_t[]){4, 2}, NULL, NULL, &w));
+    TEST_OK(gpuarr_slice(w, 1, 3, &ws));
+    TEST_OK(gpuarr_fill(ws, -0.1));
+    uint16_t want = (uint16_t)ref_cast_bits(GPUARR_F64, test_f64_bits(-0.1), GPUARR_F16);
+    for (int i = 0; i < 9; i++) {
+        uint16_t e = i >= 2 && i < 6 ? want : 0xeeee;
+        cr_expect_eq(mem[i], e, "wrapped memory element %d = 0x%04x, want 0x%04x after filling slice(w, 1, 3)", i, mem[i], e);
+    }
+    gpuarr_array_info info;
+    TEST_OK(gpuarr_array_get_info(ws, &info));
+    cr_expect(info.wrapped && info.is_view && info.offset == 4, "slice of wrapped memory: wrapped %d is_view %d offset %zu", info.wrapped,
+              info.is_view, info.offset);
+    TEST_OK(gpuarr_release(ws));
+    TEST_OK(gpuarr_release(w));
 }
