@@ -176,6 +176,8 @@ run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(BUILD)/rel/p
 	@set -e; if [ -n "$(FAKE_CUDA)" ]; then \
 	  for t in $(GENERIC_TESTS); do echo "== $$t on cuda:0 of the fake driver (tests/fake_cuda)"; \
 	    $(FAKE_ENV) GPUARR_TEST_DEVICE=cuda:0 $(BUILD)/rel/tests/$$t --jobs 2; done; \
+	  echo "== test_internals on the fake driver (the backend procs on cuda:0)"; \
+	  $(FAKE_ENV) $(BUILD)/rel/tests/test_internals --jobs 2; \
 	  echo "== test_cuda on the fake driver: two GPUs with peer access, then without"; \
 	  $(FAKE_ENV) $(BUILD)/rel/tests/test_cuda --jobs 2; \
 	  $(FAKE_ENV) FAKE_CUDA_PEER=0 $(BUILD)/rel/tests/test_cuda --jobs 2; \

@@ -155,10 +155,43 @@
  * At most 65536 arrays (and as many streams, and events) are alive at once; one more is
  * GPUARR_ERROR_OUT_OF_MEMORY. Arrays are reference counted: gpuarr_retain adds a reference,
  * gpuarr_release drops one and frees the memory with the last. Work still queued on a stream
- * keeps the memory alive until it completes, so releasing early is always safe. Arrays are
- * immutable once created: every operation makes a new array (or returns the same one, retained).
+ * keeps the memory alive until it completes, so releasing early is always safe.
  *
  * Output handles are written only on success: on any error *out is left exactly as it was.
+ *
+ * =============================================================================================
+ * WRITING INTO ARRAYS, VIEWS AND ALIASING
+ * =============================================================================================
+ * Arrays are mutable buffers. gpuarr_copy(dst, src) copies (and casts) into an existing array;
+ * gpuarr_write / gpuarr_read move elements [first, first + count), in C order, between an array
+ * and host memory, cast to or from the host dtype given; gpuarr_fill_as (or the typed
+ * gpuarr_fill(a, x), which takes x's C type) sets every element to one value, cast by the rules
+ * below. Several handles can name the same memory, and a write through one is seen through all:
+ *   - gpuarr_convert to the same device and dtype returns the source itself (retained);
+ *   - gpuarr_host_data hands out the memory of a host array;
+ *   - gpuarr_reshape(a, ...) (the same elements in a new shape) and gpuarr_slice(a, begin, end)
+ *     (rows [begin, end) of dimension 0) make views: new handles on a's memory, starting
+ *     array_info.offset bytes into the array that owns it. A view holds a reference to that
+ *     memory: it stays valid after the handle it was made from is released, and is freed with
+ *     the last view. Views of views share the same memory.
+ * gpuarr_copy between two arrays whose memory overlaps is GPUARR_ERROR_INVALID_ARGUMENT, unless
+ * they are the very same elements, when it does nothing. Writes are ordered after the work
+ * gpuarr queued earlier that reads or writes the same memory (views included), on any stream:
+ * the device waits for it, the calling thread does not (in the _async calls; work that runs on
+ * the host itself, as a copy between two host arrays, runs at the call and so waits). Work you queue
+ * yourself through native interop is ordered only by gpuarr_array_record_stream and
+ * gpuarr_stream_wait_array. gpuarr_array_query says whether the work writing an array, and every
+ * stream it was used on asynchronously, has finished; gpuarr_array_sync waits for that.
+ *
+ * The _async forms (gpuarr_copy_async, gpuarr_write_async, gpuarr_read_async) return without
+ * waiting for the device. The caller's host memory must stay valid, and a read's destination
+ * untouched, until the stream passes that point (gpuarr_stream_sync, an event, or
+ * gpuarr_array_sync on the array).
+ *
+ * gpuarr_empty_pinned(d, ...) makes a host array in page-locked memory from d's pinned pool
+ * (counted in gpuarr_pool_get_pinned_stats(d)): its info says pinned, and copies between it and d
+ * are DMA on the stream, never staged, so async ones return at once on CUDA too. With d = the
+ * host it is an ordinary host array.
  *
  * =============================================================================================
  * CONVERSION RULES (identical on every backend, bit for bit)
@@ -5546,7 +5579,7 @@ static gpuarr_result gpuarr__range_io(gpuarr_array arr, int64_t first, int64_t c
                                       bool async, bool writing) {
     gpuarr__array *a;
     gpuarr__stream *es = NULL;
-    gpuarr_dtype ht = 0;
+    gpuarr_dtype ht = GPUARR_BOOL; /* set by gpuarr__check_range */
     GPUARR__CHECK(gpuarr__get_array(arr, "a", &a));
     gpuarr__dev *h = gpuarr__host_dev();
     gpuarr_result r = gpuarr__check_range(a, first, count, t, host, &ht);

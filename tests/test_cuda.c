@@ -502,3 +502,68 @@ Test(cuda, each_thread_has_its_own_default_stream) {
     cr_expect_eq(mine, again, "two default streams on one thread");
     cr_expect_neq(mine, theirs, "two threads share a default stream");
 }
+
+/* A pinned host array (gpuarr_empty_pinned) and its GPU: every copy, synchronous or async, is
+   one DMA operation on the stream (no staging chunks, no host functions), and async ones return
+   before it runs; the same copies from pageable memory take more operations. Counted on the fake
+   driver, which runs queued work only when waited for. */
+static unsigned long long copies_there_and_back(ops_run_fn ops_run, gpuarr_array from, gpuarr_array dev, gpuarr_array to, gpuarr_stream s,
+                                                const char *what) {
+    unsigned long long start = ops_run();
+    TEST_OK(gpuarr_copy_async(dev, from, s));
+    cr_assert_eq(ops_run(), start, "%s: gpuarr_copy_async ran work before returning", what);
+    TEST_OK(gpuarr_copy_async(to, dev, s));
+    TEST_OK(gpuarr_stream_sync(s));
+    return ops_run() - start;
+}
+
+Test(cuda, pinned_host_arrays_copy_to_and_from_their_gpu_in_one_dma_each) {
+    gpuarr_device g = cuda_device(0), host = gpuarr_host();
+    ops_run_fn ops_run = fake_ops_counter();
+    enum { N = (5 << 20) + 3 }; /* 20 MiB of f32: a pageable copy of it takes several staging chunks */
+    int64_t shape[1] = {N};
+    gpuarr_pool_stats before, during;
+    TEST_OK(gpuarr_pool_get_pinned_stats(g, &before));
+    gpuarr_array pinned, dev, back, pageable, pageable_back;
+    TEST_OK(gpuarr_empty_pinned(g, GPUARR_F32, 1, shape, &pinned));
+    TEST_OK(gpuarr_empty(g, GPUARR_F32, 1, shape, &dev));
+    TEST_OK(gpuarr_empty_pinned(g, GPUARR_F32, 1, shape, &back));
+    TEST_OK(gpuarr_empty(host, GPUARR_F32, 1, shape, &pageable));
+    TEST_OK(gpuarr_empty(host, GPUARR_F32, 1, shape, &pageable_back));
+    gpuarr_array_info info;
+    TEST_OK(gpuarr_array_get_info(pinned, &info));
+    cr_assert(info.pinned && info.host_accessible && info.device.id == host.id, "not a pinned host array");
+    float *p, *q, *pp;
+    TEST_OK(gpuarr_host_data(pinned, (void **)&p));
+    TEST_OK(gpuarr_host_data(back, (void **)&q));
+    TEST_OK(gpuarr_host_data(pageable, (void **)&pp));
+    for (size_t i = 0; i < N; i++) p[i] = pp[i] = (float)i * 0.25f;
+    gpuarr_stream s;
+    TEST_OK(gpuarr_stream_create(g, 0, &s));
+
+    TEST_OK(gpuarr_pool_get_pinned_stats(g, &before));
+    unsigned long long pinned_ops = copies_there_and_back(ops_run, pinned, dev, back, s, "pinned");
+    TEST_OK(gpuarr_pool_get_pinned_stats(g, &during));
+    cr_expect_eq(during.total_allocated_bytes, before.total_allocated_bytes, "copies of pinned arrays took %llu bytes of pinned staging",
+                 (unsigned long long)(during.total_allocated_bytes - before.total_allocated_bytes));
+    cr_assert_eq(memcmp(p, q, sizeof(float) * N), 0, "pinned -> cuda:0 -> pinned changed the data");
+    unsigned long long pageable_ops = copies_there_and_back(ops_run, pageable, dev, pageable_back, s, "pageable");
+    cr_expect_lt(pinned_ops, pageable_ops, "pinned copies ran %llu operations, pageable ones %llu: pinned ones were staged too",
+                 pinned_ops, pageable_ops);
+    cr_expect_leq(pinned_ops, 4ull, "two pinned copies ran as %llu operations (2 DMAs and their 2 ready events expected)", pinned_ops);
+
+    memset(q, 0, sizeof(float) * N); /* synchronous range writes and reads from pinned memory: no staging either */
+    TEST_OK(gpuarr_pool_get_pinned_stats(g, &before));
+    TEST_OK(gpuarr_write(dev, 0, N, GPUARR_F32, p));
+    TEST_OK(gpuarr_read(dev, 0, N, GPUARR_F32, q));
+    TEST_OK(gpuarr_pool_get_pinned_stats(g, &during));
+    cr_expect_eq(during.total_allocated_bytes, before.total_allocated_bytes, "a write and a read of pinned memory were staged");
+    cr_assert_eq(memcmp(p, q, sizeof(float) * N), 0, "gpuarr_write/gpuarr_read through pinned memory changed the data");
+
+    TEST_OK(gpuarr_stream_destroy(s));
+    gpuarr_array all[5] = {pinned, dev, back, pageable, pageable_back};
+    for (int i = 0; i < 5; i++) TEST_OK(gpuarr_release(all[i]));
+    TEST_OK(gpuarr_pool_get_pinned_stats(g, &during));
+    cr_expect_eq(during.allocated_bytes, 0ull, "the pinned arrays' memory did not go back to the pinned pool (%llu bytes left)",
+                 (unsigned long long)during.allocated_bytes);
+}
