@@ -1334,3 +1334,78 @@ Test(mutable, bool_sources_are_0_or_1_and_fill_writes_wrapped_memory) {
     TEST_OK(gpuarr_release(ws));
     TEST_OK(gpuarr_release(w));
 }
+
+/* Host arrays with device work still pending into them: host-side calls (read, copy, fill,
+   write) on them must come after it. */
+Test(mutable, host_side_calls_on_a_host_array_wait_for_pending_device_copies_into_it) {
+    gpuarr_device dev = test_device(), host = gpuarr_host();
+    enum { M = 6000 };
+    int64_t shape[1] = {M};
+    gpuarr_array src = make_i32(dev, 1, shape, 1), pin = {0}, plain = {0}, other = {0};
+    TEST_OK(gpuarr_empty_pinned(dev, GPUARR_I32, 1, shape, &pin));
+    TEST_OK(gpuarr_zeros(host, GPUARR_I32, 1, shape, &plain));
+    TEST_OK(gpuarr_zeros(host, GPUARR_I32, 1, shape, &other));
+    TEST_OK(gpuarr_fill(pin, 0));
+    gpuarr_stream s;
+    TEST_OK(gpuarr_stream_create(dev, 0, &s));
+    int32_t *got = malloc(M * 4), *want = malloc(M * 4);
+    cr_assert(got && want);
+    for (int i = 0; i < M; i++) want[i] = 1 + i;
+    gpuarr_array targets[2] = {pin, plain};
+    for (int k = 0; k < 2; k++) {
+        const char *name = k ? "a plain host array" : "a pinned host array";
+        gpuarr_array t = targets[k];
+        /* read */
+        TEST_OK(gpuarr_copy_async(t, src, s));
+        memset(got, 0, M * 4);
+        TEST_OK(gpuarr_read(t, 0, M, 0, got));
+        cr_assert(memcmp(got, want, M * 4) == 0, "%s: gpuarr_read right after copy_async into it saw element 0 = %d", name, got[0]);
+        /* copy to another host array */
+        TEST_OK(gpuarr_fill(t, -1));
+        TEST_OK(gpuarr_copy_async(t, src, s));
+        TEST_OK(gpuarr_copy(other, t));
+        raw_read(other, GPUARR_I32, got, M);
+        cr_assert(memcmp(got, want, M * 4) == 0, "%s: gpuarr_copy out of it right after copy_async into it saw element 0 = %d", name, got[0]);
+        /* fill: lands after the pending copy */
+        TEST_OK(gpuarr_copy_async(t, src, s));
+        TEST_OK(gpuarr_fill(t, 7));
+        TEST_OK(gpuarr_stream_sync(s));
+        raw_read(t, GPUARR_I32, got, M);
+        for (int i = 0; i < M; i++) cr_assert_eq(got[i], 7, "%s: fill after a pending copy_async: element %d = %d", name, i, got[i]);
+        /* write_async on the {0} stream: lands after the pending copy */
+        TEST_OK(gpuarr_copy_async(t, src, s));
+        int32_t w[3] = {-5, -6, -7};
+        TEST_OK(gpuarr_write_async(t, 10, 3, 0, w, (gpuarr_stream){0}));
+        TEST_OK(gpuarr_array_sync(t));
+        TEST_OK(gpuarr_stream_sync(s));
+        raw_read(t, GPUARR_I32, got, M);
+        for (int i = 0; i < M; i++) {
+            int32_t e = i >= 10 && i < 13 ? w[i - 10] : want[i];
+            cr_assert_eq(got[i], e, "%s: write_async after a pending copy_async: element %d = %d, want %d", name, i, got[i], e);
+        }
+    }
+    TEST_OK(gpuarr_stream_destroy(s));
+    gpuarr_array v[] = {src, pin, plain, other};
+    for (size_t i = 0; i < 4; i++) TEST_OK(gpuarr_release(v[i]));
+    free(got);
+    free(want);
+}
+
+Test(mutable, copies_between_wrapped_arrays_over_overlapping_memory_are_refused) {
+    (void)test_device();
+    int32_t mem[8] = {0, 1, 2, 3, 4, 5, 6, 7}, orig[8];
+    memcpy(orig, mem, sizeof mem);
+    gpuarr_array a = {0}, b = {0}, c = {0};
+    TEST_OK(gpuarr_wrap_host(mem, GPUARR_I32, 1, (int64_t[]){4}, NULL, NULL, &a));
+    TEST_OK(gpuarr_wrap_host(mem + 2, GPUARR_I32, 1, (int64_t[]){4}, NULL, NULL, &b));
+    TEST_OK(gpuarr_wrap_host(mem + 4, GPUARR_I32, 1, (int64_t[]){4}, NULL, NULL, &c));
+    EXPECT_FAIL(gpuarr_copy(a, b), GPUARR_ERROR_INVALID_ARGUMENT, "share memory");
+    EXPECT_FAIL(gpuarr_copy(b, a), GPUARR_ERROR_INVALID_ARGUMENT, "share memory");
+    cr_expect(memcmp(mem, orig, sizeof mem) == 0, "a refused copy changed the memory");
+    TEST_OK(gpuarr_copy(c, a)); /* adjacent, not overlapping */
+    int32_t want[8] = {0, 1, 2, 3, 0, 1, 2, 3};
+    cr_expect(memcmp(mem, want, sizeof mem) == 0, "copy between adjacent wrapped arrays");
+    TEST_OK(gpuarr_release(a));
+    TEST_OK(gpuarr_release(b));
+    TEST_OK(gpuarr_release(c));
+}
