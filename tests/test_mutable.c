@@ -1409,3 +1409,75 @@ Test(mutable, copies_between_wrapped_arrays_over_overlapping_memory_are_refused)
     TEST_OK(gpuarr_release(b));
     TEST_OK(gpuarr_release(c));
 }
+
+/* The calls that take any array take views too: convert (same device, host, every other
+   device, with a cast, sync and async) reads the view's elements, not the base's first ones. */
+Test(mutable, convert_of_a_view_reads_the_views_elements) {
+    gpuarr_device dev = test_device();
+    int64_t pshape[2] = {40, 5};
+    gpuarr_array p = make_i32(dev, 2, pshape, -100), s = {0}, r = {0};
+    TEST_OK(gpuarr_slice(p, 7, 19, &s)); /* elements 35..94 */
+    TEST_OK(gpuarr_reshape(s, 2, (int64_t[]){6, 10}, &r));
+    gpuarr_stream st;
+    TEST_OK(gpuarr_stream_create(dev, 0, &st));
+    for (int i = 0; i < gpuarr_device_count(); i++) {
+        gpuarr_device o = gpuarr_device_at(i);
+        gpuarr_device_info oi;
+        TEST_OK(gpuarr_device_get_info(o, &oi));
+        for (int async = 0; async < 2; async++) {
+            gpuarr_array out = {0};
+            gpuarr_result res = async ? gpuarr_convert_async(r, o, GPUARR_F32, st, &out) : gpuarr_convert(r, o, GPUARR_F32, &out);
+            cr_assert_eq(res, GPUARR_OK, "convert%s(reshape(slice), %s, f32) = %s: %s", async ? "_async" : "", oi.spec, gpuarr_result_name(res),
+                         gpuarr_last_error());
+            gpuarr_array_info info;
+            TEST_OK(gpuarr_array_get_info(out, &info));
+            cr_expect(info.count == 60 && info.ndim == 2 && info.shape[0] == 6 && !info.is_view && info.offset == 0,
+                      "convert of a view to %s: count %" PRId64 " ndim %d is_view %d offset %zu", oi.spec, info.count, info.ndim, info.is_view,
+                      info.offset);
+            float got[60];
+            raw_read(out, GPUARR_F32, got, 60);
+            for (int k = 0; k < 60; k++)
+                cr_assert_eq(got[k], (float)(-100 + 35 + k), "convert%s of a view to %s: element %d = %g", async ? "_async" : "", oi.spec, k,
+                             (double)got[k]);
+            TEST_OK(gpuarr_release(out));
+        }
+    }
+    /* identity convert of a view */
+    gpuarr_array same = {0};
+    TEST_OK(gpuarr_convert(s, dev, 0, &same));
+    int32_t want[60];
+    for (int k = 0; k < 60; k++) want[k] = -65 + k;
+    expect_i32_values(same, want, 60, "identity convert of a slice");
+    TEST_OK(gpuarr_release(same));
+    TEST_OK(gpuarr_stream_destroy(st));
+    TEST_OK(gpuarr_release(r));
+    TEST_OK(gpuarr_release(s));
+    TEST_OK(gpuarr_release(p));
+}
+
+Test(mutable, a_slice_of_a_pinned_array_keeps_it_and_the_pinned_pool_balances) {
+    gpuarr_device dev = test_device();
+    gpuarr_pool_stats st;
+    TEST_OK(gpuarr_pool_get_pinned_stats(dev, &st));
+    uint64_t start = st.allocated_bytes;
+    gpuarr_array pin = {0}, s = {0};
+    TEST_OK(gpuarr_empty_pinned(dev, GPUARR_U16, 2, (int64_t[]){100, 10}, &pin));
+    uint16_t *hp = NULL;
+    TEST_OK(gpuarr_host_data(pin, (void **)&hp));
+    for (int i = 0; i < 1000; i++) hp[i] = (uint16_t)(i * 3);
+    TEST_OK(gpuarr_slice(pin, 50, 60, &s));
+    TEST_OK(gpuarr_release(pin));
+    TEST_OK(gpuarr_pool_get_pinned_stats(dev, &st));
+    if (!test_device_is_host(dev))
+        cr_expect_geq(st.allocated_bytes, start + 2000, "the pinned block went back while a slice of it lives (%" PRIu64 ")", st.allocated_bytes);
+    gpuarr_array d = {0};
+    TEST_OK(gpuarr_empty(dev, GPUARR_U16, 1, (int64_t[]){100}, &d));
+    TEST_OK(gpuarr_copy(d, s));
+    uint16_t got[100];
+    raw_read(d, GPUARR_U16, got, 100);
+    for (int i = 0; i < 100; i++) cr_assert_eq(got[i], (uint16_t)((500 + i) * 3), "slice of a released pinned array, element %d = %d", i, got[i]);
+    TEST_OK(gpuarr_release(d));
+    TEST_OK(gpuarr_release(s));
+    TEST_OK(gpuarr_pool_get_pinned_stats(dev, &st));
+    cr_expect_eq(st.allocated_bytes, start, "pinned allocated_bytes %" PRIu64 " after the last view went, start %" PRIu64, st.allocated_bytes, start);
+}
