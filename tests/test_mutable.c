@@ -1481,3 +1481,37 @@ Test(mutable, a_slice_of_a_pinned_array_keeps_it_and_the_pinned_pool_balances) {
     TEST_OK(gpuarr_pool_get_pinned_stats(dev, &st));
     cr_expect_eq(st.allocated_bytes, start, "pinned allocated_bytes %" PRIu64 " after the last view went, start %" PRIu64, st.allocated_bytes, start);
 }
+
+/* Fill of slices at odd element offsets and odd lengths, every dtype, with values whose bytes
+   differ (so the backend fills a 2-, 4- or 8-byte pattern at an address aligned only to the
+   element size), then with a one-byte pattern; the rows around keep their bytes. */
+Test(mutable, fill_of_odd_slices_of_every_dtype_keeps_the_rows_around) {
+    gpuarr_device dev = test_device();
+    static const double values[] = {-1.75, 3.0, 1e10, -0.0};
+    for (int d = TEST_FIRST_DTYPE; d <= TEST_LAST_DTYPE; d++) {
+        gpuarr_dtype t = (gpuarr_dtype)d;
+        unsigned char init[7 * 3 * 8], got[7 * 3 * 8];
+        test_rng rng = {(uint64_t)d};
+        test_fill_random(t, init, 21, &rng);
+        gpuarr_array a = {0};
+        gpuarr_result r = gpuarr_from_host_as(dev, t, init, 2, (int64_t[]){7, 3}, &a);
+        if (f64_unsupported(r, 0, t)) continue;
+        cr_assert_eq(r, GPUARR_OK, "from_host_as %s: %s", test_dtype_str(t), gpuarr_last_error());
+        gpuarr_array s = {0};
+        TEST_OK(gpuarr_slice(a, 1, 4, &s)); /* elements 3..11 */
+        for (size_t k = 0; k < sizeof values / sizeof values[0]; k++) {
+            r = gpuarr_fill(s, values[k]);
+            if (f64_unsupported(r, GPUARR_F64, t)) continue;
+            cr_assert_eq(r, GPUARR_OK, "fill %s slice with %g = %s: %s", test_dtype_str(t), values[k], gpuarr_result_name(r), gpuarr_last_error());
+            uint64_t v = ref_cast_bits(GPUARR_F64, test_f64_bits(values[k]), t);
+            for (size_t i = 3; i < 12; i++) test_store_bits(t, init, i, v);
+            raw_read(a, t, got, 21);
+            for (size_t i = 0; i < 21; i++)
+                cr_assert_eq(test_load_bits(t, got, i), test_load_bits(t, init, i),
+                             "%s: after filling slice(a, 1, 4) with %g, element %zu = 0x%" PRIx64 ", want 0x%" PRIx64, test_dtype_str(t),
+                             values[k], i, test_load_bits(t, got, i), test_load_bits(t, init, i));
+        }
+        TEST_OK(gpuarr_release(s));
+        TEST_OK(gpuarr_release(a));
+    }
+}
