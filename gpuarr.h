@@ -6236,6 +6236,12 @@ GPUARR_API gpuarr_result gpuarr_stream_create(gpuarr_device d, uint32_t flags, g
 GPUARR_API gpuarr_result gpuarr_stream_destroy(gpuarr_stream s) {
     GPUARR__BEGIN();
     gpuarr__obj *dropped;
+    gpuarr__stream *st;
+    /* Wait here: arrays that were used on s (their use lists, kept for later writers) hold
+       references to it, so the wait in its destructor may come long after this returns. */
+    GPUARR__CHECK(gpuarr__get_stream(s, "s", &st));
+    (void)gpuarr__stream_sync_raw(st); /* as the destructor: the stream goes either way */
+    gpuarr__obj_release(&st->obj);
     GPUARR__CHECK(gpuarr__table_release(&gpuarr__g.streams, s.id, "s", &dropped));
     gpuarr__obj_release(dropped);
     return GPUARR_OK;
