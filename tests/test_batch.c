@@ -97,9 +97,10 @@ static void check_convert_many(gpuarr_device dev, const int *where, const gpuarr
                     test_dtype_str(t ? t : dts[i]));
             return;
         }
-    gpuarr_array *src = calloc((size_t)n, sizeof *src), *out = calloc((size_t)n + 1, sizeof *out);
-    void **data = calloc((size_t)n, sizeof *data);
-    size_t *counts = calloc((size_t)n, sizeof *counts);
+    size_t items = n > 0 ? (size_t)n : 1; /* n > 0 (said so for gcc's allocation-size check at -O1) */
+    gpuarr_array *src = calloc(items, sizeof *src), *out = calloc(items + 1, sizeof *out);
+    void **data = calloc(items, sizeof *data);
+    size_t *counts = calloc(items, sizeof *counts);
     for (int i = 0; i < n; i++) {
         int64_t shape[2] = {i + 1, (big && i % 3 == 0) ? 300000 : 7};
         counts[i] = (size_t)(shape[0] * shape[1]);
