@@ -24,6 +24,29 @@
  * to load, as an old driver does), FAKE_CUDA_TRACE=1 (a line per refused call on stderr; 2: also a line per operation run).
  * fake_cuda_ops_run() (exported, for tests through dlsym) counts the operations the calling
  * thread has run.
+ *
+ * Faults (tests/faults): FAKE_CUDA_FAIL fails chosen driver calls. Its value is one or more rules
+ * separated by commas:
+ *   nth=N[:CODE]        the Nth driver call of the process, counting every entry point
+ *   ENTRY:N[:CODE]      the Nth call of one entry point, by its exported name
+ * e.g. FAKE_CUDA_FAIL="nth=17", "cuMemcpyHtoDAsync_v2:2:CUDA_ERROR_LAUNCH_FAILED",
+ * "cuMemAlloc_v2:1:2,cuLaunchKernel:3:700". CODE is a CUresult, by number or by name (the names
+ * cuGetErrorName knows, below); CUDA_ERROR_UNKNOWN (999) when left out. N counts from 1. A failed
+ * call does nothing else (out-parameters untouched). Calls are counted from the first call after
+ * the library is loaded (cuInit included); cuGetErrorName, cuGetErrorString and cuGetExportTable
+ * are neither counted nor failed.
+ * Sticky errors: CUDA_ERROR_ILLEGAL_ADDRESS, LAUNCH_FAILED, LAUNCH_TIMEOUT, ASSERT,
+ * HARDWARE_STACK_ERROR, ILLEGAL_INSTRUCTION, MISALIGNED_ADDRESS, INVALID_ADDRESS_SPACE and
+ * INVALID_PC, injected into a call made with a current context, corrupt that context as on the
+ * real driver: every later call in it (anything but cuInit, cuDriverGetVersion, cuDevice* and
+ * cuCtxGetCurrent/cuCtxSetCurrent) returns that error, its queued work never runs (host
+ * functions included: the driver does not call them after a context error), until the primary
+ * context is released to zero retains (destroyed), which also drops its streams' queued work.
+ * FAKE_CUDA_COUNT=path writes "calls N" (the calls counted) to path at exit. For tests, through
+ * dlsym: fake_cuda_calls_made() (calls counted so far), fake_cuda_fail_set(spec) (sets the rules
+ * as FAKE_CUDA_FAIL does and restarts the count: 0, or -1 for a spec it cannot read, which
+ * clears the rules), fake_cuda_fault_hit(name, len, &code) (the call number at which a rule
+ * fired and the entry point's name, 0 if none has).
  */
 #define _GNU_SOURCE
 #include <cuda.h>
@@ -53,6 +76,7 @@
 struct CUctx_st {
     int device;
     int retains;
+    CUresult sticky; /* a sticky error corrupted it (FAKE_CUDA_FAIL): every call in it fails */
     int peer_enabled[FAKE_MAX_DEVICES];
 };
 
@@ -103,6 +127,7 @@ struct CUstream_st {
 };
 
 struct CUevent_st {
+    struct CUevent_st *prev_event, *next_event; /* every live event: one a failed destroy kept is the driver's, not lost */
     CUcontext ctx;
     unsigned int flags;
     CUstream stream; /* where the latest record went; NULL: none, or it ran at the call */
@@ -113,6 +138,7 @@ struct CUevent_st {
 };
 
 static bool fake_event_done(CUevent e) { return !e->stream || e->stream->ran >= e->seq; }
+static void fake_event_free(CUevent e);
 
 typedef struct fake_kernel {
     char name[96];
@@ -120,6 +146,7 @@ typedef struct fake_kernel {
 } fake_kernel;
 
 struct CUmod_st {
+    struct CUmod_st *prev_module, *next_module; /* every loaded module */
     CUcontext ctx;
     int kernel_count;
     struct CUfunc_st *functions;
@@ -147,6 +174,8 @@ static struct {
     fake_pinned *pinned;
     size_t pinned_count, pinned_cap;
     CUstream streams;
+    CUevent events;
+    CUmodule modules;
     gpuarr__cast_fn casts[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT]; /* the host's portable kernels */
 } fake = {.lock = PTHREAD_MUTEX_INITIALIZER, .host_fn_done = PTHREAD_COND_INITIALIZER};
 
@@ -166,12 +195,190 @@ static CUresult fake_refuse(CUresult e, const char *fmt, ...) {
     return e;
 }
 
-#define FAKE_ENTER()                                                                               \
+/* ---------------------------------------------------------------------------------------------
+ * Faults (FAKE_CUDA_FAIL; see the top of the file). Under fake.lock.
+ * ------------------------------------------------------------------------------------------- */
+#define FAKE_MAX_RULES 16
+#define FAKE_MAX_ENTRIES 96
+typedef struct fake_rule {
+    char entry[48]; /* "" = any entry point (nth=) */
+    unsigned long long nth;
+    CUresult code;
+} fake_rule;
+
+static struct {
+    bool parsed;
+    fake_rule rules[FAKE_MAX_RULES];
+    int rule_count;
+    unsigned long long calls;
+    const char *entries[FAKE_MAX_ENTRIES]; /* __func__ of each entry point called, and its count */
+    unsigned long long entry_calls[FAKE_MAX_ENTRIES];
+    int entry_count;
+    unsigned long long hit_call;
+    char hit_name[48];
+    CUresult hit_code;
+    char count_path[4096];
+} fault;
+
+static bool fake_error_code(const char *text, CUresult *out);
+
+static bool fake_is_sticky(CUresult e) {
+    switch ((int)e) {
+    case CUDA_ERROR_ILLEGAL_ADDRESS: case CUDA_ERROR_LAUNCH_FAILED: case CUDA_ERROR_LAUNCH_TIMEOUT: case CUDA_ERROR_ASSERT:
+    case CUDA_ERROR_HARDWARE_STACK_ERROR: case CUDA_ERROR_ILLEGAL_INSTRUCTION: case CUDA_ERROR_MISALIGNED_ADDRESS:
+    case CUDA_ERROR_INVALID_ADDRESS_SPACE: case CUDA_ERROR_INVALID_PC: return true;
+    default: return false;
+    }
+}
+
+/* Parses a FAKE_CUDA_FAIL value into fault.rules; false (and no rules) if it cannot. */
+static bool fake_fault_parse(const char *spec) {
+    fault.rule_count = 0;
+    if (!spec) return true;
+    const char *p = spec;
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        char rule[160];
+        if (len == 0) { p++; continue; }
+        if (len >= sizeof rule || fault.rule_count == FAKE_MAX_RULES) goto bad;
+        memcpy(rule, p, len);
+        rule[len] = 0;
+        p += len;
+        if (*p == ',') p++;
+        fake_rule *r = &fault.rules[fault.rule_count];
+        memset(r, 0, sizeof *r);
+        r->code = CUDA_ERROR_UNKNOWN;
+        char *number, *code, *end;
+        if (strncmp(rule, "nth=", 4) == 0) {
+            number = rule + 4;
+        } else {
+            char *colon = strchr(rule, ':');
+            if (!colon || colon == rule || (size_t)(colon - rule) >= sizeof r->entry) goto bad;
+            *colon = 0;
+            if (strcmp(rule, "*") != 0) strcpy(r->entry, rule);
+            number = colon + 1;
+        }
+        code = strchr(number, ':');
+        if (code) *code++ = 0;
+        r->nth = strtoull(number, &end, 10);
+        if (end == number || *end || r->nth == 0) goto bad;
+        if (code && !fake_error_code(code, &r->code)) goto bad;
+        fault.rule_count++;
+    }
+    return true;
+bad:
+    fault.rule_count = 0;
+    return false;
+}
+
+static void fake_fault_write_count(void) {
+    pthread_mutex_lock(&fake.lock);
+    FILE *f = fault.count_path[0] ? fopen(fault.count_path, "w") : NULL;
+    if (f) {
+        fprintf(f, "calls %llu\n", fault.calls);
+        fclose(f);
+    }
+    pthread_mutex_unlock(&fake.lock);
+}
+
+static void fake_fault_setup(void) {
+    if (fault.parsed) return;
+    fault.parsed = true;
+    const char *spec = getenv("FAKE_CUDA_FAIL");
+    if (!fake_fault_parse(spec)) {
+        fprintf(stderr, "fake-cuda: FAKE_CUDA_FAIL=\"%s\": expected nth=N[:CODE] or ENTRY:N[:CODE], comma-separated\n", spec);
+        abort();
+    }
+    const char *count = getenv("FAKE_CUDA_COUNT");
+    if (count && *count && strlen(count) < sizeof fault.count_path) {
+        strcpy(fault.count_path, count);
+        atexit(fake_fault_write_count);
+    }
+}
+
+/* Calls that do not run in a context: a corrupted one does not stop them. */
+static bool fake_context_free(const char *call) {
+    return strcmp(call, "cuInit") == 0 || strcmp(call, "cuDriverGetVersion") == 0 || strncmp(call, "cuDevice", 8) == 0 ||
+           strcmp(call, "cuCtxGetCurrent") == 0 || strcmp(call, "cuCtxSetCurrent") == 0;
+}
+
+/* Counts a call to `call` and says whether it fails: the error, or CUDA_SUCCESS. */
+static CUresult fake_fault(const char *call) {
+    fake_fault_setup();
+    unsigned long long n = ++fault.calls, here = 0;
+    int i;
+    for (i = 0; i < fault.entry_count; i++)
+        if (fault.entries[i] == call || strcmp(fault.entries[i], call) == 0) break;
+    if (i < FAKE_MAX_ENTRIES) {
+        if (i == fault.entry_count) {
+            fault.entries[i] = call;
+            fault.entry_calls[i] = 0;
+            fault.entry_count++;
+        }
+        here = ++fault.entry_calls[i];
+    }
+    for (int r = 0; r < fault.rule_count; r++) {
+        const fake_rule *rule = &fault.rules[r];
+        if (rule->entry[0] ? strcmp(rule->entry, call) == 0 && rule->nth == here : rule->nth == n) {
+            if (!fault.hit_call) {
+                fault.hit_call = n;
+                snprintf(fault.hit_name, sizeof fault.hit_name, "%s", call);
+                fault.hit_code = rule->code;
+            }
+            if (fake_is_sticky(rule->code) && fake_current && !fake_context_free(call)) fake_current->sticky = rule->code;
+            return fake_refuse(rule->code, "%s: call %llu (its call %llu) fails as FAKE_CUDA_FAIL asks", call, n, here);
+        }
+    }
+    if (fake_current && fake_current->sticky && !fake_context_free(call)) return fake_current->sticky;
+    return CUDA_SUCCESS;
+}
+
+FAKE_API unsigned long long fake_cuda_calls_made(void);
+FAKE_API unsigned long long fake_cuda_calls_made(void) {
+    pthread_mutex_lock(&fake.lock);
+    unsigned long long n = fault.calls;
+    pthread_mutex_unlock(&fake.lock);
+    return n;
+}
+
+FAKE_API int fake_cuda_fail_set(const char *spec);
+FAKE_API int fake_cuda_fail_set(const char *spec) {
+    pthread_mutex_lock(&fake.lock);
+    fake_fault_setup();
+    bool ok = fake_fault_parse(spec);
+    fault.calls = 0;
+    fault.entry_count = 0;
+    fault.hit_call = 0;
+    fault.hit_name[0] = 0;
+    fault.hit_code = CUDA_SUCCESS;
+    pthread_mutex_unlock(&fake.lock);
+    return ok ? 0 : -1;
+}
+
+FAKE_API unsigned long long fake_cuda_fault_hit(char *name, size_t len, unsigned int *code);
+FAKE_API unsigned long long fake_cuda_fault_hit(char *name, size_t len, unsigned int *code) {
+    pthread_mutex_lock(&fake.lock);
+    unsigned long long n = fault.hit_call;
+    if (name && len) snprintf(name, len, "%s", fault.hit_name);
+    if (code) *code = (unsigned int)fault.hit_code;
+    pthread_mutex_unlock(&fake.lock);
+    return n;
+}
+
+#define FAKE_ENTER_AS(call)                                                                        \
     pthread_mutex_lock(&fake.lock);                                                                \
     if (!fake.initialized) {                                                                       \
         pthread_mutex_unlock(&fake.lock);                                                          \
         return CUDA_ERROR_NOT_INITIALIZED;                                                         \
+    }                                                                                              \
+    {                                                                                              \
+        CUresult fault_ = fake_fault(call);                                                        \
+        if (fault_ != CUDA_SUCCESS) {                                                              \
+            pthread_mutex_unlock(&fake.lock);                                                      \
+            return fault_;                                                                         \
+        }                                                                                          \
     }
+#define FAKE_ENTER() FAKE_ENTER_AS(__func__)
 #define FAKE_RETURN(e)                                                                             \
     do {                                                                                           \
         CUresult r_ = (e);                                                                         \
@@ -263,7 +470,7 @@ static void fake_run(CUstream s, fake_op *op) {
     case OP_RECORD:
         if (op->event->stream == s && op->event->seq == op->seq) {
             op->event->time_ms = fake_now_ms();
-            if (op->event->destroyed) free(op->event);
+            if (op->event->destroyed) fake_event_free(op->event);
         }
         break;
     case OP_WAIT: fake_drain(op->on, op->through); break;
@@ -285,6 +492,7 @@ static void fake_run(CUstream s, fake_op *op) {
 
 /* Runs s's work in order, through its op number `through`. */
 static void fake_drain(CUstream s, uint64_t through) {
+    if (s->ctx && s->ctx->sticky) return; /* a corrupted context runs nothing more */
     for (;;) {
         while (s->in_host_fn) pthread_cond_wait(&fake.host_fn_done, &fake.lock); /* the stream's order */
         if (!s->head || s->ran >= through) break;
@@ -336,8 +544,12 @@ static CUresult fake_check_stream(CUstream s, const char *call) {
  * Initialization, devices, contexts
  * ------------------------------------------------------------------------------------------- */
 FAKE_API CUresult cuInit(unsigned int flags) {
-    if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&fake.lock);
+    CUresult fault_ = fake_fault(__func__);
+    if (fault_ != CUDA_SUCCESS || flags != 0) {
+        pthread_mutex_unlock(&fake.lock);
+        return fault_ != CUDA_SUCCESS ? fault_ : CUDA_ERROR_INVALID_VALUE;
+    }
     if (!fake.initialized) {
         gpuarr__host_casts_base(fake.casts);
         fake.device_count = (int)fake_env_size("FAKE_CUDA_DEVICES", 2);
@@ -363,6 +575,10 @@ FAKE_API CUresult cuInit(unsigned int flags) {
 }
 
 FAKE_API CUresult cuDriverGetVersion(int *v) {
+    pthread_mutex_lock(&fake.lock);
+    CUresult e = fake_fault(__func__);
+    pthread_mutex_unlock(&fake.lock);
+    if (e != CUDA_SUCCESS) return e;
     if (!v) return CUDA_ERROR_INVALID_VALUE;
     *v = 13000;
     return CUDA_SUCCESS;
@@ -458,7 +674,20 @@ FAKE_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
     FAKE_CHECK_DEVICE(dev);
     if (fake.contexts[dev].retains == 0)
         FAKE_RETURN(fake_refuse(CUDA_ERROR_INVALID_CONTEXT, "cuDevicePrimaryCtxRelease of device %d, not retained", (int)dev));
-    fake.contexts[dev].retains--;
+    if (--fake.contexts[dev].retains == 0 && fake.contexts[dev].sticky) { /* destroyed: the error goes with it */
+        for (CUstream s = fake.streams; s; s = s->next_stream) {
+            if (s->ctx != &fake.contexts[dev]) continue;
+            while (s->head) {
+                fake_op *op = s->head;
+                s->head = op->next;
+                free(op->owned);
+                free(op);
+            }
+            s->tail = NULL;
+            s->destroyed = true;
+        }
+        fake.contexts[dev].sticky = CUDA_SUCCESS;
+    }
     FAKE_RETURN(CUDA_SUCCESS);
 }
 
@@ -661,23 +890,23 @@ static CUresult fake_copy_op(CUstream s, char *dst, const char *src, size_t byte
     return fake_enqueue(s, op);
 }
 
-FAKE_API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t bytes, CUstream s) {
-    FAKE_ENTER();
+static CUresult fake_htod(const char *call, CUdeviceptr dst, const void *src, size_t bytes, CUstream s) {
+    FAKE_ENTER_AS(call);
     FAKE_NEED_CONTEXT();
-    CUresult e = fake_check_stream(s, __func__);
+    CUresult e = fake_check_stream(s, call);
     char *d = NULL;
-    if (e == CUDA_SUCCESS) e = fake_device_view(dst, bytes, __func__, &d);
+    if (e == CUDA_SUCCESS) e = fake_device_view(dst, bytes, call, &d);
     if (e == CUDA_SUCCESS && bytes && !src) e = CUDA_ERROR_INVALID_VALUE;
     if (e == CUDA_SUCCESS && bytes) e = fake_copy_op(s, d, (const char *)src, bytes, !fake_pinned_at(src, bytes));
     FAKE_RETURN(e);
 }
 
-FAKE_API CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t bytes, CUstream s) {
-    FAKE_ENTER();
+static CUresult fake_dtoh(const char *call, void *dst, CUdeviceptr src, size_t bytes, CUstream s) {
+    FAKE_ENTER_AS(call);
     FAKE_NEED_CONTEXT();
-    CUresult e = fake_check_stream(s, __func__);
+    CUresult e = fake_check_stream(s, call);
     char *sv = NULL;
-    if (e == CUDA_SUCCESS) e = fake_device_view(src, bytes, __func__, &sv);
+    if (e == CUDA_SUCCESS) e = fake_device_view(src, bytes, call, &sv);
     if (e == CUDA_SUCCESS && bytes && !dst) e = CUDA_ERROR_INVALID_VALUE;
     if (e == CUDA_SUCCESS && bytes) e = fake_copy_op(s, (char *)dst, sv, bytes, false);
     if (e == CUDA_SUCCESS && bytes && !fake_pinned_at(dst, bytes) && !fake_immediate(s))
@@ -685,12 +914,20 @@ FAKE_API CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t bytes,
     FAKE_RETURN(e);
 }
 
+FAKE_API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t bytes, CUstream s) {
+    return fake_htod(__func__, dst, src, bytes, s);
+}
+
+FAKE_API CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t bytes, CUstream s) {
+    return fake_dtoh(__func__, dst, src, bytes, s);
+}
+
 FAKE_API CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t bytes) {
-    return cuMemcpyHtoDAsync_v2(dst, src, bytes, NULL);
+    return fake_htod(__func__, dst, src, bytes, NULL);
 }
 
 FAKE_API CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t bytes) {
-    return cuMemcpyDtoHAsync_v2(dst, src, bytes, NULL);
+    return fake_dtoh(__func__, dst, src, bytes, NULL);
 }
 
 FAKE_API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream s) {
@@ -852,6 +1089,13 @@ FAKE_API CUresult cuStreamGetCtx(CUstream s, CUcontext *ctx) {
     FAKE_RETURN(CUDA_SUCCESS);
 }
 
+static void fake_event_free(CUevent e) {
+    if (e->prev_event) e->prev_event->next_event = e->next_event;
+    else fake.events = e->next_event;
+    if (e->next_event) e->next_event->prev_event = e->prev_event;
+    free(e);
+}
+
 FAKE_API CUresult cuEventCreate(CUevent *out, unsigned int flags) {
     FAKE_ENTER();
     FAKE_NEED_CONTEXT();
@@ -860,6 +1104,9 @@ FAKE_API CUresult cuEventCreate(CUevent *out, unsigned int flags) {
     if (!e) FAKE_RETURN(CUDA_ERROR_OUT_OF_MEMORY);
     e->ctx = fake_current;
     e->flags = flags;
+    e->next_event = fake.events;
+    if (fake.events) fake.events->prev_event = e;
+    fake.events = e;
     *out = e;
     FAKE_RETURN(CUDA_SUCCESS);
 }
@@ -869,7 +1116,7 @@ FAKE_API CUresult cuEventCreate(CUevent *out, unsigned int flags) {
 FAKE_API CUresult cuEventDestroy_v2(CUevent e) {
     FAKE_ENTER();
     if (!e || e->destroyed) FAKE_RETURN(CUDA_ERROR_INVALID_HANDLE);
-    if (fake_event_done(e)) free(e);
+    if (fake_event_done(e)) fake_event_free(e);
     else e->destroyed = true;
     FAKE_RETURN(CUDA_SUCCESS);
 }
@@ -1058,6 +1305,14 @@ static CUresult fake_load_cubin(const unsigned char *image, CUmodule m, unsigned
     return CUDA_SUCCESS;
 }
 
+static void fake_module_free(CUmodule m) {
+    if (m->prev_module) m->prev_module->next_module = m->next_module;
+    else fake.modules = m->next_module;
+    if (m->next_module) m->next_module->prev_module = m->prev_module;
+    free(m->functions);
+    free(m);
+}
+
 FAKE_API CUresult cuModuleLoadDataEx(CUmodule *out, const void *image, unsigned int n, CUjit_option *opts, void **values) {
     FAKE_ENTER();
     FAKE_NEED_CONTEXT();
@@ -1065,11 +1320,13 @@ FAKE_API CUresult cuModuleLoadDataEx(CUmodule *out, const void *image, unsigned 
     CUmodule m = (CUmodule)calloc(1, sizeof *m);
     if (!m) FAKE_RETURN(CUDA_ERROR_OUT_OF_MEMORY);
     m->ctx = fake_current;
+    m->next_module = fake.modules;
+    if (fake.modules) fake.modules->prev_module = m;
+    fake.modules = m;
     const unsigned char *bytes = (const unsigned char *)image;
     CUresult e = memcmp(bytes, ELFMAG, SELFMAG) == 0 ? fake_load_cubin(bytes, m, n, opts, values) : fake_load_ptx((const char *)image, m, n, opts, values);
     if (e != CUDA_SUCCESS) {
-        free(m->functions);
-        free(m);
+        fake_module_free(m);
         FAKE_RETURN(e);
     }
     *out = m;
@@ -1079,8 +1336,7 @@ FAKE_API CUresult cuModuleLoadDataEx(CUmodule *out, const void *image, unsigned 
 FAKE_API CUresult cuModuleUnload(CUmodule m) {
     FAKE_ENTER();
     if (!m) FAKE_RETURN(CUDA_ERROR_INVALID_HANDLE);
-    free(m->functions);
-    free(m);
+    fake_module_free(m);
     FAKE_RETURN(CUDA_SUCCESS);
 }
 
@@ -1170,7 +1426,20 @@ FAKE_API CUresult cuGetExportTable(const void **table, const CUuuid *id) {
     X(CUDA_ERROR_ILLEGAL_ADDRESS, "an illegal memory access was encountered")                      \
     X(CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, "peer access is already enabled")                    \
     X(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, "part or all of the requested memory range is already mapped") \
-    X(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, "pointer does not correspond to a registered memory region")
+    X(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, "pointer does not correspond to a registered memory region") \
+    X(CUDA_ERROR_INVALID_ADDRESS_SPACE, "operation not supported on global/shared address space")  \
+    X(CUDA_ERROR_LAUNCH_FAILED, "unspecified launch failure")                                      \
+    X(CUDA_ERROR_LAUNCH_TIMEOUT, "the launch timed out and was terminated")                        \
+    X(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "too many resources requested for launch")               \
+    X(CUDA_ERROR_ASSERT, "device-side assert triggered")                                           \
+    X(CUDA_ERROR_HARDWARE_STACK_ERROR, "hardware stack error")                                     \
+    X(CUDA_ERROR_ILLEGAL_INSTRUCTION, "an illegal instruction was encountered")                    \
+    X(CUDA_ERROR_MISALIGNED_ADDRESS, "misaligned address")                                         \
+    X(CUDA_ERROR_INVALID_PC, "invalid program counter")                                            \
+    X(CUDA_ERROR_ECC_UNCORRECTABLE, "uncorrectable ECC error encountered")                         \
+    X(CUDA_ERROR_NOT_PERMITTED, "operation not permitted")                                         \
+    X(CUDA_ERROR_DEINITIALIZED, "driver shutting down")                                            \
+    X(CUDA_ERROR_UNKNOWN, "unknown error")
 
 FAKE_API CUresult cuGetErrorName(CUresult e, const char **out) {
     if (!out) return CUDA_ERROR_INVALID_VALUE;
@@ -1196,4 +1465,22 @@ FAKE_API CUresult cuGetErrorString(CUresult e, const char **out) {
 #undef FAKE_TEXT
     *out = NULL;
     return CUDA_ERROR_INVALID_VALUE;
+}
+
+/* A CUresult by number or by name (FAKE_CUDA_FAIL). */
+static bool fake_error_code(const char *text, CUresult *out) {
+    char *end;
+    unsigned long v = strtoul(text, &end, 0);
+    if (end != text && !*end) {
+        *out = (CUresult)v;
+        return true;
+    }
+#define FAKE_CODE(code, words)                                                                     \
+    if (strcmp(text, #code) == 0) {                                                                \
+        *out = code;                                                                               \
+        return true;                                                                               \
+    }
+    FAKE_ERRORS(FAKE_CODE)
+#undef FAKE_CODE
+    return false;
 }
