@@ -236,16 +236,23 @@ static gpuarr_result gpuarr__cu_fail(gpuarr__cu_result e, const char *call, cons
 typedef struct gpuarr__cu_scope {
     gpuarr__cu_context previous;
     bool switched;
+    const char *failed; /* the context call that failed entering, for the message; NULL if none */
 } gpuarr__cu_scope;
+/* The call to name for an error after gpuarr__cu_enter: the context call if that failed. */
+#define GPUARR__CU_CALLED(sc, call) ((sc).failed ? (sc).failed : (call))
 
 static gpuarr__cu_result gpuarr__cu_enter(gpuarr__dev *d, gpuarr__cu_scope *sc) {
     gpuarr__cu_context want = GPUARR__CU_DEV(d)->ctx, cur = NULL;
     sc->switched = false;
+    sc->failed = "cuCtxGetCurrent";
     gpuarr__cu_result e = GPUARR__CU.p_cuCtxGetCurrent(&cur);
     sc->previous = cur;
-    if (e != GPUARR__CUDA_SUCCESS || cur == want) return e;
+    if (e != GPUARR__CUDA_SUCCESS) return e;
+    sc->failed = NULL;
+    if (cur == want) return e;
     e = GPUARR__CU.p_cuCtxSetCurrent(want);
     sc->switched = e == GPUARR__CUDA_SUCCESS;
+    if (!sc->switched) sc->failed = "cuCtxSetCurrent";
     return e;
 }
 
@@ -260,7 +267,7 @@ static void gpuarr__cu_leave(gpuarr__cu_scope *sc) {
         gpuarr__cu_result e_ = gpuarr__cu_enter((d), &sc_);                                    \
         if (e_ == GPUARR__CUDA_SUCCESS) e_ = GPUARR__CU.p_##call;                              \
         gpuarr__cu_leave(&sc_);                                                                \
-        if (e_ != GPUARR__CUDA_SUCCESS) return gpuarr__cu_fail(e_, what, (d)->info.spec);      \
+        if (e_ != GPUARR__CUDA_SUCCESS) return gpuarr__cu_fail(e_, GPUARR__CU_CALLED(sc_, what), (d)->info.spec); \
     } while (0)
 
 /* ---------------------------------------------------------------------------------------------
@@ -973,7 +980,7 @@ static gpuarr_result gpuarr__cu_stream_query(gpuarr__dev *d, void *native, bool 
     gpuarr__cu_result e = gpuarr__cu_enter(d, &sc);
     if (e == GPUARR__CUDA_SUCCESS) e = GPUARR__CU.p_cuStreamQuery(GPUARR__CU_STREAM(native));
     gpuarr__cu_leave(&sc);
-    return gpuarr__cu_status(d, e, "cuStreamQuery", done);
+    return gpuarr__cu_status(d, e, GPUARR__CU_CALLED(sc, "cuStreamQuery"), done);
 }
 
 static gpuarr_result gpuarr__cu_event_create(gpuarr__dev *d, bool timing, void **native) {
@@ -1005,7 +1012,7 @@ static gpuarr_result gpuarr__cu_event_query(gpuarr__dev *d, void *event, bool *d
     gpuarr__cu_result e = gpuarr__cu_enter(d, &sc);
     if (e == GPUARR__CUDA_SUCCESS) e = GPUARR__CU.p_cuEventQuery((gpuarr__cu_event)event);
     gpuarr__cu_leave(&sc);
-    return gpuarr__cu_status(d, e, "cuEventQuery", done);
+    return gpuarr__cu_status(d, e, GPUARR__CU_CALLED(sc, "cuEventQuery"), done);
 }
 
 static gpuarr_result gpuarr__cu_event_elapsed(gpuarr__dev *d, void *start, void *end, double *ms) {
@@ -1015,7 +1022,7 @@ static gpuarr_result gpuarr__cu_event_elapsed(gpuarr__dev *d, void *start, void 
     if (e == GPUARR__CUDA_SUCCESS) e = GPUARR__CU.p_cuEventElapsedTime(&t, (gpuarr__cu_event)start, (gpuarr__cu_event)end);
     gpuarr__cu_leave(&sc);
     if (e == GPUARR__CUDA_ERROR_NOT_READY) return gpuarr__fail(GPUARR_ERROR_NOT_READY, "%s: the events have not completed yet", d->info.spec);
-    if (e != GPUARR__CUDA_SUCCESS) return gpuarr__cu_fail(e, "cuEventElapsedTime", d->info.spec);
+    if (e != GPUARR__CUDA_SUCCESS) return gpuarr__cu_fail(e, GPUARR__CU_CALLED(sc, "cuEventElapsedTime"), d->info.spec);
     *ms = t;
     return GPUARR_OK;
 }
