@@ -48,7 +48,7 @@ CHECK_PACKAGES := $(TEST_PACKAGES) valgrind
 
 .PHONY: all demo test check bench install clean deps-test deps-check info compile-tests \
         run-tests run-asan run-tsan run-valgrind kernels kernels-check cuda-kernels \
-        compile-matrix install-check readme-blocks
+        compile-matrix install-check readme-blocks faults faults-slice
 
 CU_EXAMPLES := $(if $(NVCC),$(basename $(notdir $(wildcard examples/*.cu))))
 
@@ -308,9 +308,33 @@ install-check:
 	$(CC) -std=c11 $(WARN) -I$(INSTALL_CHECK)/usr/include tests/compile/installed.c -o $(INSTALL_CHECK)/installed $(LIBS)
 	@$(INSTALL_CHECK)/installed
 
+# --- the fault matrix (tests/faults): a failure at every driver call --------------------------
+# tests/fault_opencl: an OpenCL library that forwards to the real loader and fails the Nth call
+# (FAULT_OPENCL_FAIL); the fake CUDA driver does the same (FAKE_CUDA_FAIL). The matrix runs under
+# ASan+UBSan, a fresh process per N. `make faults` walks every N of every scenario; `make
+# faults-slice` (in `make check`) every 7th N.
+FAULT_OPENCL := $(BUILD)/fault-opencl/libfault_opencl.so
+$(FAULT_OPENCL): tests/fault_opencl/fault_opencl.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_REL) -fPIC -shared -fvisibility=hidden $< -o $@ -ldl -lpthread
+$(BUILD)/asan/faults/fault_matrix: tests/faults/fault_matrix.c $(BUILD)/asan/gpuarr.o
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ASAN) -I. $< $(BUILD)/asan/gpuarr.o -o $@ $(LIBS)
+FAULT_ENV := GPUARR_CUDA_LIBRARY=$(abspath $(BUILD))/fake-cuda/libcuda.so.1 GPUARR_OPENCL_LIBRARY=$(abspath $(FAULT_OPENCL)) \
+  GPUARR_CACHE_DIR=$(abspath $(BUILD))/faults/cache ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
+FAULT_MATRIX_DEPS := $(FAKE_CUDA) $(FAULT_OPENCL) $(BUILD)/asan/faults/fault_matrix
+
+faults: $(FAULT_MATRIX_DEPS)
+	@$(if $(FAKE_CUDA),,echo "make faults: needs the fake CUDA driver (cuda.h; CUDA_HOME=$(CUDA_HOME))"; exit 1)
+	$(FAULT_ENV) $(BUILD)/asan/faults/fault_matrix
+
+faults-slice: $(FAULT_MATRIX_DEPS)
+	@$(if $(FAKE_CUDA),,echo "make faults-slice: needs the fake CUDA driver (cuda.h; CUDA_HOME=$(CUDA_HOME))"; exit 1)
+	$(FAULT_ENV) $(BUILD)/asan/faults/fault_matrix -e 7
+
 # --- sanitizers -----------------------------------------------------------------------------
 check: deps-check
-	@$(MAKE) --no-print-directory run-asan run-tsan run-valgrind
+	@$(MAKE) --no-print-directory run-asan run-tsan run-valgrind faults-slice
 	@echo "make check: ASan+UBSan, TSan and valgrind are clean"
 
 # Criterion reports a test whose worker leaks as passing (LeakSanitizer runs after the result is
