@@ -1647,6 +1647,25 @@ static inline gpuarr_result gpuarr__second(gpuarr_result first, gpuarr_result se
 }
 #define gpuarr__fail(r, ...) gpuarr__second(gpuarr__fail((r), __VA_ARGS__), (gpuarr_result)(r))
 
+/* Cleanup after a failure may call the driver again, and fail again (a lost CUDA context fails
+   every call): that second failure must not replace the first in gpuarr_last_error. */
+typedef struct gpuarr__error_saved {
+    gpuarr_result code;
+    const char *api;
+    char detail[sizeof gpuarr__tls.error_detail];
+} gpuarr__error_saved;
+static void gpuarr__error_save(gpuarr__error_saved *sv) {
+    sv->code = gpuarr__tls.error_code;
+    sv->api = gpuarr__tls.error_api;
+    memcpy(sv->detail, gpuarr__tls.error_detail, sizeof sv->detail);
+}
+static void gpuarr__error_restore(const gpuarr__error_saved *sv) {
+    gpuarr__tls.error_code = sv->code;
+    gpuarr__tls.error_api = sv->api;
+    memcpy(gpuarr__tls.error_detail, sv->detail, sizeof sv->detail);
+    gpuarr__tls.error_formatted = false;
+}
+
 static bool gpuarr__initialized(void) { return GPUARR__ATOMIC_LOAD(&gpuarr__g.valid) != 0; }
 
 /* Every public function that needs the library starts with this (_AS: under another name). */
@@ -2666,6 +2685,17 @@ static gpuarr_result gpuarr__stream_sync_raw(gpuarr__stream *s) {
     return r;
 }
 
+/* The wait after a step of a call: r, the step's result, stands if it is a failure (then the
+   wait's own failure, such as a lost context's, does not replace its message). */
+static gpuarr_result gpuarr__stream_sync_keep(gpuarr__stream *s, gpuarr_result r) {
+    if (r == GPUARR_OK) return gpuarr__stream_sync_raw(s);
+    gpuarr__error_saved saved;
+    gpuarr__error_save(&saved);
+    (void)gpuarr__stream_sync_raw(s);
+    gpuarr__error_restore(&saved);
+    return r;
+}
+
 /* Runs fn(ctx) once the work queued on s so far has completed. Never fails: if the bookkeeping
    cannot be allocated, it waits for the stream instead. */
 static void gpuarr__stream_defer(gpuarr__stream *s, gpuarr__deferred_fn fn, void *ctx) {
@@ -2676,10 +2706,13 @@ static void gpuarr__stream_defer(gpuarr__stream *s, gpuarr__deferred_fn fn, void
     }
     gpuarr__deferred *e = (gpuarr__deferred *)gpuarr__calloc(sizeof *e);
     void *event = NULL;
+    gpuarr__error_saved saved;
+    gpuarr__error_save(&saved);
     if (!e || b->event_create(s->dev, false, &event) != GPUARR_OK || b->event_record(s->dev, event, s->native) != GPUARR_OK) {
         if (event) b->event_destroy(s->dev, event);
         gpuarr__free(e);
         b->stream_sync(s->dev, s->native);
+        gpuarr__error_restore(&saved); /* never fails: the caller's error, if any, stands */
         fn(ctx);
         return;
     }
@@ -2697,7 +2730,10 @@ static void gpuarr__stream_defer(gpuarr__stream *s, gpuarr__deferred_fn fn, void
 
 static void gpuarr__stream_destroy_obj(gpuarr__obj *o) {
     gpuarr__stream *s = (gpuarr__stream *)o;
+    gpuarr__error_saved saved; /* a destructor: it may run in the cleanup of a failed call */
+    gpuarr__error_save(&saved);
     s->dev->backend->stream_sync(s->dev, s->native);
+    gpuarr__error_restore(&saved);
     gpuarr__stream_collect(s, UINT64_MAX); /* the last reference: nobody can add entries */
     s->dev->backend->stream_destroy(s->dev, s->native);
     pthread_mutex_destroy(&s->lock);
@@ -3430,7 +3466,7 @@ static void gpuarr__pool_free(gpuarr__pool *p, gpuarr__block *b, gpuarr__stream 
         gpuarr__event *e = NULL;
         if (gpuarr__event_new(uses[i]->dev, false, &e) != GPUARR_OK || gpuarr__event_record_raw(e, uses[i]) != GPUARR_OK) {
             if (e) gpuarr__obj_release(&e->obj);
-            gpuarr__stream_sync_raw(uses[i]); /* cannot record: wait instead */
+            gpuarr__stream_sync_keep(uses[i], GPUARR_ERROR_BACKEND); /* cannot record: wait instead (the caller's error stands) */
             continue;
         }
         evs[nevs].stream_serial = uses[i]->serial;
@@ -3902,7 +3938,7 @@ static gpuarr_result gpuarr__staged_download(gpuarr__stream *s, gpuarr__ring *ri
             if (r == GPUARR_OK) r = gpuarr__ring_mark(ring, j, s);
         }
     }
-    if (r != GPUARR_OK) gpuarr__stream_sync_raw(s);
+    if (r != GPUARR_OK) gpuarr__stream_sync_keep(s, r);
     gpuarr__ring_close(d, ring, s);
     return r;
 }
@@ -3933,7 +3969,7 @@ static gpuarr_result gpuarr__staged_bounce(gpuarr__stream *ss, gpuarr__stream *d
             if (r == GPUARR_OK) r = gpuarr__ring_mark(&in, j, ds);
         }
     }
-    if (r != GPUARR_OK) gpuarr__stream_sync_raw(ss);
+    if (r != GPUARR_OK) gpuarr__stream_sync_keep(ss, r);
     for (int j = 0; j < want; j++)
         if (in.done[j]) gpuarr__obj_release(&in.done[j]->obj);
     gpuarr__ring_close(pd, out, ds); /* reused after ds's copies in */
@@ -4391,8 +4427,8 @@ static gpuarr_result gpuarr__transfer_run(gpuarr__transfer *t) {
     if (r == GPUARR_OK && !t->async) r = gpuarr__stream_sync_raw(last);
     if (r == GPUARR_OK && t->async) r = gpuarr__transfer_finish_async(t, ss, ds, last);
     if (r != GPUARR_OK) { /* nothing may still be reading or writing once we report failure */
-        if (ss) gpuarr__stream_sync_raw(ss);
-        if (ds && ds != ss) gpuarr__stream_sync_raw(ds);
+        if (ss) gpuarr__stream_sync_keep(ss, r);
+        if (ds && ds != ss) gpuarr__stream_sync_keep(ds, r);
     }
     if (ss) gpuarr__obj_release(&ss->obj);
     if (ds) gpuarr__obj_release(&ds->obj);
@@ -5266,8 +5302,7 @@ static gpuarr_result gpuarr__sync_public_streams(gpuarr__dev *d) {
         else s = NULL;
         pthread_mutex_unlock(&t->lock);
         if (!s) continue;
-        gpuarr_result sr = gpuarr__stream_sync_raw(s);
-        if (r == GPUARR_OK) r = sr;
+        r = gpuarr__stream_sync_keep(s, r);
         gpuarr__obj_release(&s->obj);
     }
     return r;
@@ -5300,8 +5335,7 @@ static gpuarr_result gpuarr__create(gpuarr_device d, gpuarr_dtype t, int ndim, c
         if (r == GPUARR_OK) {
             static const unsigned char zero = 0;
             r = a->dev->backend->fill(fs, a->mem, a->offset, &zero, 1, a->nbytes);
-            gpuarr_result sr = gpuarr__stream_sync_raw(fs);
-            if (r == GPUARR_OK) r = sr;
+            r = gpuarr__stream_sync_keep(fs, r);
             if (fs != s) gpuarr__obj_release(&fs->obj);
         }
     }
@@ -5683,8 +5717,7 @@ GPUARR_API gpuarr_result gpuarr__fill_named(const char *api, gpuarr_array arr, g
         if (r == GPUARR_OK) {
             r = gpuarr__order_after_uses(s, a);
             if (r == GPUARR_OK) r = a->dev->backend->fill(s, a->mem, a->offset, pattern, size, a->nbytes);
-            gpuarr_result synced = gpuarr__stream_sync_raw(s);
-            if (r == GPUARR_OK) r = synced;
+            r = gpuarr__stream_sync_keep(s, r);
             gpuarr__obj_release(&s->obj);
         }
     }
@@ -5844,8 +5877,7 @@ static gpuarr_result gpuarr__batch_group(gpuarr__array *b, gpuarr__array *const 
                 r = gpuarr__move_local(s, gpuarr__make_view(dd, b->mem, b->offset + off[j], dt), gpuarr__array_view(src[j]),
                                        (size_t)src[j]->count);
         }
-        gpuarr_result synced = gpuarr__stream_sync_raw(s);
-        if (r == GPUARR_OK) r = synced;
+        r = gpuarr__stream_sync_keep(s, r);
         gpuarr__obj_release(&s->obj);
         return r;
     }
@@ -5913,7 +5945,7 @@ static gpuarr_result gpuarr__batch_group(gpuarr__array *b, gpuarr__array *const 
                 tr.src = gpuarr__make_view(sd, pack->view, pack->view_offset, st);
                 r = gpuarr__transfer_run(&tr);
             }
-            if (r != GPUARR_OK) gpuarr__stream_sync_raw(ss);
+            if (r != GPUARR_OK) gpuarr__stream_sync_keep(ss, r);
             if (pack) gpuarr__temp_free(ss, pack);
             gpuarr__obj_release(&ss->obj);
         }
@@ -5921,8 +5953,7 @@ static gpuarr_result gpuarr__batch_group(gpuarr__array *b, gpuarr__array *const 
     if (tmp) { /* scattered rows: local copies from the temporary into place */
         for (size_t j = 0, at = 0; r == GPUARR_OK && j < (size_t)m; at += (size_t)src[j]->count, j++)
             r = dd->backend->copy_d2d(ds, b->mem, b->offset + off[j], tmp->view, tmp->view_offset + at * dsz, (size_t)src[j]->count * dsz);
-        gpuarr_result synced = gpuarr__stream_sync_raw(ds);
-        if (r == GPUARR_OK) r = synced;
+        r = gpuarr__stream_sync_keep(ds, r);
         gpuarr__temp_free(ds, tmp);
         gpuarr__obj_release(&ds->obj);
     }
