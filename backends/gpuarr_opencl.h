@@ -515,7 +515,9 @@ static gpuarr_result gpuarr__cl_device_info(int index, gpuarr_device_info *info)
        how PoCL tests the paths a discrete GPU takes. */
     d->host_unified = gpuarr__cl_info_u32(d->id, GPUARR__CL_DEVICE_HOST_UNIFIED_MEMORY) != 0 &&
                       gpuarr__setting_value(GPUARR__SET_OPENCL_UNIFIED, 1);
-    d->host_align = GPUARR__MAX((size_t)64, (size_t)gpuarr__cl_info_u32(d->id, GPUARR__CL_DEVICE_MEM_BASE_ADDR_ALIGN) / 8u);
+    /* one query (GPUARR__MAX evaluates its arguments twice: a second query that failed made it 0) */
+    size_t base_align = (size_t)gpuarr__cl_info_u32(d->id, GPUARR__CL_DEVICE_MEM_BASE_ADDR_ALIGN) / 8u;
+    d->host_align = GPUARR__MAX((size_t)64, base_align);
     info->host_unified = d->host_unified;
     /* GPUARR_OPENCL_FP64=off treats every device as lacking doubles (slow or emulated fp64). */
     d->fp64 = gpuarr__setting_value(GPUARR__SET_OPENCL_FP64, 1) && gpuarr__cl_has_extension(cl, d->id, "cl_khr_fp64");
