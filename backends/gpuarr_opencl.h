@@ -504,8 +504,14 @@ static gpuarr_result gpuarr__cl_device_info(int index, gpuarr_device_info *info)
     snprintf(info->version, sizeof info->version, "%.79s, driver %.39s", device_version, driver);
     info->compute_units = (int)gpuarr__cl_info_u32(d->id, GPUARR__CL_DEVICE_MAX_COMPUTE_UNITS);
     info->clock_mhz = (int)gpuarr__cl_info_u32(d->id, GPUARR__CL_DEVICE_MAX_CLOCK_FREQUENCY);
-    d->global_mem = gpuarr__cl_info_u64(d->id, GPUARR__CL_DEVICE_GLOBAL_MEM_SIZE);
-    d->max_alloc = gpuarr__cl_info_u64(d->id, GPUARR__CL_DEVICE_MAX_MEM_ALLOC_SIZE);
+    /* the sizes allocations are held against: without them the device is left out (a zero would
+       refuse every allocation as out of memory, naming no call) */
+    gpuarr__cl_ulong global_mem = 0, max_alloc = 0;
+    gpuarr__cl_int e = cl->clGetDeviceInfo(d->id, GPUARR__CL_DEVICE_GLOBAL_MEM_SIZE, sizeof global_mem, &global_mem, NULL);
+    if (e == GPUARR__CL_SUCCESS) e = cl->clGetDeviceInfo(d->id, GPUARR__CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof max_alloc, &max_alloc, NULL);
+    if (e != GPUARR__CL_SUCCESS) return gpuarr__cl_fail(e, "clGetDeviceInfo", "reading an OpenCL device's memory sizes");
+    d->global_mem = global_mem;
+    d->max_alloc = max_alloc;
     if (cl->clGetDeviceInfo(d->id, GPUARR__CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof d->max_group, &d->max_group, NULL) != GPUARR__CL_SUCCESS)
         d->max_group = 0;
     info->total_memory = d->global_mem;
