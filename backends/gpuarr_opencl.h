@@ -1103,15 +1103,19 @@ static gpuarr_result gpuarr__cl_cast(gpuarr__stream *s, void *dst, size_t dst_of
         gpuarr__cl_mem sm = (gpuarr__cl_mem)(uintptr_t)src, dm = (gpuarr__cl_mem)dst;
         gpuarr__cl_ulong so = src_off / gpuarr__dtype_sizes[src_t], doff = dst_off / gpuarr__dtype_sizes[dst_t], n = count;
         size_t local = cd->local_sizes[src_t][dst_t], global = (count + local - 1) / local * local; /* one element per work-item */
+        const char *call = "clSetKernelArg";
         gpuarr__cl_int e = cl->clSetKernelArg(k, 0, sizeof sm, &sm);
         if (e == GPUARR__CL_SUCCESS) e = cl->clSetKernelArg(k, 1, sizeof so, &so);
         if (e == GPUARR__CL_SUCCESS) e = cl->clSetKernelArg(k, 2, sizeof dm, &dm);
         if (e == GPUARR__CL_SUCCESS) e = cl->clSetKernelArg(k, 3, sizeof doff, &doff);
         if (e == GPUARR__CL_SUCCESS) e = cl->clSetKernelArg(k, 4, sizeof n, &n);
         gpuarr__cl_event ev = NULL;
-        if (e == GPUARR__CL_SUCCESS) e = cl->clEnqueueNDRangeKernel(GPUARR__CL_QUEUE(s), k, 1, NULL, &global, &local, 0, NULL, &ev);
+        if (e == GPUARR__CL_SUCCESS) {
+            call = "clEnqueueNDRangeKernel";
+            e = cl->clEnqueueNDRangeKernel(GPUARR__CL_QUEUE(s), k, 1, NULL, &global, &local, 0, NULL, &ev);
+        }
         if (e == GPUARR__CL_SUCCESS) gpuarr__cl_track(GPUARR__CL_LAST(s), ev);
-        else r = gpuarr__cl_fail(e, "launching a cast kernel", d->info.spec);
+        else r = gpuarr__cl_fail(e, call, d->info.spec);
     }
     pthread_mutex_unlock(&cd->kernel_lock);
     return r;
