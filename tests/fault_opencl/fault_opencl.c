@@ -12,7 +12,9 @@
  * "clBuildProgram:1:-11". CODE is a cl_int, by number or by name (those below); CL_OUT_OF_RESOURCES
  * when left out. A failed call does not reach the driver: one returning cl_int returns CODE; one
  * returning an object (clCreateBuffer, clEnqueueMapBuffer...) returns NULL and stores CODE in
- * *errcode_ret. Calls are counted from the library's first call.
+ * *errcode_ret. Calls are counted from the library's first call. An object whose clRelease* call
+ * failed stays alive, as it would in the driver: the library keeps its handle (so LeakSanitizer
+ * sees the driver's memory held, not lost).
  * FAULT_OPENCL_COUNT=path writes "calls N" to path at exit. For tests, through dlsym:
  * fault_opencl_calls_made(), fault_opencl_fail_set(spec) (new rules, the count restarted; -1 for
  * a spec it cannot read), fault_opencl_fault_hit(name, len, &code) (the call number at which a
@@ -25,6 +27,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,7 +153,19 @@ static struct {
     int hit_entry;
     cl_int hit_code;
     char count_path[4096];
+    const void *kept[4096]; /* objects whose release failed: still the driver's */
+    int kept_count;
 } fault = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* A failed clRelease*(object): the object lives on in the driver. */
+static void fault_keep(const char *name, const void *object) {
+    if (strncmp(name, "clRelease", 9) != 0) return;
+    pthread_mutex_lock(&fault.lock);
+    if (fault.kept_count < 4096) fault.kept[fault.kept_count++] = object;
+    pthread_mutex_unlock(&fault.lock);
+}
+#define FAULT_FIRST_(a, ...) a
+#define FAULT_FIRST_ARG(...) FAULT_FIRST_(__VA_ARGS__, 0)
 
 static bool fault_code(const char *text, cl_int *out) {
     char *end;
@@ -281,6 +296,8 @@ static cl_int fault_enter(int entry) {
 }
 
 #define FAULT_FAIL_I(ret) return e_
+#define FAULT_KEEP_I(name, args) fault_keep(#name, (const void *)(uintptr_t)(FAULT_FIRST_ARG args))
+#define FAULT_KEEP_O(name, args)
 #define FAULT_FAIL_O(ret)                                                                          \
     if (errcode_ret) *errcode_ret = e_;                                                            \
     return (ret)NULL
@@ -288,6 +305,7 @@ static cl_int fault_enter(int entry) {
     FAULT_API CL_API_ENTRY ret CL_API_CALL name params {                                           \
         cl_int e_ = fault_enter(FAULT_##name);                                                     \
         if (e_ != CL_SUCCESS) {                                                                    \
+            FAULT_KEEP_##kind(name, args);                                                         \
             FAULT_FAIL_##kind(ret);                                                                \
         }                                                                                          \
         return fault.name args;                                                                    \
