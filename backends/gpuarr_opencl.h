@@ -652,7 +652,8 @@ static gpuarr_result gpuarr__cl_create_buffer(gpuarr__dev *d, size_t bytes, gpua
     }
     e = cl->clSetMemObjectDestructorCallback(*out, gpuarr__cl_free_host_block, block);
     if (e != GPUARR__CL_SUCCESS) { /* cannot know when it is unused: do not hand it out */
-        cl->clReleaseMemObject(*out);
+        cl->clReleaseMemObject(*out); /* no command ever used it: the memory is free once it is released */
+        gpuarr__aligned_free(block);
         *out = NULL;
         return gpuarr__cl_fail(e, "clSetMemObjectDestructorCallback", d->info.spec);
     }
