@@ -13,7 +13,8 @@
  * when left out. A failed call does not reach the driver: one returning cl_int returns CODE; one
  * returning an object (clCreateBuffer, clEnqueueMapBuffer...) returns NULL and stores CODE in
  * *errcode_ret. Calls are counted from the library's first call. An object whose clRelease* call
- * failed stays alive, as it would in the driver: the library keeps its handle (so LeakSanitizer
+ * failed stays alive, as it would in the driver (and a buffer whose clEnqueueUnmapMemObject failed:
+ * still mapped): the library keeps its handle (so LeakSanitizer
  * sees the driver's memory held, not lost).
  * FAULT_OPENCL_COUNT=path writes "calls N" to path at exit. For tests, through dlsym:
  * fault_opencl_calls_made(), fault_opencl_fail_set(spec) (new rules, the count restarted; -1 for
@@ -157,11 +158,16 @@ static struct {
     int kept_count;
 } fault = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-/* A failed clRelease*(object): the object lives on in the driver. */
+/* A failed clRelease*(object): the object lives on in the driver; so does a buffer whose
+   clEnqueueUnmapMemObject failed (still mapped). */
 static void fault_keep(const char *name, const void *object) {
-    if (strncmp(name, "clRelease", 9) != 0) return;
+    if (strncmp(name, "clRelease", 9) != 0 && strcmp(name, "clEnqueueUnmapMemObject") != 0) return;
+    const void *parent = NULL; /* a mapped sub-buffer's parent is held by the mapping too */
+    if (strcmp(name, "clEnqueueUnmapMemObject") == 0 && fault.clGetMemObjectInfo)
+        fault.clGetMemObjectInfo((cl_mem)(uintptr_t)object, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof parent, &parent, NULL);
     pthread_mutex_lock(&fault.lock);
     if (fault.kept_count < 4096) fault.kept[fault.kept_count++] = object;
+    if (parent && fault.kept_count < 4096) fault.kept[fault.kept_count++] = parent;
     pthread_mutex_unlock(&fault.lock);
 }
 #define FAULT_FIRST_(a, ...) a
@@ -296,7 +302,11 @@ static cl_int fault_enter(int entry) {
 }
 
 #define FAULT_FAIL_I(ret) return e_
-#define FAULT_KEEP_I(name, args) fault_keep(#name, (const void *)(uintptr_t)(FAULT_FIRST_ARG args))
+#define FAULT_SECOND_(a, b, ...) b
+#define FAULT_SECOND_ARG(...) FAULT_SECOND_(__VA_ARGS__, 0, 0)
+#define FAULT_KEEP_I(name, args)                                                                   \
+    fault_keep(#name, strcmp(#name, "clEnqueueUnmapMemObject") == 0 ? (const void *)(uintptr_t)(FAULT_SECOND_ARG args)   \
+                                                                   : (const void *)(uintptr_t)(FAULT_FIRST_ARG args))
 #define FAULT_KEEP_O(name, args)
 #define FAULT_FAIL_O(ret)                                                                          \
     if (errcode_ret) *errcode_ret = e_;                                                            \
