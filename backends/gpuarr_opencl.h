@@ -734,9 +734,10 @@ static gpuarr_result gpuarr__cl_pinned_alloc(gpuarr__dev *d, size_t bytes, void 
         pin->host = cl->clEnqueueMapBuffer(cd->internal_queue, pin->mem, GPUARR__CL_TRUE, GPUARR__CL_MAP_READ | GPUARR__CL_MAP_WRITE, 0,
                                            bytes, 0, NULL, NULL, &e);
     if (!pin->host) {
+        const char *call = pin->mem ? "clEnqueueMapBuffer" : "clCreateBuffer";
         if (pin->mem) cl->clReleaseMemObject(pin->mem);
         gpuarr__free(pin);
-        return gpuarr__cl_fail(e, "allocating pinned host memory", d->info.spec);
+        return gpuarr__cl_fail(e, call, d->info.spec);
     }
     *handle = pin;
     *host_ptr = pin->host;
