@@ -995,7 +995,8 @@ static gpuarr_result gpuarr__cl_build_error(gpuarr__dev *d, gpuarr__cl_program p
     cl->clGetProgramBuildInfo(prog, GPUARR__CL_DEV(d)->id, GPUARR__CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, &n);
     log[sizeof log - 1] = '\0';
     if (n > sizeof log) gpuarr__log(GPUARR_LOG_ERROR, "%s: the OpenCL build log is %zu bytes; its start is in the error", d->info.spec, n);
-    return gpuarr__fail(GPUARR_ERROR_BACKEND, "%s: building the cast kernels failed (%s): %s", d->info.spec, gpuarr__cl_error_name(e), log);
+    return gpuarr__fail(GPUARR_ERROR_BACKEND, "%s: building the cast kernels failed: clBuildProgram failed: %s (%d): %s", d->info.spec,
+                        gpuarr__cl_error_name(e), (int)e, log);
 }
 
 /* The work-group size to launch k with: 256, or less where the kernel (CL_KERNEL_WORK_GROUP_SIZE,
