@@ -2456,6 +2456,9 @@ static uint32_t gpuarr__table_destroy(gpuarr__table *t) {
 static const char *gpuarr__setting(gpuarr__setting_id id);
 static int gpuarr__setting_value(gpuarr__setting_id id, int unset);
 static bool gpuarr__filter_allows(gpuarr_backend b, int index);
+/* Frees what a host function handed to a backend holds, for one its driver will never run (CUDA
+   does not call host functions after a context error). */
+static void gpuarr__host_fn_discard(gpuarr__host_fn fn, void *ctx);
 
 /* ---- for the device backends: kernel text, hashes, the on-disk kernel cache ---- */
 #if defined(__GNUC__) || defined(__clang__)
@@ -3990,6 +3993,11 @@ static void gpuarr__host_cast_job_run(void *ctx) {
     gpuarr__cpu_cast(j->dst, j->dt, j->src, j->st, j->n);
     gpuarr__free(j);
     gpuarr__host_fn_done();
+}
+
+static GPUARR__FOR_BACKENDS void gpuarr__host_fn_discard(gpuarr__host_fn fn, void *ctx) {
+    if (fn == gpuarr__host_cast_job_run) gpuarr__free(ctx);
+    else if (fn == gpuarr__event_wait_job) gpuarr__obj_release(&((gpuarr__event *)ctx)->obj);
 }
 
 /* The host casts (or copies) n elements once s's work so far is done; s's later work waits. */

@@ -164,7 +164,18 @@ typedef struct gpuarr__cu_device_state {
     gpuarr__cu_module modules[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT];
     gpuarr__cu_function casts[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT];
     signed char *peer; /* per other device: 0 not asked yet, 1 peer copies, -1 none */
+    struct gpuarr__cu_host_call *host_calls; /* handed to the driver, not run yet (cu->host_lock) */
 } gpuarr__cu_device_state;
+
+/* A host function handed to cuLaunchHostFunc: listed until it runs, because the driver never
+   runs one after a context error (a sticky error such as CUDA_ERROR_ILLEGAL_ADDRESS), and what
+   it holds is freed when the device closes instead. */
+typedef struct gpuarr__cu_host_call {
+    struct gpuarr__cu_host_call *prev, *next;
+    gpuarr__cu_device_state *ds;
+    gpuarr__host_fn fn;
+    void *ctx;
+} gpuarr__cu_host_call;
 
 typedef struct gpuarr__cu_state {
     void *library;
@@ -174,6 +185,7 @@ typedef struct gpuarr__cu_state {
     int device_count;
     gpuarr__cu_device_state *devices;
     pthread_mutex_t peer_lock;
+    pthread_mutex_t host_lock; /* the devices' host_calls lists */
 } gpuarr__cu_state;
 
 typedef struct gpuarr__nvrtc_state {
@@ -323,6 +335,7 @@ static void gpuarr__cu_unload(void) {
         gpuarr__free(cu->devices[i].peer);
     }
     pthread_mutex_destroy(&cu->peer_lock);
+    pthread_mutex_destroy(&cu->host_lock);
 #ifndef GPUARR_NO_RUNTIME_LINKING
     if (cu->library) dlclose(cu->library);
 #endif
@@ -356,6 +369,7 @@ static gpuarr_result gpuarr__cu_load(void) {
     gpuarr__cu_state *cu = (gpuarr__cu_state *)gpuarr__calloc(sizeof *cu);
     if (!cu) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the CUDA backend");
     pthread_mutex_init(&cu->peer_lock, NULL);
+    pthread_mutex_init(&cu->host_lock, NULL);
     gpuarr__g.backend_state[GPUARR_BACKEND_CUDA] = cu;
     gpuarr_result r = gpuarr__cu_bind(cu);
     if (r == GPUARR_OK) {
@@ -458,6 +472,28 @@ static void gpuarr__cu_device_close(gpuarr__dev *d) {
     gpuarr__cu_leave(&sc);
     memset(ds->modules, 0, sizeof ds->modules);
     memset(ds->casts, 0, sizeof ds->casts);
+    /* Host functions still listed when the context has failed will never run (the driver drops
+       them): free what they hold. A healthy context still runs its own. */
+    gpuarr__cu_host_call *left = NULL;
+    size_t free_bytes = 0, total_bytes = 0;
+    gpuarr__cu_result health = gpuarr__cu_enter(d, &sc);
+    if (health == GPUARR__CUDA_SUCCESS) health = cu->p_cuMemGetInfo_v2(&free_bytes, &total_bytes);
+    gpuarr__cu_leave(&sc);
+    /* the errors after which "the process is in an inconsistent state and any further CUDA work
+       will return the same error": 700 ILLEGAL_ADDRESS, 702 LAUNCH_TIMEOUT, 710 ASSERT,
+       714..719 HARDWARE_STACK_ERROR .. LAUNCH_FAILED */
+    if (health == 700 || health == 702 || health == 710 || (health >= 714 && health <= 719)) {
+        pthread_mutex_lock(&cu->host_lock);
+        left = ds->host_calls;
+        ds->host_calls = NULL;
+        pthread_mutex_unlock(&cu->host_lock);
+    }
+    while (left) {
+        gpuarr__cu_host_call *next = left->next;
+        gpuarr__host_fn_discard(left->fn, left->ctx);
+        gpuarr__free(left);
+        left = next;
+    }
     ds->build_result = GPUARR_OK;
     cu->p_cuDevicePrimaryCtxRelease_v2(ds->dev); /* the runtime's own references keep it alive */
     ds->ctx = NULL;
@@ -927,9 +963,46 @@ static gpuarr_result gpuarr__cu_cast_supported(gpuarr__dev *d, gpuarr_dtype dst_
 /* ---------------------------------------------------------------------------------------------
  * Streams and events
  * ------------------------------------------------------------------------------------------- */
+static void gpuarr__cu_host_call_unlink(gpuarr__cu_host_call *c) {
+    if (c->prev) c->prev->next = c->next;
+    else c->ds->host_calls = c->next;
+    if (c->next) c->next->prev = c->prev;
+}
+
+static void gpuarr__cu_host_call_run(void *user) {
+    gpuarr__cu_host_call *c = (gpuarr__cu_host_call *)user;
+    pthread_mutex_lock(&GPUARR__CU.host_lock);
+    gpuarr__cu_host_call_unlink(c);
+    pthread_mutex_unlock(&GPUARR__CU.host_lock);
+    gpuarr__host_fn fn = c->fn;
+    void *ctx = c->ctx;
+    gpuarr__free(c);
+    fn(ctx);
+}
+
 /* The driver runs fn on its own thread, in stream order. */
 static gpuarr_result gpuarr__cu_launch_host_fn(gpuarr__stream *s, gpuarr__host_fn fn, void *ctx) {
-    GPUARR__CU_DO(s->dev, "cuLaunchHostFunc", cuLaunchHostFunc(GPUARR__CU_STREAM(s->native), fn, ctx));
+    gpuarr__cu_host_call *c = (gpuarr__cu_host_call *)gpuarr__calloc(sizeof *c);
+    if (!c) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a host function");
+    c->ds = GPUARR__CU_DEV(s->dev);
+    c->fn = fn;
+    c->ctx = ctx;
+    pthread_mutex_lock(&GPUARR__CU.host_lock);
+    c->next = c->ds->host_calls;
+    if (c->next) c->next->prev = c;
+    c->ds->host_calls = c;
+    pthread_mutex_unlock(&GPUARR__CU.host_lock);
+    gpuarr__cu_scope sc;
+    gpuarr__cu_result e = gpuarr__cu_enter(s->dev, &sc);
+    if (e == GPUARR__CUDA_SUCCESS) e = GPUARR__CU.p_cuLaunchHostFunc(GPUARR__CU_STREAM(s->native), gpuarr__cu_host_call_run, c);
+    gpuarr__cu_leave(&sc);
+    if (e != GPUARR__CUDA_SUCCESS) {
+        pthread_mutex_lock(&GPUARR__CU.host_lock);
+        gpuarr__cu_host_call_unlink(c);
+        pthread_mutex_unlock(&GPUARR__CU.host_lock);
+        gpuarr__free(c);
+        return gpuarr__cu_fail(e, GPUARR__CU_CALLED(sc, "cuLaunchHostFunc"), s->dev->info.spec);
+    }
     return GPUARR_OK;
 }
 
