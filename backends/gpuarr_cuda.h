@@ -862,7 +862,8 @@ static gpuarr_result gpuarr__cu_nvrtc_module(gpuarr__dev *d, int s, int t, gpuar
     if (e == GPUARR__CUDA_SUCCESS && !from_cache && cache) gpuarr__write_file_atomic(path, image, size);
     gpuarr__free(image);
     if (e != GPUARR__CUDA_SUCCESS) {
-        snprintf(why, why_cap, "the NVRTC cubin for %s did not load (%u): %.400s", arch, e, log);
+        snprintf(why, why_cap, "the NVRTC cubin for %s did not load: %s failed: %s (%u): %.400s", arch, GPUARR__CU_CALLED(sc, "cuModuleLoadDataEx"),
+                 gpuarr__cu_error_name(&GPUARR__CU, e), e, log);
         return GPUARR_ERROR_BACKEND;
     }
     return GPUARR_OK;
@@ -886,8 +887,9 @@ static gpuarr_result gpuarr__cu_build_pair(gpuarr__dev *d, int s, int t) {
             if (e == GPUARR__CUDA_SUCCESS) e = gpuarr__cu_load_module(&mod, ptx, log, sizeof log);
             gpuarr__cu_leave(&sc);
             if (e == GPUARR__CUDA_SUCCESS) r = GPUARR_OK;
-            else snprintf(ptx_why, sizeof ptx_why, "the driver did not take the PTX (ISA %s, sm_%d) (%u): %.400s", GPUARR__CUDA_PTX_ISA,
-                          GPUARR__CUDA_PTX_ARCH, e, log);
+            else snprintf(ptx_why, sizeof ptx_why, "the driver did not take the PTX (ISA %s, sm_%d): %s failed: %s (%u): %.400s",
+                          GPUARR__CUDA_PTX_ISA, GPUARR__CUDA_PTX_ARCH, GPUARR__CU_CALLED(sc, "cuModuleLoadDataEx"), gpuarr__cu_error_name(&GPUARR__CU, e),
+                          e, log);
             if (e == GPUARR__CUDA_ERROR_OUT_OF_MEMORY) r = GPUARR_ERROR_OUT_OF_MEMORY;
         }
         gpuarr__free(ptx);
