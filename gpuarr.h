@@ -3465,11 +3465,13 @@ static void gpuarr__pool_free(gpuarr__pool *p, gpuarr__block *b, gpuarr__stream 
     b->view = NULL;
     gpuarr__block_event evs[GPUARR__POOL_EVENTS];
     uint32_t nevs = 0;
+    gpuarr__error_saved saved; /* never fails: it may run in the cleanup of a failed call, whose error stands */
+    gpuarr__error_save(&saved);
     for (uint32_t i = 0; i < nuses && i < GPUARR__POOL_EVENTS; i++) {
         gpuarr__event *e = NULL;
         if (gpuarr__event_new(uses[i]->dev, false, &e) != GPUARR_OK || gpuarr__event_record_raw(e, uses[i]) != GPUARR_OK) {
             if (e) gpuarr__obj_release(&e->obj);
-            gpuarr__stream_sync_keep(uses[i], GPUARR_ERROR_BACKEND); /* cannot record: wait instead (the caller's error stands) */
+            gpuarr__stream_sync_raw(uses[i]); /* cannot record: wait instead */
             continue;
         }
         evs[nevs].stream_serial = uses[i]->serial;
@@ -3477,6 +3479,7 @@ static void gpuarr__pool_free(gpuarr__pool *p, gpuarr__block *b, gpuarr__stream 
         evs[nevs].event = e;
         nevs++;
     }
+    gpuarr__error_restore(&saved);
     pthread_mutex_lock(&p->lock);
     p->stats.allocated_bytes -= b->size;
     p->stats.requested_bytes -= b->requested;
