@@ -8,6 +8,8 @@
 #                 installed copy)
 #   make check    the suite under ASan+UBSan, the threaded tests under TSan, valgrind on the
 #                 examples
+#   make faults   the fault matrix: every driver call of each scenario failed in turn, under
+#                 ASan+UBSan (tests/faults; a slice of it runs in make check)
 #   make bench    tools/gpuarr-bench; prints a table (see bench/results/)
 #   make install  copy gpuarr.h and backends/ to $(PREFIX)/include/gpuarr (programs include
 #                 <gpuarr/gpuarr.h>); honours DESTDIR
