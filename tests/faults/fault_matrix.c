@@ -493,9 +493,11 @@ static const char *round_trip(gpuarr_device d) {
     return "";
 }
 
-/* Writes one line to fd: "<hit call> <entry> <outcome> <calls made>\t<failure>\t<error>". */
+/* Writes one line to fd: "<hit call> <entry> <outcome> <calls made>\t<failure>\t<error>" (calls made:
+   by the scenario proper, the fault armed; "none" as the outcome ends the walk: N passed them). */
 static void child(const scenario *sc, unsigned long long nth, int fd) {
     bool lost = false;
+    unsigned long long calls = 0; /* the scenario's calls: how far past them a run's N was */
     char cache[64] = "";
     memset(&R, 0, sizeof R);
     R.backend = sc->backend;
@@ -590,9 +592,9 @@ static void child(const scenario *sc, unsigned long long nth, int fd) {
         R.armed = true;
         sc->fn();
         fault_poll();
+        calls = R.lib.calls();
         R.lib.set(NULL); /* disarmed: the checks below run fault-free */
     }
-    unsigned long long calls = R.lib.calls();
     /* cleanup and the checks */
     release_all();
     if (E.ready.id) gpuarr_release(E.ready);
@@ -619,7 +621,6 @@ static void child(const scenario *sc, unsigned long long nth, int fd) {
         }
     }
     if (R.hit_call && !R.errored && !R.failure[0]) snprintf(R.error, sizeof R.error, "recovered");
-    (void)calls;
 shutdown:
     gpuarr_shutdown();
     if (cache[0]) {
@@ -635,7 +636,7 @@ report:
             if (*c == '\t' || *c == '\n') *c = ' ';
         for (char *c = R.failure; *c; c++)
             if (*c == '\t' || *c == '\n') *c = ' ';
-        dprintf(fd, "%llu %s %s\t%s\t%s\n", R.hit_call, R.hit_name[0] ? R.hit_name : "-", outcome, R.failure, R.error);
+        dprintf(fd, "%llu %s %s %llu\t%s\t%s\n", R.hit_call, R.hit_name[0] ? R.hit_name : "-", outcome, calls, R.failure, R.error);
     }
     exit(0);
 }
@@ -752,13 +753,13 @@ int main(int argc, char **argv) {
             int status = 0;
             waitpid(pid, &status, 0);
             runs++;
-            unsigned long long hit = 0;
+            unsigned long long hit = 0, made = 0;
             char entry[64] = "", outcome[16] = "";
             char *tab1 = strchr(line, '\t'), *tab2 = tab1 ? strchr(tab1 + 1, '\t') : NULL;
             char failure[1024] = "", error[1024] = "";
             if (tab1 && tab2) {
                 *tab1 = *tab2 = 0;
-                sscanf(line, "%llu %63s %15s", &hit, entry, outcome);
+                sscanf(line, "%llu %63s %15s %llu", &hit, entry, outcome, &made);
                 snprintf(failure, sizeof failure, "%s", tab1 + 1);
                 snprintf(error, sizeof error, "%s", tab2 + 1);
                 char *nl = strchr(error, '\n');
@@ -778,6 +779,9 @@ int main(int argc, char **argv) {
                 bad = "no report from the run";
             } else if (failure[0]) {
                 bad = failure;
+            } else if (strcmp(outcome, "none") == 0 && made >= n) {
+                snprintf(why, sizeof why, "call %llu was not failed, though the run made %llu calls", n, made);
+                bad = why;
             }
             if (bad) {
                 failures++;
@@ -786,7 +790,7 @@ int main(int argc, char **argv) {
                         entry[0] ? entry : "?", hit, bad);
                 if (!tab2 || !failure[0] || from == cap) print_log(log);
             } else if (verbose) {
-                printf("  %s/%s N=%llu: %s %s: %s\n", sc->name, backend_names[sc->backend], n, entry, outcome, error);
+                printf("  %s/%s N=%llu: %s %s (%llu calls): %s\n", sc->name, backend_names[sc->backend], n, entry, outcome, made, error);
             }
             if (strcmp(outcome, "none") == 0) {
                 done = true;
@@ -795,7 +799,7 @@ int main(int argc, char **argv) {
             if (hit) {
                 if (!first_hit) first_hit = n;
                 last_hit = n;
-                add_site(entry, sc->name, sc->backend);
+                add_site(entry, sc->name, (int)sc->backend);
                 if (strcmp(outcome, "recovered") == 0) recovered++;
                 else if (strcmp(outcome, "lost") == 0) lost++;
                 else reported++;
