@@ -46,7 +46,8 @@
  * dlsym: fake_cuda_calls_made() (calls counted so far), fake_cuda_fail_set(spec) (sets the rules
  * as FAKE_CUDA_FAIL does and restarts the count: 0, or -1 for a spec it cannot read, which
  * clears the rules), fake_cuda_fault_hit(name, len, &code) (the call number at which a rule
- * fired and the entry point's name, 0 if none has).
+ * fired and the entry point's name, 0 if none has), fake_cuda_live_objects() (allocations, pinned
+ * blocks, streams, events and modules alive).
  */
 #define _GNU_SOURCE
 #include <cuda.h>
@@ -353,6 +354,19 @@ FAKE_API int fake_cuda_fail_set(const char *spec) {
     fault.hit_code = CUDA_SUCCESS;
     pthread_mutex_unlock(&fake.lock);
     return ok ? 0 : -1;
+}
+
+/* Driver objects alive now: allocations, pinned blocks, streams, events, modules (after the
+   program's last gpuarr_shutdown: what it left behind). */
+FAKE_API unsigned long long fake_cuda_live_objects(void);
+FAKE_API unsigned long long fake_cuda_live_objects(void) {
+    pthread_mutex_lock(&fake.lock);
+    unsigned long long n = fake.alloc_count + fake.pinned_count;
+    for (CUstream st = fake.streams; st; st = st->next_stream) n += !st->destroyed;
+    for (CUevent e = fake.events; e; e = e->next_event) n += !e->destroyed;
+    for (CUmodule m = fake.modules; m; m = m->next_module) n++;
+    pthread_mutex_unlock(&fake.lock);
+    return n;
 }
 
 FAKE_API unsigned long long fake_cuda_fault_hit(char *name, size_t len, unsigned int *code);

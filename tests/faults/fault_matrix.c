@@ -497,7 +497,7 @@ static const char *round_trip(gpuarr_device d) {
    by the scenario proper, the fault armed; "none" as the outcome ends the walk: N passed them). */
 static void child(const scenario *sc, unsigned long long nth, int fd) {
     bool lost = false;
-    unsigned long long calls = 0; /* the scenario's calls: how far past them a run's N was */
+    unsigned long long calls = 0, left_behind = 0; /* the scenario's calls: how far past them a run's N was */
     char cache[64] = "";
     memset(&R, 0, sizeof R);
     R.backend = sc->backend;
@@ -623,6 +623,13 @@ static void child(const scenario *sc, unsigned long long nth, int fd) {
     if (R.hit_call && !R.errored && !R.failure[0]) snprintf(R.error, sizeof R.error, "recovered");
 shutdown:
     gpuarr_shutdown();
+    if (sc->backend == BK_CUDA && !lost) { /* the driver objects left behind (see the report) */
+        unsigned long long (*live)(void) = NULL;
+        void *h = dlopen(getenv("GPUARR_CUDA_LIBRARY"), RTLD_NOW | RTLD_NOLOAD);
+        if (h) *(void **)&live = dlsym(h, "fake_cuda_live_objects");
+        if (live) left_behind = live();
+        if (h) dlclose(h);
+    }
     if (cache[0]) {
         char cmd[128];
         snprintf(cmd, sizeof cmd, "rm -rf %s", cache);
@@ -636,7 +643,8 @@ report:
             if (*c == '\t' || *c == '\n') *c = ' ';
         for (char *c = R.failure; *c; c++)
             if (*c == '\t' || *c == '\n') *c = ' ';
-        dprintf(fd, "%llu %s %s %llu\t%s\t%s\n", R.hit_call, R.hit_name[0] ? R.hit_name : "-", outcome, calls, R.failure, R.error);
+        dprintf(fd, "%llu %s %s %llu %llu\t%s\t%s\n", R.hit_call, R.hit_name[0] ? R.hit_name : "-", outcome, calls, left_behind, R.failure,
+                R.error);
     }
     exit(0);
 }
@@ -705,7 +713,8 @@ int main(int argc, char **argv) {
     }
     char log[64];
     snprintf(log, sizeof log, "/tmp/gpuarr-faults-%d.log", (int)getpid());
-    int runs = 0, failures = 0, capped = 0;
+    int runs = 0, failures = 0, capped = 0, leaky_runs = 0, nleaky = 0;
+    static char leaky[64][160];
     int outcomes[2][4] = {{0}}; /* reported, recovered, lost, walks */
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -753,13 +762,13 @@ int main(int argc, char **argv) {
             int status = 0;
             waitpid(pid, &status, 0);
             runs++;
-            unsigned long long hit = 0, made = 0;
+            unsigned long long hit = 0, made = 0, left = 0;
             char entry[64] = "", outcome[16] = "";
             char *tab1 = strchr(line, '\t'), *tab2 = tab1 ? strchr(tab1 + 1, '\t') : NULL;
             char failure[1024] = "", error[1024] = "";
             if (tab1 && tab2) {
                 *tab1 = *tab2 = 0;
-                sscanf(line, "%llu %63s %15s %llu", &hit, entry, outcome, &made);
+                sscanf(line, "%llu %63s %15s %llu %llu", &hit, entry, outcome, &made, &left);
                 snprintf(failure, sizeof failure, "%s", tab1 + 1);
                 snprintf(error, sizeof error, "%s", tab2 + 1);
                 char *nl = strchr(error, '\n');
@@ -791,6 +800,15 @@ int main(int argc, char **argv) {
                 if (!tab2 || !failure[0] || from == cap) print_log(log);
             } else if (verbose) {
                 printf("  %s/%s N=%llu: %s %s (%llu calls): %s\n", sc->name, backend_names[sc->backend], n, entry, outcome, made, error);
+            }
+            if (left) {
+                leaky_runs++;
+                char where[160];
+                snprintf(where, sizeof where, "%s (%s)", entry, sc->name);
+                bool seen = false;
+                for (int i = 0; i < nleaky; i++) seen = seen || strcmp(leaky[i], where) == 0;
+                if (!seen && nleaky < 64) snprintf(leaky[nleaky++], sizeof leaky[0], "%s", where);
+                if (verbose) printf("    %llu driver objects left behind\n", left);
             }
             if (strcmp(outcome, "none") == 0) {
                 done = true;
@@ -836,6 +854,12 @@ int main(int argc, char **argv) {
         }
         printf("fault sites, %s: %d (entry point x scenario), %d entry points; %d errors reported, %d recovered, %d contexts lost\n",
                backend_names[b], count, entries, outcomes[b][0], outcomes[b][1], outcomes[b][2]);
+    }
+    if (leaky_runs) {
+        printf("driver objects left behind after gpuarr_shutdown (fake CUDA; not failures: a release the driver refused, or one gpuarr skipped) in %d runs, faults at:",
+               leaky_runs);
+        for (int i = 0; i < nleaky; i++) printf("%s %s", i ? "," : "", leaky[i]);
+        printf("\n");
     }
     printf("fault matrix: %d runs, %d failed, %d walks capped, %.0f s\n", runs, failures, capped,
            (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
