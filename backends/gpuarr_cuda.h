@@ -272,6 +272,15 @@ static void gpuarr__cu_leave(gpuarr__cu_scope *sc) {
     if (sc->switched) GPUARR__CU.p_cuCtxSetCurrent(sc->previous);
 }
 
+/* For the calls that free (memory, streams, events, modules): they cannot report, and skipping
+   the driver call leaks the object for the context's life, so a context switch that failed is
+   tried once more. */
+static gpuarr__cu_result gpuarr__cu_enter_to_release(gpuarr__dev *d, gpuarr__cu_scope *sc) {
+    gpuarr__cu_result e = gpuarr__cu_enter(d, sc);
+    if (e != GPUARR__CUDA_SUCCESS) e = gpuarr__cu_enter(d, sc);
+    return e;
+}
+
 /* One driver call on d's context: GPUARR__CU_DO(d, "cuMemFree", cuMemFree_v2(p)). */
 #define GPUARR__CU_DO(d, what, call)                                                           \
     do {                                                                                       \
@@ -464,7 +473,7 @@ static void gpuarr__cu_device_close(gpuarr__dev *d) {
     gpuarr__cu_state *cu = &GPUARR__CU;
     gpuarr__cu_device_state *ds = GPUARR__CU_DEV(d);
     gpuarr__cu_scope sc;
-    if (gpuarr__cu_enter(d, &sc) == GPUARR__CUDA_SUCCESS) {
+    if (gpuarr__cu_enter_to_release(d, &sc) == GPUARR__CUDA_SUCCESS) {
         for (int s = 0; s < GPUARR_DTYPE_COUNT; s++)
             for (int t = 0; t < GPUARR_DTYPE_COUNT; t++)
                 if (ds->modules[s][t]) cu->p_cuModuleUnload(ds->modules[s][t]);
@@ -537,7 +546,7 @@ static gpuarr_result gpuarr__cu_mem_alloc(gpuarr__dev *d, size_t bytes, void **m
 
 static void gpuarr__cu_mem_free(gpuarr__dev *d, void *mem) {
     gpuarr__cu_scope sc;
-    if (gpuarr__cu_enter(d, &sc) == GPUARR__CUDA_SUCCESS) GPUARR__CU.p_cuMemFree_v2(GPUARR__CU_PTR(mem, 0));
+    if (gpuarr__cu_enter_to_release(d, &sc) == GPUARR__CUDA_SUCCESS) GPUARR__CU.p_cuMemFree_v2(GPUARR__CU_PTR(mem, 0));
     gpuarr__cu_leave(&sc);
 }
 
@@ -577,7 +586,7 @@ static gpuarr_result gpuarr__cu_pinned_alloc(gpuarr__dev *d, size_t bytes, void 
 
 static void gpuarr__cu_pinned_free(gpuarr__dev *d, void *handle) {
     gpuarr__cu_scope sc;
-    if (gpuarr__cu_enter(d, &sc) == GPUARR__CUDA_SUCCESS) GPUARR__CU.p_cuMemFreeHost(handle);
+    if (gpuarr__cu_enter_to_release(d, &sc) == GPUARR__CUDA_SUCCESS) GPUARR__CU.p_cuMemFreeHost(handle);
     gpuarr__cu_leave(&sc);
 }
 
@@ -1030,7 +1039,7 @@ static void gpuarr__cu_stream_destroy(gpuarr__dev *d, void *native) {
     gpuarr__cu_stream_box *box = (gpuarr__cu_stream_box *)native;
     if (box->owned) {
         gpuarr__cu_scope sc;
-        if (gpuarr__cu_enter(d, &sc) == GPUARR__CUDA_SUCCESS) GPUARR__CU.p_cuStreamDestroy_v2(box->stream);
+        if (gpuarr__cu_enter_to_release(d, &sc) == GPUARR__CUDA_SUCCESS) GPUARR__CU.p_cuStreamDestroy_v2(box->stream);
         gpuarr__cu_leave(&sc);
     }
     gpuarr__free(box);
@@ -1067,7 +1076,7 @@ static gpuarr_result gpuarr__cu_event_create(gpuarr__dev *d, bool timing, void *
 
 static void gpuarr__cu_event_destroy(gpuarr__dev *d, void *native) {
     gpuarr__cu_scope sc;
-    if (gpuarr__cu_enter(d, &sc) == GPUARR__CUDA_SUCCESS) GPUARR__CU.p_cuEventDestroy_v2((gpuarr__cu_event)native);
+    if (gpuarr__cu_enter_to_release(d, &sc) == GPUARR__CUDA_SUCCESS) GPUARR__CU.p_cuEventDestroy_v2((gpuarr__cu_event)native);
     gpuarr__cu_leave(&sc);
 }
 
