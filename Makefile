@@ -372,11 +372,13 @@ run-valgrind: $(addprefix $(BUILD)/rel/examples/,$(EXAMPLES)) $(BUILD)/rel/tools
 FUZZ_TARGETS := api parse
 FUZZ_SECONDS ?= 60
 SOAK_MINUTES ?= 30
-FUZZ_MAX_LEN_api := 2048
-FUZZ_MAX_LEN_parse := 602
-FUZZ_CFLAGS := -std=c11 -O1 -g $(WARN) -Wno-conversion -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+# api: an input is at most 96 ops of a few bytes each; len_control=0 lets it reach them at once
+FUZZ_FLAGS_api := -max_len=1024 -len_control=0
+FUZZ_FLAGS_parse := -max_len=602
+FUZZ_CFLAGS := -std=c11 -O1 -g $(WARN) -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
 FUZZ_DEFS = -DFUZZ_FAKE_CUDA='"$(abspath $(BUILD))/fake-cuda/libcuda.so.1"' -DFUZZ_CACHE_DIR='"$(abspath $(BUILD))/fuzz/cache"'
-FUZZ_ENV := ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1
+FUZZ_ENV := ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/fuzz/lsan.supp \
+            UBSAN_OPTIONS=print_stacktrace=1
 $(BUILD)/fuzz/gpuarr.o: gpuarr.c $(HEADERS)
 	@mkdir -p $(@D)
 	$(CLANG) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -I. -c $< -o $@
@@ -387,13 +389,13 @@ $(BUILD)/fuzz/fuzz_parse: tests/fuzz/fuzz_parse.c $(HEADERS)
 	$(CLANG) $(FUZZ_CFLAGS) -fsanitize=fuzzer -I. $< -o $@ $(LIBS)
 $(BUILD)/fuzz-replay/fuzz_api: tests/fuzz/fuzz_api.c tests/fuzz/standalone.c $(BUILD)/asan/gpuarr.o $(FAKE_CUDA)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_ASAN) -Wno-conversion $(FUZZ_DEFS) -I. tests/fuzz/fuzz_api.c tests/fuzz/standalone.c $(BUILD)/asan/gpuarr.o -o $@ $(LIBS)
+	$(CC) $(CFLAGS_ASAN) $(FUZZ_DEFS) -I. tests/fuzz/fuzz_api.c tests/fuzz/standalone.c $(BUILD)/asan/gpuarr.o -o $@ $(LIBS)
 $(BUILD)/fuzz-replay/fuzz_parse: tests/fuzz/fuzz_parse.c tests/fuzz/standalone.c $(HEADERS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_ASAN) -Wno-conversion -I. tests/fuzz/fuzz_parse.c tests/fuzz/standalone.c -o $@ $(LIBS)
+	$(CC) $(CFLAGS_ASAN) -I. tests/fuzz/fuzz_parse.c tests/fuzz/standalone.c -o $@ $(LIBS)
 $(BUILD)/fuzz-replay/soak: tests/fuzz/soak.c tests/fuzz/fuzz_api.c $(BUILD)/asan/gpuarr.o $(FAKE_CUDA)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_ASAN) -Wno-conversion $(FUZZ_DEFS) -I. tests/fuzz/soak.c $(BUILD)/asan/gpuarr.o -o $@ $(LIBS)
+	$(CC) $(CFLAGS_ASAN) $(FUZZ_DEFS) -I. tests/fuzz/soak.c $(BUILD)/asan/gpuarr.o -o $@ $(LIBS)
 
 fuzz-build: $(addprefix $(BUILD)/fuzz/fuzz_,$(FUZZ_TARGETS))
 
@@ -401,7 +403,7 @@ fuzz: fuzz-build
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  mkdir -p $(BUILD)/fuzz/corpus/$$t $(BUILD)/fuzz/artifacts; \
 	  echo "== fuzz: $$t for $(FUZZ_SECONDS) s"; \
-	  $(FUZZ_ENV) nice -n 10 $(BUILD)/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=$(FUZZ_MAX_LEN_$$t) -timeout=120 \
+	  $(FUZZ_ENV) nice -n 10 $(BUILD)/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) $(FUZZ_FLAGS_$$t) -timeout=120 \
 	    -rss_limit_mb=6144 -print_final_stats=1 -artifact_prefix=$(BUILD)/fuzz/artifacts/$$t- \
 	    $(BUILD)/fuzz/corpus/$$t tests/fuzz/corpus/$$t; \
 	done
@@ -409,7 +411,7 @@ fuzz: fuzz-build
 # what the fuzzer found that adds coverage, minimized into the committed corpus
 fuzz-merge: fuzz-build
 	@set -e; for t in $(FUZZ_TARGETS); do \
-	  $(FUZZ_ENV) $(BUILD)/fuzz/fuzz_$$t -merge=1 -max_len=$(FUZZ_MAX_LEN_$$t) tests/fuzz/corpus/$$t $(BUILD)/fuzz/corpus/$$t; \
+	  $(FUZZ_ENV) $(BUILD)/fuzz/fuzz_$$t -merge=1 $(FUZZ_FLAGS_$$t) tests/fuzz/corpus/$$t $(BUILD)/fuzz/corpus/$$t; \
 	done
 
 fuzz-replay: $(addprefix $(BUILD)/fuzz-replay/fuzz_,$(FUZZ_TARGETS))

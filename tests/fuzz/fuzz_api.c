@@ -207,10 +207,15 @@ static int fz_shape(fz *z, int64_t *shape, bool hostile_ok) {
     }
     return ndim;
 }
+/* the product of the shape; -1 when it overflows (an empty array may have huge other dims) */
 static int64_t fz_count(int ndim, const int64_t *shape) {
     int64_t c = 1;
-    for (int i = 0; i < ndim; i++) c *= shape[i];
-    return c;
+    bool over = false;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] == 0) return 0;
+        over |= __builtin_mul_overflow(c, shape[i], &c);
+    }
+    return over ? -1 : c;
 }
 static bool fz_shape_sane(int ndim, const int64_t *shape) {
     if (ndim < 0 || ndim > GPUARR_MAX_DIMS) return false;
@@ -1058,14 +1063,30 @@ static void fz_run(const uint8_t *data, size_t size) {
     z.size = size;
     fz_find_devices(&z);
     uint8_t head = u8(&z);
-    if (!fz_soak && (head & 0xf0) == 0xf0) { /* start from another configuration */
-        static const char *const confs[] = {"caching:0", "max_split_size:4K,release_threshold:0", "host_fallback:1,limit:64K", "limit:1%"};
+    if (!fz_soak && (head & 0xc0) == 0xc0) { /* start from another configuration */
+        static const char *const confs[] = {"caching:0",         "max_split_size:4K,release_threshold:0",
+                                            "host_fallback:1,limit:64K", "limit:1%,host_limit:256K",
+                                            "release_threshold:none",    "host_fallback:1,caching:0,limit:128K"};
+        static const char *const faults[] = {"host:nth=5", "opencl:0:above=4K,cuda:0:nth=3", "cuda:1:pinned_above=1K,opencl:1:pinned_above=0",
+                                             "opencl:1:nth=2,host:above=64K"};
+        uint8_t env = u8(&z);
         gpuarr_desc d = *fz_default_desc();
-        d.alloc_conf = confs[head & 3];
-        d.oom_host_fallback = (head & 4) != 0;
-        d.host_threads = (head & 8) ? 1 : 0;
+        d.alloc_conf = confs[(head & 7) % 6];
+        d.oom_host_fallback = (head & 8) != 0;
+        d.host_threads = (head & 16) ? 1 : 0;
+        d.devices = (head & 32) ? "opencl:1,cuda:0" : NULL;
+        /* variables gpuarr_init reads once: set around the init only */
+        if (env & 1) setenv("GPUARR_OPENCL_UNIFIED", "off", 1); /* PoCL as a discrete device: staging, pinned pools */
+        if (env & 2) setenv("GPUARR_FAULTS", faults[(env >> 4) & 3], 1);
+        if (env & 4) setenv("GPUARR_PEER_COPIES", "off", 1);
+        if (env & 8) setenv("GPUARR_OPENCL_FP64", "off", 1);
         fz_reinit(&z, &d);
+        unsetenv("GPUARR_OPENCL_UNIFIED");
+        unsetenv("GPUARR_FAULTS");
+        unsetenv("GPUARR_PEER_COPIES");
+        unsetenv("GPUARR_OPENCL_FP64");
         z.reinit = true;
+        z.faults = true;
     }
     for (int ops = 0; ops < FZ_MAX_OPS && z.pos < z.size; ops++) {
         switch (u8(&z) % 24) {

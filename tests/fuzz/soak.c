@@ -15,7 +15,7 @@
 #define SOAK_THREADS 8
 
 static double soak_deadline;
-static unsigned long long soak_seed;
+static uint64_t soak_seed;
 static unsigned long long soak_inputs[SOAK_THREADS];
 
 static double soak_now(void) {
@@ -52,8 +52,8 @@ static void *soak_thread(void *arg) {
 
 int main(int argc, char **argv) {
     double minutes = argc > 1 ? atof(argv[1]) : 30;
-    soak_seed = argc > 2 ? strtoull(argv[2], NULL, 0) : (unsigned long long)time(NULL);
-    printf("soak: %d threads, %.1f min, seed %llu\n", SOAK_THREADS, minutes, soak_seed);
+    soak_seed = argc > 2 ? (uint64_t)strtoull(argv[2], NULL, 0) : (uint64_t)time(NULL);
+    printf("soak: %d threads, %.1f min, seed %llu\n", SOAK_THREADS, minutes, (unsigned long long)soak_seed);
     fflush(stdout);
     fz_soak = 1;
     pthread_once(&fz_once, fz_start);
@@ -71,6 +71,6 @@ int main(int argc, char **argv) {
     fz_soak = 0;
     fz_cleanup(&z);
     gpuarr_shutdown();
-    printf("soak: %llu sequences from %d threads, seed %llu: no crash, every pool back to 0\n", total, SOAK_THREADS, soak_seed);
+    printf("soak: %llu sequences from %d threads, seed %llu: no crash, every pool back to 0\n", total, SOAK_THREADS, (unsigned long long)soak_seed);
     return 0;
 }
