@@ -4227,7 +4227,10 @@ static gpuarr_result gpuarr__bounce_once(gpuarr__stream *ss, gpuarr__stream *ds,
     gpuarr__hostbuf b;
     gpuarr_result r;
     if (async && gpuarr__hostbuf_get(pd, pd == ds->dev ? ds : ss, bytes, pageable_ok, &b)) {
-        r = ss->dev->backend->copy_d2h(ss, b.ptr, smem, soff, bytes);
+        /* A pinned block taken for ds may be one ds's queued work still uses (a stream reuses its
+           own frees at once), but ss writes it first: ss waits for that work. */
+        r = pd == ds->dev && b.pinned ? gpuarr__stream_order(ss, ds) : GPUARR_OK;
+        if (r == GPUARR_OK) r = ss->dev->backend->copy_d2h(ss, b.ptr, smem, soff, bytes);
         if (r == GPUARR_OK) r = gpuarr__stream_order(ds, ss);
         if (r == GPUARR_OK) r = ds->dev->backend->copy_h2d(ds, dmem, doff, b.ptr, bytes);
         gpuarr__hostbuf_release(&b, ds);
