@@ -55,8 +55,20 @@ static int fz_soak; /* set by soak.c before its threads start */
 static const char *const fz_specs[FZ_DEVICES] = {"host", "opencl:0", "opencl:1", "cuda:0", "cuda:1"};
 static const gpuarr_desc *fz_default_desc(void);
 
+static _Thread_local const uint8_t *fz_cur_data; /* the input running on this thread */
+static _Thread_local size_t fz_cur_size;
+
 static void fz_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void fz_die(const char *fmt, ...) {
+    const char *keep = getenv("FUZZ_API_CRASH_INPUT"); /* the soak's: libFuzzer keeps its own */
+    if (keep && fz_cur_data) {
+        FILE *f = fopen(keep, "wb");
+        if (f) {
+            fwrite(fz_cur_data, 1, fz_cur_size, f);
+            fclose(f);
+            fprintf(stderr, "fuzz_api: the input (%zu bytes) is in %s\n", fz_cur_size, keep);
+        }
+    }
     va_list ap;
     va_start(ap, fmt);
     fprintf(stderr, "fuzz_api: ");
@@ -125,7 +137,9 @@ static void fz_ok_or_error(gpuarr_result r, const char *api) {
     if (strncmp(m, api, n) != 0 || (m[n] != ':' && m[n] != ' '))
         fz_die("%s failed (%s) with a message naming another function: \"%s\"", api, gpuarr_result_name(r), m);
 }
+static int fz_trace; /* FUZZ_API_TRACE=1: each call and its result on stderr */
 static gpuarr_result fz_call(gpuarr_result r, const char *api) {
+    if (fz_trace) fprintf(stderr, "  %s -> %s%s%s\n", api, gpuarr_result_name(r), r ? ": " : "", r ? gpuarr_last_error() : "");
     fz_ok_or_error(r, api);
     return r;
 }
@@ -330,7 +344,9 @@ static void op_create(fz *z, int kind) {
     }
     default: name = "gpuarr_empty_pinned"; r = gpuarr_empty_pinned(d, t, ndim, shape, &out); break;
     }
-    fz_ok_or_error(r, name);
+    if (fz_trace) fprintf(stderr, "  %s(dev 0x%x, %s, ndim %d, count %lld) = 0x%x\n", name, d.id, gpuarr_dtype_name(t), ndim,
+                          (long long)fz_count(ndim, shape), out.id);
+    fz_call(r, name);
     FZ_KEEP_OUT(r, name, out);
     if (r != GPUARR_OK) return;
     gpuarr_array_info info;
@@ -347,7 +363,13 @@ static void op_create(fz *z, int kind) {
     if (kind == 1 && info.nbytes) { /* zeros: all zero */
         unsigned char *back = fz_read_all(z, out, &info);
         for (size_t i = 0; back && i < info.nbytes; i++)
-            if (back[i]) fz_die("gpuarr_zeros: byte %zu is %u", i, back[i]);
+            if (back[i]) {
+                gpuarr_device_info di;
+                memset(&di, 0, sizeof di);
+                (void)gpuarr_device_get_info(info.device, &di);
+                fz_die("gpuarr_zeros: byte %zu of %zu is %u (%s on %s%s%s)", i, info.nbytes, back[i], gpuarr_dtype_name(info.dtype), di.spec,
+                       info.host_fallback ? ", a host fallback" : "", info.pinned ? ", pinned" : "");
+            }
     }
     fz_adopt(z, out);
 }
@@ -416,16 +438,28 @@ static void op_convert(fz *z, int async) {
     gpuarr_dtype t = (u8(z) & 1) ? GPUARR_DTYPE_INVALID : fz_dtype(z);
     gpuarr_result r;
     const char *name = async ? "gpuarr_convert_async" : "gpuarr_convert";
-    if (async) r = gpuarr_convert_async(a, d, t, fz_stream(z), &out);
+    gpuarr_stream s = async ? fz_stream(z) : (gpuarr_stream){0};
+    if (async) r = gpuarr_convert_async(a, d, t, s, &out);
     else r = gpuarr_convert(a, d, t, &out);
-    fz_ok_or_error(r, name);
+    if (fz_trace) fprintf(stderr, "  %s(0x%x, dev 0x%x, %s, stream 0x%x) = 0x%x\n", name, a.id, d.id, gpuarr_dtype_name(t), s.id, out.id);
+    fz_call(r, name);
     FZ_KEEP_OUT(r, name, out);
     if (r != GPUARR_OK) return;
     gpuarr_array_info si, oi;
     if (!fz_info(out, &oi)) fz_die("%s: no info for the result", name);
     if (fz_info(a, &si) && si.dtype == oi.dtype && si.nbytes == oi.nbytes && (u8(z) & 1)) {
         unsigned char *x = fz_read_all(z, a, &si), *y = fz_read_all(z, out, &oi);
-        if (x && y && memcmp(x, y, si.nbytes) != 0) fz_die("%s to the same dtype changed the bytes (%s)", name, gpuarr_dtype_name(si.dtype));
+        if (x && y && memcmp(x, y, si.nbytes) != 0) {
+            size_t k = 0;
+            while (x[k] == y[k]) k++;
+            gpuarr_device_info a_dev, o_dev;
+            memset(&a_dev, 0, sizeof a_dev);
+            memset(&o_dev, 0, sizeof o_dev);
+            (void)gpuarr_device_get_info(si.device, &a_dev);
+            (void)gpuarr_device_get_info(oi.device, &o_dev);
+            fz_die("%s to the same dtype changed the bytes (%s, %s%s -> %s, %zu bytes, first difference at byte %zu)", name,
+                   gpuarr_dtype_name(si.dtype), a_dev.spec, si.is_view ? " (a view)" : "", o_dev.spec, si.nbytes, k);
+        }
     }
     fz_adopt(z, out);
 }
@@ -460,12 +494,16 @@ static void op_rw(fz *z, int kind) {
     gpuarr_dtype t = (how & 4) ? fz_dtype(z) : GPUARR_DTYPE_INVALID;
     size_t itemsize = t ? gpuarr_dtype_size(t) : have ? info.itemsize : 8;
     if (!itemsize) itemsize = 8;
-    size_t n = count > 0 && count <= FZ_MAX_ELEMS ? (size_t)count : 1;
+    /* count elements where the call can succeed (arrays from gpuarr_stack hold more than
+       FZ_MAX_ELEMS); one where it must fail */
+    int64_t most = have && info.count > FZ_MAX_ELEMS ? info.count : FZ_MAX_ELEMS;
+    size_t n = count > 0 && count <= most ? (size_t)count : 1;
     unsigned char *buf = (unsigned char *)fz_alloc(z, n * itemsize);
     unsigned char *copy = (unsigned char *)malloc(n * itemsize + 1);
     memcpy(copy, buf, n * itemsize);
     gpuarr_result r;
     const void *src = (how & 0x70) == 0x70 ? NULL : buf;
+    if (fz_trace) fprintf(stderr, "  rw kind %d on 0x%x [%lld, +%lld) as %s\n", kind, a.id, (long long)first, (long long)count, gpuarr_dtype_name(t));
     switch (kind) {
     case 0:
         FZ_CALL(r, "gpuarr_write", gpuarr_write(a, first, count, t, src));
@@ -1039,6 +1077,8 @@ static const gpuarr_desc *fz_default_desc(void) {
 
 static pthread_once_t fz_once = PTHREAD_ONCE_INIT;
 static void fz_start(void) {
+    fz_trace = getenv("FUZZ_API_TRACE") != NULL;
+    if (getenv("FUZZ_API_SOAK")) fz_soak = 1; /* replaying a soak's input as the soak ran it */
     setenv("POCL_DEVICES", "pthread pthread", 0);
     setenv("GPUARR_CUDA_LIBRARY", FUZZ_FAKE_CUDA, 0);
     setenv("GPUARR_CACHE_DIR", FUZZ_CACHE_DIR, 0);
@@ -1057,6 +1097,8 @@ static void fz_start(void) {
 /* One input: a sequence of ops, then the checks. Thread-safe with fz_soak set. */
 static void fz_run(const uint8_t *data, size_t size) {
     pthread_once(&fz_once, fz_start);
+    fz_cur_data = data;
+    fz_cur_size = size;
     fz z;
     memset(&z, 0, sizeof z);
     z.data = data;
@@ -1064,9 +1106,13 @@ static void fz_run(const uint8_t *data, size_t size) {
     fz_find_devices(&z);
     uint8_t head = u8(&z);
     if (!fz_soak && (head & 0xc0) == 0xc0) { /* start from another configuration */
-        static const char *const confs[] = {"caching:0",         "max_split_size:4K,release_threshold:0",
-                                            "host_fallback:1,limit:64K", "limit:1%,host_limit:256K",
-                                            "release_threshold:none",    "host_fallback:1,caching:0,limit:128K"};
+        /* each after the default's limits (later keys win): no array reaches a size that takes long to fill */
+        static const char *const confs[] = {"limit:32M,host_limit:32M,caching:0",
+                                            "limit:32M,host_limit:32M,max_split_size:4K,release_threshold:0",
+                                            "limit:32M,host_limit:32M,host_fallback:1,limit:64K",
+                                            "limit:32M,host_limit:32M,limit:1%,host_limit:256K",
+                                            "limit:32M,host_limit:32M,release_threshold:none",
+                                            "limit:32M,host_limit:32M,host_fallback:1,caching:0,limit:128K"};
         static const char *const faults[] = {"host:nth=5", "opencl:0:above=4K,cuda:0:nth=3", "cuda:1:pinned_above=1K,opencl:1:pinned_above=0",
                                              "opencl:1:nth=2,host:above=64K"};
         uint8_t env = u8(&z);
@@ -1089,6 +1135,7 @@ static void fz_run(const uint8_t *data, size_t size) {
         z.faults = true;
     }
     for (int ops = 0; ops < FZ_MAX_OPS && z.pos < z.size; ops++) {
+        if (fz_trace) fprintf(stderr, "op %d at byte %zu: %u\n", ops, z.pos, z.pos < z.size ? z.data[z.pos] % 24u : 0u);
         switch (u8(&z) % 24) {
         case 0: case 1: op_create(&z, 0); break;
         case 2: op_create(&z, 1); break;

@@ -1,7 +1,8 @@
 /*
  * soak.c -- the api interpreter (fuzz_api.c) on random inputs from 8 threads at once, under
  * ASan+UBSan, with allocation faults (the inputs inject them): `make soak` runs it for
- * SOAK_MINUTES (default 30), `make check` for 2. Usage: soak MINUTES [SEED].
+ * SOAK_MINUTES (default 30), `make check` for 2. Usage: soak MINUTES [SEED [THREADS]] (1..8).
+ * A failing sequence is written to build/logs/soak-crash-input (replay it with fuzz-replay/fuzz_api).
  *
  * Each thread keeps its own handle table (fz_run's), and fz_soak leaves out the process-wide ops
  * (init/shutdown, set_limit) and the per-input pool checks; those run here at the end, once every
@@ -53,15 +54,17 @@ static void *soak_thread(void *arg) {
 int main(int argc, char **argv) {
     double minutes = argc > 1 ? atof(argv[1]) : 30;
     soak_seed = argc > 2 ? (uint64_t)strtoull(argv[2], NULL, 0) : (uint64_t)time(NULL);
-    printf("soak: %d threads, %.1f min, seed %llu\n", SOAK_THREADS, minutes, (unsigned long long)soak_seed);
+    int threads = argc > 3 ? atoi(argv[3]) : SOAK_THREADS;
+    if (threads < 1 || threads > SOAK_THREADS) threads = SOAK_THREADS;
+    printf("soak: %d threads, %.1f min, seed %llu\n", threads, minutes, (unsigned long long)soak_seed);
     fflush(stdout);
     fz_soak = 1;
     pthread_once(&fz_once, fz_start);
     soak_deadline = soak_now() + minutes * 60;
     pthread_t th[SOAK_THREADS];
-    for (int t = 0; t < SOAK_THREADS; t++)
+    for (int t = 0; t < threads; t++)
         if (pthread_create(&th[t], NULL, soak_thread, (void *)(intptr_t)t) != 0) fz_die("pthread_create");
-    for (int t = 0; t < SOAK_THREADS; t++) pthread_join(th[t], NULL);
+    for (int t = 0; t < threads; t++) pthread_join(th[t], NULL);
     unsigned long long total = 0;
     for (int t = 0; t < SOAK_THREADS; t++) total += soak_inputs[t];
     /* the checks the threads left out, now that nothing else runs */
@@ -71,6 +74,6 @@ int main(int argc, char **argv) {
     fz_soak = 0;
     fz_cleanup(&z);
     gpuarr_shutdown();
-    printf("soak: %llu sequences from %d threads, seed %llu: no crash, every pool back to 0\n", total, SOAK_THREADS, (unsigned long long)soak_seed);
+    printf("soak: %llu sequences from %d threads, seed %llu: no crash, every pool back to 0\n", total, threads, (unsigned long long)soak_seed);
     return 0;
 }
