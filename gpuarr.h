@@ -6297,7 +6297,13 @@ GPUARR_API gpuarr_result gpuarr_stream_wait(gpuarr_stream s, gpuarr_event e) {
     GPUARR__CHECK(gpuarr__get_event(e, "e", &ev));
     gpuarr_result r = gpuarr__resolve_stream(s, "s", &st);
     if (r == GPUARR_OK) {
-        r = gpuarr__stream_wait_raw(st, ev);
+        /* Across backends the calling thread waits (as the manual says): a host function on s
+           would wait for e as recorded when it runs, and the caller may record e again before
+           then, after work that waits for s (a deadlock). */
+        if (ev->dev->backend != st->dev->backend && !ev->dev->backend->synchronous)
+            r = GPUARR__ATOMIC_LOAD(&ev->recorded) ? ev->dev->backend->event_sync(ev->dev, ev->native) : GPUARR_OK;
+        else
+            r = gpuarr__stream_wait_raw(st, ev);
         gpuarr__obj_release(&st->obj);
     }
     gpuarr__obj_release(&ev->obj);
