@@ -109,9 +109,21 @@ static long fz_wraps_alive; /* wrapped host buffers whose release callback has n
 
 /* ---- reading the input ---- */
 static uint8_t u8(fz *z) { return z->pos < z->size ? z->data[z->pos++] : 0; }
-static uint16_t u16(fz *z) { return (uint16_t)(u8(z) | (u8(z) << 8)); }
-static uint32_t u32(fz *z) { return (uint32_t)u16(z) | ((uint32_t)u16(z) << 16); }
-static uint64_t u64(fz *z) { return (uint64_t)u32(z) | ((uint64_t)u32(z) << 32); }
+/* Every read is its own statement, and no call takes two of them as arguments: the order in
+   which a compiler evaluates operands or arguments is unspecified (gcc and clang differ), and an
+   input must mean the same in the clang fuzzer and the gcc replay. */
+static uint16_t u16(fz *z) {
+    uint16_t lo = u8(z);
+    return (uint16_t)(lo | (u8(z) << 8));
+}
+static uint32_t u32(fz *z) {
+    uint32_t lo = u16(z);
+    return lo | ((uint32_t)u16(z) << 16);
+}
+static uint64_t u64(fz *z) {
+    uint64_t lo = u32(z);
+    return lo | ((uint64_t)u32(z) << 32);
+}
 
 static void *fz_alloc(fz *z, size_t size) {
     fz_buf *b = (fz_buf *)malloc(sizeof *b + size + 1);
@@ -644,7 +656,9 @@ static void op_stream(fz *z) {
     case 1: {
         if (z->st[i].id) return;
         gpuarr_stream out = {FZ_SENTINEL};
-        FZ_CALL(r, "gpuarr_stream_create", gpuarr_stream_create(fz_dev(z), (u8(z) & 7) ? 0u : 1u, &out));
+        gpuarr_device d = fz_dev(z);
+        uint32_t flags = (u8(z) & 7) ? 0u : 1u;
+        FZ_CALL(r, "gpuarr_stream_create", gpuarr_stream_create(d, flags, &out));
         FZ_KEEP_OUT(r, "gpuarr_stream_create", out);
         if (r == GPUARR_OK) z->st[i] = out;
         break;
@@ -670,7 +684,8 @@ static void op_stream(fz *z) {
     case 3: FZ_CALL(r, "gpuarr_stream_sync", gpuarr_stream_sync(fz_stream(z))); break;
     case 4: {
         bool done;
-        FZ_CALL(r, "gpuarr_stream_query", gpuarr_stream_query(fz_stream(z), (u8(z) & 7) ? &done : NULL));
+        gpuarr_stream s = fz_stream(z);
+        FZ_CALL(r, "gpuarr_stream_query", gpuarr_stream_query(s, (u8(z) & 7) ? &done : NULL));
         break;
     }
     case 5: {
@@ -679,9 +694,21 @@ static void op_stream(fz *z) {
         if (r != GPUARR_OK && d.id != FZ_SENTINEL) fz_die("gpuarr_stream_get_device failed but wrote *out");
         break;
     }
-    case 6: FZ_CALL(r, "gpuarr_stream_wait", gpuarr_stream_wait(fz_stream(z), fz_event(z))); break;
-    case 7: FZ_CALL(r, "gpuarr_stream_wait_array", gpuarr_stream_wait_array(fz_stream(z), fz_arr(z))); break;
-    case 8: FZ_CALL(r, "gpuarr_array_record_stream", gpuarr_array_record_stream(fz_arr(z), fz_stream(z))); break;
+    case 6: {
+        gpuarr_stream s = fz_stream(z);
+        FZ_CALL(r, "gpuarr_stream_wait", gpuarr_stream_wait(s, fz_event(z)));
+        break;
+    }
+    case 7: {
+        gpuarr_stream s = fz_stream(z);
+        FZ_CALL(r, "gpuarr_stream_wait_array", gpuarr_stream_wait_array(s, fz_arr(z)));
+        break;
+    }
+    case 8: {
+        gpuarr_array a = fz_arr(z);
+        FZ_CALL(r, "gpuarr_array_record_stream", gpuarr_array_record_stream(a, fz_stream(z)));
+        break;
+    }
     case 9: FZ_CALL(r, "gpuarr_set_current_stream", gpuarr_set_current_stream(fz_stream(z))); break;
     case 10: (void)gpuarr_current_stream(); break;
     case 11: FZ_CALL(r, "gpuarr_set_current_device", gpuarr_set_current_device(fz_dev(z))); break;
@@ -719,7 +746,11 @@ static void op_event(fz *z) {
         }
         break;
     }
-    case 3: FZ_CALL(r, "gpuarr_event_record", gpuarr_event_record(fz_event(z), fz_stream(z))); break;
+    case 3: {
+        gpuarr_event e = fz_event(z);
+        FZ_CALL(r, "gpuarr_event_record", gpuarr_event_record(e, fz_stream(z)));
+        break;
+    }
     case 4: FZ_CALL(r, "gpuarr_event_sync", gpuarr_event_sync(fz_event(z))); break;
     case 5: {
         bool done;
@@ -910,7 +941,8 @@ static void op_pool(fz *z) {
     }
     case 7:
         z->faults = true;
-        FZ_CALL(r, "gpuarr_pool_inject_faults", gpuarr_pool_inject_faults(d, u8(z) % 8, (how & 0x80) ? (uint64_t)u16(z) : 0));
+        uint64_t nth = u8(z) % 8;
+        FZ_CALL(r, "gpuarr_pool_inject_faults", gpuarr_pool_inject_faults(d, nth, (how & 0x80) ? (uint64_t)u16(z) : 0));
         break;
     case 8: {
         uintptr_t k = u8(z) % 20;
