@@ -274,6 +274,17 @@ static void fz_adopt(fz *z, gpuarr_array a) {
 
 static bool fz_info(gpuarr_array a, gpuarr_array_info *info) { return gpuarr_array_get_info(a, info) == GPUARR_OK; }
 
+/* "opencl:0, a view, pinned": where an array lives, for messages */
+static const char *fz_where(const gpuarr_array_info *info, char *buf, size_t len) {
+    gpuarr_device_info di;
+    memset(&di, 0, sizeof di);
+    (void)gpuarr_device_get_info(info->device, &di);
+    snprintf(buf, len, "%s %s, %lld elements%s%s%s%s", gpuarr_dtype_name(info->dtype), di.spec, (long long)info->count,
+             info->is_view ? ", a view" : "", info->pinned ? ", pinned" : "", info->host_fallback ? ", a host fallback" : "",
+             info->wrapped ? ", wrapped" : "");
+    return buf;
+}
+
 /* the array's elements in its own dtype, into a new buffer (NULL when the read fails) */
 static unsigned char *fz_read_all(fz *z, gpuarr_array a, const gpuarr_array_info *info) {
     unsigned char *buf = (unsigned char *)fz_alloc(z, info->nbytes);
@@ -365,7 +376,12 @@ static void op_create(fz *z, int kind) {
     if (!fz_info(out, &info)) fz_die("%s: a new array has no info: %s", name, gpuarr_last_error());
     if (kind == 2 && info.dtype == t && info.nbytes == bytes) { /* the round trip gives the bytes back */
         unsigned char *back = fz_read_all(z, out, &info);
-        if (back && memcmp(back, host, bytes) != 0) fz_die("%s then gpuarr_read: the bytes differ (%s)", name, gpuarr_dtype_name(t));
+        if (back && memcmp(back, host, bytes) != 0) {
+            char w[160];
+            size_t k = 0;
+            while (back[k] == ((unsigned char *)host)[k]) k++;
+            fz_die("%s then gpuarr_read: the bytes differ (%s; first at byte %zu of %zu)", name, fz_where(&info, w, sizeof w), k, bytes);
+        }
         if (info.dtype == GPUARR_F32 && back) {
             float *f = (float *)fz_alloc(z, bytes);
             if (gpuarr_to_host(out, f, (size_t)info.count) == GPUARR_OK && memcmp(f, host, bytes) != 0)
@@ -485,7 +501,10 @@ static void op_copy(fz *z, int async) {
     else FZ_CALL(r, "gpuarr_copy", gpuarr_copy(dst, src));
     if (r == GPUARR_OK && check) {
         unsigned char *x = fz_read_all(z, src, &si), *y = fz_read_all(z, dst, &di);
-        if (x && y && memcmp(x, y, si.nbytes) != 0) fz_die("gpuarr_copy%s: dst differs from src (%s)", async ? "_async" : "", gpuarr_dtype_name(si.dtype));
+        if (x && y && memcmp(x, y, si.nbytes) != 0) {
+            char w1[160], w2[160];
+            fz_die("gpuarr_copy%s: dst (%s) differs from src (%s)", async ? "_async" : "", fz_where(&di, w1, sizeof w1), fz_where(&si, w2, sizeof w2));
+        }
     }
 }
 
@@ -521,9 +540,10 @@ static void op_rw(fz *z, int kind) {
         FZ_CALL(r, "gpuarr_write", gpuarr_write(a, first, count, t, src));
         if (r == GPUARR_OK && t == GPUARR_DTYPE_INVALID && count > 0 && (how & 8)) { /* read it back */
             unsigned char *back = (unsigned char *)fz_alloc(z, n * itemsize);
+            char w[160];
             if (FZ_CALL(r, "gpuarr_read", gpuarr_read(a, first, count, t, back)) == GPUARR_OK && memcmp(back, buf, n * itemsize) != 0)
                 fz_die("gpuarr_write then gpuarr_read of [%lld, +%lld) gave other bytes (%s)", (long long)first, (long long)count,
-                       gpuarr_dtype_name(info.dtype));
+                       fz_where(&info, w, sizeof w));
         }
         break;
     case 1: FZ_CALL(r, "gpuarr_write_async", gpuarr_write_async(a, first, count, t, src, fz_stream(z))); break;
