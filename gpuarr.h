@@ -4226,11 +4226,12 @@ static gpuarr_result gpuarr__bounce_once(gpuarr__stream *ss, gpuarr__stream *ds,
     bool pageable_ok = ss->dev->backend->pageable_async && ds->dev->backend->pageable_async;
     gpuarr__hostbuf b;
     gpuarr_result r;
-    if (async && gpuarr__hostbuf_get(pd, pd == ds->dev ? ds : ss, bytes, pageable_ok, &b)) {
-        /* A pinned block taken for ds may be one ds's queued work still uses (a stream reuses its
-           own frees at once), but ss writes it first: ss waits for that work. */
-        r = pd == ds->dev && b.pinned ? gpuarr__stream_order(ss, ds) : GPUARR_OK;
-        if (r == GPUARR_OK) r = ss->dev->backend->copy_d2h(ss, b.ptr, smem, soff, bytes);
+    /* ss writes the buffer first. From ss's device's pool it is taken for ss; from ds's, for no
+       stream: taken for ds it could be a block ds's queued work still uses (a stream reuses its
+       own frees at once), and ordering ss after ds across backends would put a host function on
+       ss waiting for ds; instead the calling thread waits for that work, if the block has any. */
+    if (async && gpuarr__hostbuf_get(pd, pd == ds->dev ? NULL : ss, bytes, pageable_ok, &b)) {
+        r = ss->dev->backend->copy_d2h(ss, b.ptr, smem, soff, bytes);
         if (r == GPUARR_OK) r = gpuarr__stream_order(ds, ss);
         if (r == GPUARR_OK) r = ds->dev->backend->copy_h2d(ds, dmem, doff, b.ptr, bytes);
         gpuarr__hostbuf_release(&b, ds);
