@@ -4273,7 +4273,11 @@ static gpuarr_result gpuarr__bounce_once(gpuarr__stream *ss, gpuarr__stream *ds,
     bool pageable_ok = ss->dev->backend->pageable_async && ds->dev->backend->pageable_async;
     gpuarr__hostbuf b;
     gpuarr_result r;
-    if (async && gpuarr__hostbuf_get(pd, pd == ds->dev ? ds : ss, bytes, pageable_ok, &b)) {
+    /* ss writes the buffer first. From ss's device's pool it is taken for ss; from ds's, for no
+       stream: taken for ds it could be a block ds's queued work still uses (a stream reuses its
+       own frees at once), and ordering ss after ds across backends would put a host function on
+       ss waiting for ds; instead the calling thread waits for that work, if the block has any. */
+    if (async && gpuarr__hostbuf_get(pd, pd == ds->dev ? NULL : ss, bytes, pageable_ok, &b)) {
         r = ss->dev->backend->copy_d2h(ss, b.ptr, smem, soff, bytes);
         if (r == GPUARR_OK) r = gpuarr__stream_order(ds, ss);
         if (r == GPUARR_OK) r = ds->dev->backend->copy_h2d(ds, dmem, doff, b.ptr, bytes);
@@ -6336,7 +6340,13 @@ GPUARR_API gpuarr_result gpuarr_stream_wait(gpuarr_stream s, gpuarr_event e) {
     GPUARR__CHECK(gpuarr__get_event(e, "e", &ev));
     gpuarr_result r = gpuarr__resolve_stream(s, "s", &st);
     if (r == GPUARR_OK) {
-        r = gpuarr__stream_wait_raw(st, ev);
+        /* Across backends the calling thread waits (as the manual says): a host function on s
+           would wait for e as recorded when it runs, and the caller may record e again before
+           then, after work that waits for s (a deadlock). */
+        if (ev->dev->backend != st->dev->backend && !ev->dev->backend->synchronous)
+            r = GPUARR__ATOMIC_LOAD(&ev->recorded) ? ev->dev->backend->event_sync(ev->dev, ev->native) : GPUARR_OK;
+        else
+            r = gpuarr__stream_wait_raw(st, ev);
         gpuarr__obj_release(&st->obj);
     }
     gpuarr__obj_release(&ev->obj);

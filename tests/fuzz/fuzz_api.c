@@ -1,0 +1,1228 @@
+/*
+ * fuzz_api.c -- the API fuzz target (issue 13): an op-code interpreter over a small table of live
+ * handles (arrays and views, streams, events, scopes), calling every public function of gpuarr.h
+ * with arguments taken from the input, on the host, PoCL's opencl:0/opencl:1 and the fake CUDA
+ * driver's cuda:0/cuda:1, while allocations fail as the input says (gpuarr_pool_inject_faults).
+ *
+ * What it asserts (abort() on a violation, so that the fuzzer reports it):
+ *   - a failing call returns a known negative gpuarr_result and gpuarr_last_error() names the
+ *     function ("gpuarr_<name>: ..."); an out handle is left as it was;
+ *   - cheap results are right: a write then a read of the same elements in the array's dtype
+ *     gives the bytes back, from_host/to_host round-trips, a same-dtype copy or convert gives the
+ *     source's bytes, an integer fill sets every element;
+ *   - every input ends clean: each handle it made is released, streams and events destroyed,
+ *     scopes left, OOM handlers removed, faults and limits reset; then every pool (and pinned
+ *     pool) has allocated_bytes 0 and, after gpuarr_pool_trim, reserved_bytes 0, and every
+ *     wrapped host buffer's release callback has run.
+ * gpuarr_init runs once per process (PoCL's start is slow); an op shuts the library down and
+ * starts it again with another desc now and then. tests/fuzz/soak.c runs the same interpreter
+ * from 8 threads (fz_soak = 1): handle tables are per thread, and the process-wide ops (init,
+ * shutdown, set_limit) and the per-input pool checks are left out there.
+ *
+ * Built with clang -fsanitize=fuzzer,address,undefined by `make fuzz`, and with gcc's ASan+UBSan
+ * and tests/fuzz/standalone.c by `make fuzz-replay` (the committed corpus, tests/fuzz/corpus/api).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpuarr.h"
+
+#ifndef FUZZ_FAKE_CUDA
+#define FUZZ_FAKE_CUDA "build/fake-cuda/libcuda.so.1"
+#endif
+#ifndef FUZZ_CACHE_DIR
+#define FUZZ_CACHE_DIR "off"
+#endif
+
+#define FZ_ARRAYS 8
+#define FZ_STREAMS 4
+#define FZ_EVENTS 4
+#define FZ_SCOPES 4
+#define FZ_STALE 8
+#define FZ_DEVICES 5
+#define FZ_MAX_ELEMS 8192 /* 64 KiB of f64 */
+#define FZ_MAX_OPS 96
+#define FZ_SENTINEL 0xA5A5A5A5u
+
+static int fz_soak; /* set by soak.c before its threads start */
+static const char *const fz_specs[FZ_DEVICES] = {"host", "opencl:0", "opencl:1", "cuda:0", "cuda:1"};
+static const gpuarr_desc *fz_default_desc(void);
+
+static _Thread_local const uint8_t *fz_cur_data; /* the input running on this thread */
+static _Thread_local size_t fz_cur_size;
+
+static void fz_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void fz_die(const char *fmt, ...) {
+    const char *keep = getenv("FUZZ_API_CRASH_INPUT"); /* the soak's: libFuzzer keeps its own */
+    if (keep && fz_cur_data) {
+        FILE *f = fopen(keep, "wb");
+        if (f) {
+            fwrite(fz_cur_data, 1, fz_cur_size, f);
+            fclose(f);
+            fprintf(stderr, "fuzz_api: the input (%zu bytes) is in %s\n", fz_cur_size, keep);
+        }
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "fuzz_api: ");
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n");
+    abort();
+}
+
+/* host buffers the interpreter owns: freed at the end of the input, after every device synced */
+typedef struct fz_buf {
+    struct fz_buf *next;
+    size_t size;
+    unsigned char bytes[];
+} fz_buf;
+
+typedef struct fz {
+    const uint8_t *data;
+    size_t size, pos;
+    gpuarr_device dev[FZ_DEVICES];
+    gpuarr_array arr[FZ_ARRAYS]; /* each non-zero slot holds one reference */
+    gpuarr_array keep[FZ_ARRAYS]; /* references kept for wrapped device pointers (cuda_wrap_ptr) */
+    int nkeep;
+    gpuarr_stream st[FZ_STREAMS];
+    bool st_pinned[FZ_STREAMS]; /* a wrapped stream (cuda_wrap_stream) uses its native stream */
+    bool st_wrapped[FZ_STREAMS];
+    gpuarr_event ev[FZ_EVENTS];
+    gpuarr_scope scope[FZ_SCOPES];
+    int nscope;
+    uint32_t stale[FZ_STALE]; /* ids released or destroyed, of any kind */
+    int nstale;
+    int handlers; /* OOM handlers added (fz_oom with user data z + k) */
+    bool faults, limits, reinit;
+    fz_buf *bufs;
+} fz;
+
+static long fz_wraps_alive; /* wrapped host buffers whose release callback has not run */
+
+/* ---- reading the input ---- */
+static uint8_t u8(fz *z) { return z->pos < z->size ? z->data[z->pos++] : 0; }
+/* Every read is its own statement, and no call takes two of them as arguments: the order in
+   which a compiler evaluates operands or arguments is unspecified (gcc and clang differ), and an
+   input must mean the same in the clang fuzzer and the gcc replay. */
+static uint16_t u16(fz *z) {
+    uint16_t lo = u8(z);
+    return (uint16_t)(lo | (u8(z) << 8));
+}
+static uint32_t u32(fz *z) {
+    uint32_t lo = u16(z);
+    return lo | ((uint32_t)u16(z) << 16);
+}
+static uint64_t u64(fz *z) {
+    uint64_t lo = u32(z);
+    return lo | ((uint64_t)u32(z) << 32);
+}
+
+static void *fz_alloc(fz *z, size_t size) {
+    fz_buf *b = (fz_buf *)malloc(sizeof *b + size + 1);
+    if (!b) fz_die("out of host memory");
+    b->next = z->bufs;
+    b->size = size;
+    z->bufs = b;
+    uint32_t x = 0x9e3779b9u * (1u + u8(z)); /* one input byte seeds the contents */
+    for (size_t i = 0; i < size; i++) {
+        x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+        b->bytes[i] = (unsigned char)x;
+    }
+    return b->bytes;
+}
+
+/* ---- results ---- */
+static void fz_ok_or_error(gpuarr_result r, const char *api) {
+    if (r == GPUARR_OK) return;
+    if ((int)r > 0 || (int)r <= -GPUARR_RESULT_COUNT) fz_die("%s returned %d, not a gpuarr_result", api, (int)r);
+    const char *m = gpuarr_last_error();
+    size_t n = strlen(api);
+    if (!m || strncmp(m, "gpuarr_", 7) != 0) fz_die("%s failed (%s) with the message \"%s\"", api, gpuarr_result_name(r), m ? m : "(null)");
+    if (strncmp(m, api, n) != 0 || (m[n] != ':' && m[n] != ' '))
+        fz_die("%s failed (%s) with a message naming another function: \"%s\"", api, gpuarr_result_name(r), m);
+}
+static int fz_trace; /* FUZZ_API_TRACE=1: each call and its result on stderr */
+static gpuarr_result fz_call(gpuarr_result r, const char *api) {
+    if (fz_trace) fprintf(stderr, "  %s -> %s%s%s\n", api, gpuarr_result_name(r), r ? ": " : "", r ? gpuarr_last_error() : "");
+    fz_ok_or_error(r, api);
+    return r;
+}
+#define FZ_CALL(r, name, call) ((r) = fz_call((call), (name)))
+#define FZ_KEEP_OUT(r, name, h)                                                                 \
+    do {                                                                                        \
+        if ((r) != GPUARR_OK && (h).id != FZ_SENTINEL) fz_die("%s failed but wrote its out handle", name); \
+    } while (0)
+
+/* ---- choosing handles: live, empty, stale, forged ---- */
+static uint32_t fz_forged(fz *z, uint32_t near) {
+    switch (u8(z) & 3) {
+    case 0: return u32(z);
+    case 1: return near + 1;
+    case 2: return near ^ 1u;
+    default: return near ^ 0x10000u;
+    }
+}
+static uint32_t fz_pick_id(fz *z, const uint32_t *ids, int n) {
+    uint8_t b = u8(z);
+    if (b < 0xe0) return ids[b % n];
+    if (b < 0xf0) return z->nstale ? z->stale[b % z->nstale] : 0;
+    return fz_forged(z, ids[b % n]);
+}
+static gpuarr_array fz_arr(fz *z) {
+    uint32_t ids[FZ_ARRAYS];
+    for (int i = 0; i < FZ_ARRAYS; i++) ids[i] = z->arr[i].id;
+    gpuarr_array a = {fz_pick_id(z, ids, FZ_ARRAYS)};
+    return a;
+}
+static gpuarr_stream fz_stream(fz *z) {
+    uint32_t ids[FZ_STREAMS];
+    for (int i = 0; i < FZ_STREAMS; i++) ids[i] = z->st[i].id;
+    gpuarr_stream s = {fz_pick_id(z, ids, FZ_STREAMS)};
+    if ((u8(z) & 3) == 0) s.id = 0; /* the current or default stream */
+    return s;
+}
+static gpuarr_event fz_event(fz *z) {
+    uint32_t ids[FZ_EVENTS];
+    for (int i = 0; i < FZ_EVENTS; i++) ids[i] = z->ev[i].id;
+    gpuarr_event e = {fz_pick_id(z, ids, FZ_EVENTS)};
+    return e;
+}
+static gpuarr_device fz_dev(fz *z) {
+    uint8_t b = u8(z);
+    if (b < 0xf0) return z->dev[b % FZ_DEVICES];
+    gpuarr_device d = {b < 0xf8 ? 0u : fz_forged(z, z->dev[0].id)};
+    return d;
+}
+static gpuarr_dtype fz_dtype(fz *z) {
+    uint8_t b = u8(z);
+    if (b < 0xf0) return (gpuarr_dtype)(1 + b % (GPUARR_DTYPE_COUNT - 1));
+    return (gpuarr_dtype)(b & 1 ? 0 : (int)(b - 0xf0 + GPUARR_DTYPE_COUNT)); /* 0 = keep, or not a dtype */
+}
+static void fz_stale_add(fz *z, uint32_t id) {
+    if (!id) return;
+    if (z->nstale < FZ_STALE) z->stale[z->nstale++] = id;
+    else z->stale[id % FZ_STALE] = id;
+}
+
+/* A shape of at most FZ_MAX_ELEMS elements, or (rarely) a hostile one that must be refused. */
+static int fz_shape(fz *z, int64_t *shape, bool hostile_ok) {
+    uint8_t b = u8(z);
+    int ndim = b & 3;
+    if ((b & 0x30) == 0x30) ndim = (b >> 2 & 3) + 3; /* 3..6 */
+    int64_t count = 1;
+    for (int i = 0; i < ndim; i++) {
+        int64_t v = u8(z) % 24;
+        if (count * (v ? v : 1) > FZ_MAX_ELEMS) v = 1;
+        shape[i] = v;
+        count *= v ? v : 1;
+    }
+    if (hostile_ok && (b & 0xc0) == 0xc0) {
+        static const int64_t bad[] = {-1, INT64_MAX, INT64_MIN, (int64_t)1 << 40, (int64_t)1 << 62, 3};
+        int which = u8(z);
+        if (ndim == 0) ndim = 1;
+        shape[which % ndim] = bad[(which >> 4) % 6];
+        if ((which >> 4) % 6 == 5) ndim = (which & 1) ? 9 : -1; /* an ndim out of range */
+    }
+    return ndim;
+}
+/* the product of the shape; -1 when it overflows (an empty array may have huge other dims) */
+static int64_t fz_count(int ndim, const int64_t *shape) {
+    int64_t c = 1;
+    bool over = false;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] == 0) return 0;
+        over |= __builtin_mul_overflow(c, shape[i], &c);
+    }
+    return over ? -1 : c;
+}
+static bool fz_shape_sane(int ndim, const int64_t *shape) {
+    if (ndim < 0 || ndim > GPUARR_MAX_DIMS) return false;
+    int64_t c = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0 || shape[i] > FZ_MAX_ELEMS) return false;
+        c *= shape[i];
+        if (c > FZ_MAX_ELEMS) return false;
+    }
+    return true;
+}
+
+static int fz_free_slot(fz *z) {
+    for (int i = 0; i < FZ_ARRAYS; i++)
+        if (!z->arr[i].id) return i;
+    return -1;
+}
+/* A new array: into a free slot, else released at once. */
+static void fz_adopt(fz *z, gpuarr_array a) {
+    int i = fz_free_slot(z);
+    if (i >= 0) {
+        z->arr[i] = a;
+        return;
+    }
+    gpuarr_result r;
+    FZ_CALL(r, "gpuarr_release", gpuarr_release(a));
+    if (r != GPUARR_OK) fz_die("gpuarr_release of a new array failed: %s", gpuarr_last_error());
+    fz_stale_add(z, a.id);
+}
+
+static bool fz_info(gpuarr_array a, gpuarr_array_info *info) { return gpuarr_array_get_info(a, info) == GPUARR_OK; }
+
+/* "opencl:0, a view, pinned": where an array lives, for messages */
+static const char *fz_where(const gpuarr_array_info *info, char *buf, size_t len) {
+    gpuarr_device_info di;
+    memset(&di, 0, sizeof di);
+    (void)gpuarr_device_get_info(info->device, &di);
+    snprintf(buf, len, "%s %s, %lld elements%s%s%s%s", gpuarr_dtype_name(info->dtype), di.spec, (long long)info->count,
+             info->is_view ? ", a view" : "", info->pinned ? ", pinned" : "", info->host_fallback ? ", a host fallback" : "",
+             info->wrapped ? ", wrapped" : "");
+    return buf;
+}
+
+/* the array's elements in its own dtype, into a new buffer (NULL when the read fails) */
+static unsigned char *fz_read_all(fz *z, gpuarr_array a, const gpuarr_array_info *info) {
+    unsigned char *buf = (unsigned char *)fz_alloc(z, info->nbytes);
+    gpuarr_result r;
+    if (FZ_CALL(r, "gpuarr_read", gpuarr_read(a, 0, info->count, GPUARR_DTYPE_INVALID, buf)) != GPUARR_OK) return NULL;
+    return buf;
+}
+
+static bool fz_oom(gpuarr_device d, uint64_t requested, void *user) {
+    (void)d;
+    (void)requested;
+    return ((uintptr_t)user & 1u) != 0; /* odd: "retry" */
+}
+static void fz_wrap_release(void *data, void *user) {
+    if (data != user) fz_die("a release callback got %p, not the wrapped %p", data, user);
+    free(data);
+    __atomic_fetch_sub(&fz_wraps_alive, 1, __ATOMIC_SEQ_CST);
+}
+
+/* ---- the ops ---- */
+static void op_create(fz *z, int kind) {
+    gpuarr_device d = fz_dev(z);
+    gpuarr_dtype t = fz_dtype(z);
+    int64_t shape[GPUARR_MAX_DIMS + 1] = {0};
+    int ndim = fz_shape(z, shape, kind != 2 && kind != 3);
+    gpuarr_array out = {FZ_SENTINEL};
+    gpuarr_result r;
+    const char *name = "";
+    void *host = NULL;
+    size_t itemsize = gpuarr_dtype_size(t) ? gpuarr_dtype_size(t) : 1;
+    bool sane = fz_shape_sane(ndim, shape);
+    size_t bytes = sane ? (size_t)fz_count(ndim, shape) * itemsize : 16;
+    switch (kind) {
+    case 0: name = "gpuarr_empty"; r = gpuarr_empty(d, t, ndim, (u8(z) & 15) ? shape : NULL, &out); break;
+    case 1: name = "gpuarr_zeros"; r = gpuarr_zeros(d, t, ndim, shape, &out); break;
+    case 2:
+        host = fz_alloc(z, bytes);
+        if (u8(z) & 1) {
+            name = "gpuarr_from_host_as";
+            r = gpuarr_from_host_as(d, t, host, ndim, shape, &out);
+        } else if (t == GPUARR_F32) {
+            name = "gpuarr_from_host";
+            r = gpuarr_from_host(d, (const float *)host, ndim, shape, &out);
+        } else if (t == GPUARR_I64) {
+            name = "gpuarr_from_host_i64";
+            r = gpuarr_from_host_i64(d, (const int64_t *)host, ndim, shape, &out);
+        } else if (t == GPUARR_U64) {
+            name = "gpuarr_from_host_u64";
+            r = gpuarr_from_host_u64(d, (const uint64_t *)host, ndim, shape, &out);
+        } else if (t == GPUARR_F16) {
+            name = "gpuarr_from_host";
+            r = gpuarr_from_host(d, (const gpuarr_f16 *)host, ndim, shape, &out);
+        } else {
+            name = "gpuarr__from_host_named";
+            r = gpuarr__from_host_named("gpuarr__from_host_named", d, t, host, ndim, shape, &out);
+        }
+        break;
+    case 3: {
+        name = "gpuarr_wrap_host";
+        uint8_t how = u8(z);
+        void *mem = (how & 3) == 0 && bytes == 0 ? NULL : malloc(bytes ? bytes : 1);
+        unsigned char *p = (unsigned char *)mem;
+        if ((how & 12) == 12 && p && itemsize > 1) p += 1; /* misaligned: must be refused */
+        __atomic_fetch_add(&fz_wraps_alive, 1, __ATOMIC_SEQ_CST);
+        r = gpuarr_wrap_host(p, t, ndim, shape, (how & 16) ? NULL : fz_wrap_release, mem, &out);
+        bool released_by_lib = r == GPUARR_OK && !(how & 16);
+        if (!released_by_lib) __atomic_fetch_sub(&fz_wraps_alive, 1, __ATOMIC_SEQ_CST);
+        if (r == GPUARR_OK && (how & 16)) {
+            /* no callback: the memory must outlive the array; keep it in a buffer of ours */
+            fz_ok_or_error(r, name);
+            gpuarr_result rr;
+            FZ_CALL(rr, "gpuarr_release", gpuarr_release(out));
+            if (rr != GPUARR_OK) fz_die("gpuarr_release of a wrapped array failed");
+            fz_stale_add(z, out.id);
+            free(mem);
+            return;
+        }
+        if (r != GPUARR_OK) free(mem);
+        break;
+    }
+    default: name = "gpuarr_empty_pinned"; r = gpuarr_empty_pinned(d, t, ndim, shape, &out); break;
+    }
+    if (fz_trace) fprintf(stderr, "  %s(dev 0x%x, %s, ndim %d, count %lld) = 0x%x\n", name, d.id, gpuarr_dtype_name(t), ndim,
+                          (long long)fz_count(ndim, shape), out.id);
+    fz_call(r, name);
+    FZ_KEEP_OUT(r, name, out);
+    if (r != GPUARR_OK) return;
+    gpuarr_array_info info;
+    if (!fz_info(out, &info)) fz_die("%s: a new array has no info: %s", name, gpuarr_last_error());
+    if (kind == 2 && info.dtype == t && info.nbytes == bytes) { /* the round trip gives the bytes back */
+        unsigned char *back = fz_read_all(z, out, &info);
+        if (back && memcmp(back, host, bytes) != 0) {
+            char w[160];
+            size_t k = 0;
+            while (back[k] == ((unsigned char *)host)[k]) k++;
+            fz_die("%s then gpuarr_read: the bytes differ (%s; first at byte %zu of %zu)", name, fz_where(&info, w, sizeof w), k, bytes);
+        }
+        if (info.dtype == GPUARR_F32 && back) {
+            float *f = (float *)fz_alloc(z, bytes);
+            if (gpuarr_to_host(out, f, (size_t)info.count) == GPUARR_OK && memcmp(f, host, bytes) != 0)
+                fz_die("gpuarr_to_host (f32): the bytes differ");
+        }
+    }
+    if (kind == 1 && info.nbytes) { /* zeros: all zero */
+        unsigned char *back = fz_read_all(z, out, &info);
+        for (size_t i = 0; back && i < info.nbytes; i++)
+            if (back[i]) {
+                gpuarr_device_info di;
+                memset(&di, 0, sizeof di);
+                (void)gpuarr_device_get_info(info.device, &di);
+                fz_die("gpuarr_zeros: byte %zu of %zu is %u (%s on %s%s%s)", i, info.nbytes, back[i], gpuarr_dtype_name(info.dtype), di.spec,
+                       info.host_fallback ? ", a host fallback" : "", info.pinned ? ", pinned" : "");
+            }
+    }
+    fz_adopt(z, out);
+}
+
+static void op_release(fz *z) {
+    uint8_t b = u8(z);
+    int i = b % FZ_ARRAYS;
+    gpuarr_result r;
+    if (b >= 0xc0) { /* a stale, forged or empty id: refused */
+        gpuarr_array a = fz_arr(z);
+        bool owned = false;
+        for (int k = 0; k < FZ_ARRAYS; k++) owned |= a.id && z->arr[k].id == a.id;
+        if (owned) return;
+        if (FZ_CALL(r, "gpuarr_release", gpuarr_release(a)) == GPUARR_OK && a.id) fz_die("gpuarr_release of a non-live id 0x%x succeeded", a.id);
+        return;
+    }
+    if (!z->arr[i].id) return;
+    if (FZ_CALL(r, "gpuarr_release", gpuarr_release(z->arr[i])) != GPUARR_OK) fz_die("gpuarr_release of an owned array failed");
+    bool still = false;
+    for (int k = 0; k < FZ_ARRAYS; k++) still |= k != i && z->arr[k].id == z->arr[i].id;
+    if (!still) fz_stale_add(z, z->arr[i].id);
+    z->arr[i].id = 0;
+}
+
+static void op_retain(fz *z) {
+    gpuarr_array a = fz_arr(z);
+    gpuarr_result r;
+    if (FZ_CALL(r, "gpuarr_retain", gpuarr_retain(a)) != GPUARR_OK) return;
+    bool owned = false;
+    for (int k = 0; k < FZ_ARRAYS; k++) owned |= z->arr[k].id == a.id;
+    if (!owned) fz_die("gpuarr_retain of a non-live id 0x%x succeeded", a.id);
+    fz_adopt(z, a);
+}
+
+static void op_info(fz *z) {
+    gpuarr_array a = fz_arr(z);
+    gpuarr_array_info info;
+    gpuarr_result r;
+    void *p = (void *)&z->pos;
+    switch (u8(z) % 4) {
+    case 0:
+        FZ_CALL(r, "gpuarr_array_get_info", gpuarr_array_get_info(a, (u8(z) & 7) ? &info : NULL));
+        if (r == GPUARR_OK && info.count != fz_count(info.ndim, info.shape) && info.ndim > 0) fz_die("array_get_info: count != product of shape");
+        break;
+    case 1:
+        FZ_CALL(r, "gpuarr_host_data", gpuarr_host_data(a, &p));
+        if (r != GPUARR_OK && p != (void *)&z->pos) fz_die("gpuarr_host_data failed but wrote *out");
+        if (r == GPUARR_OK && fz_info(a, &info) && info.nbytes) {
+            volatile unsigned char *c = (unsigned char *)p; /* readable, to the last byte */
+            (void)c[0];
+            (void)c[info.nbytes - 1];
+        }
+        break;
+    case 2: {
+        bool ready;
+        FZ_CALL(r, "gpuarr_array_query", gpuarr_array_query(a, &ready));
+        break;
+    }
+    default: FZ_CALL(r, "gpuarr_array_sync", gpuarr_array_sync(a)); break;
+    }
+}
+
+static void op_convert(fz *z, int async) {
+    gpuarr_array a = fz_arr(z), out = {FZ_SENTINEL};
+    gpuarr_device d = fz_dev(z);
+    gpuarr_dtype t = (u8(z) & 1) ? GPUARR_DTYPE_INVALID : fz_dtype(z);
+    gpuarr_result r;
+    const char *name = async ? "gpuarr_convert_async" : "gpuarr_convert";
+    gpuarr_stream s = async ? fz_stream(z) : (gpuarr_stream){0};
+    if (async) r = gpuarr_convert_async(a, d, t, s, &out);
+    else r = gpuarr_convert(a, d, t, &out);
+    if (fz_trace) fprintf(stderr, "  %s(0x%x, dev 0x%x, %s, stream 0x%x) = 0x%x\n", name, a.id, d.id, gpuarr_dtype_name(t), s.id, out.id);
+    fz_call(r, name);
+    FZ_KEEP_OUT(r, name, out);
+    if (r != GPUARR_OK) return;
+    gpuarr_array_info si, oi;
+    if (!fz_info(out, &oi)) fz_die("%s: no info for the result", name);
+    if (fz_info(a, &si) && si.dtype == oi.dtype && si.nbytes == oi.nbytes && (u8(z) & 1)) {
+        unsigned char *x = fz_read_all(z, a, &si), *y = fz_read_all(z, out, &oi);
+        if (x && y && memcmp(x, y, si.nbytes) != 0) {
+            size_t k = 0;
+            while (x[k] == y[k]) k++;
+            gpuarr_device_info a_dev, o_dev;
+            memset(&a_dev, 0, sizeof a_dev);
+            memset(&o_dev, 0, sizeof o_dev);
+            (void)gpuarr_device_get_info(si.device, &a_dev);
+            (void)gpuarr_device_get_info(oi.device, &o_dev);
+            fz_die("%s to the same dtype changed the bytes (%s, %s%s -> %s, %zu bytes, first difference at byte %zu)", name,
+                   gpuarr_dtype_name(si.dtype), a_dev.spec, si.is_view ? " (a view)" : "", o_dev.spec, si.nbytes, k);
+        }
+    }
+    fz_adopt(z, out);
+}
+
+static void op_copy(fz *z, int async) {
+    gpuarr_array dst = fz_arr(z), src = fz_arr(z);
+    gpuarr_result r;
+    gpuarr_array_info di, si;
+    bool check = (u8(z) & 1) && fz_info(dst, &di) && fz_info(src, &si) && di.dtype == si.dtype && di.nbytes == si.nbytes;
+    if (async) FZ_CALL(r, "gpuarr_copy_async", gpuarr_copy_async(dst, src, fz_stream(z)));
+    else FZ_CALL(r, "gpuarr_copy", gpuarr_copy(dst, src));
+    if (r == GPUARR_OK && check) {
+        unsigned char *x = fz_read_all(z, src, &si), *y = fz_read_all(z, dst, &di);
+        if (x && y && memcmp(x, y, si.nbytes) != 0) {
+            char w1[160], w2[160];
+            fz_die("gpuarr_copy%s: dst (%s) differs from src (%s)", async ? "_async" : "", fz_where(&di, w1, sizeof w1), fz_where(&si, w2, sizeof w2));
+        }
+    }
+}
+
+static void op_rw(fz *z, int kind) {
+    gpuarr_array a = fz_arr(z);
+    gpuarr_array_info info;
+    bool have = fz_info(a, &info);
+    uint8_t how = u8(z);
+    int64_t first, count;
+    if ((how & 3) == 3) {
+        first = (int64_t)u64(z);
+        count = (int64_t)u64(z);
+    } else {
+        int64_t n = have ? info.count : 0;
+        first = n ? (int64_t)(u16(z) % (uint64_t)(n + 1)) : u8(z) % 3;
+        count = n - first > 0 ? (int64_t)(u16(z) % (uint64_t)(n - first + 1)) : u8(z) % 3;
+    }
+    gpuarr_dtype t = (how & 4) ? fz_dtype(z) : GPUARR_DTYPE_INVALID;
+    size_t itemsize = t ? gpuarr_dtype_size(t) : have ? info.itemsize : 8;
+    if (!itemsize) itemsize = 8;
+    /* count elements where the call can succeed (arrays from gpuarr_stack hold more than
+       FZ_MAX_ELEMS); one where it must fail */
+    int64_t most = have && info.count > FZ_MAX_ELEMS ? info.count : FZ_MAX_ELEMS;
+    size_t n = count > 0 && count <= most ? (size_t)count : 1;
+    unsigned char *buf = (unsigned char *)fz_alloc(z, n * itemsize);
+    unsigned char *copy = (unsigned char *)malloc(n * itemsize + 1);
+    memcpy(copy, buf, n * itemsize);
+    gpuarr_result r;
+    const void *src = (how & 0x70) == 0x70 ? NULL : buf;
+    if (fz_trace) fprintf(stderr, "  rw kind %d on 0x%x [%lld, +%lld) as %s\n", kind, a.id, (long long)first, (long long)count, gpuarr_dtype_name(t));
+    switch (kind) {
+    case 0:
+        FZ_CALL(r, "gpuarr_write", gpuarr_write(a, first, count, t, src));
+        if (r == GPUARR_OK && t == GPUARR_DTYPE_INVALID && count > 0 && (how & 8)) { /* read it back */
+            unsigned char *back = (unsigned char *)fz_alloc(z, n * itemsize);
+            char w[160];
+            if (FZ_CALL(r, "gpuarr_read", gpuarr_read(a, first, count, t, back)) == GPUARR_OK && memcmp(back, buf, n * itemsize) != 0)
+                fz_die("gpuarr_write then gpuarr_read of [%lld, +%lld) gave other bytes (%s)", (long long)first, (long long)count,
+                       fz_where(&info, w, sizeof w));
+        }
+        break;
+    case 1: FZ_CALL(r, "gpuarr_write_async", gpuarr_write_async(a, first, count, t, src, fz_stream(z))); break;
+    case 2:
+        FZ_CALL(r, "gpuarr_read", gpuarr_read(a, first, count, t, (void *)src));
+        if (r != GPUARR_OK && src && memcmp(buf, copy, n * itemsize) != 0) fz_die("gpuarr_read failed but wrote the caller's memory");
+        break;
+    default: FZ_CALL(r, "gpuarr_read_async", gpuarr_read_async(a, first, count, t, (void *)src, fz_stream(z))); break;
+    }
+    free(copy);
+}
+
+static void op_to_host(fz *z) {
+    gpuarr_array a = fz_arr(z);
+    gpuarr_array_info info;
+    bool have = fz_info(a, &info);
+    uint8_t how = u8(z);
+    size_t count = have && !(how & 1) ? (size_t)info.count : u16(z) % (FZ_MAX_ELEMS + 1);
+    if (how & 2 && count) count--; /* one short: refused */
+    gpuarr_dtype t = (how & 4) ? fz_dtype(z) : GPUARR_DTYPE_INVALID;
+    size_t itemsize = t ? gpuarr_dtype_size(t) : have ? info.itemsize : 8;
+    if (!itemsize) itemsize = 8;
+    unsigned char *buf = (unsigned char *)fz_alloc(z, (count ? count : 1) * itemsize);
+    gpuarr_result r;
+    switch ((how >> 4) & 3) {
+    case 0: FZ_CALL(r, "gpuarr_to_host_as", gpuarr_to_host_as(a, t, buf, count)); break;
+    case 1: FZ_CALL(r, "gpuarr_to_host", gpuarr_to_host(a, (double *)(void *)buf, count * itemsize / 8)); break;
+    case 2: FZ_CALL(r, "gpuarr_to_host_i64", gpuarr_to_host_i64(a, (int64_t *)(void *)buf, count * itemsize / 8)); break;
+    default:
+        if (how & 8) FZ_CALL(r, "gpuarr_to_host_u64", gpuarr_to_host_u64(a, (uint64_t *)(void *)buf, count * itemsize / 8));
+        else FZ_CALL(r, "gpuarr__to_host_named", gpuarr__to_host_named("gpuarr__to_host_named", a, t, buf, count));
+        break;
+    }
+    if (r == GPUARR_OK && have && t == GPUARR_DTYPE_INVALID && ((how >> 4) & 3) == 0) {
+        unsigned char *back = fz_read_all(z, a, &info);
+        if (back && memcmp(back, buf, info.nbytes) != 0) fz_die("gpuarr_to_host_as and gpuarr_read disagree");
+    }
+}
+
+static void op_fill(fz *z) {
+    gpuarr_array a = fz_arr(z);
+    uint8_t how = u8(z);
+    gpuarr_dtype t = fz_dtype(z);
+    uint64_t v = u64(z);
+    gpuarr_result r;
+    switch (how & 7) {
+    case 0: FZ_CALL(r, "gpuarr_fill", gpuarr_fill(a, (float)(int32_t)v)); break;
+    case 1: FZ_CALL(r, "gpuarr_fill", gpuarr_fill(a, (int)v)); break;
+    case 2: FZ_CALL(r, "gpuarr_fill", gpuarr_fill(a, (double)(int64_t)v)); break;
+    case 3: FZ_CALL(r, "gpuarr_fill", gpuarr_fill(a, gpuarr_bf16_from_float((float)(int16_t)v))); break;
+    case 4: FZ_CALL(r, "gpuarr_fill_as", gpuarr_fill_as(a, t, NULL)); break;
+    case 5: FZ_CALL(r, "gpuarr__fill_named", gpuarr__fill_named("gpuarr__fill_named", a, t, &v)); break;
+    default: {
+        gpuarr_array_info info;
+        bool have = fz_info(a, &info);
+        gpuarr_dtype ft = (how & 8) || !have ? t : info.dtype;
+        FZ_CALL(r, "gpuarr_fill_as", gpuarr_fill_as(a, ft, &v));
+        bool integer = have && ft == info.dtype && ft >= GPUARR_I8 && ft <= GPUARR_U64;
+        if (r == GPUARR_OK && integer && info.nbytes) {
+            unsigned char *back = fz_read_all(z, a, &info);
+            for (size_t i = 0; back && i < info.nbytes; i++)
+                if (back[i] != ((unsigned char *)&v)[i % info.itemsize]) fz_die("gpuarr_fill_as (%s): byte %zu differs", gpuarr_dtype_name(ft), i);
+        }
+        break;
+    }
+    }
+}
+
+static void op_view(fz *z) {
+    gpuarr_array a = fz_arr(z), out = {FZ_SENTINEL};
+    gpuarr_result r;
+    const char *name;
+    if (u8(z) & 1) {
+        name = "gpuarr_reshape";
+        int64_t shape[GPUARR_MAX_DIMS + 1] = {0};
+        int ndim = fz_shape(z, shape, true);
+        gpuarr_array_info info;
+        if ((u8(z) & 3) && fz_info(a, &info) && ndim > 0 && ndim <= GPUARR_MAX_DIMS) { /* a shape of the same count */
+            shape[0] = info.count;
+            for (int i = 1; i < ndim; i++) shape[i] = 1;
+        }
+        r = gpuarr_reshape(a, ndim, shape, &out);
+    } else {
+        name = "gpuarr_slice";
+        uint8_t how = u8(z);
+        int64_t b = (how & 0xc0) == 0xc0 ? (int64_t)u64(z) : u8(z) % 26 - 1, e = (how & 0xc0) == 0xc0 ? (int64_t)u64(z) : u8(z) % 26 - 1;
+        r = gpuarr_slice(a, b, e, &out);
+    }
+    fz_ok_or_error(r, name);
+    FZ_KEEP_OUT(r, name, out);
+    if (r == GPUARR_OK) fz_adopt(z, out);
+}
+
+static void op_batch(fz *z) {
+    gpuarr_array src[9], outs[9];
+    int n = u8(z) % 10 - 1; /* -1..8 */
+    for (int i = 0; i < 9; i++) {
+        src[i] = fz_arr(z);
+        outs[i].id = FZ_SENTINEL;
+    }
+    if (u8(z) & 1) { /* the same array n times: a valid stack */
+        for (int i = 1; i < 9; i++) src[i] = src[0];
+    }
+    gpuarr_device d = fz_dev(z);
+    gpuarr_dtype t = (u8(z) & 1) ? GPUARR_DTYPE_INVALID : fz_dtype(z);
+    gpuarr_result r;
+    if (u8(z) & 1) {
+        gpuarr_array out = {FZ_SENTINEL};
+        FZ_CALL(r, "gpuarr_stack", gpuarr_stack(n > 0 || (u8(z) & 1) ? src : NULL, n, d, t, &out));
+        FZ_KEEP_OUT(r, "gpuarr_stack", out);
+        if (r == GPUARR_OK) fz_adopt(z, out);
+    } else {
+        FZ_CALL(r, "gpuarr_convert_many", gpuarr_convert_many(n > 0 || (u8(z) & 1) ? src : NULL, n, d, t, outs));
+        for (int i = 0; i < 9; i++) {
+            if (r != GPUARR_OK || i >= n) {
+                if (outs[i].id != FZ_SENTINEL) fz_die("gpuarr_convert_many wrote out[%d] (result %d, n %d)", i, (int)r, n);
+                continue;
+            }
+            fz_adopt(z, outs[i]);
+        }
+    }
+}
+
+static void op_stream(fz *z) {
+    uint8_t how = u8(z);
+    int i = (how >> 4) % FZ_STREAMS;
+    gpuarr_result r;
+    switch (how & 15) {
+    case 0:
+    case 1: {
+        if (z->st[i].id) return;
+        gpuarr_stream out = {FZ_SENTINEL};
+        gpuarr_device d = fz_dev(z);
+        uint32_t flags = (u8(z) & 7) ? 0u : 1u;
+        FZ_CALL(r, "gpuarr_stream_create", gpuarr_stream_create(d, flags, &out));
+        FZ_KEEP_OUT(r, "gpuarr_stream_create", out);
+        if (r == GPUARR_OK) z->st[i] = out;
+        break;
+    }
+    case 2: {
+        gpuarr_stream s = fz_stream(z);
+        bool owned, pinned = false;
+        int k;
+        for (k = 0; k < FZ_STREAMS && z->st[k].id != s.id; k++) {}
+        owned = k < FZ_STREAMS && s.id;
+        if (owned) pinned = z->st_pinned[k];
+        if (pinned) return; /* a wrapped stream still uses it: destroyed at the end */
+        FZ_CALL(r, "gpuarr_stream_destroy", gpuarr_stream_destroy(s));
+        if (owned && r != GPUARR_OK) fz_die("gpuarr_stream_destroy of an owned stream failed: %s", gpuarr_last_error());
+        if (!owned && r == GPUARR_OK && s.id) fz_die("gpuarr_stream_destroy of a non-live id succeeded");
+        if (owned) {
+            z->st_wrapped[k] = false; /* what it wrapped stays pinned until the end */
+            fz_stale_add(z, s.id);
+            z->st[k].id = 0;
+        }
+        break;
+    }
+    case 3: FZ_CALL(r, "gpuarr_stream_sync", gpuarr_stream_sync(fz_stream(z))); break;
+    case 4: {
+        bool done;
+        gpuarr_stream s = fz_stream(z);
+        FZ_CALL(r, "gpuarr_stream_query", gpuarr_stream_query(s, (u8(z) & 7) ? &done : NULL));
+        break;
+    }
+    case 5: {
+        gpuarr_device d = {FZ_SENTINEL};
+        FZ_CALL(r, "gpuarr_stream_get_device", gpuarr_stream_get_device(fz_stream(z), &d));
+        if (r != GPUARR_OK && d.id != FZ_SENTINEL) fz_die("gpuarr_stream_get_device failed but wrote *out");
+        break;
+    }
+    case 6: {
+        gpuarr_stream s = fz_stream(z);
+        FZ_CALL(r, "gpuarr_stream_wait", gpuarr_stream_wait(s, fz_event(z)));
+        break;
+    }
+    case 7: {
+        gpuarr_stream s = fz_stream(z);
+        FZ_CALL(r, "gpuarr_stream_wait_array", gpuarr_stream_wait_array(s, fz_arr(z)));
+        break;
+    }
+    case 8: {
+        gpuarr_array a = fz_arr(z);
+        FZ_CALL(r, "gpuarr_array_record_stream", gpuarr_array_record_stream(a, fz_stream(z)));
+        break;
+    }
+    case 9: FZ_CALL(r, "gpuarr_set_current_stream", gpuarr_set_current_stream(fz_stream(z))); break;
+    case 10: (void)gpuarr_current_stream(); break;
+    case 11: FZ_CALL(r, "gpuarr_set_current_device", gpuarr_set_current_device(fz_dev(z))); break;
+    case 12: (void)gpuarr_current_device(); break;
+    default: FZ_CALL(r, "gpuarr_device_sync", gpuarr_device_sync(fz_dev(z))); break;
+    }
+}
+
+static void op_event(fz *z) {
+    uint8_t how = u8(z);
+    int i = (how >> 4) % FZ_EVENTS;
+    gpuarr_result r;
+    switch (how & 7) {
+    case 0:
+    case 1: {
+        if (z->ev[i].id) return;
+        gpuarr_event out = {FZ_SENTINEL};
+        uint8_t f = u8(z);
+        FZ_CALL(r, "gpuarr_event_create", gpuarr_event_create(fz_dev(z), f < 0xf0 ? (f & 1u) : f, &out));
+        FZ_KEEP_OUT(r, "gpuarr_event_create", out);
+        if (r == GPUARR_OK) z->ev[i] = out;
+        break;
+    }
+    case 2: {
+        gpuarr_event e = fz_event(z);
+        int k;
+        for (k = 0; k < FZ_EVENTS && z->ev[k].id != e.id; k++) {}
+        bool owned = k < FZ_EVENTS && e.id;
+        FZ_CALL(r, "gpuarr_event_destroy", gpuarr_event_destroy(e));
+        if (owned && r != GPUARR_OK) fz_die("gpuarr_event_destroy of an owned event failed");
+        if (!owned && r == GPUARR_OK && e.id) fz_die("gpuarr_event_destroy of a non-live id succeeded");
+        if (owned) {
+            fz_stale_add(z, e.id);
+            z->ev[k].id = 0;
+        }
+        break;
+    }
+    case 3: {
+        gpuarr_event e = fz_event(z);
+        FZ_CALL(r, "gpuarr_event_record", gpuarr_event_record(e, fz_stream(z)));
+        break;
+    }
+    case 4: FZ_CALL(r, "gpuarr_event_sync", gpuarr_event_sync(fz_event(z))); break;
+    case 5: {
+        bool done;
+        FZ_CALL(r, "gpuarr_event_query", gpuarr_event_query(fz_event(z), &done));
+        break;
+    }
+    default: {
+        double ms = -12345;
+        gpuarr_event a = fz_event(z), b = fz_event(z);
+        FZ_CALL(r, "gpuarr_event_elapsed_ms", gpuarr_event_elapsed_ms(a, b, (u8(z) & 7) ? &ms : NULL));
+        break;
+    }
+    }
+}
+
+static void op_scope(fz *z) {
+    uint8_t how = u8(z);
+    if ((how & 3) == 3) { /* leave the innermost, twice (the second does nothing) */
+        if (!z->nscope) return;
+        gpuarr_scope *s = &z->scope[--z->nscope];
+        gpuarr_scope_leave(s);
+        if (how & 4) gpuarr_scope_leave(s);
+        return;
+    }
+    if (z->nscope == FZ_SCOPES) return;
+    gpuarr_scope s;
+    if (how & 1) s = gpuarr_scope_enter_stream(fz_stream(z));
+    else s = gpuarr_scope_enter_device(fz_dev(z));
+    fz_ok_or_error(s.result, (how & 1) ? "gpuarr_scope_enter_stream" : "gpuarr_scope_enter_device");
+    if (how & 8) s = gpuarr_scope_hold(s);
+    else if (!s.active) return; /* GPUARR_WITH_*: the block is skipped, nothing to leave */
+    z->scope[z->nscope++] = s;
+}
+
+static void op_device(fz *z) {
+    uint8_t how = u8(z);
+    gpuarr_result r;
+    switch (how % 6) {
+    case 0: {
+        char spec[24];
+        size_t n = u8(z) % sizeof spec;
+        for (size_t i = 0; i < n; i++) spec[i] = (char)u8(z);
+        spec[n] = '\0';
+        gpuarr_device d = {FZ_SENTINEL};
+        static const char *const known[] = {"host", "cpu", "gpu", "any", "cuda:0", "opencl:1", "cuda:7", "opencl", "cuda:", "Host"};
+        const char *s = (how & 0x40) ? spec : known[(how >> 3) % 10];
+        FZ_CALL(r, "gpuarr_device_find", gpuarr_device_find((how & 0x80) && (how & 0x40) ? NULL : s, &d));
+        if (r != GPUARR_OK && d.id != FZ_SENTINEL) fz_die("gpuarr_device_find failed but wrote *out");
+        break;
+    }
+    case 1: {
+        gpuarr_device_info info;
+        FZ_CALL(r, "gpuarr_device_get_info", gpuarr_device_get_info(fz_dev(z), (how & 0x80) ? NULL : &info));
+        if (r == GPUARR_OK && !memchr(info.spec, '\0', sizeof info.spec)) fz_die("device_get_info: spec not terminated");
+        break;
+    }
+    case 2: {
+        int n = gpuarr_device_count();
+        int i = (int)(int8_t)u8(z);
+        gpuarr_device d = gpuarr_device_at(i);
+        if ((i < 0 || i >= n) && d.id) fz_die("gpuarr_device_at(%d) of %d gave a device", i, n);
+        if (gpuarr_host().id == 0) fz_die("gpuarr_host() is {0} while initialized");
+        break;
+    }
+    case 3: { /* the interop getters: errors for the wrong backend */
+        void *p = NULL;
+        size_t off = 0;
+        int ord = 0;
+        struct CUctx_st *ctx = NULL;
+        struct CUstream_st *cs = NULL;
+        switch (u8(z) % 8) {
+        case 0: FZ_CALL(r, "gpuarr_opencl_context_raw", gpuarr_opencl_context_raw(fz_dev(z), &p)); break;
+        case 1: FZ_CALL(r, "gpuarr_opencl_device_id_raw", gpuarr_opencl_device_id_raw(fz_dev(z), (how & 0x80) ? NULL : &p)); break;
+        case 2: FZ_CALL(r, "gpuarr_opencl_queue_raw", gpuarr_opencl_queue_raw(fz_stream(z), &p)); break;
+        case 3: FZ_CALL(r, "gpuarr_opencl_mem_raw", gpuarr_opencl_mem_raw(fz_arr(z), &p, (how & 0x80) ? NULL : &off)); break;
+        case 4: FZ_CALL(r, "gpuarr_cuda_context", gpuarr_cuda_context(fz_dev(z), &ctx)); break;
+        case 5: FZ_CALL(r, "gpuarr_cuda_device_ordinal", gpuarr_cuda_device_ordinal(fz_dev(z), (how & 0x80) ? NULL : &ord)); break;
+        case 6: FZ_CALL(r, "gpuarr_cuda_stream", gpuarr_cuda_stream(fz_stream(z), &cs)); break;
+        default: FZ_CALL(r, "gpuarr_cuda_ptr", gpuarr_cuda_ptr(fz_arr(z), &p)); break;
+        }
+        break;
+    }
+    case 4: { /* wrapping: a native object gpuarr handed out, or NULL */
+        gpuarr_result r2;
+        uint8_t w = u8(z);
+        int64_t shape[GPUARR_MAX_DIMS + 1] = {0};
+        int ndim = fz_shape(z, shape, true);
+        gpuarr_dtype t = fz_dtype(z);
+        gpuarr_device d = fz_dev(z);
+        if (w & 1) { /* an array's memory */
+            gpuarr_array src = fz_arr(z), out = {FZ_SENTINEL};
+            gpuarr_array_info si;
+            void *p = NULL;
+            size_t off = 0;
+            if (w & 2) {
+                if ((w & 4) || FZ_CALL(r, "gpuarr_opencl_mem_raw", gpuarr_opencl_mem_raw(src, &p, &off)) == GPUARR_OK) {
+                    size_t o = (w & 8) ? (size_t)u32(z) : off;
+                    FZ_CALL(r2, "gpuarr_opencl_wrap_mem_raw", gpuarr_opencl_wrap_mem_raw(d, p, o, t, ndim, shape, &out));
+                    FZ_KEEP_OUT(r2, "gpuarr_opencl_wrap_mem_raw", out);
+                    if (r2 == GPUARR_OK) fz_adopt(z, out);
+                }
+            } else if (z->nkeep < FZ_ARRAYS) {
+                if ((w & 4) || FZ_CALL(r, "gpuarr_cuda_ptr", gpuarr_cuda_ptr(src, &p)) == GPUARR_OK) {
+                    /* the caller's duty: the pointer holds the whole array. Keep src alive. */
+                    bool fits = p && fz_info(src, &si) && fz_shape_sane(ndim, shape) && gpuarr_dtype_size(t) &&
+                                (size_t)fz_count(ndim, shape) * gpuarr_dtype_size(t) <= si.nbytes;
+                    if (!p || fits) {
+                        FZ_CALL(r2, "gpuarr_cuda_wrap_ptr",
+                                gpuarr_cuda_wrap_ptr(d, p, t, ndim, shape, NULL, NULL, &out));
+                        FZ_KEEP_OUT(r2, "gpuarr_cuda_wrap_ptr", out);
+                        if (r2 == GPUARR_OK) {
+                            if (gpuarr_retain(src) != GPUARR_OK) fz_die("retain of a live array failed");
+                            z->keep[z->nkeep++] = src;
+                            fz_adopt(z, out);
+                        }
+                    }
+                }
+            }
+        } else { /* a stream's queue */
+            int k = u8(z) % FZ_STREAMS, free_slot = -1;
+            for (int j = 0; j < FZ_STREAMS; j++)
+                if (!z->st[j].id) free_slot = j;
+            if (free_slot < 0) return;
+            gpuarr_stream out = {FZ_SENTINEL};
+            void *q = NULL;
+            struct CUstream_st *cs = NULL;
+            if (w & 2) {
+                if ((w & 4) || FZ_CALL(r, "gpuarr_opencl_queue_raw", gpuarr_opencl_queue_raw(z->st[k], &q)) == GPUARR_OK) {
+                    FZ_CALL(r2, "gpuarr_opencl_wrap_queue_raw", gpuarr_opencl_wrap_queue_raw(d, q, &out));
+                    FZ_KEEP_OUT(r2, "gpuarr_opencl_wrap_queue_raw", out);
+                    if (r2 == GPUARR_OK) z->st[free_slot] = out;
+                }
+            } else {
+                if ((w & 4) || FZ_CALL(r, "gpuarr_cuda_stream", gpuarr_cuda_stream(z->st[k], &cs)) == GPUARR_OK) {
+                    FZ_CALL(r2, "gpuarr_cuda_wrap_stream", gpuarr_cuda_wrap_stream(d, cs, &out));
+                    FZ_KEEP_OUT(r2, "gpuarr_cuda_wrap_stream", out);
+                    if (r2 == GPUARR_OK) {
+                        z->st[free_slot] = out;
+                        z->st_wrapped[free_slot] = true;
+                        if (cs) z->st_pinned[k] = true;
+                    }
+                }
+            }
+        }
+        break;
+    }
+    default: FZ_CALL(r, "gpuarr_device_sync", gpuarr_device_sync(fz_dev(z))); break;
+    }
+}
+
+static void op_pool(fz *z) {
+    uint8_t how = u8(z);
+    gpuarr_device d = fz_dev(z);
+    gpuarr_result r;
+    switch (how % 10) {
+    case 0: {
+        gpuarr_pool_stats st;
+        FZ_CALL(r, "gpuarr_pool_get_stats", gpuarr_pool_get_stats(d, (how & 0x80) ? NULL : &st));
+        break;
+    }
+    case 1: {
+        gpuarr_pool_stats st;
+        FZ_CALL(r, "gpuarr_pool_get_pinned_stats", gpuarr_pool_get_pinned_stats(d, (how & 0x80) ? NULL : &st));
+        break;
+    }
+    case 2: FZ_CALL(r, "gpuarr_pool_reset_peaks", gpuarr_pool_reset_peaks(d)); break;
+    case 3:
+        if (fz_soak) break; /* process-wide: not from the soak's threads */
+        z->limits = true;
+        FZ_CALL(r, "gpuarr_pool_set_limit", gpuarr_pool_set_limit(d, (how & 0x80) ? u64(z) : (uint64_t)u8(z) << 12));
+        break;
+    case 4: FZ_CALL(r, "gpuarr_pool_trim", gpuarr_pool_trim(d)); break;
+    case 5: {
+        size_t len = u16(z) % 4096;
+        char *buf = (how & 0x80) && !len ? NULL : (char *)fz_alloc(z, len);
+        FZ_CALL(r, "gpuarr_pool_summary", gpuarr_pool_summary(d, buf, len));
+        if (r == GPUARR_OK && len && !memchr(buf, '\0', len)) fz_die("gpuarr_pool_summary: not NUL-terminated within len");
+        break;
+    }
+    case 6: {
+        size_t ms = u8(z) % 8, mb = u8(z) % 8, sc = 7777, bc = 7777;
+        gpuarr_pool_segment_info segs[8];
+        gpuarr_pool_block_info blocks[8];
+        FZ_CALL(r, "gpuarr_pool_snapshot",
+                gpuarr_pool_snapshot(d, (how & 0x40) && !ms ? NULL : segs, ms, (how & 0x80) ? NULL : &sc, (how & 0x20) && !mb ? NULL : blocks, mb,
+                                     &bc));
+        break;
+    }
+    case 7:
+        z->faults = true;
+        uint64_t nth = u8(z) % 8;
+        FZ_CALL(r, "gpuarr_pool_inject_faults", gpuarr_pool_inject_faults(d, nth, (how & 0x80) ? (uint64_t)u16(z) : 0));
+        break;
+    case 8: {
+        uintptr_t k = u8(z) % 20;
+        if (how & 0x80) {
+            FZ_CALL(r, "gpuarr_oom_handler_remove", gpuarr_oom_handler_remove(fz_oom, (char *)z + k));
+            if (r == GPUARR_OK) {
+                if (!(z->handlers & (1 << k))) fz_die("gpuarr_oom_handler_remove of a pair never added succeeded");
+                z->handlers &= ~(1 << k);
+            }
+        } else if (!(z->handlers & (1 << k))) {
+            FZ_CALL(r, "gpuarr_oom_handler_add", gpuarr_oom_handler_add((how & 0x40) ? NULL : fz_oom, (char *)z + k));
+            if (r == GPUARR_OK) z->handlers |= 1 << k;
+        }
+        break;
+    }
+    default: {
+        gpuarr_desc q;
+        FZ_CALL(r, "gpuarr_query_desc", gpuarr_query_desc((how & 0x80) ? NULL : &q));
+        if (!gpuarr_is_initialized()) fz_die("gpuarr_is_initialized is false while initialized");
+        break;
+    }
+    }
+}
+
+static void op_misc(fz *z) {
+    uint8_t how = u8(z);
+    switch (how % 4) {
+    case 0: {
+        gpuarr_result r = (gpuarr_result)(int8_t)u8(z);
+        if (!gpuarr_result_string(r) || !gpuarr_result_name(r)) fz_die("a result has no name");
+        gpuarr_dtype t = (gpuarr_dtype)(int8_t)u8(z);
+        const char *n = gpuarr_dtype_name(t);
+        if (gpuarr_dtype_size(t) && gpuarr_dtype_from_name(n) != t) fz_die("dtype name %s does not map back", n);
+        char s[8];
+        for (int i = 0; i < 7; i++) s[i] = (char)u8(z);
+        s[7] = '\0';
+        (void)gpuarr_dtype_from_name(s);
+        (void)gpuarr_dtype_from_name(NULL);
+        gpuarr_backend b = (gpuarr_backend)(int8_t)u8(z);
+        if (!gpuarr_backend_name(b)) fz_die("gpuarr_backend_name gave NULL");
+        (void)gpuarr_backend_compiled(b);
+        (void)gpuarr_version_string();
+        (void)gpuarr_last_error();
+        break;
+    }
+    case 1: {
+        uint64_t bits = u64(z);
+        double x;
+        float f;
+        memcpy(&x, &bits, sizeof x);
+        memcpy(&f, &bits, sizeof f);
+        gpuarr_f16 h = gpuarr_f16_from_float(f), h2 = gpuarr_f16_from_double(x);
+        gpuarr_bf16 b = gpuarr_bf16_from_float(f), b2 = gpuarr_bf16_from_double(x);
+        float back = gpuarr_f16_to_float(h);
+        if (back == back && gpuarr_f16_from_float(back).bits != h.bits) fz_die("f16 0x%04x does not round-trip", h.bits);
+        back = gpuarr_bf16_to_float(b);
+        if (back == back && gpuarr_bf16_from_float(back).bits != b.bits) fz_die("bf16 0x%04x does not round-trip", b.bits);
+        (void)gpuarr_f16_to_float(h2);
+        (void)gpuarr_bf16_to_float(b2);
+        break;
+    }
+    case 2: { /* init/shutdown as reference counting: never drops the library */
+        gpuarr_result r;
+        gpuarr_desc d;
+        memset(&d, 0, sizeof d);
+        d.host_threads = (how & 0x80) ? 3 : 0;
+        d.alloc_conf = (how & 0x40) ? "limit:1M" : NULL;
+        if (FZ_CALL(r, "gpuarr_init", gpuarr_init((how & 0x20) ? NULL : &d)) == GPUARR_OK) gpuarr_shutdown();
+        if (!gpuarr_is_initialized()) fz_die("init/shutdown pair dropped the library");
+        break;
+    }
+    default:
+        if (!fz_soak && (how & 0x80)) z->reinit = true; /* at the end of this input (needs everything released) */
+        break;
+    }
+}
+
+/* ---- the end of an input ---- */
+static void fz_cleanup(fz *z) {
+    gpuarr_result r;
+    while (z->nscope) gpuarr_scope_leave(&z->scope[--z->nscope]);
+    gpuarr_stream none = {0};
+    gpuarr_device nodev = {0};
+    if (gpuarr_set_current_stream(none) != GPUARR_OK) fz_die("gpuarr_set_current_stream({0}): %s", gpuarr_last_error());
+    if (gpuarr_set_current_device(nodev) != GPUARR_OK) fz_die("gpuarr_set_current_device({0}): %s", gpuarr_last_error());
+    for (int i = 0; i < FZ_ARRAYS; i++)
+        if (z->arr[i].id) {
+            if (FZ_CALL(r, "gpuarr_release", gpuarr_release(z->arr[i])) != GPUARR_OK) fz_die("releasing array slot %d failed", i);
+            z->arr[i].id = 0;
+        }
+    for (int i = 0; i < FZ_EVENTS; i++)
+        if (z->ev[i].id && FZ_CALL(r, "gpuarr_event_destroy", gpuarr_event_destroy(z->ev[i])) != GPUARR_OK) fz_die("destroying event %d failed", i);
+    for (int pass = 0; pass < 2; pass++) /* wrapped streams before the streams they wrap */
+        for (int i = 0; i < FZ_STREAMS; i++)
+            if (z->st[i].id && z->st_pinned[i] == (pass == 1)) {
+                if (FZ_CALL(r, "gpuarr_stream_destroy", gpuarr_stream_destroy(z->st[i])) != GPUARR_OK) fz_die("destroying stream %d failed", i);
+                z->st[i].id = 0;
+            }
+    for (int i = 0; i < z->nkeep; i++)
+        if (gpuarr_release(z->keep[i]) != GPUARR_OK) fz_die("releasing a kept array failed");
+    for (uintptr_t k = 0; k < 20; k++)
+        if (z->handlers & (1 << k) && gpuarr_oom_handler_remove(fz_oom, (char *)z + k) != GPUARR_OK) fz_die("removing an OOM handler failed");
+    for (int i = 0; i < FZ_DEVICES; i++) {
+        if (!z->dev[i].id) continue;
+        if (z->faults) (void)gpuarr_pool_inject_faults(z->dev[i], 0, 0);
+        if (z->limits) (void)gpuarr_pool_set_limit(z->dev[i], 0);
+        if (gpuarr_device_sync(z->dev[i]) != GPUARR_OK) fz_die("gpuarr_device_sync(%s) at the end: %s", fz_specs[i], gpuarr_last_error());
+    }
+    if (!fz_soak) {
+        for (int i = 0; i < FZ_DEVICES; i++) {
+            if (!z->dev[i].id) continue;
+            gpuarr_pool_stats st, pst;
+            if (gpuarr_pool_get_stats(z->dev[i], &st) != GPUARR_OK || gpuarr_pool_get_pinned_stats(z->dev[i], &pst) != GPUARR_OK)
+                fz_die("pool stats of %s: %s", fz_specs[i], gpuarr_last_error());
+            if (st.allocated_bytes || st.allocations || pst.allocated_bytes || pst.allocations)
+                fz_die("%s: %llu bytes in %llu blocks (pinned: %llu in %llu) still allocated after every handle was released", fz_specs[i],
+                       (unsigned long long)st.allocated_bytes, (unsigned long long)st.allocations, (unsigned long long)pst.allocated_bytes,
+                       (unsigned long long)pst.allocations);
+            if (gpuarr_pool_trim(z->dev[i]) != GPUARR_OK) fz_die("gpuarr_pool_trim(%s): %s", fz_specs[i], gpuarr_last_error());
+            if (gpuarr_pool_get_stats(z->dev[i], &st) != GPUARR_OK) fz_die("stats");
+            if (st.reserved_bytes) fz_die("%s: trim left %llu bytes reserved", fz_specs[i], (unsigned long long)st.reserved_bytes);
+        }
+        if (__atomic_load_n(&fz_wraps_alive, __ATOMIC_SEQ_CST)) fz_die("%ld wrapped host buffers were never given back", fz_wraps_alive);
+    }
+    while (z->bufs) {
+        fz_buf *b = z->bufs;
+        z->bufs = b->next;
+        free(b);
+    }
+}
+
+static void fz_find_devices(fz *z) {
+    for (int i = 0; i < FZ_DEVICES; i++) {
+        z->dev[i].id = 0;
+        (void)gpuarr_device_find(fz_specs[i], &z->dev[i]);
+    }
+}
+
+/* Shuts the library down and starts it again with a desc from the input (then back to the
+   default at the end of the input): the registry, pools and backends are rebuilt. */
+static void fz_reinit(fz *z, const gpuarr_desc *desc) {
+    gpuarr_shutdown();
+    if (gpuarr_is_initialized()) fz_die("gpuarr_shutdown of the only reference left it initialized");
+    gpuarr_result r;
+    if (FZ_CALL(r, "gpuarr_init", gpuarr_init(desc)) != GPUARR_OK) {
+        if (desc == fz_default_desc()) fz_die("gpuarr_init with the default desc failed: %s", gpuarr_last_error());
+        if (gpuarr_init(fz_default_desc()) != GPUARR_OK) fz_die("gpuarr_init after a failed one: %s", gpuarr_last_error());
+    }
+    fz_find_devices(z);
+}
+
+static void fz_log(gpuarr_log_level level, const char *message, void *user) {
+    (void)level;
+    (void)message;
+    (void)user;
+}
+
+static const gpuarr_desc *fz_default_desc(void) {
+    static gpuarr_desc d;
+    d.logger.fn = fz_log;
+    d.alloc_conf = "limit:32M,host_limit:32M";
+    return &d;
+}
+
+static pthread_once_t fz_once = PTHREAD_ONCE_INIT;
+static void fz_start(void) {
+    fz_trace = getenv("FUZZ_API_TRACE") != NULL;
+    if (getenv("FUZZ_API_SOAK")) fz_soak = 1; /* replaying a soak's input as the soak ran it */
+    setenv("POCL_DEVICES", "pthread pthread", 0);
+    setenv("GPUARR_CUDA_LIBRARY", FUZZ_FAKE_CUDA, 0);
+    setenv("GPUARR_CACHE_DIR", FUZZ_CACHE_DIR, 0);
+    setenv("FAKE_CUDA_MEMORY", "268435456", 0);
+    if (gpuarr_init(fz_default_desc()) != GPUARR_OK) fz_die("gpuarr_init: %s", gpuarr_last_error());
+    int found = 0;
+    for (int i = 0; i < FZ_DEVICES; i++) {
+        gpuarr_device d;
+        found += gpuarr_device_find(fz_specs[i], &d) == GPUARR_OK;
+    }
+    if (getenv("FUZZ_API_VERBOSE") || found < FZ_DEVICES) /* say so: those inputs test less */
+        fprintf(stderr, "fuzz_api: %d of the %d devices (host, opencl:0/1, cuda:0/1 of %s) present\n", found, FZ_DEVICES,
+                getenv("GPUARR_CUDA_LIBRARY"));
+}
+
+/* One input: a sequence of ops, then the checks. Thread-safe with fz_soak set. */
+static void fz_run(const uint8_t *data, size_t size) {
+    pthread_once(&fz_once, fz_start);
+    fz_cur_data = data;
+    fz_cur_size = size;
+    fz z;
+    memset(&z, 0, sizeof z);
+    z.data = data;
+    z.size = size;
+    fz_find_devices(&z);
+    uint8_t head = u8(&z);
+    if (!fz_soak && (head & 0xc0) == 0xc0) { /* start from another configuration */
+        /* each after the default's limits (later keys win): no array reaches a size that takes long to fill */
+        static const char *const confs[] = {"limit:32M,host_limit:32M,caching:0",
+                                            "limit:32M,host_limit:32M,max_split_size:4K,release_threshold:0",
+                                            "limit:32M,host_limit:32M,host_fallback:1,limit:64K",
+                                            "limit:32M,host_limit:32M,limit:1%,host_limit:256K",
+                                            "limit:32M,host_limit:32M,release_threshold:none",
+                                            "limit:32M,host_limit:32M,host_fallback:1,caching:0,limit:128K"};
+        static const char *const faults[] = {"host:nth=5", "opencl:0:above=4K,cuda:0:nth=3", "cuda:1:pinned_above=1K,opencl:1:pinned_above=0",
+                                             "opencl:1:nth=2,host:above=64K"};
+        uint8_t env = u8(&z);
+        gpuarr_desc d = *fz_default_desc();
+        d.alloc_conf = confs[(head & 7) % 6];
+        d.oom_host_fallback = (head & 8) != 0;
+        d.host_threads = (head & 16) ? 1 : 0;
+        d.devices = (head & 32) ? "opencl:1,cuda:0" : NULL;
+        /* variables gpuarr_init reads once: set around the init only */
+        if (env & 1) setenv("GPUARR_OPENCL_UNIFIED", "off", 1); /* PoCL as a discrete device: staging, pinned pools */
+        if (env & 2) setenv("GPUARR_FAULTS", faults[(env >> 4) & 3], 1);
+        if (env & 4) setenv("GPUARR_PEER_COPIES", "off", 1);
+        if (env & 8) setenv("GPUARR_OPENCL_FP64", "off", 1);
+        fz_reinit(&z, &d);
+        unsetenv("GPUARR_OPENCL_UNIFIED");
+        unsetenv("GPUARR_FAULTS");
+        unsetenv("GPUARR_PEER_COPIES");
+        unsetenv("GPUARR_OPENCL_FP64");
+        z.reinit = true;
+        z.faults = true;
+    }
+    for (int ops = 0; ops < FZ_MAX_OPS && z.pos < z.size; ops++) {
+        if (fz_trace) fprintf(stderr, "op %d at byte %zu: %u\n", ops, z.pos, z.pos < z.size ? z.data[z.pos] % 24u : 0u);
+        switch (u8(&z) % 24) {
+        case 0: case 1: op_create(&z, 0); break;
+        case 2: op_create(&z, 1); break;
+        case 3: case 4: op_create(&z, 2); break;
+        case 5: op_create(&z, 3); break;
+        case 6: op_create(&z, 4); break;
+        case 7: op_release(&z); break;
+        case 8: op_retain(&z); break;
+        case 9: op_info(&z); break;
+        case 10: op_convert(&z, 0); break;
+        case 11: op_convert(&z, 1); break;
+        case 12: op_copy(&z, u8(&z) & 1); break;
+        case 13: case 14: op_rw(&z, u8(&z) & 3); break;
+        case 15: op_to_host(&z); break;
+        case 16: op_fill(&z); break;
+        case 17: op_view(&z); break;
+        case 18: op_batch(&z); break;
+        case 19: op_stream(&z); break;
+        case 20: op_event(&z); break;
+        case 21: op_scope(&z); break;
+        case 22: op_device(&z); break;
+        default:
+            if (u8(&z) & 1) op_pool(&z);
+            else op_misc(&z);
+            break;
+        }
+    }
+    fz_cleanup(&z);
+    if (z.reinit) fz_reinit(&z, fz_default_desc());
+}
+
+#ifndef FUZZ_API_NO_ENTRY
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    fz_run(data, size);
+    return 0;
+}
+#endif
