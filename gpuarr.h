@@ -253,10 +253,12 @@
  * In gpuarr_convert the steps that run on the host (host-side casts) wait for their input; in
  * gpuarr_convert_async they are queued on the stream as host functions (cuLaunchHostFunc, an
  * OpenCL event callback), which run once their input has arrived, so the call never waits for
- * the device. Two exceptions wait: on CUDA without pinned memory left for the transfer the
- * calling thread does the host's part, and an array used by async work on a fifth stream makes
- * the call wait for the oldest of the four streams it remembers (so its memory is freed in
- * their order).
+ * the device. Three exceptions wait: on CUDA without pinned memory left for the transfer the
+ * calling thread does the host's part; an array used by async work on a fifth stream makes the
+ * call wait for the oldest of the four streams it remembers (so its memory is freed in their
+ * order); and a copy between two devices through the host whose pinned buffer comes from the
+ * destination's pool (OpenCL to CUDA) waits for that buffer's earlier users, if any are still
+ * queued.
  *
  * Each thread has a current device (initially the "any" device) and a current stream (initially
  * none). GPUARR_WITH_DEVICE(dev) { ... } and GPUARR_WITH_STREAM(s) { ... } set them for the block
