@@ -159,7 +159,7 @@ test: deps-test
 # (deferred stream work, pinned copies at run time, context checks, PTX/cubin checks), so the
 # CUDA backend's paths run in CI without a GPU. Built against cuda.h, where the toolkit is.
 FAKE_CUDA := $(if $(CUDA_H),$(BUILD)/fake-cuda/libcuda.so.1)
-$(BUILD)/fake-cuda/libcuda.so.1: tests/fake_cuda/fake_cuda.c $(HEADERS)
+$(BUILD)/fake-cuda/libcuda.so.1: tests/fake_cuda/fake_cuda.c tests/faults/fault_spec.h $(HEADERS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_REL) -fPIC -shared -fvisibility=hidden -I. -I$(CUDA_HOME)/include -Wl,-soname,libcuda.so.1 $< -o $@ -lpthread -lm
 FAKE_ENV := GPUARR_CUDA_LIBRARY=$(abspath $(BUILD))/fake-cuda/libcuda.so.1 GPUARR_CACHE_DIR=$(abspath $(BUILD))/fake-cuda/cache
@@ -324,7 +324,7 @@ install-check:
 # ASan+UBSan, a fresh process per N. `make faults` walks every N of every scenario; `make
 # faults-slice` (in `make check`) every 7th N.
 FAULT_OPENCL := $(BUILD)/fault-opencl/libfault_opencl.so
-$(FAULT_OPENCL): tests/fault_opencl/fault_opencl.c
+$(FAULT_OPENCL): tests/fault_opencl/fault_opencl.c tests/faults/fault_spec.h
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_REL) -fPIC -shared -fvisibility=hidden $< -o $@ -ldl -lpthread
 $(BUILD)/asan/faults/fault_matrix: tests/faults/fault_matrix.c $(BUILD)/asan/gpuarr.o

@@ -61,6 +61,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "../faults/fault_spec.h"
+
 /* gpuarr's host casts are the reference the kernels compute (hidden: -fvisibility=hidden). */
 #define GPUARR_NO_CUDA
 #define GPUARR_NO_OPENCL
@@ -235,35 +237,17 @@ static bool fake_is_sticky(CUresult e) {
 /* Parses a FAKE_CUDA_FAIL value into fault.rules; false (and no rules) if it cannot. */
 static bool fake_fault_parse(const char *spec) {
     fault.rule_count = 0;
-    if (!spec) return true;
-    const char *p = spec;
-    while (*p) {
-        size_t len = strcspn(p, ",");
-        char rule[160];
-        if (len == 0) { p++; continue; }
-        if (len >= sizeof rule || fault.rule_count == FAKE_MAX_RULES) goto bad;
-        memcpy(rule, p, len);
-        rule[len] = 0;
-        p += len;
-        if (*p == ',') p++;
+    fault_spec_rule rule;
+    int got;
+    while (spec && (got = fault_spec_next(&spec, &rule)) != 0) {
+        if (got < 0 || fault.rule_count == FAKE_MAX_RULES) goto bad;
         fake_rule *r = &fault.rules[fault.rule_count];
         memset(r, 0, sizeof *r);
         r->code = CUDA_ERROR_UNKNOWN;
-        char *number, *code, *end;
-        if (strncmp(rule, "nth=", 4) == 0) {
-            number = rule + 4;
-        } else {
-            char *colon = strchr(rule, ':');
-            if (!colon || colon == rule || (size_t)(colon - rule) >= sizeof r->entry) goto bad;
-            *colon = 0;
-            if (strcmp(rule, "*") != 0) strcpy(r->entry, rule);
-            number = colon + 1;
-        }
-        code = strchr(number, ':');
-        if (code) *code++ = 0;
-        r->nth = strtoull(number, &end, 10);
-        if (end == number || *end || r->nth == 0) goto bad;
-        if (code && !fake_error_code(code, &r->code)) goto bad;
+        r->nth = rule.nth;
+        if (rule.entry && strlen(rule.entry) >= sizeof r->entry) goto bad;
+        if (rule.entry) strcpy(r->entry, rule.entry);
+        if (rule.code && !fake_error_code(rule.code, &r->code)) goto bad;
         fault.rule_count++;
     }
     return true;

@@ -33,6 +33,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../faults/fault_spec.h"
+
 #define FAULT_API __attribute__((visibility("default")))
 
 /* kind I: returns cl_int; O: returns an object, errcode_ret its last parameter */
@@ -192,42 +194,20 @@ static bool fault_code(const char *text, cl_int *out) {
 
 static bool fault_parse(const char *spec) {
     fault.rule_count = 0;
-    if (!spec) return true;
-    const char *p = spec;
-    while (*p) {
-        size_t len = strcspn(p, ",");
-        char rule[160];
-        if (len == 0) {
-            p++;
-            continue;
-        }
-        if (len >= sizeof rule || fault.rule_count == 16) goto bad;
-        memcpy(rule, p, len);
-        rule[len] = 0;
-        p += len;
-        if (*p == ',') p++;
+    fault_spec_rule rule;
+    int got;
+    while (spec && (got = fault_spec_next(&spec, &rule)) != 0) {
+        if (got < 0 || fault.rule_count == 16) goto bad;
         fault_rule *r = &fault.rules[fault.rule_count];
         r->entry = -1;
         r->code = CL_OUT_OF_RESOURCES;
-        char *number, *code, *end;
-        if (strncmp(rule, "nth=", 4) == 0) {
-            number = rule + 4;
-        } else {
-            char *colon = strchr(rule, ':');
-            if (!colon) goto bad;
-            *colon = 0;
-            if (strcmp(rule, "*") != 0) {
-                for (int i = 0; i < FAULT_PROC_COUNT; i++)
-                    if (strcmp(fault_names[i], rule) == 0) r->entry = i;
-                if (r->entry < 0) goto bad;
-            }
-            number = colon + 1;
+        r->nth = rule.nth;
+        if (rule.entry) {
+            for (int i = 0; i < FAULT_PROC_COUNT; i++)
+                if (strcmp(fault_names[i], rule.entry) == 0) r->entry = i;
+            if (r->entry < 0) goto bad;
         }
-        code = strchr(number, ':');
-        if (code) *code++ = 0;
-        r->nth = strtoull(number, &end, 10);
-        if (end == number || *end || r->nth == 0) goto bad;
-        if (code && !fault_code(code, &r->code)) goto bad;
+        if (rule.code && !fault_code(rule.code, &r->code)) goto bad;
         fault.rule_count++;
     }
     return true;
