@@ -8,7 +8,7 @@
 #                 installed copy)
 #   make check    the suite under ASan+UBSan, the threaded tests under TSan, valgrind on the
 #                 examples, a slice of the fault matrix and the fuzz corpus replayed
-#                 (fuzz-replay). The soak is not in it yet: it still finds the two open bugs in
+#                 (fuzz-replay). The soak is not in it yet: it still finds the open bug in
 #                 tests/fuzz/hangs/README
 #   make faults   the fault matrix: every driver call of each scenario failed in turn, under
 #                 ASan+UBSan (tests/faults; a slice of it runs in make check)

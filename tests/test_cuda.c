@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <time.h>
 #include "test_common.h"
 
 TestSuite(cuda, .init = test_setup, .fini = test_teardown);
@@ -566,4 +567,122 @@ Test(cuda, pinned_host_arrays_copy_to_and_from_their_gpu_in_one_dma_each) {
     TEST_OK(gpuarr_pool_get_pinned_stats(g, &during));
     cr_expect_eq(during.allocated_bytes, 0ull, "the pinned arrays' memory did not go back to the pinned pool (%llu bytes left)",
                  (unsigned long long)during.allocated_bytes);
+}
+
+/* ---- a stream's host functions and an event recorded between them (tests/fuzz/corpus/api/
+   api-batch-cuda-opencl-host-fn-wait-cycle) ---- */
+/* Stream s runs host function first, then the record of event e, then host function second;
+   second returns only once another thread's cuEventSynchronize(e) has. The driver completes e
+   after `first` whatever runs later on s, so that wait must return while `second` runs. The fake
+   driver runs s's queue on the thread that syncs it: its cuEventSynchronize, asleep behind the
+   running `first`, used to wake to `second` running and wait for it too (a deadlock; gpuarr met
+   it as a CUDA host function waiting for an OpenCL marker behind an OpenCL host call that waited
+   for an event of that CUDA stream recorded before the host function). */
+typedef struct host_fn_order {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool first_running, waiter_calling, waiter_done, second_timed_out;
+    int sync_result;
+    struct CUctx_st *ctx;
+    struct CUevent_st *event;
+    int (*set_current)(struct CUctx_st *);
+    int (*event_sync)(struct CUevent_st *);
+} host_fn_order;
+
+/* Waits (the lock held) until *flag, for at most `seconds`; false on timeout. */
+static bool host_fn_order_wait(host_fn_order *o, const bool *flag, int seconds) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += seconds;
+    while (!*flag)
+        if (pthread_cond_timedwait(&o->cond, &o->lock, &until) != 0) return *flag;
+    return true;
+}
+
+static void host_fn_order_first(void *user) {
+    host_fn_order *o = user;
+    pthread_mutex_lock(&o->lock);
+    o->first_running = true;
+    pthread_cond_broadcast(&o->cond);
+    host_fn_order_wait(o, &o->waiter_calling, 10);
+    pthread_mutex_unlock(&o->lock);
+    struct timespec nap = {0, 200 * 1000 * 1000}; /* the waiter gets into cuEventSynchronize, behind this function */
+    nanosleep(&nap, NULL);
+}
+
+static void host_fn_order_second(void *user) {
+    host_fn_order *o = user;
+    pthread_mutex_lock(&o->lock);
+    o->second_timed_out = !host_fn_order_wait(o, &o->waiter_done, 10);
+    pthread_mutex_unlock(&o->lock);
+}
+
+static void *host_fn_order_waiter(void *user) {
+    host_fn_order *o = user;
+    o->set_current(o->ctx);
+    pthread_mutex_lock(&o->lock);
+    host_fn_order_wait(o, &o->first_running, 10);
+    o->waiter_calling = true;
+    pthread_cond_broadcast(&o->cond);
+    pthread_mutex_unlock(&o->lock);
+    int r = o->event_sync(o->event);
+    pthread_mutex_lock(&o->lock);
+    o->sync_result = r;
+    o->waiter_done = true;
+    pthread_cond_broadcast(&o->cond);
+    pthread_mutex_unlock(&o->lock);
+    return NULL;
+}
+
+Test(cuda, an_event_recorded_between_two_host_functions_completes_while_the_second_runs, .timeout = 60) {
+    gpuarr_device d = cuda_device(0);
+    const char *lib = getenv("GPUARR_CUDA_LIBRARY");
+    void *driver = dlopen(lib ? lib : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    cr_assert(driver, "a CUDA device without its driver loaded?");
+    int (*get_current)(struct CUctx_st **) = NULL;
+    int (*stream_create)(struct CUstream_st **, unsigned int) = NULL;
+    int (*stream_sync)(struct CUstream_st *) = NULL;
+    int (*stream_destroy)(struct CUstream_st *) = NULL;
+    int (*launch_host_fn)(struct CUstream_st *, void (*)(void *), void *) = NULL;
+    int (*event_create)(struct CUevent_st **, unsigned int) = NULL;
+    int (*event_record)(struct CUevent_st *, struct CUstream_st *) = NULL;
+    int (*event_destroy)(struct CUevent_st *) = NULL;
+    host_fn_order o;
+    memset(&o, 0, sizeof o);
+    struct {
+        const char *name;
+        void *fn;
+    } syms[] = {{"cuCtxGetCurrent", &get_current},      {"cuCtxSetCurrent", &o.set_current},  {"cuStreamCreate", &stream_create},
+                {"cuStreamSynchronize", &stream_sync},  {"cuStreamDestroy_v2", &stream_destroy}, {"cuLaunchHostFunc", &launch_host_fn},
+                {"cuEventCreate", &event_create},       {"cuEventRecord", &event_record},     {"cuEventSynchronize", &o.event_sync},
+                {"cuEventDestroy_v2", &event_destroy}};
+    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+        void *sym = dlsym(driver, syms[i].name);
+        cr_assert(sym, "the driver has no %s", syms[i].name);
+        memcpy(syms[i].fn, &sym, sizeof sym);
+    }
+    struct CUctx_st *before = NULL;
+    struct CUstream_st *s = NULL;
+    get_current(&before);
+    TEST_OK(gpuarr_cuda_context(d, &o.ctx));
+    cr_assert_eq(o.set_current(o.ctx), 0);
+    cr_assert_eq(stream_create(&s, 1u /* CU_STREAM_NON_BLOCKING */), 0);
+    cr_assert_eq(event_create(&o.event, 2u /* CU_EVENT_DISABLE_TIMING */), 0);
+    pthread_mutex_init(&o.lock, NULL);
+    pthread_cond_init(&o.cond, NULL);
+    cr_assert_eq(launch_host_fn(s, host_fn_order_first, &o), 0);
+    cr_assert_eq(event_record(o.event, s), 0);
+    cr_assert_eq(launch_host_fn(s, host_fn_order_second, &o), 0);
+    pthread_t waiter;
+    cr_assert_eq(pthread_create(&waiter, NULL, host_fn_order_waiter, &o), 0);
+    cr_assert_eq(stream_sync(s), 0); /* on the fake driver this thread runs `first`, the record and `second` */
+    pthread_join(waiter, NULL);
+    cr_expect_eq(o.sync_result, 0, "cuEventSynchronize: %d", o.sync_result);
+    cr_expect(!o.second_timed_out, "cuEventSynchronize of an event recorded before a host function waited for that host function");
+    cr_assert_eq(event_destroy(o.event), 0);
+    cr_assert_eq(stream_destroy(s), 0);
+    pthread_cond_destroy(&o.cond);
+    pthread_mutex_destroy(&o.lock);
+    o.set_current(before);
+    dlclose(driver);
 }

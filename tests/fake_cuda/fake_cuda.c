@@ -493,9 +493,10 @@ static void fake_drain(CUstream s, uint64_t through) {
     if (s->ctx && s->ctx->sticky) return; /* a corrupted context runs nothing more */
     for (;;) {
         /* work through `through` that already ran is done, whatever later host function runs now
-           (an event recorded before a host function completes without it, as on the driver) */
-        if (s->ran >= through) break;
-        while (s->in_host_fn) pthread_cond_wait(&fake.host_fn_done, &fake.lock); /* the stream's order */
+           (an event recorded before a host function completes without it, as on the driver). So
+           also while waiting for a running host function: the thread running it may go on to
+           the op asked for and past it, into the next host function, before this one wakes. */
+        while (s->in_host_fn && s->ran < through) pthread_cond_wait(&fake.host_fn_done, &fake.lock); /* the stream's order */
         if (!s->head || s->ran >= through) break;
         fake_op *op = s->head;
         s->head = op->next;
