@@ -494,8 +494,10 @@ static void fake_drain(CUstream s, uint64_t through) {
            (an event recorded before a host function completes without it, as on the driver) */
         if (s->ran >= through) break;
         /* the stream's order: its next op waits until the running one is done. Not only a host
-           function drops the lock: so does a wait whose stream runs one, or is itself running */
-        while (s->running) pthread_cond_wait(&fake.op_done, &fake.lock);
+           function drops the lock: so does a wait whose stream runs one, or is itself running.
+           Ops that run meanwhile may reach `through`: then this wait is over, whatever runs
+           next (that op may itself wait for work of ours: waiting on would be a cycle) */
+        while (s->running && s->ran < through) pthread_cond_wait(&fake.op_done, &fake.lock);
         if (!s->head || s->ran >= through) break;
         fake_op *op = s->head;
         s->head = op->next;
@@ -1052,7 +1054,7 @@ FAKE_API CUresult cuStreamSynchronize(CUstream s) {
 
 FAKE_API CUresult cuStreamQuery(CUstream s) {
     FAKE_ENTER();
-    if (fake_immediate(s) || !s->head) FAKE_RETURN(CUDA_SUCCESS);
+    if (fake_immediate(s) || (!s->head && !s->running)) FAKE_RETURN(CUDA_SUCCESS); /* a running op is pending work too */
     if (!s->asked) {
         s->asked = true;
         FAKE_RETURN(CUDA_ERROR_NOT_READY);
