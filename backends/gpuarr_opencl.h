@@ -1162,11 +1162,17 @@ static void *gpuarr__cl_host_call_finish(void *user) {
     return NULL;
 }
 
+static void gpuarr__event_wait_job(void *ctx);
+
 static void gpuarr__cl_host_call_run(gpuarr__cl_event ev, gpuarr__cl_int status, void *user) {
     GPUARR__UNUSED(ev);
     gpuarr__cl_host_call *call = (gpuarr__cl_host_call *)user;
     call->status = status;
-    if (gpuarr__tls.registering_host_fn) {
+    /* A wait for another backend's event may block for long, on work that itself needs this
+       driver (a CUDA host function waiting for an OpenCL marker): on the driver's own thread it
+       would hold one of its few workers (PoCL's pthread device has one per core), and with all
+       of them so held no OpenCL command anywhere completes. It gets a thread of its own. */
+    if (gpuarr__tls.registering_host_fn || call->fn == gpuarr__event_wait_job) {
         pthread_attr_t attr;
         pthread_t t;
         bool started = pthread_attr_init(&attr) == 0;

@@ -686,3 +686,133 @@ Test(cuda, an_event_recorded_between_two_host_functions_completes_while_the_seco
     o.set_current(before);
     dlclose(driver);
 }
+
+/* ---- stream order across threads: the driver (here, the fake one) keeps it whoever waits ---- */
+typedef struct order_probe {
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    bool first_entered, first_may_return, first_done, second_ran_early, second_ran;
+} order_probe;
+
+/* X's host function: says it has started, then returns only when the test lets it. */
+static void order_first_fn(void *user) {
+    order_probe *p = (order_probe *)user;
+    pthread_mutex_lock(&p->lock);
+    p->first_entered = true;
+    pthread_cond_broadcast(&p->changed);
+    while (!p->first_may_return) pthread_cond_wait(&p->changed, &p->lock);
+    p->first_done = true;
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* S's host function, queued after S's wait for X's: X's must be done. */
+static void order_second_fn(void *user) {
+    order_probe *p = (order_probe *)user;
+    pthread_mutex_lock(&p->lock);
+    p->second_ran_early = !p->first_done;
+    p->second_ran = true;
+    pthread_mutex_unlock(&p->lock);
+}
+
+struct CUevent_st;
+typedef struct order_driver {
+    int (*ctx_set_current)(struct CUctx_st *);
+    int (*stream_create)(struct CUstream_st **, unsigned int);
+    int (*stream_destroy)(struct CUstream_st *);
+    int (*stream_sync)(struct CUstream_st *);
+    int (*stream_wait_event)(struct CUstream_st *, struct CUevent_st *, unsigned int);
+    int (*launch_host_fn)(struct CUstream_st *, void (*)(void *), void *);
+    int (*event_create)(struct CUevent_st **, unsigned int);
+    int (*event_destroy)(struct CUevent_st *);
+    int (*event_record)(struct CUevent_st *, struct CUstream_st *);
+    int (*event_sync)(struct CUevent_st *);
+    struct CUctx_st *ctx;
+    struct CUstream_st *s;
+    struct CUevent_st *after_second;
+} order_driver;
+
+static void *order_sync_stream(void *arg) { /* thread A: runs S, and so its wait for X */
+    order_driver *drv = (order_driver *)arg;
+    drv->ctx_set_current(drv->ctx);
+    return (void *)(intptr_t)drv->stream_sync(drv->s);
+}
+
+static void *order_sync_event(void *arg) { /* thread B: waits for S through its second op */
+    order_driver *drv = (order_driver *)arg;
+    drv->ctx_set_current(drv->ctx);
+    return (void *)(intptr_t)drv->event_sync(drv->after_second);
+}
+
+#define ORDER_SYM(field, name)                                                                    \
+    do {                                                                                          \
+        void *sym_ = dlsym(driver, name);                                                         \
+        cr_assert(sym_, "the driver has no %s", name);                                            \
+        memcpy(&drv.field, &sym_, sizeof sym_);                                                   \
+    } while (0)
+
+/* Stream S waits for an event of stream X, whose host function is running; meanwhile another
+   thread waits for S's next op. That op must not run before the wait is over: the fake driver
+   ran it at once (its stream looked idle while a wait drained another stream), which the 8-thread
+   soak saw as wrong bytes (tests/fuzz: a from_host then read differing). */
+Test(cuda, a_stream_waiting_for_another_runs_its_later_work_after_the_wait_whichever_thread_asks) {
+    gpuarr_device d = cuda_device(0);
+    const char *lib = getenv("GPUARR_CUDA_LIBRARY");
+    void *driver = dlopen(lib ? lib : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    cr_assert(driver, "a CUDA device without its driver loaded?");
+    order_driver drv;
+    memset(&drv, 0, sizeof drv);
+    ORDER_SYM(ctx_set_current, "cuCtxSetCurrent");
+    ORDER_SYM(stream_create, "cuStreamCreate");
+    ORDER_SYM(stream_destroy, "cuStreamDestroy_v2");
+    ORDER_SYM(stream_sync, "cuStreamSynchronize");
+    ORDER_SYM(stream_wait_event, "cuStreamWaitEvent");
+    ORDER_SYM(launch_host_fn, "cuLaunchHostFunc");
+    ORDER_SYM(event_create, "cuEventCreate");
+    ORDER_SYM(event_destroy, "cuEventDestroy_v2");
+    ORDER_SYM(event_record, "cuEventRecord");
+    ORDER_SYM(event_sync, "cuEventSynchronize");
+    TEST_OK(gpuarr_cuda_context(d, &drv.ctx));
+    cr_assert_eq(drv.ctx_set_current(drv.ctx), 0);
+    order_probe p;
+    memset(&p, 0, sizeof p);
+    pthread_mutex_init(&p.lock, NULL);
+    pthread_cond_init(&p.changed, NULL);
+    struct CUstream_st *x = NULL;
+    struct CUevent_st *after_first = NULL;
+    cr_assert_eq(drv.stream_create(&x, 1), 0);
+    cr_assert_eq(drv.stream_create(&drv.s, 1), 0);
+    cr_assert_eq(drv.event_create(&after_first, 2), 0); /* 2: CU_EVENT_DISABLE_TIMING */
+    cr_assert_eq(drv.event_create(&drv.after_second, 2), 0);
+    cr_assert_eq(drv.launch_host_fn(x, order_first_fn, &p), 0);
+    cr_assert_eq(drv.event_record(after_first, x), 0);
+    cr_assert_eq(drv.stream_wait_event(drv.s, after_first, 0), 0);
+    cr_assert_eq(drv.launch_host_fn(drv.s, order_second_fn, &p), 0);
+    cr_assert_eq(drv.event_record(drv.after_second, drv.s), 0);
+
+    pthread_t a, b;
+    cr_assert_eq(pthread_create(&a, NULL, order_sync_stream, &drv), 0);
+    pthread_mutex_lock(&p.lock); /* X's host function runs (on A, with the fake driver): S is in its wait */
+    while (!p.first_entered) pthread_cond_wait(&p.changed, &p.lock);
+    pthread_mutex_unlock(&p.lock);
+    cr_assert_eq(pthread_create(&b, NULL, order_sync_event, &drv), 0);
+    struct timespec nap = {0, 200 * 1000 * 1000}; /* time for B to run S's next op, were it free to */
+    nanosleep(&nap, NULL);
+    pthread_mutex_lock(&p.lock);
+    bool early = p.second_ran;
+    p.first_may_return = true;
+    pthread_cond_broadcast(&p.changed);
+    pthread_mutex_unlock(&p.lock);
+    void *ra = NULL, *rb = NULL;
+    pthread_join(a, &ra);
+    pthread_join(b, &rb);
+    cr_expect_eq((intptr_t)ra, 0, "cuStreamSynchronize: %d", (int)(intptr_t)ra);
+    cr_expect_eq((intptr_t)rb, 0, "cuEventSynchronize: %d", (int)(intptr_t)rb);
+    cr_expect(p.second_ran, "S's host function never ran");
+    cr_expect(!early && !p.second_ran_early, "S's host function ran while S still waited for X's (stream order broken by a second waiter)");
+    drv.event_destroy(after_first);
+    drv.event_destroy(drv.after_second);
+    drv.stream_destroy(x);
+    drv.stream_destroy(drv.s);
+    pthread_cond_destroy(&p.changed);
+    pthread_mutex_destroy(&p.lock);
+}

@@ -126,7 +126,8 @@ struct CUstream_st {
     uint64_t queued, ran; /* op numbers */
     bool asked;           /* a query saw the pending work once */
     bool destroyed;
-    bool in_host_fn; /* a thread runs one of its host functions, without the lock */
+    bool running; /* a thread runs one of its ops (a host function, or a wait draining another
+                     stream): it may drop the lock meanwhile, and the stream's next op waits */
 };
 
 struct CUevent_st {
@@ -162,7 +163,7 @@ struct CUfunc_st {
 
 static struct {
     pthread_mutex_t lock;
-    pthread_cond_t host_fn_done; /* a stream's host function has returned */
+    pthread_cond_t op_done; /* a stream's running op has finished (streams' `running`) */
     bool initialized;
     int device_count;
     size_t memory;
@@ -180,7 +181,7 @@ static struct {
     CUevent events;
     CUmodule modules;
     gpuarr__cast_fn casts[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT]; /* the host's portable kernels */
-} fake = {.lock = PTHREAD_MUTEX_INITIALIZER, .host_fn_done = PTHREAD_COND_INITIALIZER};
+} fake = {.lock = PTHREAD_MUTEX_INITIALIZER, .op_done = PTHREAD_COND_INITIALIZER};
 
 static __thread CUcontext fake_current;
 static __thread unsigned long long fake_ops_run_here; /* operations this thread ran (fake_cuda_ops_run) */
@@ -473,12 +474,9 @@ static void fake_run(CUstream s, fake_op *op) {
         break;
     case OP_WAIT: fake_drain(op->on, op->through); break;
     case OP_HOST: /* without the lock, as on the driver's own thread: it may wait for other work */
-        if (s) s->in_host_fn = true;
         pthread_mutex_unlock(&fake.lock);
         op->fn(op->user);
         pthread_mutex_lock(&fake.lock);
-        if (s) s->in_host_fn = false;
-        pthread_cond_broadcast(&fake.host_fn_done);
         break;
     }
     if (fake.trace_ops && op->dst) {
@@ -493,16 +491,22 @@ static void fake_drain(CUstream s, uint64_t through) {
     if (s->ctx && s->ctx->sticky) return; /* a corrupted context runs nothing more */
     for (;;) {
         /* work through `through` that already ran is done, whatever later host function runs now
-           (an event recorded before a host function completes without it, as on the driver). So
-           also while waiting for a running host function: the thread running it may go on to
-           the op asked for and past it, into the next host function, before this one wakes. */
-        while (s->in_host_fn && s->ran < through) pthread_cond_wait(&fake.host_fn_done, &fake.lock); /* the stream's order */
+           (an event recorded before a host function completes without it, as on the driver) */
+        if (s->ran >= through) break;
+        /* the stream's order: its next op waits until the running one is done. Not only a host
+           function drops the lock: so does a wait whose stream runs one, or is itself running.
+           Ops that run meanwhile may reach `through`: then this wait is over, whatever runs
+           next (that op may itself wait for work of ours: waiting on would be a cycle) */
+        while (s->running && s->ran < through) pthread_cond_wait(&fake.op_done, &fake.lock);
         if (!s->head || s->ran >= through) break;
         fake_op *op = s->head;
         s->head = op->next;
         if (!s->head) s->tail = NULL;
+        s->running = true;
         fake_run(s, op);
         s->ran = op->seq;
+        s->running = false;
+        pthread_cond_broadcast(&fake.op_done);
         free(op->owned);
         free(op);
     }
@@ -1050,7 +1054,7 @@ FAKE_API CUresult cuStreamSynchronize(CUstream s) {
 
 FAKE_API CUresult cuStreamQuery(CUstream s) {
     FAKE_ENTER();
-    if (fake_immediate(s) || !s->head) FAKE_RETURN(CUDA_SUCCESS);
+    if (fake_immediate(s) || (!s->head && !s->running)) FAKE_RETURN(CUDA_SUCCESS); /* a running op is pending work too */
     if (!s->asked) {
         s->asked = true;
         FAKE_RETURN(CUDA_ERROR_NOT_READY);
