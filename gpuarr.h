@@ -1296,6 +1296,8 @@ struct gpuarr__backend {
 typedef struct gpuarr__segment gpuarr__segment;
 typedef struct gpuarr__block gpuarr__block;
 #define GPUARR__POOL_EVENTS 4
+#define GPUARR__POOL_QUICK 16                     /* freed blocks a pool keeps unmerged */
+#define GPUARR__POOL_QUICK_MAX ((size_t)64 << 10) /* the largest of them */
 #define GPUARR__TLSF_SL_BITS 4u
 #define GPUARR__TLSF_SL (1u << GPUARR__TLSF_SL_BITS)
 #define GPUARR__TLSF_FL 48u
@@ -1312,6 +1314,7 @@ struct gpuarr__block {
     gpuarr__block *prev, *next;           /* neighbours in the segment, by address */
     gpuarr__block *free_prev, *free_next; /* in a free list */
     bool allocated;
+    bool quick;     /* free, in the pool's quick list: neither in the index nor merged */
     uint64_t owner; /* serial of the stream that freed it; it may reuse the block at once */
     uint32_t nevents;
     gpuarr__block_event events[GPUARR__POOL_EVENTS];
@@ -1342,6 +1345,10 @@ typedef struct gpuarr__pool {
     size_t align;
     bool caching;
     gpuarr__tlsf free_small, free_large;
+    /* recently freed small blocks with no pending work, kept whole and out of the index: the
+       next allocation of the same size takes one back without splitting or merging */
+    gpuarr__block *quick[GPUARR__POOL_QUICK];
+    uint32_t nquick;
     gpuarr__segment *segments;
     gpuarr_pool_stats stats; /* limit and threshold live here too */
     uint64_t fault_countdown, fault_above;
@@ -1438,9 +1445,8 @@ typedef struct gpuarr__slot {
 } gpuarr__slot;
 
 typedef struct gpuarr__table {
-    pthread_mutex_t lock;
     const char *kind_name; /* "array", "stream", "event" */
-    uint32_t kind;         /* 1, 2, 3, the order in which the tables' locks are taken together */
+    uint32_t kind;         /* 1, 2, 3 */
     uint32_t key[4];       /* the permutation's round keys */
     gpuarr__slot *slots;
     uint32_t capacity, used, live, free_count;
@@ -1514,6 +1520,9 @@ typedef struct gpuarr__state {
     /* Guards every device's thread_streams list. Taken only the first time a thread uses a
        device, when a thread exits, and by whole-device syncs. */
     pthread_mutex_t defaults_lock;
+    /* The three handle tables share one lock: a new id is checked against all of them (no id
+       is live in two tables), and one lock costs a third of three in every create. */
+    pthread_mutex_t handles_lock;
     int refs;             /* gpuarr_init references, under init_lock */
     uint32_t valid;       /* atomic: 1 while initialized */
     uint32_t epoch;       /* counts init cycles; part of device ids */
@@ -1570,7 +1579,7 @@ typedef struct gpuarr__state {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 #endif
-static gpuarr__state gpuarr__g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER};
+static gpuarr__state gpuarr__g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER};
 #if defined(__GNUC__) || defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
@@ -1656,15 +1665,20 @@ typedef struct gpuarr__error_saved {
     const char *api;
     char detail[sizeof gpuarr__tls.error_detail];
 } gpuarr__error_saved;
+/* Only the message's bytes up to its end are copied: the frees and cleanups that save and
+   restore the error run in every release, and the whole buffer is 1 KiB. */
 static void gpuarr__error_save(gpuarr__error_saved *sv) {
     sv->code = gpuarr__tls.error_code;
     sv->api = gpuarr__tls.error_api;
-    memcpy(sv->detail, gpuarr__tls.error_detail, sizeof sv->detail);
+    const char *end = (const char *)memchr(gpuarr__tls.error_detail, 0, sizeof sv->detail - 1);
+    size_t n = end ? (size_t)(end - gpuarr__tls.error_detail) : sizeof sv->detail - 1;
+    memcpy(sv->detail, gpuarr__tls.error_detail, n);
+    sv->detail[n] = '\0';
 }
 static void gpuarr__error_restore(const gpuarr__error_saved *sv) {
     gpuarr__tls.error_code = sv->code;
     gpuarr__tls.error_api = sv->api;
-    memcpy(gpuarr__tls.error_detail, sv->detail, sizeof sv->detail);
+    memcpy(gpuarr__tls.error_detail, sv->detail, strlen(sv->detail) + 1);
     gpuarr__tls.error_formatted = false;
 }
 
@@ -2268,7 +2282,6 @@ static void gpuarr__handle_key(uint32_t kind, uint32_t key[4]) {
 
 static void gpuarr__table_init(gpuarr__table *t, const char *kind_name, uint32_t kind) {
     memset(t, 0, sizeof *t);
-    pthread_mutex_init(&t->lock, NULL);
     t->kind_name = kind_name;
     t->kind = kind;
     gpuarr__handle_key(kind, t->key); /* new ids, unrelated to those of earlier init cycles */
@@ -2314,12 +2327,12 @@ static gpuarr__slot *gpuarr__table_slot(gpuarr__table *t, uint32_t id) {
     return slot->obj && (slot->gen & GPUARR__GEN_MASK) == plain >> GPUARR__INDEX_BITS ? slot : NULL;
 }
 
-/* The three tables, in the order their locks are taken together. */
+/* The three tables by kind. */
 static gpuarr__table *gpuarr__table_of_kind(uint32_t kind) {
     return kind == 1 ? &gpuarr__g.arrays : kind == 2 ? &gpuarr__g.streams : &gpuarr__g.events;
 }
 
-/* Under every table's lock: the id of slot index of t, moving the slot's generation past an id
+/* Under the handles lock: the id of slot index of t, moving the slot's generation past an id
    of 0 and past ids live in another table. */
 static uint32_t gpuarr__table_new_id(gpuarr__table *t, uint32_t index) {
     gpuarr__slot *slot = &t->slots[index];
@@ -2327,15 +2340,15 @@ static uint32_t gpuarr__table_new_id(gpuarr__table *t, uint32_t index) {
         uint32_t id = gpuarr__handle_encode(t->key, (slot->gen & GPUARR__GEN_MASK) << GPUARR__INDEX_BITS | index);
         bool taken = id == 0;
         for (uint32_t k = 1; k <= 3 && !taken; k++)
-            taken = k != t->kind && gpuarr__table_slot(gpuarr__table_of_kind(k), id) != NULL;
+            taken = k != t->kind && gpuarr__table_of_kind(k)->live && gpuarr__table_slot(gpuarr__table_of_kind(k), id) != NULL;
         if (!taken) return id;
     }
 }
 
-/* Stores obj (whose one reference the handle now holds) and returns its id. Takes all three
-   tables' locks, in kind order, so that no id is live in two tables at once. */
+/* Stores obj (whose one reference the handle now holds) and returns its id, under the lock the
+   three tables share, so that no id is live in two tables at once. */
 static gpuarr_result gpuarr__table_insert(gpuarr__table *t, gpuarr__obj *obj, uint32_t *id) {
-    for (uint32_t k = 1; k <= 3; k++) pthread_mutex_lock(&gpuarr__table_of_kind(k)->lock);
+    pthread_mutex_lock(&gpuarr__g.handles_lock);
     uint32_t index = 0;
     gpuarr_result r = gpuarr__table_take_slot(t, &index);
     if (r == GPUARR_OK) {
@@ -2345,7 +2358,7 @@ static gpuarr_result gpuarr__table_insert(gpuarr__table *t, gpuarr__obj *obj, ui
         slot->public_refs = 1;
         t->live++;
     }
-    for (uint32_t k = 3; k >= 1; k--) pthread_mutex_unlock(&gpuarr__table_of_kind(k)->lock);
+    pthread_mutex_unlock(&gpuarr__g.handles_lock);
     return r;
 }
 
@@ -2365,16 +2378,16 @@ static gpuarr_result gpuarr__table_reject(gpuarr__table *t, uint32_t id, const c
     for (uint32_t k = 1; k <= 3; k++) {
         gpuarr__table *o = gpuarr__table_of_kind(k);
         if (o == t) continue;
-        pthread_mutex_lock(&o->lock);
+        pthread_mutex_lock(&gpuarr__g.handles_lock);
         bool theirs = gpuarr__table_slot(o, id) != NULL;
-        pthread_mutex_unlock(&o->lock);
+        pthread_mutex_unlock(&gpuarr__g.handles_lock);
         if (theirs)
             return gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s (id 0x%08x) is %s %s handle, not %s %s handle", arg, id,
                                 k == 1 ? "an" : "a", o->kind_name, an, t->kind_name);
     }
-    pthread_mutex_lock(&t->lock);
+    pthread_mutex_lock(&gpuarr__g.handles_lock);
     bool released = gpuarr__table_issued(t, id);
-    pthread_mutex_unlock(&t->lock);
+    pthread_mutex_unlock(&gpuarr__g.handles_lock);
     if (released)
         return gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s (id 0x%08x): this %s was released (stale handle)", arg, id, t->kind_name);
     return gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s (id 0x%08x) is not %s %s handle", arg, id, an, t->kind_name);
@@ -2383,11 +2396,11 @@ static gpuarr_result gpuarr__table_reject(gpuarr__table *t, uint32_t id, const c
 /* The live object id names, with an internal reference the caller must drop, or NULL. Records
    nothing: for lookups whose failure is not the caller's error. */
 static gpuarr__obj *gpuarr__table_lookup(gpuarr__table *t, uint32_t id) {
-    pthread_mutex_lock(&t->lock);
+    pthread_mutex_lock(&gpuarr__g.handles_lock);
     gpuarr__slot *slot = gpuarr__table_slot(t, id);
     gpuarr__obj *obj = slot ? slot->obj : NULL; /* read under the lock: growth moves the slots */
     if (obj) gpuarr__obj_retain(obj);
-    pthread_mutex_unlock(&t->lock);
+    pthread_mutex_unlock(&gpuarr__g.handles_lock);
     return obj;
 }
 
@@ -2400,11 +2413,11 @@ static gpuarr_result gpuarr__table_get(gpuarr__table *t, uint32_t id, const char
 }
 
 static gpuarr_result gpuarr__table_retain(gpuarr__table *t, uint32_t id, const char *arg) {
-    pthread_mutex_lock(&t->lock);
+    pthread_mutex_lock(&gpuarr__g.handles_lock);
     gpuarr__slot *slot = gpuarr__table_slot(t, id);
     bool at_max = slot && slot->public_refs == UINT32_MAX;
     if (slot && !at_max) slot->public_refs++;
-    pthread_mutex_unlock(&t->lock);
+    pthread_mutex_unlock(&gpuarr__g.handles_lock);
     if (!slot) return gpuarr__table_reject(t, id, arg);
     if (at_max) return gpuarr__fail(GPUARR_ERROR_OVERFLOW, "%s: reference count at its maximum", arg);
     return GPUARR_OK;
@@ -2414,7 +2427,7 @@ static gpuarr_result gpuarr__table_retain(gpuarr__table *t, uint32_t id, const c
    hands the handle's object reference to *dropped, to be released outside the lock. */
 static gpuarr_result gpuarr__table_release(gpuarr__table *t, uint32_t id, const char *arg, gpuarr__obj **dropped) {
     *dropped = NULL;
-    pthread_mutex_lock(&t->lock);
+    pthread_mutex_lock(&gpuarr__g.handles_lock);
     gpuarr__slot *slot = gpuarr__table_slot(t, id);
     if (slot && --slot->public_refs == 0) {
         uint32_t index = (uint32_t)(slot - t->slots);
@@ -2428,15 +2441,15 @@ static gpuarr_result gpuarr__table_release(gpuarr__table *t, uint32_t id, const 
         t->free_count++;
         t->live--;
     }
-    pthread_mutex_unlock(&t->lock);
+    pthread_mutex_unlock(&gpuarr__g.handles_lock);
     return slot ? GPUARR_OK : gpuarr__table_reject(t, id, arg);
 }
 
 static uint32_t gpuarr__table_public_refs(gpuarr__table *t, uint32_t id) {
-    pthread_mutex_lock(&t->lock);
+    pthread_mutex_lock(&gpuarr__g.handles_lock);
     gpuarr__slot *slot = gpuarr__table_slot(t, id);
     uint32_t refs = slot ? slot->public_refs : 0;
-    pthread_mutex_unlock(&t->lock);
+    pthread_mutex_unlock(&gpuarr__g.handles_lock);
     return refs;
 }
 
@@ -2446,7 +2459,6 @@ static uint32_t gpuarr__table_destroy(gpuarr__table *t) {
     for (uint32_t i = 0; i < t->used; i++)
         if (t->slots[i].obj) gpuarr__obj_release(t->slots[i].obj);
     gpuarr__free(t->slots);
-    pthread_mutex_destroy(&t->lock);
     memset(t, 0, sizeof *t);
     return live;
 }
@@ -2935,15 +2947,15 @@ static void gpuarr__collect_device(gpuarr__dev *d) {
     (void)gpuarr__visit_thread_streams(d, false); /* short of memory: collected later */
     gpuarr__table *t = &gpuarr__g.streams;
     for (uint32_t i = 0;; i++) {
-        pthread_mutex_lock(&t->lock);
+        pthread_mutex_lock(&gpuarr__g.handles_lock);
         if (i >= t->used) {
-            pthread_mutex_unlock(&t->lock);
+            pthread_mutex_unlock(&gpuarr__g.handles_lock);
             break;
         }
         gpuarr__stream *s = (gpuarr__stream *)t->slots[i].obj;
         if (s && s->dev == d) gpuarr__obj_retain(&s->obj);
         else s = NULL;
-        pthread_mutex_unlock(&t->lock);
+        pthread_mutex_unlock(&gpuarr__g.handles_lock);
         if (!s) continue;
         gpuarr__stream_collect(s, 0);
         gpuarr__obj_release(&s->obj);
@@ -3244,11 +3256,57 @@ static void gpuarr__segment_release(gpuarr__pool *p, gpuarr__segment *seg) {
     pthread_mutex_lock(&p->lock);
 }
 
+/* A free block into the index, merged with free neighbours there (pool lock held); a segment
+   of a non-caching pool goes back once all of it is free. */
+static void gpuarr__pool_index_free(gpuarr__pool *p, gpuarr__block *b) {
+    gpuarr__tlsf *index = gpuarr__pool_index(p, b->seg->small);
+    if (b->prev && !b->prev->allocated && !b->prev->quick && gpuarr__blocks_mergeable(b->prev, b)) {
+        gpuarr__block *left = b->prev;
+        gpuarr__tlsf_remove(index, left);
+        gpuarr__blocks_merge(left, b);
+        b = left;
+    }
+    if (b->next && !b->next->allocated && !b->next->quick && gpuarr__blocks_mergeable(b, b->next)) {
+        gpuarr__tlsf_remove(index, b->next);
+        gpuarr__blocks_merge(b, b->next);
+    }
+    gpuarr__tlsf_insert(index, b);
+    if (!p->caching && gpuarr__segment_free(b->seg)) gpuarr__segment_release(p, b->seg);
+}
+
+/* The quick blocks into the index (pool lock held): before anything walks the free blocks or
+   gives segments back, and when the index alone cannot serve a request. */
+static void gpuarr__pool_quick_flush(gpuarr__pool *p) {
+    while (p->nquick) {
+        gpuarr__block *b = p->quick[--p->nquick];
+        b->quick = false;
+        gpuarr__pool_index_free(p, b);
+    }
+}
+
+/* A quick block of exactly size, taken as gpuarr__block_take would (pool lock held), or NULL. */
+static gpuarr__block *gpuarr__pool_quick_take(gpuarr__pool *p, size_t size, size_t requested) {
+    for (uint32_t i = p->nquick; i-- > 0;) {
+        gpuarr__block *b = p->quick[i];
+        if (b->size != size) continue;
+        p->quick[i] = p->quick[--p->nquick];
+        b->quick = false;
+        b->allocated = true;
+        b->requested = requested;
+        gpuarr__stat_add(&p->stats.allocated_bytes, &p->stats.peak_allocated_bytes, &p->stats.total_allocated_bytes, b->size);
+        gpuarr__stat_add(&p->stats.requested_bytes, &p->stats.peak_requested_bytes, &p->stats.total_requested_bytes, requested);
+        gpuarr__stat_add(&p->stats.allocations, &p->stats.peak_allocations, &p->stats.total_allocations, 1);
+        return b;
+    }
+    return NULL;
+}
+
 /* Gives back cached segments (all of whose blocks are free): all of them, or those at least
    min_size bytes, stopping once the cache is down to keep_cached. Pool lock held. Returns how
    many. */
 static uint64_t gpuarr__pool_release_cached(gpuarr__pool *p, size_t min_size, uint64_t keep_cached) {
     uint64_t released = 0;
+    gpuarr__pool_quick_flush(p);
     for (bool again = true; again;) {
         again = false;
         for (gpuarr__segment *seg = p->segments; seg; seg = seg->next) {
@@ -3302,7 +3360,13 @@ static void gpuarr__block_take(gpuarr__pool *p, gpuarr__block *b, size_t size, s
 /* Takes a cached block that fits, if any (pool lock held). */
 static gpuarr__block *gpuarr__pool_take_cached(gpuarr__pool *p, size_t size, size_t requested, bool small, uint64_t serial) {
     if (!p->caching) return NULL; /* no reuse: every allocation is the backend's */
-    gpuarr__block *b = gpuarr__tlsf_find(gpuarr__pool_index(p, small), size, serial);
+    gpuarr__block *b = p->nquick ? gpuarr__pool_quick_take(p, size, requested) : NULL;
+    if (b) return b;
+    b = gpuarr__tlsf_find(gpuarr__pool_index(p, small), size, serial);
+    if (!b && p->nquick) {
+        gpuarr__pool_quick_flush(p);
+        b = gpuarr__tlsf_find(gpuarr__pool_index(p, small), size, serial);
+    }
     uint64_t max_split = gpuarr__g.alloc_conf.max_split;
     if (b && !small && max_split && b->size > max_split && b->size - size > GPUARR__POOL_OVERSIZE_WASTE) b = NULL;
     if (b) gpuarr__block_take(p, b, size, requested);
@@ -3459,15 +3523,12 @@ static gpuarr_result gpuarr__pool_alloc(gpuarr__pool *p, size_t bytes, gpuarr__s
     return GPUARR_OK;
 }
 
-/* Returns b to d's pool. `uses` are the async streams its memory was used on: an event is
-   recorded on each, and until they pass only the freeing stream may reuse it. */
-static void gpuarr__pool_free(gpuarr__pool *p, gpuarr__block *b, gpuarr__stream *const *uses, uint32_t nuses) {
-    gpuarr__dev *d = p->dev;
-    if (b->view && !p->pinned) d->backend->mem_view_release(d, b->view);
-    b->view = NULL;
-    gpuarr__block_event evs[GPUARR__POOL_EVENTS];
+/* An event recorded on each of the streams a freed block was used on, into evs; a stream that
+   cannot record one is waited for instead. Returns how many. Never fails: it may run in the
+   cleanup of a failed call, whose error stands. */
+static uint32_t gpuarr__pool_free_events(gpuarr__stream *const *uses, uint32_t nuses, gpuarr__block_event *evs) {
     uint32_t nevs = 0;
-    gpuarr__error_saved saved; /* never fails: it may run in the cleanup of a failed call, whose error stands */
+    gpuarr__error_saved saved;
     gpuarr__error_save(&saved);
     for (uint32_t i = 0; i < nuses && i < GPUARR__POOL_EVENTS; i++) {
         gpuarr__event *e = NULL;
@@ -3482,6 +3543,17 @@ static void gpuarr__pool_free(gpuarr__pool *p, gpuarr__block *b, gpuarr__stream 
         nevs++;
     }
     gpuarr__error_restore(&saved);
+    return nevs;
+}
+
+/* Returns b to d's pool. `uses` are the async streams its memory was used on: an event is
+   recorded on each, and until they pass only the freeing stream may reuse it. */
+static void gpuarr__pool_free(gpuarr__pool *p, gpuarr__block *b, gpuarr__stream *const *uses, uint32_t nuses) {
+    gpuarr__dev *d = p->dev;
+    if (b->view && !p->pinned) d->backend->mem_view_release(d, b->view);
+    b->view = NULL;
+    gpuarr__block_event evs[GPUARR__POOL_EVENTS];
+    uint32_t nevs = nuses ? gpuarr__pool_free_events(uses, nuses, evs) : 0;
     pthread_mutex_lock(&p->lock);
     p->stats.allocated_bytes -= b->size;
     p->stats.requested_bytes -= b->requested;
@@ -3490,19 +3562,13 @@ static void gpuarr__pool_free(gpuarr__pool *p, gpuarr__block *b, gpuarr__stream 
     b->requested = 0;
     b->owner = nuses == 1 ? uses[0]->serial : 0;
     for (uint32_t i = 0; i < nevs; i++) gpuarr__block_add_event(b, evs[i]);
-    gpuarr__tlsf *index = gpuarr__pool_index(p, b->seg->small);
-    if (b->prev && !b->prev->allocated && gpuarr__blocks_mergeable(b->prev, b)) {
-        gpuarr__block *left = b->prev;
-        gpuarr__tlsf_remove(index, left);
-        gpuarr__blocks_merge(left, b);
-        b = left;
+    if (p->caching && !b->nevents && b->size <= GPUARR__POOL_QUICK_MAX && p->nquick < GPUARR__POOL_QUICK) {
+        b->quick = true;
+        p->quick[p->nquick++] = b;
+        pthread_mutex_unlock(&p->lock);
+        return;
     }
-    if (b->next && !b->next->allocated && gpuarr__blocks_mergeable(b, b->next)) {
-        gpuarr__tlsf_remove(index, b->next);
-        gpuarr__blocks_merge(b, b->next);
-    }
-    gpuarr__tlsf_insert(index, b);
-    if (!p->caching && gpuarr__segment_free(b->seg)) gpuarr__segment_release(p, b->seg);
+    gpuarr__pool_index_free(p, b);
     pthread_mutex_unlock(&p->lock);
 }
 
@@ -3536,6 +3602,7 @@ static void gpuarr__pool_init(gpuarr__pool *p, gpuarr__dev *d, bool pinned) {
 static void gpuarr__pool_destroy(gpuarr__pool *p) {
     gpuarr__dev *d = p->dev;
     pthread_mutex_lock(&p->lock);
+    gpuarr__pool_quick_flush(p);
     while (p->segments) {
         gpuarr__segment *seg = p->segments;
         if (!gpuarr__segment_free(seg)) { /* still in use: unreachable after teardown */
@@ -5309,15 +5376,15 @@ static gpuarr_result gpuarr__sync_public_streams(gpuarr__dev *d) {
     gpuarr__table *t = &gpuarr__g.streams;
     gpuarr_result r = GPUARR_OK;
     for (uint32_t i = 0;; i++) {
-        pthread_mutex_lock(&t->lock);
+        pthread_mutex_lock(&gpuarr__g.handles_lock);
         if (i >= t->used) {
-            pthread_mutex_unlock(&t->lock);
+            pthread_mutex_unlock(&gpuarr__g.handles_lock);
             break;
         }
         gpuarr__stream *s = (gpuarr__stream *)t->slots[i].obj;
         if (s && s->dev == d) gpuarr__obj_retain(&s->obj);
         else s = NULL;
-        pthread_mutex_unlock(&t->lock);
+        pthread_mutex_unlock(&gpuarr__g.handles_lock);
         if (!s) continue;
         r = gpuarr__stream_sync_keep(s, r);
         gpuarr__obj_release(&s->obj);
@@ -6644,6 +6711,7 @@ GPUARR_API gpuarr_result gpuarr_pool_snapshot(gpuarr_device d, gpuarr_pool_segme
     GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
     size_t ns = 0, nb = 0;
     pthread_mutex_lock(&dev->pool.lock);
+    gpuarr__pool_quick_flush(&dev->pool); /* the snapshot shows free blocks merged */
     for (gpuarr__segment *seg = dev->pool.segments; seg; seg = seg->next, ns++) {
         if (ns < max_segments) {
             segments[ns].size = seg->size;

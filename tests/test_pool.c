@@ -71,6 +71,34 @@ Test(pool, small_arrays_share_segments_and_neighbours_merge_when_freed) {
     cr_assert(!blocks[0].allocated && blocks[0].size == 2u << 20);
 }
 
+/* Small blocks freed with no work pending wait whole in a short quick list for the next
+   allocation of their size; when the index alone cannot serve a request, they are merged back
+   first, so they never make the pool grow. */
+Test(pool, freed_small_blocks_held_for_reuse_are_merged_before_the_pool_grows) {
+    gpuarr_device d = test_device();
+    gpuarr_array a[32];
+    for (int i = 0; i < 32; i++) a[i] = bytes_array(d, 64 * 1024); /* one 2 MiB segment, full */
+    gpuarr_pool_stats st = stats_of(d);
+    cr_assert_eq(st.segments, 1u);
+    uint64_t backend_allocs = st.backend_allocs;
+    for (int i = 0; i < 32; i += 2) TEST_OK(gpuarr_release(a[i])); /* these wait whole */
+    for (int i = 1; i < 32; i += 2) TEST_OK(gpuarr_release(a[i])); /* no free neighbour in the index */
+    gpuarr_array big = bytes_array(d, 1 * MiB);
+    st = stats_of(d);
+    cr_assert_eq(st.segments, 1u, "a 1 MiB array in a segment of free 64 KiB blocks took %llu segments", (unsigned long long)st.segments);
+    cr_assert_eq(st.backend_allocs, backend_allocs);
+    gpuarr_array again = bytes_array(d, 64 * 1024); /* reused at once, counted as a hit */
+    gpuarr_pool_stats after = stats_of(d);
+    cr_assert_eq(after.cache_hits, st.cache_hits + 1);
+    cr_assert_eq(after.allocated_bytes, (uint64_t)(MiB + 64 * 1024));
+    TEST_OK(gpuarr_release(again));
+    TEST_OK(gpuarr_release(big));
+    TEST_OK(gpuarr_pool_trim(d));
+    st = stats_of(d);
+    cr_assert_eq(st.reserved_bytes, 0u, "trim left %llu bytes", (unsigned long long)st.reserved_bytes);
+    cr_assert_eq(st.allocated_bytes, 0u);
+}
+
 /* The summary and the snapshot describe what is there. */
 Test(pool, summary_and_snapshot_report_the_pool) {
     gpuarr_device d = test_device();

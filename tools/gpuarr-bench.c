@@ -13,7 +13,9 @@
  * OpenCL section (each OpenCL device, or --device opencl:N): 64 MiB f32 uploads through
  * gpuarr_from_host (which allocates the array) against a raw blocking clEnqueueWriteBuffer into
  * a buffer that already exists, downloads through gpuarr_to_host against clEnqueueReadBuffer,
- * both against memcpy; on-device casts f32->f64, f64->f32, f32->f16 timed by events around the
+ * both against memcpy; the latency of 4 KiB, 64 KiB and 1 MiB uploads (gpuarr_from_host_as +
+ * release) and downloads against blocking clEnqueueWriteBuffer / ReadBuffer into a buffer that
+ * exists (medians of 501, interleaved); on-device casts f32->f64, f64->f32, f32->f16 timed by events around the
  * kernel, against memcpy's rate; the first cast's kernel build time cold (empty caches, PoCL's
  * own cache off) and warm (gpuarr's binary cache), each in a fresh process. Then batches
  * (alone with --batch-only): 1,000 host arrays of 4 KiB (1024 f32) onto the device as one
@@ -188,9 +190,9 @@ static void bench_small_alloc(void) {
         }
         base[k] = (now_s() - t0) / BATCH;
     }
-    printf("\n| operation | median per call | baseline (malloc+free 4 KiB, same run) |\n|---|---|---|\n");
-    printf("| gpuarr_empty + gpuarr_release, 4 KiB host array | %.0f ns | %.0f ns |\n", median(t, BATCHES) * 1e9,
-           median(base, BATCHES) * 1e9);
+    double tm = median(t, BATCHES), bm = median(base, BATCHES);
+    printf("\n| operation | median per call | baseline (malloc+free 4 KiB, same run) | ratio |\n|---|---|---|---|\n");
+    printf("| gpuarr_empty + gpuarr_release, 4 KiB host array | %.0f ns | %.0f ns | %.2f |\n", tm * 1e9, bm * 1e9, tm / bm);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -422,6 +424,59 @@ static void bench_opencl_transfers(gpuarr_device dev, size_t mib, int reps) {
     free(scratch);
 }
 
+/* Small transfers: latency of gpuarr_from_host_as + release and gpuarr_to_host_as against a
+   blocking clEnqueueWriteBuffer / ReadBuffer into a buffer that exists, interleaved, medians. */
+static void bench_opencl_small_transfers(gpuarr_device dev) {
+    enum { N = 501 };
+    static const size_t sizes[] = {4096, (size_t)64 << 10, (size_t)1 << 20};
+    gpuarr__cl_state *cl = &GPUARR__CL;
+    void *ctx, *queue;
+    gpuarr_stream s;
+    if (gpuarr_stream_create(dev, 0, &s) != GPUARR_OK || gpuarr_opencl_context_raw(dev, &ctx) != GPUARR_OK ||
+        gpuarr_opencl_queue_raw(s, &queue) != GPUARR_OK)
+        die("opencl setup");
+    gpuarr__cl_command_queue q = (gpuarr__cl_command_queue)queue;
+    size_t top = sizes[sizeof sizes / sizeof sizes[0] - 1];
+    gpuarr__cl_int e = 0;
+    gpuarr__cl_mem buf = cl->clCreateBuffer((gpuarr__cl_context)ctx, GPUARR__CL_MEM_READ_WRITE, top, NULL, &e);
+    float *host = (float *)malloc(top);
+    if (!buf || !host) die("allocating the buffers");
+    fill_source(host, GPUARR_F32, top / 4);
+    printf("\n| small transfers, median of %d | gpuarr | blocking clEnqueueWriteBuffer / ReadBuffer, existing buffer (baseline) | "
+           "gpuarr / baseline |\n|---|---|---|---|\n", N);
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        static double up[N], write[N], down[N], read[N];
+        size_t bytes = sizes[k];
+        int64_t shape[1] = {(int64_t)(bytes / 4)};
+        gpuarr_array kept;
+        if (gpuarr_from_host_as(dev, GPUARR_F32, host, 1, shape, &kept) != GPUARR_OK) die("gpuarr_from_host_as");
+        for (int i = -20; i < N; i++) {
+            int r = i < 0 ? 0 : i;
+            gpuarr_array a;
+            double t0 = now_s();
+            if (gpuarr_from_host_as(dev, GPUARR_F32, host, 1, shape, &a) != GPUARR_OK) die("gpuarr_from_host_as");
+            gpuarr_release(a);
+            up[r] = now_s() - t0;
+            t0 = now_s();
+            cl->clEnqueueWriteBuffer(q, buf, GPUARR__CL_TRUE, 0, bytes, host, 0, NULL, NULL);
+            write[r] = now_s() - t0;
+            t0 = now_s();
+            if (gpuarr_to_host_as(kept, GPUARR_F32, host, bytes / 4) != GPUARR_OK) die("gpuarr_to_host_as");
+            down[r] = now_s() - t0;
+            t0 = now_s();
+            cl->clEnqueueReadBuffer(q, buf, GPUARR__CL_TRUE, 0, bytes, host, 0, NULL, NULL);
+            read[r] = now_s() - t0;
+        }
+        gpuarr_release(kept);
+        double tu = median(up, N), tw = median(write, N), td = median(down, N), tr = median(read, N);
+        printf("| %zu KiB upload: gpuarr_from_host_as + gpuarr_release | %.1f us | %.1f us | %.2f |\n", bytes >> 10, tu * 1e6, tw * 1e6, tu / tw);
+        printf("| %zu KiB download: gpuarr_to_host_as | %.1f us | %.1f us | %.2f |\n", bytes >> 10, td * 1e6, tr * 1e6, td / tr);
+    }
+    cl->clReleaseMemObject(buf);
+    gpuarr_stream_destroy(s);
+    free(host);
+}
+
 static void bench_opencl_casts(gpuarr_device dev, size_t mib, int reps) {
     static const cast_case cases[] = {{GPUARR_F32, GPUARR_F64}, {GPUARR_F64, GPUARR_F32}, {GPUARR_F32, GPUARR_F16}};
     size_t src_bytes = mib << 20;
@@ -546,6 +601,7 @@ static void bench_opencl(const char *self, size_t mib, int reps, const char *onl
             continue;
         }
         bench_opencl_transfers(info.device, mib, reps);
+        bench_opencl_small_transfers(info.device);
         bench_opencl_casts(info.device, mib, reps);
         bench_opencl_build(self, info.spec);
         bench_batches(info.device, reps);
