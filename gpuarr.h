@@ -329,7 +329,10 @@
  * loop costs a few hundred nanoseconds instead of a device allocation. Arrays are blocks of
  * segments the device allocated: up to 1 MiB they share 2 MiB segments, larger ones get
  * segments rounded up to 2 MiB; a free block is found in O(1) (two-level segregated fit), split
- * when larger than asked, and merged with its free neighbours when freed. Frees follow stream
+ * when larger than asked, and merged with its free neighbours when freed (the last 16 blocks
+ * of up to 64 KiB freed with no work pending wait whole for the next request of their size;
+ * they are merged first when a request finds no other fit, and before a trim, a limit, the
+ * out-of-memory ladder or gpuarr_pool_snapshot looks at the pool). Frees follow stream
  * order: a block freed while work on stream S still uses it can be reused by S at once; another
  * stream first makes the device wait for S's work (never the host). gpuarr_array_record_stream
  * names further streams an array is used on (native interop). When the device has no memory
