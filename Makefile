@@ -8,8 +8,8 @@
 #                 installed copy)
 #   make check    the suite under ASan+UBSan, the threaded tests under TSan, valgrind on the
 #                 examples, a slice of the fault matrix and the fuzz corpus replayed
-#                 (fuzz-replay). The soak is not in it yet: it still finds the open bug in
-#                 tests/fuzz/hangs/README
+#                 (fuzz-replay). The soak is not in it (minutes of 8 threads): make soak;
+#                 tests/fuzz/hangs/README lists what it finds that is still open
 #   make faults   the fault matrix: every driver call of each scenario failed in turn, under
 #                 ASan+UBSan (tests/faults; a slice of it runs in make check)
 #   make fuzz     the libFuzzer targets of tests/fuzz (api, parse; clang), FUZZ_SECONDS each

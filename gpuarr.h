@@ -3481,8 +3481,12 @@ static gpuarr_result gpuarr__pool_grow(gpuarr__pool *p, size_t size, size_t requ
 
 /* A block of at least `bytes` on d for work on stream s (NULL: the host will touch it, or the
    device is synchronous). If its memory was last used on other streams, s is made to wait for
-   that work (or, without s, the host waits). */
-static gpuarr_result gpuarr__pool_alloc(gpuarr__pool *p, size_t bytes, gpuarr__stream *s, gpuarr__block **out) {
+   that work (or, without s, the host waits). *waits (if not NULL) says whether the block came
+   with earlier work, on other streams or on s itself: s's order is then the only record of it,
+   so whoever frees the block must free it in s's order (an event on s), and other streams must
+   order after s before they touch it. */
+static gpuarr_result gpuarr__pool_alloc_ex(gpuarr__pool *p, size_t bytes, gpuarr__stream *s, gpuarr__block **out, bool *waits) {
+    if (waits) *waits = false;
     gpuarr__dev *d = p->dev;
     if (bytes > d->info.max_alloc_bytes && d->info.max_alloc_bytes)
         return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "%s: %zu bytes requested, above the device's largest allocation (%llu bytes%s%s)",
@@ -3502,6 +3506,7 @@ static gpuarr_result gpuarr__pool_alloc(gpuarr__pool *p, size_t bytes, gpuarr__s
     if (r != GPUARR_OK) return r;
     /* the memory's last users, on other streams, must be done before s writes it */
     for (uint32_t i = 0; i < b->nevents && r == GPUARR_OK; i++) {
+        if (s && waits) *waits = true; /* s's own earlier work too: it is ordered only on s */
         if (s && b->events[i].stream_serial == s->serial) continue;
         gpuarr__event *e = b->events[i].event;
         r = s ? gpuarr__stream_wait_raw(s, e) : e->dev->backend->event_sync(e->dev, e->native);
@@ -3511,19 +3516,23 @@ static gpuarr_result gpuarr__pool_alloc(gpuarr__pool *p, size_t bytes, gpuarr__s
             pthread_mutex_unlock(&p->lock);
         }
     }
-    gpuarr__block_drop_events(b);
     if (r == GPUARR_OK && p->pinned) {
         b->view = (unsigned char *)b->seg->host_base + b->offset;
         b->view_offset = 0;
     } else if (r == GPUARR_OK) {
         r = d->backend->mem_view(d, b->seg->mem, b->offset, b->size, &b->view, &b->view_offset);
     }
-    if (r != GPUARR_OK) {
+    if (r != GPUARR_OK) { /* back with its events: its earlier users' work may still be pending */
         gpuarr__pool_free(p, b, NULL, 0);
         return r;
     }
+    gpuarr__block_drop_events(b);
     *out = b;
     return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__pool_alloc(gpuarr__pool *p, size_t bytes, gpuarr__stream *s, gpuarr__block **out) {
+    return gpuarr__pool_alloc_ex(p, bytes, s, out, NULL);
 }
 
 /* An event recorded on each of the streams a freed block was used on, into evs; a stream that
@@ -3748,7 +3757,8 @@ static gpuarr_result gpuarr__array_new(gpuarr__dev *d, gpuarr_dtype t, int ndim,
     gpuarr__array *a;
     GPUARR__CHECK(gpuarr__array_alloc_struct(d, t, ndim, shape, &a));
     a->pool = &d->pool;
-    gpuarr_result r = a->nbytes ? gpuarr__pool_alloc(&d->pool, a->nbytes, s, &a->block) : GPUARR_OK;
+    bool waits = false;
+    gpuarr_result r = a->nbytes ? gpuarr__pool_alloc_ex(&d->pool, a->nbytes, s, &a->block, &waits) : GPUARR_OK;
     if (r == GPUARR_ERROR_OUT_OF_MEMORY && gpuarr__g.alloc_conf.host_fallback && d != gpuarr__host_dev()) {
         char why[sizeof gpuarr__tls.error_message];
         gpuarr__copy_string(why, sizeof why, gpuarr_last_error());
@@ -3771,6 +3781,11 @@ static gpuarr_result gpuarr__array_new(gpuarr__dev *d, gpuarr_dtype t, int ndim,
         a->mem = a->block->view;
         a->offset = a->block->view_offset;
     }
+    /* s is ordered after the block's earlier users (their work, perhaps another thread's, may
+       still write it): the array is used on s from here. Its release then frees the block in
+       s's order, after those waits -- also when s never touches it (gpuarr_empty) -- and a write
+       on another stream orders after s first (gpuarr__order_after_uses). */
+    if (waits && !a->host_fallback) gpuarr__array_note_use(a, s);
     *out = a;
     return r;
 }
@@ -4323,7 +4338,9 @@ static gpuarr_result gpuarr__move_peer(gpuarr__stream *ss, gpuarr__stream *ds, g
     }
     *last = ds; /* copy the narrow bytes, widen on the destination */
     GPUARR__CHECK(gpuarr__temp_alloc(ds, n * ssz, &tmp));
-    r = b->copy_peer(ss, ds->dev, tmp->view, tmp->view_offset, ss->dev, src.mem, src.offset, n * ssz);
+    /* tmp was allocated for ds, as dst above: ss writes it only after what ds was told to wait for */
+    r = gpuarr__stream_order(ss, ds);
+    if (r == GPUARR_OK) r = b->copy_peer(ss, ds->dev, tmp->view, tmp->view_offset, ss->dev, src.mem, src.offset, n * ssz);
     if (r == GPUARR_OK) r = gpuarr__stream_order(ds, ss);
     if (r == GPUARR_OK) r = b->cast(ds, dst.mem, dst.offset, dst.dtype, tmp->view, tmp->view_offset, src.dtype, n);
     gpuarr__temp_free2(ss, ds, tmp); /* written on ss, read on ds */

@@ -816,3 +816,36 @@ Test(cuda, a_stream_waiting_for_another_runs_its_later_work_after_the_wait_which
     pthread_cond_destroy(&p.changed);
     pthread_mutex_destroy(&p.lock);
 }
+
+/* A block reused on another stream makes that stream wait for its earlier users' work, which
+   may still write it. An array nobody used on that stream (gpuarr_empty, released at once) must
+   still go back in that stream's order: freed without it, the next array (another thread's, in
+   the fuzz soak) got the block with no wait and the late write landed in it. Deterministic on
+   the fake driver, whose streams run only when waited for. */
+Test(cuda, a_block_whose_earlier_writes_are_pending_is_not_reused_before_them_via_an_unused_array) {
+    gpuarr_device g = cuda_device(0);
+    enum { N = 1 << 19, K = 16 }; /* 2 MiB: a segment of its own, so that no free neighbour keeps the old events */
+    int64_t shape[1] = {N};
+    int32_t old[K], back[K];
+    for (int i = 0; i < K; i++) old[i] = 1000 + i;
+    gpuarr_stream s0, s1;
+    TEST_OK(gpuarr_stream_create(g, 0, &s0));
+    TEST_OK(gpuarr_stream_create(g, 0, &s1));
+    gpuarr_array o, e, y;
+    TEST_OK(gpuarr_empty(g, GPUARR_I32, 1, shape, &o));
+    TEST_OK(gpuarr_write_async(o, 0, K, GPUARR_DTYPE_INVALID, old, s0)); /* queued on s0, not run */
+    TEST_OK(gpuarr_release(o));                                          /* its block: freed in s0's order */
+    TEST_OK(gpuarr_set_current_stream(s1));
+    TEST_OK(gpuarr_empty(g, GPUARR_I32, 1, shape, &e)); /* the block, for s1: s1 waits for s0 */
+    TEST_OK(gpuarr_release(e));                          /* never used on s1 */
+    gpuarr_stream none = {0};
+    TEST_OK(gpuarr_set_current_stream(none));
+    TEST_OK(gpuarr_zeros(g, GPUARR_I32, 1, shape, &y)); /* on the thread's default stream */
+    TEST_OK(gpuarr_stream_sync(s0));                     /* the old write runs now, if it has not */
+    TEST_OK(gpuarr_read(y, 0, K, GPUARR_DTYPE_INVALID, back));
+    for (int i = 0; i < K; i++)
+        cr_assert_eq(back[i], 0, "element %d of the zeros is %d: the old array's queued write landed in the new one", i, back[i]);
+    TEST_OK(gpuarr_release(y));
+    TEST_OK(gpuarr_stream_destroy(s0));
+    TEST_OK(gpuarr_stream_destroy(s1));
+}

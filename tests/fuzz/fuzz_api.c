@@ -90,7 +90,7 @@ typedef struct fz {
     size_t size, pos;
     gpuarr_device dev[FZ_DEVICES];
     gpuarr_array arr[FZ_ARRAYS]; /* each non-zero slot holds one reference */
-    gpuarr_array keep[FZ_ARRAYS]; /* references kept for wrapped device pointers (cuda_wrap_ptr) */
+    gpuarr_array keep[FZ_ARRAYS]; /* arrays whose memory a wrapper uses (cuda_wrap_ptr, opencl_wrap_mem_raw) */
     int nkeep;
     gpuarr_stream st[FZ_STREAMS];
     bool st_pinned[FZ_STREAMS]; /* a wrapped stream (cuda_wrap_stream) uses its native stream */
@@ -254,6 +254,17 @@ static bool fz_shape_sane(int ndim, const int64_t *shape) {
     return true;
 }
 
+/* Whether this thread still holds a reference to id: in an array slot (other than slot `except`)
+   or in the keep list (a wrapped pointer's source). Only an id held nowhere is stale. */
+static bool fz_held(const fz *z, uint32_t id, int except) {
+    if (!id) return false;
+    for (int k = 0; k < FZ_ARRAYS; k++)
+        if (k != except && z->arr[k].id == id) return true;
+    for (int k = 0; k < z->nkeep; k++)
+        if (z->keep[k].id == id) return true;
+    return false;
+}
+
 static int fz_free_slot(fz *z) {
     for (int i = 0; i < FZ_ARRAYS; i++)
         if (!z->arr[i].id) return i;
@@ -269,7 +280,7 @@ static void fz_adopt(fz *z, gpuarr_array a) {
     gpuarr_result r;
     FZ_CALL(r, "gpuarr_release", gpuarr_release(a));
     if (r != GPUARR_OK) fz_die("gpuarr_release of a new array failed: %s", gpuarr_last_error());
-    fz_stale_add(z, a.id);
+    if (!fz_held(z, a.id, -1)) fz_stale_add(z, a.id); /* a retained id may still be held */
 }
 
 static bool fz_info(gpuarr_array a, gpuarr_array_info *info) { return gpuarr_array_get_info(a, info) == GPUARR_OK; }
@@ -408,17 +419,13 @@ static void op_release(fz *z) {
     gpuarr_result r;
     if (b >= 0xc0) { /* a stale, forged or empty id: refused */
         gpuarr_array a = fz_arr(z);
-        bool owned = false;
-        for (int k = 0; k < FZ_ARRAYS; k++) owned |= a.id && z->arr[k].id == a.id;
-        if (owned) return;
+        if (fz_held(z, a.id, -1)) return;
         if (FZ_CALL(r, "gpuarr_release", gpuarr_release(a)) == GPUARR_OK && a.id) fz_die("gpuarr_release of a non-live id 0x%x succeeded", a.id);
         return;
     }
     if (!z->arr[i].id) return;
     if (FZ_CALL(r, "gpuarr_release", gpuarr_release(z->arr[i])) != GPUARR_OK) fz_die("gpuarr_release of an owned array failed");
-    bool still = false;
-    for (int k = 0; k < FZ_ARRAYS; k++) still |= k != i && z->arr[k].id == z->arr[i].id;
-    if (!still) fz_stale_add(z, z->arr[i].id);
+    if (!fz_held(z, z->arr[i].id, i)) fz_stale_add(z, z->arr[i].id);
     z->arr[i].id = 0;
 }
 
@@ -426,9 +433,7 @@ static void op_retain(fz *z) {
     gpuarr_array a = fz_arr(z);
     gpuarr_result r;
     if (FZ_CALL(r, "gpuarr_retain", gpuarr_retain(a)) != GPUARR_OK) return;
-    bool owned = false;
-    for (int k = 0; k < FZ_ARRAYS; k++) owned |= z->arr[k].id == a.id;
-    if (!owned) fz_die("gpuarr_retain of a non-live id 0x%x succeeded", a.id);
+    if (!fz_held(z, a.id, -1)) fz_die("gpuarr_retain of a non-live id 0x%x succeeded", a.id);
     fz_adopt(z, a);
 }
 
@@ -870,7 +875,18 @@ static void op_device(fz *z) {
                     size_t o = (w & 8) ? (size_t)u32(z) : off;
                     FZ_CALL(r2, "gpuarr_opencl_wrap_mem_raw", gpuarr_opencl_wrap_mem_raw(d, p, o, t, ndim, shape, &out));
                     FZ_KEEP_OUT(r2, "gpuarr_opencl_wrap_mem_raw", out);
-                    if (r2 == GPUARR_OK) fz_adopt(z, out);
+                    /* the buffer is src's pool block: valid while src lives (the wrapper's
+                       reference keeps the cl_mem, not the block, which the pool hands to the
+                       next array once src goes). Keep src alive, as for a CUDA pointer. */
+                    if (r2 == GPUARR_OK && z->nkeep < FZ_ARRAYS) {
+                        if (gpuarr_retain(src) != GPUARR_OK) fz_die("retain of a live array failed");
+                        z->keep[z->nkeep++] = src;
+                        fz_adopt(z, out);
+                    } else if (r2 == GPUARR_OK) {
+                        FZ_CALL(r2, "gpuarr_release", gpuarr_release(out));
+                        if (r2 != GPUARR_OK) fz_die("gpuarr_release of a wrapped buffer failed");
+                        fz_stale_add(z, out.id);
+                    }
                 }
             } else if (z->nkeep < FZ_ARRAYS) {
                 if ((w & 4) || FZ_CALL(r, "gpuarr_cuda_ptr", gpuarr_cuda_ptr(src, &p)) == GPUARR_OK) {
@@ -1061,8 +1077,6 @@ static void fz_cleanup(fz *z) {
                 if (FZ_CALL(r, "gpuarr_stream_destroy", gpuarr_stream_destroy(z->st[i])) != GPUARR_OK) fz_die("destroying stream %d failed", i);
                 z->st[i].id = 0;
             }
-    for (int i = 0; i < z->nkeep; i++)
-        if (gpuarr_release(z->keep[i]) != GPUARR_OK) fz_die("releasing a kept array failed");
     for (uintptr_t k = 0; k < 20; k++)
         if (z->handlers & (1 << k) && gpuarr_oom_handler_remove(fz_oom, (char *)z + k) != GPUARR_OK) fz_die("removing an OOM handler failed");
     for (int i = 0; i < FZ_DEVICES; i++) {
@@ -1071,6 +1085,11 @@ static void fz_cleanup(fz *z) {
         if (z->limits) (void)gpuarr_pool_set_limit(z->dev[i], 0);
         if (gpuarr_device_sync(z->dev[i]) != GPUARR_OK) fz_die("gpuarr_device_sync(%s) at the end: %s", fz_specs[i], gpuarr_last_error());
     }
+    /* the arrays whose memory wrappers used: only now that the wrappers' queued work is done
+       (released before, a block would go back to the pool while that work may still write it) */
+    for (int i = 0; i < z->nkeep; i++)
+        if (gpuarr_release(z->keep[i]) != GPUARR_OK) fz_die("releasing a kept array failed");
+    z->nkeep = 0;
     if (!fz_soak) {
         for (int i = 0; i < FZ_DEVICES; i++) {
             if (!z->dev[i].id) continue;
