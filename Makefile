@@ -7,9 +7,9 @@
 #                 implementation at -O3 and with -flto, GPUARR_STATIC, the README's code, an
 #                 installed copy)
 #   make check    the suite under ASan+UBSan, the threaded tests under TSan, valgrind on the
-#                 examples, a slice of the fault matrix and the fuzz corpus replayed
-#                 (fuzz-replay). The soak is not in it (minutes of 8 threads): make soak;
-#                 tests/fuzz/hangs/README lists what it finds that is still open
+#                 examples, a slice of the fault matrix, the fuzz corpus replayed (fuzz-replay)
+#                 and 2 minutes of the soak (soak-slice; its seed is printed, a failing input
+#                 kept in build/logs/soak-crash-input)
 #   make faults   the fault matrix: every driver call of each scenario failed in turn, under
 #                 ASan+UBSan (tests/faults; a slice of it runs in make check)
 #   make fuzz     the libFuzzer targets of tests/fuzz (api, parse; clang), FUZZ_SECONDS each
@@ -58,7 +58,7 @@ CHECK_PACKAGES := $(TEST_PACKAGES) valgrind
 
 .PHONY: all demo test check bench install clean deps-test deps-check info compile-tests \
         run-tests run-asan run-tsan run-valgrind kernels kernels-check cuda-kernels \
-        compile-matrix install-check readme-blocks faults faults-slice fuzz fuzz-build fuzz-merge fuzz-replay soak
+        compile-matrix install-check readme-blocks faults faults-slice fuzz fuzz-build fuzz-merge fuzz-replay soak soak-slice
 
 CU_EXAMPLES := $(if $(NVCC),$(basename $(notdir $(wildcard examples/*.cu))))
 
@@ -344,8 +344,8 @@ faults-slice: $(FAULT_MATRIX_DEPS)
 
 # --- sanitizers -----------------------------------------------------------------------------
 check: deps-check
-	@$(MAKE) --no-print-directory run-asan run-tsan run-valgrind faults-slice fuzz-replay
-	@echo "make check: ASan+UBSan, TSan and valgrind are clean; the fault-matrix slice and the fuzz corpus replay pass"
+	@$(MAKE) --no-print-directory run-asan run-tsan run-valgrind faults-slice fuzz-replay soak-slice
+	@echo "make check: ASan+UBSan, TSan and valgrind are clean; the fault-matrix slice, the fuzz corpus replay and the soak slice pass"
 
 # Criterion reports a test whose worker leaks as passing (LeakSanitizer runs after the result is
 # sent), so any sanitizer report in the output fails the run.
@@ -458,6 +458,10 @@ soak: $(BUILD)/fuzz-replay/soak
 	@$(FUZZ_ENV) FUZZ_API_CRASH_INPUT=$(BUILD)/logs/soak-crash-input nice -n 10 $(BUILD)/fuzz-replay/soak $(SOAK_MINUTES) >$(BUILD)/logs/soak.log 2>&1 || { tail -80 $(BUILD)/logs/soak.log; exit 1; }
 	@if grep -qE $(SANITIZER_REPORT) $(BUILD)/logs/soak.log; then cat $(BUILD)/logs/soak.log; echo "soak: sanitizer report"; exit 1; fi
 	@tail -1 $(BUILD)/logs/soak.log
+
+# the soak's slice in make check
+soak-slice:
+	@$(MAKE) --no-print-directory soak SOAK_MINUTES=2
 
 # --- benchmarks -----------------------------------------------------------------------------
 bench: $(BUILD)/rel/tools/gpuarr-bench
