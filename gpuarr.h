@@ -3309,9 +3309,9 @@ static gpuarr__block *gpuarr__pool_quick_take(gpuarr__pool *p, size_t size, size
    many. */
 static uint64_t gpuarr__pool_release_cached(gpuarr__pool *p, size_t min_size, uint64_t keep_cached) {
     uint64_t released = 0;
-    gpuarr__pool_quick_flush(p);
     for (bool again = true; again;) {
         again = false;
+        gpuarr__pool_quick_flush(p); /* each pass: frees went on while a release dropped the lock */
         for (gpuarr__segment *seg = p->segments; seg; seg = seg->next) {
             if (seg->size < min_size || gpuarr__pool_cached(p) <= keep_cached || !gpuarr__segment_free(seg)) continue;
             gpuarr__segment_release(p, seg); /* drops the lock: start over */
@@ -3614,8 +3614,8 @@ static void gpuarr__pool_init(gpuarr__pool *p, gpuarr__dev *d, bool pinned) {
 static void gpuarr__pool_destroy(gpuarr__pool *p) {
     gpuarr__dev *d = p->dev;
     pthread_mutex_lock(&p->lock);
-    gpuarr__pool_quick_flush(p);
     while (p->segments) {
+        gpuarr__pool_quick_flush(p);
         gpuarr__segment *seg = p->segments;
         if (!gpuarr__segment_free(seg)) { /* still in use: unreachable after teardown */
             gpuarr__log(GPUARR_LOG_WARN, "%s: a pool segment is still in use at shutdown", d->info.spec);
