@@ -314,9 +314,11 @@
  * its allocation limit (PoCL would otherwise hand out buffers until the host runs out), a
  * request above CL_DEVICE_MAX_MEM_ALLOC_SIZE fails saying so, and buffers are made resident when
  * allocated, so running out shows at allocation. On devices that share the host's memory (PoCL,
- * integrated GPUs) arrays live in memory gpuarr allocates (CL_MEM_USE_HOST_PTR) and copies run on
- * the host's worker threads, through a map of the buffer (in async calls the map is queued and
- * the copy runs as a host function once it is done, so the call does not wait). Casts run in
+ * integrated GPUs) arrays live in memory gpuarr allocates (CL_MEM_USE_HOST_PTR); a synchronous
+ * copy below 4 MiB is one clEnqueueWriteBuffer or clEnqueueReadBuffer (the least latency), a
+ * larger one runs on the host's worker threads through a map of the buffer, and an async one
+ * maps too (the map is queued and the copy runs as a host function once it is done, so the call
+ * does not wait). Casts run in
  * kernels built from backends/gpuarr_kernels.h, one dtype pair at its first use, cached on disk;
  * f16 and bf16 need no cl_khr_fp16, f64 needs cl_khr_fp64 (else GPUARR_ERROR_UNSUPPORTED). A kernel build failure is GPUARR_ERROR_BACKEND with
  * the start of the build log in the message. gpuarr_opencl_* (below) give the native context,

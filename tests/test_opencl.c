@@ -4,6 +4,7 @@
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
 #include <criterion/criterion.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <unistd.h> /* alarm */
@@ -186,6 +187,55 @@ Test(opencl, a_kernel_build_failure_is_a_backend_error_with_the_log) {
     TEST_OK(gpuarr_release(a));
     unsetenv("GPUARR_OPENCL_BUILD_OPTIONS");
     unsetenv("GPUARR_CACHE_DIR");
+}
+
+/* On a device that shares the host's memory, a synchronous copy below 4 MiB is the driver's one
+   write or read call; from 4 MiB the buffer is mapped and the host's threads copy. Shown through
+   tests/fault_opencl (GPUARR_TEST_FAULT_OPENCL, set by make test) failing every map. */
+Test(opencl, small_copies_on_a_host_unified_device_are_one_driver_call_and_large_ones_a_map) {
+    const char *lib = getenv("GPUARR_TEST_FAULT_OPENCL");
+    if (!lib || !*lib) test_skip("GPUARR_TEST_FAULT_OPENCL (the library of tests/fault_opencl) is not set; make test sets it");
+    gpuarr_shutdown();
+    setenv_or_die("GPUARR_OPENCL_LIBRARY", lib);
+    TEST_OK(gpuarr_init(NULL));
+    unsetenv("GPUARR_OPENCL_LIBRARY");
+    gpuarr_device d = cl_device(0);
+    gpuarr_device_info info;
+    TEST_OK(gpuarr_device_get_info(d, &info));
+    if (!info.host_unified) test_skip("%s has its own memory: its copies never map", info.spec);
+    void *handle = dlopen(lib, RTLD_NOW | RTLD_NOLOAD);
+    cr_assert(handle, "%s is not the loaded OpenCL library", lib);
+    void *sym = dlsym(handle, "fault_opencl_fail_set");
+    cr_assert(sym);
+    int (*fail_set)(const char *);
+    memcpy(&fail_set, &sym, sizeof sym); /* ISO C has no object-to-function pointer cast */
+    enum { SMALL = 1024, LARGE = 1 << 20 }; /* 4 KiB and 4 MiB of f32 */
+    float *host = malloc(LARGE * sizeof *host), *back = malloc(LARGE * sizeof *back);
+    cr_assert(host && back);
+    for (int i = 0; i < LARGE; i++) host[i] = (float)i;
+    int64_t small_shape[1] = {SMALL}, large_shape[1] = {LARGE};
+    gpuarr_array small, large;
+    TEST_OK(gpuarr_from_host_as(d, GPUARR_F32, host, 1, large_shape, &large)); /* before the maps fail */
+    /* the next four maps fail (the count restarts with the rules) */
+    cr_assert_eq(fail_set("clEnqueueMapBuffer:1,clEnqueueMapBuffer:2,clEnqueueMapBuffer:3,clEnqueueMapBuffer:4"), 0);
+    TEST_OK(gpuarr_from_host_as(d, GPUARR_F32, host, 1, small_shape, &small));
+    TEST_OK(gpuarr_to_host_as(small, GPUARR_F32, back, SMALL));
+    cr_assert_eq(memcmp(back, host, SMALL * sizeof *host), 0);
+    gpuarr_array other = {0xA5A5A5A5u};
+    gpuarr_result r = gpuarr_from_host_as(d, GPUARR_F32, host, 1, large_shape, &other);
+    cr_assert_neq(r, GPUARR_OK, "a 4 MiB upload did not map the buffer");
+    cr_assert(strstr(gpuarr_last_error(), "clEnqueueMapBuffer"), "%s", gpuarr_last_error());
+    cr_assert_eq(other.id, 0xA5A5A5A5u);
+    cr_assert_neq(gpuarr_to_host_as(large, GPUARR_F32, back, LARGE), GPUARR_OK, "a 4 MiB download did not map the buffer");
+    cr_assert(strstr(gpuarr_last_error(), "clEnqueueMapBuffer"), "%s", gpuarr_last_error());
+    cr_assert_eq(fail_set(""), 0);
+    TEST_OK(gpuarr_to_host_as(large, GPUARR_F32, back, LARGE));
+    cr_assert_eq(memcmp(back, host, LARGE * sizeof *host), 0);
+    TEST_OK(gpuarr_release(small));
+    TEST_OK(gpuarr_release(large));
+    free(host);
+    free(back);
+    dlclose(handle);
 }
 
 Test(opencl, without_the_loader_there_are_no_opencl_devices_and_the_rest_works) {
