@@ -162,6 +162,8 @@ FAKE_CUDA := $(if $(CUDA_H),$(BUILD)/fake-cuda/libcuda.so.1)
 $(BUILD)/fake-cuda/libcuda.so.1: tests/fake_cuda/fake_cuda.c tests/faults/fault_spec.h $(HEADERS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_REL) -fPIC -shared -fvisibility=hidden -I. -I$(CUDA_HOME)/include -Wl,-soname,libcuda.so.1 $< -o $@ -lpthread -lm
+# tests/fault_opencl (made below): an OpenCL library that fails chosen calls; test_opencl uses it too
+FAULT_OPENCL := $(BUILD)/fault-opencl/libfault_opencl.so
 FAKE_ENV := GPUARR_CUDA_LIBRARY=$(abspath $(BUILD))/fake-cuda/libcuda.so.1 GPUARR_CACHE_DIR=$(abspath $(BUILD))/fake-cuda/cache
 
 run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAULT_OPENCL) $(BUILD)/rel/plugin/plugin_driver $(BUILD)/rel/tools/gpuarr-info
@@ -323,7 +325,6 @@ install-check:
 # (FAULT_OPENCL_FAIL); the fake CUDA driver does the same (FAKE_CUDA_FAIL). The matrix runs under
 # ASan+UBSan, a fresh process per N. `make faults` walks every N of every scenario; `make
 # faults-slice` (in `make check`) every 7th N.
-FAULT_OPENCL := $(BUILD)/fault-opencl/libfault_opencl.so
 $(FAULT_OPENCL): tests/fault_opencl/fault_opencl.c tests/faults/fault_spec.h
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_REL) -fPIC -shared -fvisibility=hidden $< -o $@ -ldl -lpthread
