@@ -2,6 +2,30 @@
  *
  *   gpuarr-bench [--mib N] [--cuda-mib N] [--reps N] [--host-only | --opencl-only | --pool-only |
  *                --cuda-only | --mutable-only | --batch-only] [--device SPEC]
+ *                [--host-isa auto|baseline|avx2|both[,...]] [--csv FILE|- [--sweep-min SIZE] [--sweep-max SIZE]]
+ *
+ * Every run starts with the machine: the CPU's name, vendor, family, model and stepping, the ISA
+ * flags that matter (sse4_2 avx avx2 fma f16c bmi2 avx512*), a machine tag made of them for
+ * file names ("zen3-avx2"), the compiler, the host cast kernels in use (what gpuarr chose, or
+ * GPUARR_HOST_ISA), and every device with its name and version (PoCL's names its target, e.g.
+ * pthread-haswell).
+ *
+ * --host-isa LIST: the host cast section once per entry of the comma list (auto, baseline, avx2;
+ * "both" = baseline,avx2), in one run and one table, each against memcpy timed in its own
+ * repetitions and labelled with the kernels the library reports. Each entry restarts the
+ * library with GPUARR_HOST_ISA set to it; an entry this CPU cannot run (avx2 without AVX2) is
+ * reported and skipped. Without it: the kernels gpuarr_init chose, as before.
+ *
+ * --csv FILE ("-": stdout): instead of the tables, a size sweep for plots (tools/bench-plots.sh,
+ * `make bench-plots`): sizes by powers of 4 from --sweep-min to --sweep-max (defaults 4K and
+ * 256M; K, M, G suffixes), every path against its baselines: host casts (kernel, and
+ * gpuarr_convert) against memcpy, once per --host-isa entry; on the first OpenCL device (or
+ * --device) uploads (gpuarr_from_host_as, gpuarr_write into an existing array) against
+ * clEnqueueWriteBuffer, downloads (gpuarr_to_host_as, gpuarr_read) against clEnqueueReadBuffer,
+ * casts (gpuarr_convert) against clEnqueueCopyBuffer and memcpy. CUDA devices have no rows yet.
+ * Columns: section,path,baseline,isa,device,bytes,gpuarr_seconds,baseline_seconds,gpuarr_GBps,
+ * baseline_GBps,ratio,reps,gpuarr_calls,baseline_calls, after `# ` lines describing the machine
+ * (see "--csv FILE" below for how each figure is timed). --reps caps the repetitions.
  *
  * Host section: casts f32->f64, f64->f32, u8->f32, f32->f16, f32->bf16 on N MiB source arrays
  * (default 64) against single-threaded memcpy of the same source bytes. Rates count bytes read
@@ -88,6 +112,133 @@ static void fill_source(void *p, gpuarr_dtype t, size_t n) {
     }
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * The machine, printed once at the top of every run (and as # lines at the top of --csv output)
+ * ------------------------------------------------------------------------------------------- */
+typedef struct cpu_desc {
+    char name[256], vendor[64], flags[256]; /* flags: the ones that matter here, as /proc/cpuinfo spells them */
+    int family, model, stepping;            /* -1 where /proc/cpuinfo does not say (not x86) */
+    char tag[64];                           /* "zen3-avx2": names result files, so machines do not overwrite each other */
+} cpu_desc;
+
+/* The first value of `key` in /proc/cpuinfo (the first CPU), or "". */
+static void cpuinfo_field(const char *key, char *out, size_t size) {
+    out[0] = 0;
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    static char line[8192];
+    while (fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (!colon) continue;
+        size_t klen = (size_t)(colon - line);
+        while (klen && (line[klen - 1] == ' ' || line[klen - 1] == '\t')) klen--;
+        if (klen != strlen(key) || strncmp(line, key, klen) != 0) continue;
+        const char *v = colon + 1;
+        while (*v == ' ') v++;
+        snprintf(out, size, "%.*s", (int)strcspn(v, "\n"), v);
+        break;
+    }
+    fclose(f);
+}
+
+static bool has_word(const char *list, const char *word) {
+    size_t n = strlen(word);
+    for (const char *p = list; (p = strstr(p, word)) != NULL; p += n)
+        if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == 0)) return true;
+    return false;
+}
+
+/* The microarchitecture's short name from the vendor, family and model (the common server and
+   desktop parts; others are named by their numbers). */
+static const char *cpu_uarch(const cpu_desc *c, char *buf, size_t size) {
+    int f = c->family, m = c->model;
+    if (strcmp(c->vendor, "AuthenticAMD") == 0) {
+        if (f == 23) return m < 0x30 ? "zen" : "zen2";
+        if (f == 25) return (m < 0x10 || (m >= 0x20 && m < 0x30) || (m >= 0x40 && m < 0x60)) ? "zen3" : "zen4";
+        if (f == 26) return "zen5";
+    } else if (strcmp(c->vendor, "GenuineIntel") == 0 && f == 6) {
+        static const struct { int model; const char *name; } intel[] = {
+            {0x3c, "haswell"}, {0x3f, "haswell"}, {0x45, "haswell"}, {0x46, "haswell"}, {0x3d, "broadwell"},
+            {0x47, "broadwell"}, {0x4f, "broadwell"}, {0x56, "broadwell"}, {0x4e, "skylake"}, {0x5e, "skylake"},
+            {0x8e, "skylake"}, {0x9e, "skylake"}, {0x55, "skylakex"}, {0x6a, "icelakex"}, {0x6c, "icelakex"},
+            {0x7d, "icelake"}, {0x7e, "icelake"}, {0x8c, "tigerlake"}, {0x8d, "tigerlake"}, {0x97, "alderlake"},
+            {0x9a, "alderlake"}, {0xb7, "raptorlake"}, {0xba, "raptorlake"}, {0xbf, "raptorlake"},
+            {0x8f, "sapphirerapids"}, {0xcf, "emeraldrapids"}, {0xad, "graniterapids"}};
+        for (size_t i = 0; i < sizeof intel / sizeof intel[0]; i++)
+            if (intel[i].model == m) return intel[i].name;
+    }
+    if (f < 0) return "cpu";
+    snprintf(buf, size, "%s-f%d-m%d", strcmp(c->vendor, "AuthenticAMD") == 0 ? "amd" : strcmp(c->vendor, "GenuineIntel") == 0 ? "intel" : "cpu", f, m);
+    return buf;
+}
+
+static void read_cpu(cpu_desc *c) {
+    static const char *const wanted[] = {"sse4_2", "avx", "avx2", "fma", "f16c", "bmi2", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx512_fp16"};
+    char v[32], all[8192];
+    memset(c, 0, sizeof *c);
+    cpuinfo_field("model name", c->name, sizeof c->name);
+    if (!c->name[0]) snprintf(c->name, sizeof c->name, "unknown CPU");
+    cpuinfo_field("vendor_id", c->vendor, sizeof c->vendor);
+    cpuinfo_field("cpu family", v, sizeof v);
+    c->family = v[0] ? atoi(v) : -1;
+    cpuinfo_field("model", v, sizeof v);
+    c->model = v[0] ? atoi(v) : -1;
+    cpuinfo_field("stepping", v, sizeof v);
+    c->stepping = v[0] ? atoi(v) : -1;
+    cpuinfo_field("flags", all, sizeof all);
+    size_t len = 0;
+    for (size_t i = 0; i < sizeof wanted / sizeof wanted[0]; i++)
+        if (has_word(all, wanted[i])) len += (size_t)snprintf(c->flags + len, sizeof c->flags - len, "%s%s", len ? " " : "", wanted[i]);
+    char buf[48];
+    const char *isa = has_word(all, "avx512f") ? "avx512" : has_word(all, "avx2") ? "avx2" : "baseline";
+    snprintf(c->tag, sizeof c->tag, "%s-%s", cpu_uarch(c, buf, sizeof buf), isa);
+}
+
+/* The run header: CPU, its flags, the build, the host cast kernels in use and every device. Each
+   line starts with `prefix` ("" for the Markdown tables, "# " in the CSV). */
+static void print_machine(FILE *out, const char *prefix, const cpu_desc *c) {
+    gpuarr_device_info host_info;
+    gpuarr_device_get_info(gpuarr_host(), &host_info);
+    gpuarr_desc desc;
+    gpuarr_query_desc(&desc);
+    const char *isa_env = getenv("GPUARR_HOST_ISA");
+    char date[32];
+    time_t t = time(NULL);
+    strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", gmtime(&t));
+    fprintf(out, "%sdate: %s\n", prefix, date);
+    fprintf(out, "%scpu: %s (%s, family %d, model %d, stepping %d), %d CPUs online\n", prefix, c->name, c->vendor[0] ? c->vendor : "unknown vendor",
+            c->family, c->model, c->stepping, host_info.compute_units);
+    fprintf(out, "%scpu flags: %s%s\n", prefix, c->flags[0] ? c->flags : "(none of sse4_2 avx avx2 fma f16c bmi2 avx512*)",
+            strstr(c->flags, "avx512") ? "" : " (no avx512)");
+    fprintf(out, "%smachine tag: %s\n", prefix, c->tag);
+#if defined(__AVX2__)
+    const char *build_isa = "AVX2 enabled at compile time";
+#else
+    const char *build_isa = "no -m flags: the AVX2/F16C kernels are chosen at run time";
+#endif
+#ifdef __VERSION__
+    fprintf(out, "%sbuild: compiler %s, %s\n", prefix, __VERSION__, build_isa);
+#else
+    fprintf(out, "%sbuild: %s\n", prefix, build_isa);
+#endif
+    fprintf(out, "%sgpuarr host cast kernels: %s (GPUARR_HOST_ISA=%s), host threads: %d\n", prefix, gpuarr__g.host_isa,
+            isa_env ? isa_env : "auto, unset", desc.host_threads);
+    bool any = false;
+    for (int i = 0; i < gpuarr_device_count(); i++) {
+        gpuarr_device_info info;
+        gpuarr_device_get_info(gpuarr_device_at(i), &info);
+        if (info.backend == GPUARR_BACKEND_HOST) continue;
+        any = true;
+        fprintf(out, "%sdevice %s: %s (%s), %s%s\n", prefix, info.spec, info.name, info.vendor, info.version,
+                info.host_unified ? ", shares host memory" : "");
+    }
+    if (!any) fprintf(out, "%sdevices: the host only\n", prefix);
+#ifndef GPUARR_NO_CUDA
+    gpuarr_device cu;
+    if (gpuarr_device_find("cuda:0", &cu) != GPUARR_OK) fprintf(out, "%scuda: none: %s\n", prefix, gpuarr_last_error());
+#endif
+}
+
 typedef struct cast_case {
     gpuarr_dtype src, dst;
 } cast_case;
@@ -124,18 +275,66 @@ static double run_convert(cast_case c, gpuarr_array src) {
     return t;
 }
 
-static void bench_host_casts(size_t mib, int reps) {
+/* --host-isa: the host cast kernels to measure, each in turn, through the library's own setting:
+   GPUARR_HOST_ISA is set and the library restarted (on the host alone), so what is measured is
+   what a program started with that setting gets, labelled with what the library then reports
+   (gpuarr__g.host_isa: "baseline", "avx2", "avx2+f16c"). No list: the kernels init chose. */
+enum { MAX_ISAS = 4 };
+static const char *isa_list[MAX_ISAS];
+static int isa_count;
+static char *saved_isa_env; /* GPUARR_HOST_ISA as the run was started, or NULL */
+
+static bool use_host_isa(const char *isa, char *why, size_t size) {
+    gpuarr_shutdown();
+    setenv("GPUARR_HOST_ISA", isa, 1);
+    gpuarr_desc d;
+    memset(&d, 0, sizeof d);
+    d.devices = "host";
+    if (gpuarr_init(&d) == GPUARR_OK) return true;
+    snprintf(why, size, "%s", gpuarr_last_error());
+    return false;
+}
+
+static void restore_host_isa(void) {
+    if (gpuarr_is_initialized()) gpuarr_shutdown();
+    if (saved_isa_env) setenv("GPUARR_HOST_ISA", saved_isa_env, 1);
+    else unsetenv("GPUARR_HOST_ISA");
+    if (gpuarr_init(NULL) != GPUARR_OK) die("gpuarr_init");
+}
+
+/* Runs body(arg) once per --host-isa entry with those kernels in use (once with the current ones
+   when there is no list); an entry this CPU or build cannot run is reported and skipped. */
+static void for_each_host_isa(void (*body)(void *arg), void *arg, FILE *note, const char *prefix, const char *suffix) {
+    if (isa_count == 0) {
+        body(arg);
+        return;
+    }
+    for (int k = 0; k < isa_count; k++) {
+        char why[512];
+        if (!use_host_isa(isa_list[k], why, sizeof why)) {
+            fprintf(note, "%shost cast kernels \"%s\": skipped: %s%s\n", prefix, isa_list[k], why, suffix);
+            fprintf(stderr, "gpuarr-bench: --host-isa %s skipped: %s\n", isa_list[k], why);
+            continue;
+        }
+        body(arg);
+    }
+    restore_host_isa();
+}
+
+typedef struct host_bufs {
+    size_t mib;
+    int reps;
+    unsigned char *a, *b, *m; /* source, destination (4x), memcpy's destination */
+} host_bufs;
+
+static void host_cast_rows(void *arg) {
     static const cast_case cases[] = {{GPUARR_F32, GPUARR_F64}, {GPUARR_F64, GPUARR_F32}, {GPUARR_U8, GPUARR_F32},
                                       {GPUARR_F32, GPUARR_F16}, {GPUARR_F32, GPUARR_BF16}};
-    size_t src_bytes = mib << 20;
-    unsigned char *a = (unsigned char *)malloc(src_bytes), *b = (unsigned char *)malloc(src_bytes * 4),
-                  *m = (unsigned char *)malloc(src_bytes);
-    if (!a || !b || !m) die("malloc");
-    memset(a, 1, src_bytes);
-    memset(b, 1, src_bytes * 4); /* fault the destinations in before timing */
-    memset(m, 1, src_bytes);
-    printf("| operation | source | bytes moved | median time | rate (read+written) | memcpy rate, same reps | ratio (median of reps) |\n");
-    printf("|---|---|---|---|---|---|---|\n");
+    const host_bufs *hb = (const host_bufs *)arg;
+    size_t mib = hb->mib, src_bytes = mib << 20;
+    int reps = hb->reps;
+    unsigned char *a = hb->a, *b = hb->b, *m = hb->m;
+    const char *isa = gpuarr__g.host_isa;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cast_case c = cases[i];
         size_t n = src_bytes / gpuarr_dtype_size(c.src);
@@ -158,15 +357,27 @@ static void bench_host_casts(size_t mib, int reps) {
         gpuarr_release(src);
         double tm = median(t.memcpy_s, reps), tk = median(t.kernel_s, reps), tc = median(t.convert_s, reps);
         double mrate = 2.0 * (double)src_bytes / tm / 1e9;
-        printf("| cast %s->%s, kernel | %zu MiB | %zu MiB | %.2f ms | %.2f GB/s | %.2f GB/s | %.2f |\n", gpuarr_dtype_name(c.src),
-               gpuarr_dtype_name(c.dst), mib, moved >> 20, tk * 1e3, (double)moved / tk / 1e9, mrate, median(t.kernel_ratio, reps));
-        printf("| cast %s->%s, gpuarr_convert (allocates) | %zu MiB | %zu MiB | %.2f ms | %.2f GB/s | %.2f GB/s | %.2f |\n",
-               gpuarr_dtype_name(c.src), gpuarr_dtype_name(c.dst), mib, moved >> 20, tc * 1e3, (double)moved / tc / 1e9, mrate,
+        printf("| cast %s->%s, kernel | %s | %zu MiB | %zu MiB | %.2f ms | %.2f GB/s | %.2f GB/s | %.2f |\n", gpuarr_dtype_name(c.src),
+               gpuarr_dtype_name(c.dst), isa, mib, moved >> 20, tk * 1e3, (double)moved / tk / 1e9, mrate, median(t.kernel_ratio, reps));
+        printf("| cast %s->%s, gpuarr_convert (allocates) | %s | %zu MiB | %zu MiB | %.2f ms | %.2f GB/s | %.2f GB/s | %.2f |\n",
+               gpuarr_dtype_name(c.src), gpuarr_dtype_name(c.dst), isa, mib, moved >> 20, tc * 1e3, (double)moved / tc / 1e9, mrate,
                median(t.convert_ratio, reps));
     }
-    free(a);
-    free(b);
-    free(m);
+}
+
+static void bench_host_casts(size_t mib, int reps) {
+    size_t src_bytes = mib << 20;
+    host_bufs hb = {mib, reps, (unsigned char *)malloc(src_bytes), (unsigned char *)malloc(src_bytes * 4), (unsigned char *)malloc(src_bytes)};
+    if (!hb.a || !hb.b || !hb.m) die("malloc");
+    memset(hb.a, 1, src_bytes);
+    memset(hb.b, 1, src_bytes * 4); /* fault the destinations in before timing */
+    memset(hb.m, 1, src_bytes);
+    printf("| operation | host cast kernels | source | bytes moved | median time | rate (read+written) | memcpy rate, same reps | ratio (median of reps) |\n");
+    printf("|---|---|---|---|---|---|---|---|\n");
+    for_each_host_isa(host_cast_rows, &hb, stdout, "| ", " |");
+    free(hb.a);
+    free(hb.b);
+    free(hb.m);
 }
 
 static void bench_small_alloc(void) {
@@ -1234,15 +1445,364 @@ static void bench_cuda(const char *self, size_t mib, int reps, const char *only)
 }
 #endif
 
+/* ---------------------------------------------------------------------------------------------
+ * --csv FILE: rate against size, every path against its baselines, for plots
+ *
+ * Sizes go by powers of 4 from --sweep-min (default 4 KiB) to --sweep-max (default 256 MiB);
+ * `bytes` is the size of the source array. In every repetition each baseline and each gpuarr
+ * path is timed back to back; a timing repeats a call until it lasts about 1 ms (at most 4096
+ * calls; the counts are the last two columns) and gives the time per call. Medians over the
+ * repetitions, which are fewer for larger sizes (15 up to 1 MiB, 9 up to 16 MiB, 5 up to
+ * 64 MiB, 3 above; never more than --reps). `ratio` is the median over repetitions of gpuarr's
+ * rate / the baseline's rate in that repetition (> 1: gpuarr is faster). Rates (GB/s = 1e9
+ * bytes/s) count bytes read plus bytes written for casts and memcpy, the bytes moved for
+ * transfers.
+ * ------------------------------------------------------------------------------------------- */
+enum { SWEEP_OPS = 8 };
+
+typedef struct sweep_op {
+    void (*run)(void *ctx);
+    void *ctx;
+    double moved; /* bytes the rate counts */
+} sweep_op;
+
+typedef struct sweep_times {
+    int reps, calls[SWEEP_OPS];
+    double t[SWEEP_OPS][64]; /* seconds per call, per repetition */
+} sweep_times;
+
+typedef struct sweep_out {
+    FILE *f;
+    int max_reps;
+    const char *device, *isa;
+    size_t bytes;
+} sweep_out;
+
+static int sweep_reps(size_t bytes, int max_reps) {
+    int r = bytes <= ((size_t)1 << 20) ? 15 : bytes <= ((size_t)16 << 20) ? 9 : bytes <= ((size_t)64 << 20) ? 5 : 3;
+    return r < max_reps ? r : max_reps;
+}
+
+static double time_calls(const sweep_op *op, int calls) {
+    double t0 = now_s();
+    for (int i = 0; i < calls; i++) op->run(op->ctx);
+    return (now_s() - t0) / calls;
+}
+
+static void sweep_measure(const sweep_op *ops, int n, int reps, sweep_times *st) {
+    for (int w = 0; w < 2; w++) /* warm-up, then one call each to choose its count */
+        for (int i = 0; i < n; i++) {
+            double t = time_calls(&ops[i], 1);
+            if (w == 1) st->calls[i] = t >= 1e-3 ? 1 : t * 4096 < 1e-3 ? 4096 : (int)(1e-3 / t) + 1;
+        }
+    st->reps = reps;
+    for (int r = 0; r < reps; r++)
+        for (int i = 0; i < n; i++) st->t[i][r] = time_calls(&ops[i], st->calls[i]);
+}
+
+/* One CSV row: op g against op b. */
+static void sweep_row(const sweep_out *o, const char *section, const char *path, const char *baseline, const sweep_op *ops,
+                      const sweep_times *st, int g, int b) {
+    double tg[64], tb[64], ratio[64];
+    for (int r = 0; r < st->reps; r++) {
+        tg[r] = st->t[g][r];
+        tb[r] = st->t[b][r];
+        ratio[r] = (ops[g].moved / tg[r]) / (ops[b].moved / tb[r]);
+    }
+    double mg = median(tg, st->reps), mb = median(tb, st->reps);
+    fprintf(o->f, "%s,%s,%s,%s,%s,%zu,%.9g,%.9g,%.4f,%.4f,%.4f,%d,%d,%d\n", section, path, baseline, o->isa, o->device, o->bytes, mg,
+            mb, ops[g].moved / mg / 1e9, ops[b].moved / mb / 1e9, median(ratio, st->reps), st->reps, st->calls[g], st->calls[b]);
+    fflush(o->f);
+}
+
+/* --- host casts ---------------------------------------------------------------------------- */
+typedef struct host_cast_ctx {
+    cast_case c;
+    unsigned char *a, *b, *m;
+    size_t n, src_bytes;
+    gpuarr_array src;
+} host_cast_ctx;
+
+static void op_memcpy(void *p) {
+    host_cast_ctx *x = (host_cast_ctx *)p;
+    memcpy(x->m, x->a, x->src_bytes);
+    sink = x->m[x->src_bytes / 2];
+}
+static void op_cast_kernel(void *p) {
+    host_cast_ctx *x = (host_cast_ctx *)p;
+    gpuarr__cpu_cast(x->b, x->c.dst, x->a, x->c.src, x->n);
+    sink = x->b[x->n / 2];
+}
+static void op_cast_convert(void *p) {
+    host_cast_ctx *x = (host_cast_ctx *)p;
+    gpuarr_array out;
+    if (gpuarr_convert(x->src, gpuarr_host(), x->c.dst, &out) != GPUARR_OK) die("gpuarr_convert");
+    gpuarr_release(out);
+}
+
+typedef struct sweep_host_arg {
+    sweep_out *o;
+    size_t min, max;
+} sweep_host_arg;
+
+static void sweep_host_casts(void *arg) {
+    static const cast_case cases[] = {{GPUARR_F32, GPUARR_F64}, {GPUARR_F64, GPUARR_F32}, {GPUARR_U8, GPUARR_F32},
+                                      {GPUARR_F32, GPUARR_F16}, {GPUARR_F32, GPUARR_BF16}};
+    sweep_host_arg *h = (sweep_host_arg *)arg;
+    sweep_out *o = h->o;
+    host_cast_ctx x;
+    memset(&x, 0, sizeof x);
+    x.a = (unsigned char *)malloc(h->max);
+    x.b = (unsigned char *)malloc(h->max * 4);
+    x.m = (unsigned char *)malloc(h->max);
+    if (!x.a || !x.b || !x.m) die("malloc");
+    memset(x.b, 1, h->max * 4); /* fault the destinations in before timing */
+    memset(x.m, 1, h->max);
+    o->isa = gpuarr__g.host_isa;
+    o->device = "host";
+    fprintf(stderr, "gpuarr-bench: host casts, kernels %s\n", o->isa);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        x.c = cases[i];
+        fill_source(x.a, x.c.src, h->max / gpuarr_dtype_size(x.c.src));
+        char path[32];
+        snprintf(path, sizeof path, "%s->%s", gpuarr_dtype_name(x.c.src), gpuarr_dtype_name(x.c.dst));
+        for (size_t bytes = h->min; bytes <= h->max; bytes *= 4) {
+            x.src_bytes = bytes;
+            x.n = bytes / gpuarr_dtype_size(x.c.src);
+            int64_t shape[1] = {(int64_t)x.n};
+            if (gpuarr_from_host_as(gpuarr_host(), x.c.src, x.a, 1, shape, &x.src) != GPUARR_OK) die("gpuarr_from_host_as");
+            double moved = (double)(bytes + x.n * gpuarr_dtype_size(x.c.dst));
+            sweep_op ops[3] = {{op_memcpy, &x, 2.0 * (double)bytes}, {op_cast_kernel, &x, moved}, {op_cast_convert, &x, moved}};
+            sweep_times st;
+            o->bytes = bytes;
+            sweep_measure(ops, 3, sweep_reps(bytes, o->max_reps), &st);
+            sweep_row(o, "host-cast", path, "memcpy", ops, &st, 1, 0);
+            sweep_row(o, "host-convert", path, "memcpy", ops, &st, 2, 0);
+            gpuarr_release(x.src);
+        }
+    }
+    free(x.a);
+    free(x.b);
+    free(x.m);
+}
+
+/* --- OpenCL ------------------------------------------------------------------------------------ */
+#ifndef GPUARR_NO_OPENCL
+typedef struct cl_sweep_ctx {
+    gpuarr_device dev;
+    gpuarr__cl_command_queue q;
+    gpuarr__cl_mem buf, buf2; /* raw buffers of the baselines */
+    float *src, *dst, *scratch;
+    size_t bytes;
+    gpuarr_array kept; /* an existing array of `bytes` */
+    cast_case c;
+    gpuarr_array cast_src;
+} cl_sweep_ctx;
+
+static void op_cl_write(void *p) {
+    cl_sweep_ctx *x = (cl_sweep_ctx *)p;
+    if (GPUARR__CL.clEnqueueWriteBuffer(x->q, x->buf, GPUARR__CL_TRUE, 0, x->bytes, x->src, 0, NULL, NULL) != GPUARR__CL_SUCCESS)
+        die("clEnqueueWriteBuffer");
+}
+static void op_cl_read(void *p) {
+    cl_sweep_ctx *x = (cl_sweep_ctx *)p;
+    if (GPUARR__CL.clEnqueueReadBuffer(x->q, x->buf, GPUARR__CL_TRUE, 0, x->bytes, x->dst, 0, NULL, NULL) != GPUARR__CL_SUCCESS)
+        die("clEnqueueReadBuffer");
+}
+static void op_cl_copy(void *p) { /* the source's bytes, device to device */
+    cl_sweep_ctx *x = (cl_sweep_ctx *)p;
+    if (GPUARR__CL.clEnqueueCopyBuffer(x->q, x->buf, x->buf2, 0, 0, x->bytes, 0, NULL, NULL) != GPUARR__CL_SUCCESS ||
+        GPUARR__CL.clFinish(x->q) != GPUARR__CL_SUCCESS)
+        die("clEnqueueCopyBuffer");
+}
+static void op_host_memcpy(void *p) {
+    cl_sweep_ctx *x = (cl_sweep_ctx *)p;
+    memcpy(x->scratch, x->src, x->bytes);
+    sink = ((unsigned char *)x->scratch)[x->bytes / 2];
+}
+static void op_ga_from_host(void *p) {
+    cl_sweep_ctx *x = (cl_sweep_ctx *)p;
+    int64_t shape[1] = {(int64_t)(x->bytes / 4)};
+    gpuarr_array a;
+    if (gpuarr_from_host_as(x->dev, GPUARR_F32, x->src, 1, shape, &a) != GPUARR_OK) die("gpuarr_from_host_as");
+    gpuarr_release(a);
+}
+static void op_ga_write(void *p) {
+    cl_sweep_ctx *x = (cl_sweep_ctx *)p;
+    if (gpuarr_write(x->kept, 0, (int64_t)(x->bytes / 4), GPUARR_F32, x->src) != GPUARR_OK) die("gpuarr_write");
+}
+static void op_ga_to_host(void *p) {
+    cl_sweep_ctx *x = (cl_sweep_ctx *)p;
+    if (gpuarr_to_host_as(x->kept, GPUARR_F32, x->dst, x->bytes / 4) != GPUARR_OK) die("gpuarr_to_host_as");
+}
+static void op_ga_read(void *p) {
+    cl_sweep_ctx *x = (cl_sweep_ctx *)p;
+    if (gpuarr_read(x->kept, 0, (int64_t)(x->bytes / 4), GPUARR_F32, x->dst) != GPUARR_OK) die("gpuarr_read");
+}
+static void op_ga_convert(void *p) {
+    cl_sweep_ctx *x = (cl_sweep_ctx *)p;
+    gpuarr_array out;
+    if (gpuarr_convert(x->cast_src, x->dev, x->c.dst, &out) != GPUARR_OK) die("gpuarr_convert");
+    gpuarr_release(out);
+}
+
+static void sweep_opencl_device(sweep_out *o, gpuarr_device dev, size_t min, size_t max) {
+    gpuarr__cl_state *cl = &GPUARR__CL;
+    gpuarr_device_info info;
+    gpuarr_device_get_info(dev, &info);
+    cl_sweep_ctx x;
+    memset(&x, 0, sizeof x);
+    x.dev = dev;
+    void *ctx = NULL, *queue = NULL;
+    gpuarr_stream s;
+    if (gpuarr_stream_create(dev, 0, &s) != GPUARR_OK || gpuarr_opencl_context_raw(dev, &ctx) != GPUARR_OK ||
+        gpuarr_opencl_queue_raw(s, &queue) != GPUARR_OK)
+        die("opencl setup");
+    x.q = (gpuarr__cl_command_queue)queue;
+    gpuarr__cl_int e = 0;
+    x.buf = cl->clCreateBuffer((gpuarr__cl_context)ctx, GPUARR__CL_MEM_READ_WRITE, max, NULL, &e);
+    x.buf2 = cl->clCreateBuffer((gpuarr__cl_context)ctx, GPUARR__CL_MEM_READ_WRITE, max, NULL, &e);
+    x.src = (float *)malloc(max);
+    x.dst = (float *)malloc(max);
+    x.scratch = (float *)malloc(max);
+    if (!x.buf || !x.buf2 || !x.src || !x.dst || !x.scratch) die("allocating the buffers");
+    memset(x.dst, 0, max);
+    memset(x.scratch, 0, max);
+    o->isa = "-";
+    o->device = info.spec;
+    fprintf(stderr, "gpuarr-bench: %s transfers\n", info.spec);
+    fill_source(x.src, GPUARR_F32, max / 4);
+    for (size_t bytes = min; bytes <= max; bytes *= 4) {
+        x.bytes = bytes;
+        int64_t shape[1] = {(int64_t)(bytes / 4)};
+        if (gpuarr_from_host_as(dev, GPUARR_F32, x.src, 1, shape, &x.kept) != GPUARR_OK) die("gpuarr_from_host_as");
+        double b = (double)bytes;
+        sweep_op ops[6] = {{op_cl_write, &x, b}, {op_ga_from_host, &x, b}, {op_ga_write, &x, b},
+                           {op_cl_read, &x, b},  {op_ga_to_host, &x, b},   {op_ga_read, &x, b}};
+        sweep_times st;
+        o->bytes = bytes;
+        sweep_measure(ops, 6, sweep_reps(bytes, o->max_reps), &st);
+        sweep_row(o, "opencl-transfer", "upload: gpuarr_from_host_as (allocates)", "clEnqueueWriteBuffer", ops, &st, 1, 0);
+        sweep_row(o, "opencl-transfer", "upload: gpuarr_write (existing array)", "clEnqueueWriteBuffer", ops, &st, 2, 0);
+        sweep_row(o, "opencl-transfer", "download: gpuarr_to_host_as", "clEnqueueReadBuffer", ops, &st, 4, 3);
+        sweep_row(o, "opencl-transfer", "download: gpuarr_read", "clEnqueueReadBuffer", ops, &st, 5, 3);
+        gpuarr_release(x.kept);
+    }
+    static const cast_case cases[] = {{GPUARR_F32, GPUARR_F64}, {GPUARR_F64, GPUARR_F32}, {GPUARR_F32, GPUARR_F16}};
+    fprintf(stderr, "gpuarr-bench: %s casts\n", info.spec);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        x.c = cases[i];
+        fill_source(x.src, x.c.src, max / gpuarr_dtype_size(x.c.src));
+        char path[32];
+        snprintf(path, sizeof path, "%s->%s", gpuarr_dtype_name(x.c.src), gpuarr_dtype_name(x.c.dst));
+        for (size_t bytes = min; bytes <= max; bytes *= 4) {
+            x.bytes = bytes;
+            size_t n = bytes / gpuarr_dtype_size(x.c.src);
+            int64_t shape[1] = {(int64_t)n};
+            if (gpuarr_from_host_as(dev, x.c.src, x.src, 1, shape, &x.cast_src) != GPUARR_OK) die("gpuarr_from_host_as");
+            double moved = (double)(bytes + n * gpuarr_dtype_size(x.c.dst));
+            sweep_op ops[3] = {{op_cl_copy, &x, 2.0 * (double)bytes}, {op_host_memcpy, &x, 2.0 * (double)bytes}, {op_ga_convert, &x, moved}};
+            sweep_times st;
+            o->bytes = bytes;
+            sweep_measure(ops, 3, sweep_reps(bytes, o->max_reps), &st);
+            sweep_row(o, "opencl-cast", path, "clEnqueueCopyBuffer", ops, &st, 2, 0);
+            sweep_row(o, "opencl-cast", path, "memcpy", ops, &st, 2, 1);
+            gpuarr_release(x.cast_src);
+        }
+    }
+    cl->clReleaseMemObject(x.buf);
+    cl->clReleaseMemObject(x.buf2);
+    gpuarr_stream_destroy(s);
+    free(x.src);
+    free(x.dst);
+    free(x.scratch);
+}
+#endif
+
+static void sweep(const char *file, const cpu_desc *cpu, size_t min, size_t max, int max_reps, bool host, bool opencl, bool cuda,
+                  const char *only) {
+    FILE *f = strcmp(file, "-") == 0 ? stdout : fopen(file, "w");
+    if (!f) {
+        fprintf(stderr, "gpuarr-bench: cannot write %s\n", file);
+        exit(1);
+    }
+    double t0 = now_s();
+    sweep_out o = {f, max_reps, "host", "-", 0};
+    print_machine(f, "# ", cpu);
+    fprintf(f, "# sweep: %zu .. %zu bytes by powers of 4, at most %d repetitions\n", min, max, max_reps);
+    fprintf(f, "section,path,baseline,isa,device,bytes,gpuarr_seconds,baseline_seconds,gpuarr_GBps,baseline_GBps,ratio,reps,gpuarr_calls,baseline_calls\n");
+    if (host) {
+        sweep_host_arg h = {&o, min, max};
+        for_each_host_isa(sweep_host_casts, &h, f, "# ", "");
+    }
+#ifndef GPUARR_NO_OPENCL
+    if (opencl) {
+        bool any = false;
+        for (int i = 0; i < gpuarr_device_count() && !(any && !only); i++) {
+            gpuarr_device_info info;
+            gpuarr_device_get_info(gpuarr_device_at(i), &info);
+            if (info.backend != GPUARR_BACKEND_OPENCL || (only && strcmp(only, info.spec) != 0)) continue;
+            any = true; /* the first OpenCL device, unless --device names one */
+            sweep_opencl_device(&o, info.device, min, max);
+        }
+        if (!any) fprintf(f, "# opencl: no OpenCL device%s%s: no OpenCL rows\n", only ? " " : "", only ? only : "");
+    }
+#else
+    GPUARR__UNUSED(opencl);
+#endif
+    if (cuda) fprintf(f, "# cuda: the sweep has no CUDA rows yet (the CUDA tables, --cuda-only, have their own size sweep)\n");
+    fprintf(f, "# done in %.1f s\n", now_s() - t0);
+    fprintf(stderr, "gpuarr-bench: sweep done in %.1f s\n", now_s() - t0);
+    if (f != stdout) fclose(f);
+}
+
+/* "4096", "64K", "256M", "1G" (K, M, G: powers of 1024); 0 when it is not a size. */
+static size_t parse_size(const char *s) {
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    int shift = *end == 'K' || *end == 'k' ? 10 : *end == 'M' || *end == 'm' ? 20 : *end == 'G' || *end == 'g' ? 30 : 0;
+    if (shift) end++;
+    if (end == s || *end || v > (SIZE_MAX >> shift)) return 0;
+    return (size_t)v << shift;
+}
+
+/* --host-isa: a comma list of auto, baseline, avx2; "both" = baseline,avx2. */
+static bool parse_isa_list(const char *text) {
+    static char copy[128];
+    snprintf(copy, sizeof copy, "%s", strcmp(text, "both") == 0 ? "baseline,avx2" : text);
+    isa_count = 0;
+    for (char *p = strtok(copy, ","); p; p = strtok(NULL, ",")) {
+        if (strcmp(p, "auto") != 0 && strcmp(p, "baseline") != 0 && strcmp(p, "avx2") != 0) {
+            fprintf(stderr, "gpuarr-bench: --host-isa: \"%s\" is not auto, baseline or avx2 (or both)\n", p);
+            return false;
+        }
+        if (isa_count == MAX_ISAS) {
+            fprintf(stderr, "gpuarr-bench: --host-isa: at most %d entries\n", MAX_ISAS);
+            return false;
+        }
+        isa_list[isa_count++] = p;
+    }
+    if (isa_count == 0) fprintf(stderr, "gpuarr-bench: --host-isa: empty list\n");
+    return isa_count > 0;
+}
+
 int main(int argc, char **argv) {
     size_t mib = 64;
     int reps = 11;
     const char *only = NULL;
     bool host = true, opencl = true, pools = true, cuda = true, mutable_arrays = true;
-    size_t cuda_mib = 256;
+    size_t cuda_mib = 256, sweep_min = 4096, sweep_max = (size_t)256 << 20;
+    const char *csv = NULL;
+    bool reps_given = false;
+    saved_isa_env = getenv("GPUARR_HOST_ISA") ? strdup(getenv("GPUARR_HOST_ISA")) : NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--mib") == 0 && i + 1 < argc) mib = (size_t)strtoul(argv[++i], NULL, 10);
-        else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = atoi(argv[++i]), reps_given = true;
+        else if (strcmp(argv[i], "--host-isa") == 0 && i + 1 < argc) {
+            if (!parse_isa_list(argv[++i])) return 2;
+        } else if (strcmp(argv[i], "--csv") == 0 && i + 1 < argc) csv = argv[++i];
+        else if (strcmp(argv[i], "--sweep-min") == 0 && i + 1 < argc) sweep_min = parse_size(argv[++i]);
+        else if (strcmp(argv[i], "--sweep-max") == 0 && i + 1 < argc) sweep_max = parse_size(argv[++i]);
         else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) only = argv[++i];
         else if (strcmp(argv[i], "--cuda-mib") == 0 && i + 1 < argc) cuda_mib = (size_t)strtoul(argv[++i], NULL, 10);
         else if (strcmp(argv[i], "--host-only") == 0) opencl = pools = cuda = mutable_arrays = false;
@@ -1255,7 +1815,10 @@ int main(int argc, char **argv) {
 #endif
         else if (strcmp(argv[i], "--probe-build") == 0 && i + 1 < argc) return probe_build_time(argv[i + 1]);
         else {
-            fprintf(stderr, "usage: %s [--mib N] [--cuda-mib N] [--reps N (1..63)] [--host-only | --opencl-only | --pool-only | --cuda-only | --mutable-only | --batch-only] [--device SPEC]\n",
+            fprintf(stderr,
+                    "usage: %s [--mib N] [--cuda-mib N] [--reps N (1..63)] [--host-only | --opencl-only | --pool-only | --cuda-only | "
+                    "--mutable-only | --batch-only] [--device SPEC] [--host-isa auto|baseline|avx2|both[,...]] "
+                    "[--csv FILE|- [--sweep-min SIZE] [--sweep-max SIZE]]\n",
                     argv[0]);
             return 2;
         }
@@ -1264,13 +1827,22 @@ int main(int argc, char **argv) {
         fprintf(stderr, "gpuarr-bench: --mib must be > 0 and --reps 1..63\n");
         return 2;
     }
+    if (sweep_min < 64 || sweep_min % 8 || sweep_max < sweep_min) {
+        fprintf(stderr, "gpuarr-bench: --sweep-min must be >= 64 and a multiple of 8, --sweep-max >= --sweep-min (sizes: 4096, 64K, 256M)\n");
+        return 2;
+    }
     if (gpuarr_init(NULL) != GPUARR_OK) die("gpuarr_init");
-    gpuarr_device_info host_info;
-    gpuarr_device_get_info(gpuarr_host(), &host_info);
-    gpuarr_desc desc;
-    gpuarr_query_desc(&desc);
-    printf("## Host: %s, %d CPUs, gpuarr host threads: %d, cast kernels: %s\n\n", host_info.name, host_info.compute_units,
-           desc.host_threads, gpuarr__g.host_isa);
+    cpu_desc cpu;
+    read_cpu(&cpu);
+    if (csv) {
+        sweep(csv, &cpu, sweep_min, sweep_max, reps_given ? reps : 63, host, opencl, cuda, only);
+        gpuarr_shutdown();
+        free(saved_isa_env);
+        return 0;
+    }
+    printf("## Run\n\n");
+    print_machine(stdout, "- ", &cpu);
+    printf("\n");
     printf("memcpy: glibc, one thread, %zu MiB, interleaved with the measured calls in every repetition; %d repetitions.\n\n", mib, reps);
     if (host) {
         bench_host_casts(mib, reps);
@@ -1291,5 +1863,6 @@ int main(int argc, char **argv) {
 #endif
     GPUARR__UNUSED(only);
     gpuarr_shutdown();
+    free(saved_isa_env);
     return 0;
 }
