@@ -19,6 +19,8 @@
 #   make soak     the api interpreter's random sequences from 8 threads under ASan with faults
 #                 for SOAK_MINUTES (default 30)
 #   make bench    tools/gpuarr-bench; prints a table (see bench/results/)
+#   make bench-plots  the size sweep (gpuarr-bench --csv) and its PNGs in bench/results/plots/
+#                 (needs gnuplot-nox: installed as root, else the apt-get line; not in make test)
 #   make install  copy gpuarr.h and backends/ to $(PREFIX)/include/gpuarr (programs include
 #                 <gpuarr/gpuarr.h>); honours DESTDIR
 #   make clean
@@ -58,7 +60,8 @@ CHECK_PACKAGES := $(TEST_PACKAGES) valgrind
 
 .PHONY: all demo test check bench install clean deps-test deps-check info compile-tests \
         run-tests run-asan run-tsan run-valgrind kernels kernels-check cuda-kernels \
-        compile-matrix install-check readme-blocks faults faults-slice fuzz fuzz-build fuzz-merge fuzz-replay soak soak-slice
+        compile-matrix install-check readme-blocks faults faults-slice fuzz fuzz-build fuzz-merge fuzz-replay soak soak-slice \
+        bench-plots bench-smoke
 
 CU_EXAMPLES := $(if $(NVCC),$(basename $(notdir $(wildcard examples/*.cu))))
 
@@ -153,7 +156,7 @@ export POCL_DEVICES ?= pthread pthread
 export GPUARR_TEST_REQUIRE ?= 1
 
 test: deps-test
-	@$(MAKE) --no-print-directory all kernels-check compile-tests run-tests
+	@$(MAKE) --no-print-directory all kernels-check compile-tests run-tests bench-smoke
 
 # tests/fake_cuda: a CUDA driver that runs on the CPU and keeps the driver's contract strictly
 # (deferred stream work, pinned copies at run time, context checks, PTX/cubin checks), so the
@@ -467,6 +470,24 @@ soak-slice:
 # --- benchmarks -----------------------------------------------------------------------------
 bench: $(BUILD)/rel/tools/gpuarr-bench
 	$(BUILD)/rel/tools/gpuarr-bench
+
+# make bench-plots: gpuarr-bench --csv, rate against size from 4 KiB to 256 MiB for every path and
+# its baselines (host casts with both kernel sets, OpenCL transfers and casts), into
+# bench/results/plots/<machine tag>.csv, drawn by tools/bench-plots.sh (gnuplot) as PNGs beside it.
+# Not part of make test; make test runs bench-smoke: a 4-16 KiB sweep, its CSV checked.
+PLOT_PACKAGES := gnuplot-nox
+BENCH_SWEEP_FLAGS ?= --host-isa baseline,avx2
+bench-plots:
+	$(call ensure_packages,$(PLOT_PACKAGES))
+	@$(MAKE) --no-print-directory $(BUILD)/rel/tools/gpuarr-bench
+	@mkdir -p bench/results/plots
+	$(BUILD)/rel/tools/gpuarr-bench --csv $(BUILD)/bench-sweep.csv $(BENCH_SWEEP_FLAGS)
+	@tag=$$(sed -n 's/^# machine tag: //p' $(BUILD)/bench-sweep.csv) && cp $(BUILD)/bench-sweep.csv bench/results/plots/$$tag.csv && \
+	  tools/bench-plots.sh bench/results/plots/$$tag.csv bench/results/plots
+
+bench-smoke: $(BUILD)/rel/tools/gpuarr-bench $(BUILD)/rel/tools/gpuarr-info
+	@echo "== gpuarr-bench --host-isa and --csv (tools/bench-smoke.sh)"
+	@tools/bench-smoke.sh $(BUILD)/rel/tools/gpuarr-bench $(BUILD)/logs
 
 # Under include/gpuarr/, not include/: "backends/" is too common a name to put at the top. The
 # header finds its backends/ next to itself, wherever that is.

@@ -1,0 +1,39 @@
+#!/bin/sh
+# bench-smoke.sh GPUARR_BENCH OUTDIR -- make test's check of gpuarr-bench's --host-isa and --csv
+# (a few seconds): a 4-16 KiB sweep with both host cast kernel sets must give the CSV's header,
+# the machine lines, 14 fields per row with positive numbers, every host cast for each kernel
+# set (avx2 only where /proc/cpuinfo has it; else a "skipped" line), the OpenCL rows where
+# gpuarr-info lists opencl:0; the Markdown run must label its rows with both kernel sets; and
+# an unknown --host-isa must be refused.
+set -eu
+bench=$1 out=$2
+mkdir -p "$out"
+csv=$out/bench-smoke.csv
+fail() { echo "bench-smoke: $*"; exit 1; }
+"$bench" --reps 1 --host-isa baseline,avx2 --csv "$csv" --sweep-max 16K 2>"$out/bench-smoke.err" || { cat "$out/bench-smoke.err"; fail "gpuarr-bench --csv failed"; }
+avx2=0; grep -qw avx2 /proc/cpuinfo 2>/dev/null && avx2=1
+opencl=0; "$(dirname "$bench")/gpuarr-info" 2>/dev/null | grep -q "^opencl:0 " && opencl=1
+for line in "cpu" "cpu flags" "machine tag" "gpuarr host cast kernels" "sweep"; do
+    grep -q "^# $line: " "$csv" || fail "$csv has no '# $line:' line"
+done
+awk -F, -v avx2="$avx2" -v opencl="$opencl" '
+    /^#/ { if ($0 ~ /host cast kernels "avx2": skipped/) skipped = 1; next }
+    !header { if ($0 != "section,path,baseline,isa,device,bytes,gpuarr_seconds,baseline_seconds,gpuarr_GBps,baseline_GBps,ratio,reps,gpuarr_calls,baseline_calls") { print "bad header: " $0; bad = 1 } header = 1; next }
+    NF != 14 { print "not 14 fields: " $0; bad = 1; next }
+    { for (i = 6; i <= 14; i++) if (!($i + 0 > 0)) { print "field " i " not positive: " $0; bad = 1 } }
+    $1 ~ /^host-/ { if ($6 != 4096 && $6 != 16384) { print "size outside the sweep: " $0; bad = 1 } n[$1 "," ($4 == "baseline" ? "baseline" : $4 ~ /^avx2/ ? "avx2" : "other")]++ }
+    $1 ~ /^opencl-/ { n[$1]++ }
+    END {
+        if (n["host-cast,baseline"] != 10 || n["host-convert,baseline"] != 10) { print "expected 10 host-cast and 10 host-convert rows with the baseline kernels"; bad = 1 }
+        if (avx2 && (n["host-cast,avx2"] != 10 || n["host-convert,avx2"] != 10)) { print "expected 10 host-cast and 10 host-convert rows with the avx2 kernels"; bad = 1 }
+        if (!avx2 && !skipped) { print "no AVX2 here, but no line saying the avx2 set was skipped"; bad = 1 }
+        if (opencl && (n["opencl-transfer"] != 8 || n["opencl-cast"] != 12)) { print "expected 8 opencl-transfer and 12 opencl-cast rows"; bad = 1 }
+        exit bad
+    }' "$csv" || fail "$csv is not what --csv should write"
+"$bench" --host-only --mib 1 --reps 1 --host-isa both >"$out/bench-smoke.md" 2>&1 || { cat "$out/bench-smoke.md"; fail "gpuarr-bench --host-isa both failed"; }
+grep -q "^| cast f32->f16, kernel | baseline |" "$out/bench-smoke.md" || fail "no row labelled with the baseline kernels in $out/bench-smoke.md"
+if [ "$avx2" = 1 ]; then
+    grep -q "^| cast f32->f16, kernel | avx2" "$out/bench-smoke.md" || fail "no row labelled with the avx2 kernels in $out/bench-smoke.md"
+fi
+if "$bench" --host-isa sse9 --csv - >/dev/null 2>&1; then fail "--host-isa sse9 was accepted"; fi
+echo "bench-smoke: --host-isa and --csv: $(grep -vc '^#' "$csv") CSV lines, both kernel sets labelled"
