@@ -22,7 +22,8 @@
  * gpuarr_convert) against memcpy, once per --host-isa entry; on the first OpenCL device (or
  * --device) uploads (gpuarr_from_host_as, gpuarr_write into an existing array) against
  * clEnqueueWriteBuffer, downloads (gpuarr_to_host_as, gpuarr_read) against clEnqueueReadBuffer,
- * casts (gpuarr_convert) against clEnqueueCopyBuffer and memcpy. CUDA devices have no rows yet.
+ * casts (gpuarr_convert) against clEnqueueCopyBuffer and memcpy; on the first CUDA device the
+ * same against cuMemcpyHtoD, cuMemcpyDtoH (pageable memory) and cuMemcpyDtoDAsync + sync.
  * Columns: section,path,baseline,isa,device,bytes,gpuarr_seconds,baseline_seconds,gpuarr_GBps,
  * baseline_GBps,ratio,reps,gpuarr_calls,baseline_calls, after `# ` lines describing the machine
  * (see "--csv FILE" below for how each figure is timed). --reps caps the repetitions.
@@ -1586,73 +1587,153 @@ static void sweep_host_casts(void *arg) {
     free(x.m);
 }
 
-/* --- OpenCL ------------------------------------------------------------------------------------ */
-#ifndef GPUARR_NO_OPENCL
-typedef struct cl_sweep_ctx {
+/* --- devices: transfers and casts, each backend's raw calls as the baselines ------------------ */
+typedef struct dev_sweep_ctx {
     gpuarr_device dev;
-    gpuarr__cl_command_queue q;
-    gpuarr__cl_mem buf, buf2; /* raw buffers of the baselines */
-    float *src, *dst, *scratch;
+    float *src, *dst, *scratch; /* pageable host memory of the largest size */
     size_t bytes;
     gpuarr_array kept; /* an existing array of `bytes` */
     cast_case c;
     gpuarr_array cast_src;
-} cl_sweep_ctx;
+#ifndef GPUARR_NO_OPENCL
+    gpuarr__cl_command_queue q;
+    gpuarr__cl_mem buf, buf2; /* raw buffers of the baselines */
+#endif
+#ifndef GPUARR_NO_CUDA
+    gpuarr__cu_ptr cbuf, cbuf2;
+    gpuarr__cu_stream cstream;
+#endif
+} dev_sweep_ctx;
 
-static void op_cl_write(void *p) {
-    cl_sweep_ctx *x = (cl_sweep_ctx *)p;
-    if (GPUARR__CL.clEnqueueWriteBuffer(x->q, x->buf, GPUARR__CL_TRUE, 0, x->bytes, x->src, 0, NULL, NULL) != GPUARR__CL_SUCCESS)
-        die("clEnqueueWriteBuffer");
-}
-static void op_cl_read(void *p) {
-    cl_sweep_ctx *x = (cl_sweep_ctx *)p;
-    if (GPUARR__CL.clEnqueueReadBuffer(x->q, x->buf, GPUARR__CL_TRUE, 0, x->bytes, x->dst, 0, NULL, NULL) != GPUARR__CL_SUCCESS)
-        die("clEnqueueReadBuffer");
-}
-static void op_cl_copy(void *p) { /* the source's bytes, device to device */
-    cl_sweep_ctx *x = (cl_sweep_ctx *)p;
-    if (GPUARR__CL.clEnqueueCopyBuffer(x->q, x->buf, x->buf2, 0, 0, x->bytes, 0, NULL, NULL) != GPUARR__CL_SUCCESS ||
-        GPUARR__CL.clFinish(x->q) != GPUARR__CL_SUCCESS)
-        die("clEnqueueCopyBuffer");
-}
+/* A backend's baselines: blocking upload and download of the pageable buffer, a device copy. */
+typedef struct raw_baselines {
+    const char *backend, *write_name, *read_name, *copy_name;
+    void (*write)(void *), (*read)(void *), (*copy)(void *);
+} raw_baselines;
+
 static void op_host_memcpy(void *p) {
-    cl_sweep_ctx *x = (cl_sweep_ctx *)p;
+    dev_sweep_ctx *x = (dev_sweep_ctx *)p;
     memcpy(x->scratch, x->src, x->bytes);
     sink = ((unsigned char *)x->scratch)[x->bytes / 2];
 }
 static void op_ga_from_host(void *p) {
-    cl_sweep_ctx *x = (cl_sweep_ctx *)p;
+    dev_sweep_ctx *x = (dev_sweep_ctx *)p;
     int64_t shape[1] = {(int64_t)(x->bytes / 4)};
     gpuarr_array a;
     if (gpuarr_from_host_as(x->dev, GPUARR_F32, x->src, 1, shape, &a) != GPUARR_OK) die("gpuarr_from_host_as");
     gpuarr_release(a);
 }
 static void op_ga_write(void *p) {
-    cl_sweep_ctx *x = (cl_sweep_ctx *)p;
+    dev_sweep_ctx *x = (dev_sweep_ctx *)p;
     if (gpuarr_write(x->kept, 0, (int64_t)(x->bytes / 4), GPUARR_F32, x->src) != GPUARR_OK) die("gpuarr_write");
 }
 static void op_ga_to_host(void *p) {
-    cl_sweep_ctx *x = (cl_sweep_ctx *)p;
+    dev_sweep_ctx *x = (dev_sweep_ctx *)p;
     if (gpuarr_to_host_as(x->kept, GPUARR_F32, x->dst, x->bytes / 4) != GPUARR_OK) die("gpuarr_to_host_as");
 }
 static void op_ga_read(void *p) {
-    cl_sweep_ctx *x = (cl_sweep_ctx *)p;
+    dev_sweep_ctx *x = (dev_sweep_ctx *)p;
     if (gpuarr_read(x->kept, 0, (int64_t)(x->bytes / 4), GPUARR_F32, x->dst) != GPUARR_OK) die("gpuarr_read");
 }
 static void op_ga_convert(void *p) {
-    cl_sweep_ctx *x = (cl_sweep_ctx *)p;
+    dev_sweep_ctx *x = (dev_sweep_ctx *)p;
     gpuarr_array out;
     if (gpuarr_convert(x->cast_src, x->dev, x->c.dst, &out) != GPUARR_OK) die("gpuarr_convert");
     gpuarr_release(out);
 }
 
-static void sweep_opencl_device(sweep_out *o, gpuarr_device dev, size_t min, size_t max) {
-    gpuarr__cl_state *cl = &GPUARR__CL;
+/* The sweep on one device; x's host buffers and the raw buffers (of max bytes) are set. */
+static void sweep_device(sweep_out *o, dev_sweep_ctx *x, const raw_baselines *raw, size_t min, size_t max) {
     gpuarr_device_info info;
-    gpuarr_device_get_info(dev, &info);
-    cl_sweep_ctx x;
-    memset(&x, 0, sizeof x);
-    x.dev = dev;
+    gpuarr_device_get_info(x->dev, &info);
+    char transfer[32], casts[32];
+    snprintf(transfer, sizeof transfer, "%s-transfer", raw->backend);
+    snprintf(casts, sizeof casts, "%s-cast", raw->backend);
+    o->isa = "-";
+    o->device = info.spec;
+    fprintf(stderr, "gpuarr-bench: %s transfers\n", info.spec);
+    fill_source(x->src, GPUARR_F32, max / 4);
+    for (size_t bytes = min; bytes <= max; bytes *= 4) {
+        x->bytes = bytes;
+        int64_t shape[1] = {(int64_t)(bytes / 4)};
+        if (gpuarr_from_host_as(x->dev, GPUARR_F32, x->src, 1, shape, &x->kept) != GPUARR_OK) die("gpuarr_from_host_as");
+        double b = (double)bytes;
+        sweep_op ops[6] = {{raw->write, x, b}, {op_ga_from_host, x, b}, {op_ga_write, x, b},
+                           {raw->read, x, b},  {op_ga_to_host, x, b},   {op_ga_read, x, b}};
+        sweep_times st;
+        o->bytes = bytes;
+        sweep_measure(ops, 6, sweep_reps(bytes, o->max_reps), &st);
+        sweep_row(o, transfer, "upload: gpuarr_from_host_as (allocates)", raw->write_name, ops, &st, 1, 0);
+        sweep_row(o, transfer, "upload: gpuarr_write (existing array)", raw->write_name, ops, &st, 2, 0);
+        sweep_row(o, transfer, "download: gpuarr_to_host_as", raw->read_name, ops, &st, 4, 3);
+        sweep_row(o, transfer, "download: gpuarr_read", raw->read_name, ops, &st, 5, 3);
+        gpuarr_release(x->kept);
+    }
+    static const cast_case cases[] = {{GPUARR_F32, GPUARR_F64}, {GPUARR_F64, GPUARR_F32}, {GPUARR_F32, GPUARR_F16}};
+    fprintf(stderr, "gpuarr-bench: %s casts\n", info.spec);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        x->c = cases[i];
+        fill_source(x->src, x->c.src, max / gpuarr_dtype_size(x->c.src));
+        char path[32];
+        snprintf(path, sizeof path, "%s->%s", gpuarr_dtype_name(x->c.src), gpuarr_dtype_name(x->c.dst));
+        for (size_t bytes = min; bytes <= max; bytes *= 4) {
+            x->bytes = bytes;
+            size_t n = bytes / gpuarr_dtype_size(x->c.src);
+            int64_t shape[1] = {(int64_t)n};
+            if (gpuarr_from_host_as(x->dev, x->c.src, x->src, 1, shape, &x->cast_src) != GPUARR_OK) die("gpuarr_from_host_as");
+            double moved = (double)(bytes + n * gpuarr_dtype_size(x->c.dst));
+            sweep_op ops[3] = {{raw->copy, x, 2.0 * (double)bytes}, {op_host_memcpy, x, 2.0 * (double)bytes}, {op_ga_convert, x, moved}};
+            sweep_times st;
+            o->bytes = bytes;
+            sweep_measure(ops, 3, sweep_reps(bytes, o->max_reps), &st);
+            sweep_row(o, casts, path, raw->copy_name, ops, &st, 2, 0);
+            sweep_row(o, casts, path, "memcpy", ops, &st, 2, 1);
+            gpuarr_release(x->cast_src);
+        }
+    }
+}
+
+static void dev_sweep_open(dev_sweep_ctx *x, gpuarr_device dev, size_t max) {
+    memset(x, 0, sizeof *x);
+    x->dev = dev;
+    x->src = (float *)malloc(max);
+    x->dst = (float *)malloc(max);
+    x->scratch = (float *)malloc(max);
+    if (!x->src || !x->dst || !x->scratch) die("malloc");
+    memset(x->dst, 0, max);
+    memset(x->scratch, 0, max);
+}
+
+static void dev_sweep_close(dev_sweep_ctx *x) {
+    free(x->src);
+    free(x->dst);
+    free(x->scratch);
+}
+
+#ifndef GPUARR_NO_OPENCL
+static void op_cl_write(void *p) {
+    dev_sweep_ctx *x = (dev_sweep_ctx *)p;
+    if (GPUARR__CL.clEnqueueWriteBuffer(x->q, x->buf, GPUARR__CL_TRUE, 0, x->bytes, x->src, 0, NULL, NULL) != GPUARR__CL_SUCCESS)
+        die("clEnqueueWriteBuffer");
+}
+static void op_cl_read(void *p) {
+    dev_sweep_ctx *x = (dev_sweep_ctx *)p;
+    if (GPUARR__CL.clEnqueueReadBuffer(x->q, x->buf, GPUARR__CL_TRUE, 0, x->bytes, x->dst, 0, NULL, NULL) != GPUARR__CL_SUCCESS)
+        die("clEnqueueReadBuffer");
+}
+static void op_cl_copy(void *p) { /* the source's bytes, device to device */
+    dev_sweep_ctx *x = (dev_sweep_ctx *)p;
+    if (GPUARR__CL.clEnqueueCopyBuffer(x->q, x->buf, x->buf2, 0, 0, x->bytes, 0, NULL, NULL) != GPUARR__CL_SUCCESS ||
+        GPUARR__CL.clFinish(x->q) != GPUARR__CL_SUCCESS)
+        die("clEnqueueCopyBuffer");
+}
+
+static void sweep_opencl_device(sweep_out *o, gpuarr_device dev, size_t min, size_t max) {
+    static const raw_baselines raw = {"opencl", "clEnqueueWriteBuffer", "clEnqueueReadBuffer", "clEnqueueCopyBuffer",
+                                      op_cl_write, op_cl_read, op_cl_copy};
+    gpuarr__cl_state *cl = &GPUARR__CL;
+    dev_sweep_ctx x;
+    dev_sweep_open(&x, dev, max);
     void *ctx = NULL, *queue = NULL;
     gpuarr_stream s;
     if (gpuarr_stream_create(dev, 0, &s) != GPUARR_OK || gpuarr_opencl_context_raw(dev, &ctx) != GPUARR_OK ||
@@ -1662,62 +1743,64 @@ static void sweep_opencl_device(sweep_out *o, gpuarr_device dev, size_t min, siz
     gpuarr__cl_int e = 0;
     x.buf = cl->clCreateBuffer((gpuarr__cl_context)ctx, GPUARR__CL_MEM_READ_WRITE, max, NULL, &e);
     x.buf2 = cl->clCreateBuffer((gpuarr__cl_context)ctx, GPUARR__CL_MEM_READ_WRITE, max, NULL, &e);
-    x.src = (float *)malloc(max);
-    x.dst = (float *)malloc(max);
-    x.scratch = (float *)malloc(max);
-    if (!x.buf || !x.buf2 || !x.src || !x.dst || !x.scratch) die("allocating the buffers");
-    memset(x.dst, 0, max);
-    memset(x.scratch, 0, max);
-    o->isa = "-";
-    o->device = info.spec;
-    fprintf(stderr, "gpuarr-bench: %s transfers\n", info.spec);
-    fill_source(x.src, GPUARR_F32, max / 4);
-    for (size_t bytes = min; bytes <= max; bytes *= 4) {
-        x.bytes = bytes;
-        int64_t shape[1] = {(int64_t)(bytes / 4)};
-        if (gpuarr_from_host_as(dev, GPUARR_F32, x.src, 1, shape, &x.kept) != GPUARR_OK) die("gpuarr_from_host_as");
-        double b = (double)bytes;
-        sweep_op ops[6] = {{op_cl_write, &x, b}, {op_ga_from_host, &x, b}, {op_ga_write, &x, b},
-                           {op_cl_read, &x, b},  {op_ga_to_host, &x, b},   {op_ga_read, &x, b}};
-        sweep_times st;
-        o->bytes = bytes;
-        sweep_measure(ops, 6, sweep_reps(bytes, o->max_reps), &st);
-        sweep_row(o, "opencl-transfer", "upload: gpuarr_from_host_as (allocates)", "clEnqueueWriteBuffer", ops, &st, 1, 0);
-        sweep_row(o, "opencl-transfer", "upload: gpuarr_write (existing array)", "clEnqueueWriteBuffer", ops, &st, 2, 0);
-        sweep_row(o, "opencl-transfer", "download: gpuarr_to_host_as", "clEnqueueReadBuffer", ops, &st, 4, 3);
-        sweep_row(o, "opencl-transfer", "download: gpuarr_read", "clEnqueueReadBuffer", ops, &st, 5, 3);
-        gpuarr_release(x.kept);
-    }
-    static const cast_case cases[] = {{GPUARR_F32, GPUARR_F64}, {GPUARR_F64, GPUARR_F32}, {GPUARR_F32, GPUARR_F16}};
-    fprintf(stderr, "gpuarr-bench: %s casts\n", info.spec);
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        x.c = cases[i];
-        fill_source(x.src, x.c.src, max / gpuarr_dtype_size(x.c.src));
-        char path[32];
-        snprintf(path, sizeof path, "%s->%s", gpuarr_dtype_name(x.c.src), gpuarr_dtype_name(x.c.dst));
-        for (size_t bytes = min; bytes <= max; bytes *= 4) {
-            x.bytes = bytes;
-            size_t n = bytes / gpuarr_dtype_size(x.c.src);
-            int64_t shape[1] = {(int64_t)n};
-            if (gpuarr_from_host_as(dev, x.c.src, x.src, 1, shape, &x.cast_src) != GPUARR_OK) die("gpuarr_from_host_as");
-            double moved = (double)(bytes + n * gpuarr_dtype_size(x.c.dst));
-            sweep_op ops[3] = {{op_cl_copy, &x, 2.0 * (double)bytes}, {op_host_memcpy, &x, 2.0 * (double)bytes}, {op_ga_convert, &x, moved}};
-            sweep_times st;
-            o->bytes = bytes;
-            sweep_measure(ops, 3, sweep_reps(bytes, o->max_reps), &st);
-            sweep_row(o, "opencl-cast", path, "clEnqueueCopyBuffer", ops, &st, 2, 0);
-            sweep_row(o, "opencl-cast", path, "memcpy", ops, &st, 2, 1);
-            gpuarr_release(x.cast_src);
-        }
-    }
+    if (!x.buf || !x.buf2) die("clCreateBuffer");
+    sweep_device(o, &x, &raw, min, max);
     cl->clReleaseMemObject(x.buf);
     cl->clReleaseMemObject(x.buf2);
     gpuarr_stream_destroy(s);
-    free(x.src);
-    free(x.dst);
-    free(x.scratch);
+    dev_sweep_close(&x);
 }
 #endif
+
+#ifndef GPUARR_NO_CUDA
+static void op_cu_write(void *p) {
+    dev_sweep_ctx *x = (dev_sweep_ctx *)p;
+    cu_check(CU.p_cuMemcpyHtoD_v2(x->cbuf, x->src, x->bytes), "cuMemcpyHtoD");
+}
+static void op_cu_read(void *p) {
+    dev_sweep_ctx *x = (dev_sweep_ctx *)p;
+    cu_check(CU.p_cuMemcpyDtoH_v2(x->dst, x->cbuf, x->bytes), "cuMemcpyDtoH");
+}
+static void op_cu_copy(void *p) {
+    dev_sweep_ctx *x = (dev_sweep_ctx *)p;
+    cu_check(CU.p_cuMemcpyDtoDAsync_v2(x->cbuf2, x->cbuf, x->bytes, x->cstream), "cuMemcpyDtoDAsync");
+    cu_check(CU.p_cuStreamSynchronize(x->cstream), "cuStreamSynchronize");
+}
+
+static void sweep_cuda_device(sweep_out *o, gpuarr_device dev, size_t min, size_t max) {
+    static const raw_baselines raw = {"cuda", "cuMemcpyHtoD", "cuMemcpyDtoH", "cuMemcpyDtoDAsync+sync", op_cu_write, op_cu_read, op_cu_copy};
+    struct CUctx_st *ctx = NULL;
+    if (gpuarr_cuda_context(dev, &ctx) != GPUARR_OK) die("gpuarr_cuda_context");
+    cu_check(CU.p_cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+    dev_sweep_ctx x;
+    dev_sweep_open(&x, dev, max);
+    cu_check(CU.p_cuMemAlloc_v2(&x.cbuf, max), "cuMemAlloc");
+    cu_check(CU.p_cuMemAlloc_v2(&x.cbuf2, max), "cuMemAlloc");
+    cu_check(CU.p_cuStreamCreate(&x.cstream, GPUARR__CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    sweep_device(o, &x, &raw, min, max);
+    CU.p_cuStreamDestroy_v2(x.cstream);
+    CU.p_cuMemFree_v2(x.cbuf);
+    CU.p_cuMemFree_v2(x.cbuf2);
+    dev_sweep_close(&x);
+}
+#endif
+
+/* The first device of `backend` (or the one --device names); false when there is none. */
+static bool sweep_backend(sweep_out *o, gpuarr_backend backend, const char *only, size_t min, size_t max) {
+    for (int i = 0; i < gpuarr_device_count(); i++) {
+        gpuarr_device_info info;
+        gpuarr_device_get_info(gpuarr_device_at(i), &info);
+        if (info.backend != backend || (only && strcmp(only, info.spec) != 0)) continue;
+#ifndef GPUARR_NO_OPENCL
+        if (backend == GPUARR_BACKEND_OPENCL) sweep_opencl_device(o, info.device, min, max);
+#endif
+#ifndef GPUARR_NO_CUDA
+        if (backend == GPUARR_BACKEND_CUDA) sweep_cuda_device(o, info.device, min, max);
+#endif
+        return true;
+    }
+    return false;
+}
 
 static void sweep(const char *file, const cpu_desc *cpu, size_t min, size_t max, int max_reps, bool host, bool opencl, bool cuda,
                   const char *only) {
@@ -1735,22 +1818,11 @@ static void sweep(const char *file, const cpu_desc *cpu, size_t min, size_t max,
         sweep_host_arg h = {&o, min, max};
         for_each_host_isa(sweep_host_casts, &h, f, "# ", "");
     }
-#ifndef GPUARR_NO_OPENCL
-    if (opencl) {
-        bool any = false;
-        for (int i = 0; i < gpuarr_device_count() && !(any && !only); i++) {
-            gpuarr_device_info info;
-            gpuarr_device_get_info(gpuarr_device_at(i), &info);
-            if (info.backend != GPUARR_BACKEND_OPENCL || (only && strcmp(only, info.spec) != 0)) continue;
-            any = true; /* the first OpenCL device, unless --device names one */
-            sweep_opencl_device(&o, info.device, min, max);
-        }
-        if (!any) fprintf(f, "# opencl: no OpenCL device%s%s: no OpenCL rows\n", only ? " " : "", only ? only : "");
-    }
-#else
-    GPUARR__UNUSED(opencl);
-#endif
-    if (cuda) fprintf(f, "# cuda: the sweep has no CUDA rows yet (the CUDA tables, --cuda-only, have their own size sweep)\n");
+    /* --device SPEC: that device's backend alone */
+    if (opencl && (!only || strncmp(only, "opencl", 6) == 0) && !sweep_backend(&o, GPUARR_BACKEND_OPENCL, only, min, max))
+        fprintf(f, "# opencl: no OpenCL device%s%s: no OpenCL rows\n", only ? " " : "", only ? only : "");
+    if (cuda && (!only || strncmp(only, "cuda", 4) == 0) && !sweep_backend(&o, GPUARR_BACKEND_CUDA, only, min, max))
+        fprintf(f, "# cuda: no CUDA device%s%s: no CUDA rows\n", only ? " " : "", only ? only : "");
     fprintf(f, "# done in %.1f s\n", now_s() - t0);
     fprintf(stderr, "gpuarr-bench: sweep done in %.1f s\n", now_s() - t0);
     if (f != stdout) fclose(f);
