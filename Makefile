@@ -485,9 +485,9 @@ bench-plots:
 	@tag=$$(sed -n 's/^# machine tag: //p' $(BUILD)/bench-sweep.csv) && cp $(BUILD)/bench-sweep.csv bench/results/plots/$$tag.csv && \
 	  tools/bench-plots.sh bench/results/plots/$$tag.csv bench/results/plots
 
-bench-smoke: $(BUILD)/rel/tools/gpuarr-bench $(BUILD)/rel/tools/gpuarr-info
-	@echo "== gpuarr-bench --host-isa and --csv (tools/bench-smoke.sh)"
-	@tools/bench-smoke.sh $(BUILD)/rel/tools/gpuarr-bench $(BUILD)/logs
+bench-smoke: $(BUILD)/rel/tools/gpuarr-bench $(BUILD)/rel/tools/gpuarr-info $(FAKE_CUDA)
+	@echo "== gpuarr-bench --host-isa and --csv (tools/bench-smoke.sh$(if $(FAKE_CUDA),; CUDA rows on the fake driver))"
+	@tools/bench-smoke.sh $(BUILD)/rel/tools/gpuarr-bench $(BUILD)/logs $(abspath $(FAKE_CUDA))
 
 # Under include/gpuarr/, not include/: "backends/" is too common a name to put at the top. The
 # header finds its backends/ next to itself, wherever that is.

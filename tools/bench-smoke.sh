@@ -1,13 +1,15 @@
 #!/bin/sh
-# bench-smoke.sh GPUARR_BENCH OUTDIR -- make test's check of gpuarr-bench's --host-isa and --csv
-# (a few seconds): a 4-16 KiB sweep with both host cast kernel sets must give the CSV's header,
-# the machine lines, 14 fields per row with positive numbers, every host cast for each kernel
-# set (avx2 only where /proc/cpuinfo has it; else a "skipped" line), the OpenCL rows where
-# gpuarr-info lists opencl:0; the Markdown run must label its rows with both kernel sets; and
-# an unknown --host-isa must be refused.
+# bench-smoke.sh GPUARR_BENCH OUTDIR [FAKE_LIBCUDA] -- make test's check of gpuarr-bench's
+# --host-isa and --csv (a few seconds): a 4-16 KiB sweep with both host cast kernel sets must give
+# the CSV's header, the machine lines, 14 fields per row with positive numbers, every host cast
+# for each kernel set (avx2 only where /proc/cpuinfo has it; else a "skipped" line), the OpenCL
+# rows where gpuarr-info lists opencl:0, and a line saying why there are no CUDA rows where there
+# is no CUDA device; on the fake CUDA driver (tests/fake_cuda), when given, the CUDA rows; the
+# Markdown run must label its rows with both kernel sets; an unknown --host-isa is refused.
 set -eu
-bench=$1 out=$2
+bench=$1 out=$2 fake_cuda=${3:-}
 mkdir -p "$out"
+out=$(cd "$out" && pwd) # GPUARR_CACHE_DIR must be absolute
 csv=$out/bench-smoke.csv
 fail() { echo "bench-smoke: $*"; exit 1; }
 "$bench" --reps 1 --host-isa baseline,avx2 --csv "$csv" --sweep-max 16K 2>"$out/bench-smoke.err" || { cat "$out/bench-smoke.err"; fail "gpuarr-bench --csv failed"; }
@@ -30,6 +32,15 @@ awk -F, -v avx2="$avx2" -v opencl="$opencl" '
         if (opencl && (n["opencl-transfer"] != 8 || n["opencl-cast"] != 12)) { print "expected 8 opencl-transfer and 12 opencl-cast rows"; bad = 1 }
         exit bad
     }' "$csv" || fail "$csv is not what --csv should write"
+cuda=0; "$(dirname "$bench")/gpuarr-info" 2>/dev/null | grep -q "^cuda:0 " && cuda=1
+if [ "$cuda" = 0 ]; then grep -q "^# cuda: no CUDA device" "$csv" || fail "no CUDA device here, but no line in $csv saying so"; fi
+if [ -n "$fake_cuda" ]; then
+    GPUARR_CUDA_LIBRARY=$fake_cuda GPUARR_CACHE_DIR=$out/bench-smoke-cache "$bench" --reps 1 --csv "$out/bench-smoke-cuda.csv" \
+        --sweep-max 4K --device cuda:0 2>"$out/bench-smoke.err" || { cat "$out/bench-smoke.err"; fail "gpuarr-bench --csv on the fake CUDA driver failed"; }
+    awk -F, '$5 == "cuda:0" && $6 == 4096 && NF == 14 && $9 > 0 && $10 > 0 { n[$1]++ }
+             END { exit !(n["cuda-transfer"] == 4 && n["cuda-cast"] == 6) }' "$out/bench-smoke-cuda.csv" ||
+        fail "expected 4 cuda-transfer and 6 cuda-cast rows in $out/bench-smoke-cuda.csv (the fake CUDA driver)"
+fi
 "$bench" --host-only --mib 1 --reps 1 --host-isa both >"$out/bench-smoke.md" 2>&1 || { cat "$out/bench-smoke.md"; fail "gpuarr-bench --host-isa both failed"; }
 grep -q "^| cast f32->f16, kernel | baseline |" "$out/bench-smoke.md" || fail "no row labelled with the baseline kernels in $out/bench-smoke.md"
 if [ "$avx2" = 1 ]; then
