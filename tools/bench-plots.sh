@@ -62,6 +62,9 @@ awk -F, -v work="$work" -v tag="$tag" '
     }
 ' "$csv"
 
+# the x range a little wider than the sizes, so that the last tic keeps its label
+xmin=$(awk -F, '!/^#/ && $1 != "section" && NF >= 14 { if (!m || $6 < m) m = $6 } END { print m / 1.25 }' "$csv")
+xmax=$(awk -F, '!/^#/ && $1 != "section" && NF >= 14 { if ($6 > m) m = $6 } END { print m * 1.25 }' "$csv")
 count=0
 for namefile in "$work"/g*.name; do
     [ -e "$namefile" ] || { echo "bench-plots: no data rows in $csv"; exit 1; }
@@ -81,17 +84,18 @@ for namefile in "$work"/g*.name; do
         plot="$plot${plot:+, }'$dat' using 1:2 with linespoints $style title \"$label\""
     done
     gnuplot <<EOF
-set terminal pngcairo size 1100,700 font "sans,11"
+set terminal pngcairo size 1200,850 font "sans,11"
 set output "$out/$name.png"
 set title "$(cat "$g.title")\n$cpu, $tag, $date" noenhanced
 set logscale x 2
+set xrange [$xmin:$xmax]
 set logscale y 10
 set xlabel "size of the source array (bytes)"
 set ylabel "rate, GB/s (casts and memcpy: bytes read + written)"
 set xtics ("4K" 4096, "16K" 16384, "64K" 65536, "256K" 262144, "1M" 1048576, "4M" 4194304, "16M" 16777216, "64M" 67108864, "256M" 268435456, "1G" 1073741824)
 set ytics ("0.01" 0.01, "0.02" 0.02, "0.05" 0.05, "0.1" 0.1, "0.2" 0.2, "0.5" 0.5, "1" 1, "2" 2, "5" 5, "10" 10, "20" 20, "50" 50, "100" 100, "200" 200, "500" 500)
 set grid xtics ytics
-set key outside right top noenhanced
+set key below left maxcols 2 noenhanced
 plot $plot
 EOF
     count=$((count + 1))
