@@ -1453,8 +1453,8 @@ static void bench_cuda(const char *self, size_t mib, int reps, const char *only)
  * `bytes` is the size of the source array. In every repetition each baseline and each gpuarr
  * path is timed back to back; a timing repeats a call until it lasts about 1 ms (at most 4096
  * calls; the counts are the last two columns) and gives the time per call. Medians over the
- * repetitions, which are fewer for larger sizes (15 up to 1 MiB, 9 up to 16 MiB, 5 up to
- * 64 MiB, 3 above; never more than --reps). `ratio` is the median over repetitions of gpuarr's
+ * repetitions, which are fewer for larger sizes (15 up to 1 MiB, 11 up to 16 MiB, 7 up to
+ * 64 MiB, 5 above; never more than --reps). `ratio` is the median over repetitions of gpuarr's
  * rate / the baseline's rate in that repetition (> 1: gpuarr is faster). Rates (GB/s = 1e9
  * bytes/s) count bytes read plus bytes written for casts and memcpy, the bytes moved for
  * transfers.
@@ -1480,7 +1480,7 @@ typedef struct sweep_out {
 } sweep_out;
 
 static int sweep_reps(size_t bytes, int max_reps) {
-    int r = bytes <= ((size_t)1 << 20) ? 15 : bytes <= ((size_t)16 << 20) ? 9 : bytes <= ((size_t)64 << 20) ? 5 : 3;
+    int r = bytes <= ((size_t)1 << 20) ? 15 : bytes <= ((size_t)16 << 20) ? 11 : bytes <= ((size_t)64 << 20) ? 7 : 5;
     return r < max_reps ? r : max_reps;
 }
 
