@@ -5,7 +5,7 @@
 #                 apt-get line and stop), build everything, run the Criterion suite on every
 #                 device class present, and the compile tests (C11 gcc/clang, C++17, .cu, the
 #                 implementation at -O3 and with -flto, GPUARR_STATIC, the README's code, an
-#                 installed copy)
+#                 installed copy), and bench-smoke (gpuarr-bench --host-isa and --csv, checked)
 #   make check    the suite under ASan+UBSan, the threaded tests under TSan, valgrind on the
 #                 examples, a slice of the fault matrix, the fuzz corpus replayed (fuzz-replay)
 #                 and 2 minutes of the soak (soak-slice; its seed is printed, a failing input
@@ -472,7 +472,8 @@ bench: $(BUILD)/rel/tools/gpuarr-bench
 	$(BUILD)/rel/tools/gpuarr-bench
 
 # make bench-plots: gpuarr-bench --csv, rate against size from 4 KiB to 256 MiB for every path and
-# its baselines (host casts with both kernel sets, OpenCL transfers and casts), into
+# its baselines (host casts with both kernel sets; transfers and casts on the first OpenCL and the
+# first CUDA device, where there is one), into
 # bench/results/plots/<machine tag>.csv, drawn by tools/bench-plots.sh (gnuplot) as PNGs beside it.
 # Not part of make test; make test runs bench-smoke: a 4-16 KiB sweep, its CSV checked.
 PLOT_PACKAGES := gnuplot-nox
