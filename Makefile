@@ -468,6 +468,21 @@ soak-slice:
 bench: $(BUILD)/rel/tools/gpuarr-bench
 	$(BUILD)/rel/tools/gpuarr-bench
 
+# `make bench-compare`: tools/compare-boost-compute.cpp, gpuarr against Boost.Compute (header-only,
+# in libboost-dev) and raw OpenCL on opencl:0, in one process; not part of make test. A missing
+# package stops it with the apt-get line, as ensure_packages words it (it never installs).
+BENCH_COMPARE_PACKAGES := libboost-dev
+.PHONY: bench-compare
+$(BUILD)/rel/tools/compare-boost-compute: tools/compare-boost-compute.cpp $(BUILD)/rel/gpuarr.o
+	@mkdir -p $(@D)
+	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror -I. $< $(BUILD)/rel/gpuarr.o -o $@ -lOpenCL $(LIBS)
+bench-compare:
+	@missing=""; for p in $(BENCH_COMPARE_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then echo "gpuarr: missing Debian packages. Run:"; echo "  sudo apt-get install -y$$missing"; exit 1; fi
+	@$(MAKE) --no-print-directory $(BUILD)/rel/tools/compare-boost-compute
+	$(BUILD)/rel/tools/compare-boost-compute
+
 # Under include/gpuarr/, not include/: "backends/" is too common a name to put at the top. The
 # header finds its backends/ next to itself, wherever that is.
 install:
