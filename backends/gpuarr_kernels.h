@@ -208,7 +208,8 @@ GPUARR_K_FN uint8_t gpuarr_k_f64_nonzero(double x) {
  *      contiguous run, which a CPU compiler (PoCL) turns into full-width vector loads, converts
  *      and stores, for any pair; a run of K elements per work-item also makes the work-groups K
  *      times larger, so fewer of them are scheduled. (vloadK/vstoreK through private arrays,
- *      tried on PoCL 3.1, were slower for f32->f16: the per-lane conversion stayed scalar.)
+ *      tried on PoCL 3.1, were slower for f32->f16: the per-lane conversion stayed scalar; a
+ *      dialect may give a pair its own run, below.)
  * ------------------------------------------------------------------------------------------- */
 #ifndef GPUARR_K_PER_ITEM
 #define GPUARR_K_PER_ITEM 1
@@ -221,7 +222,16 @@ GPUARR_K_FN uint8_t gpuarr_k_f64_nonzero(double x) {
         GPUARR_K_SIZE i = GPUARR_K_INDEX;                                                      \
         if (i < n) dst[dst_off + i] = GPUARR_K_CONVERT_ONE(skind, scat, dkind, dstore, dlo, dhi, src[src_off + i]); \
     }
-#else /* the full runs have a constant trip count (unrolled, vectorized); the last run is scalar */
+#else
+/* A full run: GPUARR_K_RUN_<skind>_<dkind>, where the dialect defines it as "~, MACRO" (a faster
+   form of that pair with the same bits, e.g. a device's vector half store), else element by
+   element with a constant trip count, which the compiler unrolls and vectorizes. */
+#define GPUARR_K_SECOND_(a, b, ...) b
+#define GPUARR_K_SECOND(...) GPUARR_K_SECOND_(__VA_ARGS__)
+#define GPUARR_K_RUN(skind, dkind) GPUARR_K_SECOND(GPUARR_K_RUN_##skind##_##dkind, GPUARR_K_RUN_EACH, ~)
+#define GPUARR_K_RUN_EACH(skind, scat, dkind, dstore, dlo, dhi, s, d)                          \
+    for (int j = 0; j < GPUARR_K_PER_ITEM; j++) d[j] = GPUARR_K_CONVERT_ONE(skind, scat, dkind, dstore, dlo, dhi, s[j])
+/* the last, partial run is scalar */
 #define GPUARR_K_CAST_KERNEL(S, sstore, skind, scat, D, dstore, dkind, dlo, dhi)               \
     GPUARR_K_KERNEL void gpuarr_k_cast_##S##_##D(GPUARR_K_GLOBAL const sstore *src, GPUARR_K_SIZE src_off, \
                                                  GPUARR_K_GLOBAL dstore *dst, GPUARR_K_SIZE dst_off,     \
@@ -230,8 +240,7 @@ GPUARR_K_FN uint8_t gpuarr_k_f64_nonzero(double x) {
         GPUARR_K_GLOBAL const sstore *s = src + src_off + first;                               \
         GPUARR_K_GLOBAL dstore *d = dst + dst_off + first;                                     \
         if (first + (GPUARR_K_SIZE)GPUARR_K_PER_ITEM <= n) {                                   \
-            for (int j = 0; j < GPUARR_K_PER_ITEM; j++)                                        \
-                d[j] = GPUARR_K_CONVERT_ONE(skind, scat, dkind, dstore, dlo, dhi, s[j]);       \
+            GPUARR_K_RUN(skind, dkind)(skind, scat, dkind, dstore, dlo, dhi, s, d);            \
         } else {                                                                               \
             for (GPUARR_K_SIZE j = 0; first + j < n; j++)                                      \
                 d[j] = GPUARR_K_CONVERT_ONE(skind, scat, dkind, dstore, dlo, dhi, s[j]);       \
