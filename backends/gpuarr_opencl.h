@@ -494,13 +494,13 @@ static void gpuarr__cl_pci_info(gpuarr__cl_device_id id, gpuarr_device_info *inf
    GPUs: 1, so a warp's accesses stay coalesced (neighbouring work-items, neighbouring elements).
    CPUs (PoCL): a contiguous run per work-item, which the kernel compiler turns into vector loads,
    converts and stores (vcvtps2pd on ymm for f32->f64 on pthread-haswell); two of the device's
-   preferred f32 vectors (16 with AVX2), between 8 and 32. The local size stays 256
+   preferred f32 vectors (16 with AVX2), between 8 and 16. The local size stays 256
    (gpuarr__cl_local_size): a work-group then covers 4096 elements. Measured on PoCL 3.1,
    pthread-haswell, 2 Zen 3 cores, 64 MiB source, kernel time as a fraction of memcpy's rate
    (medians of 5 alternated runs): 1 per work-item 0.71 / 0.62 / 0.31 (f32->f64 / f64->f32 /
    f32->f16); 8: 1.25 / 1.22 / 0.94; 16: 1.21 / 1.32 / 1.01; 32: 1.25 / 1.33 / 0.98; 64 no better;
    local sizes 64 and 1024 no better than 256. Not measured on a GPU: there 1 is the usual choice.
-   At most 16; a multiple of 8 on CPUs (the half store below takes 8 at a time). */
+   Wider runs gained nothing, and the half store below needs a multiple of 8. */
 static unsigned gpuarr__cl_choose_per_item(const gpuarr__cl_device *d) {
     if (!(d->type & GPUARR__CL_DEVICE_TYPE_CPU)) return 1;
     unsigned width = (unsigned)gpuarr__cl_info_u32(d->id, GPUARR__CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT);
