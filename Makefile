@@ -21,6 +21,8 @@
 #   make bench    tools/gpuarr-bench; prints a table (see bench/results/)
 #   make bench-plots  the size sweep (gpuarr-bench --csv) and its PNGs in bench/results/plots/
 #                 (needs gnuplot-nox: installed as root, else the apt-get line; not in make test)
+#   make bench-compare  gpuarr against Boost.Compute and raw OpenCL on opencl:0
+#                 (needs libboost-dev, installed the same way; not in make test)
 #   make install  copy gpuarr.h and backends/ to $(PREFIX)/include/gpuarr (programs include
 #                 <gpuarr/gpuarr.h>); honours DESTDIR
 #   make clean
@@ -489,6 +491,19 @@ bench-plots:
 bench-smoke: $(BUILD)/rel/tools/gpuarr-bench $(BUILD)/rel/tools/gpuarr-info $(FAKE_CUDA)
 	@echo "== gpuarr-bench --host-isa and --csv (tools/bench-smoke.sh$(if $(FAKE_CUDA),; CUDA rows on the fake driver))"
 	@tools/bench-smoke.sh $(BUILD)/rel/tools/gpuarr-bench $(BUILD)/logs $(abspath $(FAKE_CUDA))
+
+# `make bench-compare`: tools/compare-boost-compute.cpp, gpuarr against Boost.Compute (header-only,
+# in libboost-dev) and raw OpenCL on opencl:0, in one process; not part of make test. A missing
+# package is installed as root, else its apt-get line is printed and the target stops (as make test).
+BENCH_COMPARE_PACKAGES := libboost-dev
+.PHONY: bench-compare
+$(BUILD)/rel/tools/compare-boost-compute: tools/compare-boost-compute.cpp $(BUILD)/rel/gpuarr.o
+	@mkdir -p $(@D)
+	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror -I. $< $(BUILD)/rel/gpuarr.o -o $@ -lOpenCL $(LIBS)
+bench-compare:
+	$(call ensure_packages,$(BENCH_COMPARE_PACKAGES))
+	@$(MAKE) --no-print-directory $(BUILD)/rel/tools/compare-boost-compute
+	$(BUILD)/rel/tools/compare-boost-compute
 
 # Under include/gpuarr/, not include/: "backends/" is too common a name to put at the top. The
 # header finds its backends/ next to itself, wherever that is.

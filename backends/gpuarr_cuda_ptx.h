@@ -3,7 +3,7 @@
    Do not edit. */
 #ifndef GPUARR_CUDA_PTX_INCLUDED
 #define GPUARR_CUDA_PTX_INCLUDED
-#define GPUARR__CUDA_PTX_SOURCE_HASH 0x48f457103fb53e3cull
+#define GPUARR__CUDA_PTX_SOURCE_HASH 0xd9a440fbb24c8ecfull
 #define GPUARR__CUDA_PTX_ARCH 75
 #define GPUARR__CUDA_PTX_ISA "7.0"
 static const char *const gpuarr__cuda_ptx_lines[] = {

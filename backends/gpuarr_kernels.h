@@ -14,6 +14,7 @@
  *   GPUARR_K_HAVE_F64           defined when double arithmetic is available
  * and, for kernels (devices only):
  *   GPUARR_K_KERNEL  GPUARR_K_GLOBAL  GPUARR_K_INDEX (the global work-item index)  GPUARR_K_SIZE
+ *   GPUARR_K_PER_ITEM           optional: elements per work-item (below; default 1)
  * Integer types are the <stdint.h> names; device preambles typedef them.
  *
  * Everything is branch-free (selects on masks), so host loops vectorize and GPU warps do not
@@ -199,9 +200,21 @@ GPUARR_K_FN uint8_t gpuarr_k_f64_nonzero(double x) {
 
 /* ---------------------------------------------------------------------------------------------
  * Device kernels. One cast kernel per dtype pair, instantiated by the backend from the dtype
- * table; offsets are in elements; one element per work-item (a loop here would keep PoCL from
- * vectorizing across work-items, and GPUs gain nothing from it).
+ * table; offsets are in elements. GPUARR_K_PER_ITEM (the includer's, default 1) elements per
+ * work-item:
+ *   1  work-item i casts element i: neighbouring work-items touch neighbouring elements, the
+ *      coalesced pattern GPUs want (CUDA, OpenCL GPUs).
+ *   K  work-item i casts elements [iK, iK + K), the last one fewer: each work-item streams one
+ *      contiguous run, which a CPU compiler (PoCL) turns into full-width vector loads, converts
+ *      and stores, for any pair; a run of K elements per work-item also makes the work-groups K
+ *      times larger, so fewer of them are scheduled. (vloadK/vstoreK through private arrays,
+ *      tried on PoCL 3.1, were slower for f32->f16: the per-lane conversion stayed scalar; a
+ *      dialect may give a pair its own run, below.)
  * ------------------------------------------------------------------------------------------- */
+#ifndef GPUARR_K_PER_ITEM
+#define GPUARR_K_PER_ITEM 1
+#endif
+#if GPUARR_K_PER_ITEM == 1
 #define GPUARR_K_CAST_KERNEL(S, sstore, skind, scat, D, dstore, dkind, dlo, dhi)               \
     GPUARR_K_KERNEL void gpuarr_k_cast_##S##_##D(GPUARR_K_GLOBAL const sstore *src, GPUARR_K_SIZE src_off, \
                                                  GPUARR_K_GLOBAL dstore *dst, GPUARR_K_SIZE dst_off,     \
@@ -209,6 +222,31 @@ GPUARR_K_FN uint8_t gpuarr_k_f64_nonzero(double x) {
         GPUARR_K_SIZE i = GPUARR_K_INDEX;                                                      \
         if (i < n) dst[dst_off + i] = GPUARR_K_CONVERT_ONE(skind, scat, dkind, dstore, dlo, dhi, src[src_off + i]); \
     }
+#else
+/* A full run: GPUARR_K_RUN_<skind>_<dkind>, where the dialect defines it as "~, MACRO" (a faster
+   form of that pair with the same bits, e.g. a device's vector half store), else element by
+   element with a constant trip count, which the compiler unrolls and vectorizes. */
+#define GPUARR_K_SECOND_(a, b, ...) b
+#define GPUARR_K_SECOND(...) GPUARR_K_SECOND_(__VA_ARGS__)
+#define GPUARR_K_RUN(skind, dkind) GPUARR_K_SECOND(GPUARR_K_RUN_##skind##_##dkind, GPUARR_K_RUN_EACH, ~)
+#define GPUARR_K_RUN_EACH(skind, scat, dkind, dstore, dlo, dhi, s, d)                          \
+    for (int j = 0; j < GPUARR_K_PER_ITEM; j++) d[j] = GPUARR_K_CONVERT_ONE(skind, scat, dkind, dstore, dlo, dhi, s[j])
+/* the last, partial run is scalar */
+#define GPUARR_K_CAST_KERNEL(S, sstore, skind, scat, D, dstore, dkind, dlo, dhi)               \
+    GPUARR_K_KERNEL void gpuarr_k_cast_##S##_##D(GPUARR_K_GLOBAL const sstore *src, GPUARR_K_SIZE src_off, \
+                                                 GPUARR_K_GLOBAL dstore *dst, GPUARR_K_SIZE dst_off,     \
+                                                 GPUARR_K_SIZE n) {                            \
+        GPUARR_K_SIZE first = GPUARR_K_INDEX * (GPUARR_K_SIZE)GPUARR_K_PER_ITEM;               \
+        GPUARR_K_GLOBAL const sstore *s = src + src_off + first;                               \
+        GPUARR_K_GLOBAL dstore *d = dst + dst_off + first;                                     \
+        if (first + (GPUARR_K_SIZE)GPUARR_K_PER_ITEM <= n) {                                   \
+            GPUARR_K_RUN(skind, dkind)(skind, scat, dkind, dstore, dlo, dhi, s, d);            \
+        } else {                                                                               \
+            for (GPUARR_K_SIZE j = 0; first + j < n; j++)                                      \
+                d[j] = GPUARR_K_CONVERT_ONE(skind, scat, dkind, dstore, dlo, dhi, s[j]);       \
+        }                                                                                      \
+    }
+#endif
 
 #ifdef GPUARR_KERNEL_INJECT_ERROR /* lets the tests drive a build failure */
 #error "gpuarr: kernel build failure injected by GPUARR_KERNEL_INJECT_ERROR"

@@ -604,6 +604,67 @@ Test(casts, lengths_around_vector_and_chunk_boundaries_convert_every_element) {
     free(in);
 }
 
+/* Views at odd element offsets on both sides (gpuarr_copy between slices casts on the device):
+   device kernels that convert several elements per work-item (OpenCL CPUs) start their runs at
+   any offset, end in a partial run, and must not write outside the destination slice. */
+static void check_slice_cast(gpuarr_device dev, gpuarr_dtype s, const void *in, size_t soff,
+                             gpuarr_dtype d, size_t doff, size_t n, int *printed) {
+    size_t ssz = test_dtype_bytes(s), dsz = test_dtype_bytes(d), dtotal = doff + n + 37;
+    int64_t sshape[1] = {(int64_t)(soff + n + 21)}, dshape[1] = {(int64_t)dtotal};
+    unsigned char *pattern = malloc(dtotal * dsz), *got = malloc(dtotal * dsz);
+    cr_assert(pattern && got);
+    memset(pattern, 0x5b, dtotal * dsz);
+    gpuarr_array a, b, sa, sb;
+    TEST_OK(gpuarr_from_host_as(dev, s, in, 1, sshape, &a));
+    TEST_OK(gpuarr_from_host_as(dev, d, pattern, 1, dshape, &b));
+    TEST_OK(gpuarr_slice(a, (int64_t)soff, (int64_t)(soff + n), &sa));
+    TEST_OK(gpuarr_slice(b, (int64_t)doff, (int64_t)(doff + n), &sb));
+    TEST_OK(gpuarr_copy(sb, sa));
+    TEST_OK(gpuarr_to_host_as(b, d, got, dtotal));
+    char what[96];
+    snprintf(what, sizeof what, "slice [%zu, +%zu) -> [%zu, +%zu)", soff, n, doff, n);
+    size_t bad = compare_with_reference(s, (const unsigned char *)in + soff * ssz, d, got + doff * dsz, n, what,
+                                        printed);
+    cr_expect_eq(bad, 0, "%s %s -> %s: %zu of %zu elements wrong", what, test_dtype_str(s),
+                 test_dtype_str(d), bad, n);
+    cr_expect(memcmp(got, pattern, doff * dsz) == 0, "%s: written before the destination slice", what);
+    cr_expect(memcmp(got + (doff + n) * dsz, pattern, (dtotal - doff - n) * dsz) == 0,
+              "%s: written after the destination slice", what);
+    TEST_OK(gpuarr_release(sa));
+    TEST_OK(gpuarr_release(sb));
+    TEST_OK(gpuarr_release(a));
+    TEST_OK(gpuarr_release(b));
+    free(pattern);
+    free(got);
+}
+
+Test(casts, slices_at_odd_offsets_convert_every_element_and_nothing_around_them) {
+    gpuarr_device dev = test_device();
+    enum { MAX_N = 70000, MAX_OFF = 64 };
+    test_rng rng = {11};
+    uint32_t *f32 = malloc((MAX_N + MAX_OFF) * 4);
+    uint64_t *f64 = malloc((MAX_N + MAX_OFF) * 8);
+    cr_assert(f32 && f64);
+    for (size_t i = 0; i < MAX_N + MAX_OFF; i++) {
+        f32[i] = random_f32_bits(&rng);
+        f64[i] = (i & 1) ? test_rng_next(&rng) : (uint64_t)f32[i] << 29 ^ 0x3800000000000000ull;
+    }
+    static const size_t lens[] = {1, 2, 7, 15, 16, 17, 31, 33, 255, 4095, 4097, 65537};
+    static const size_t offs[][2] = {{1, 0}, {0, 3}, {3, 5}, {17, 1}, {15, 16}, {33, 31}};
+    static const gpuarr_dtype pairs[][2] = {{GPUARR_F32, GPUARR_F16}, {GPUARR_F32, GPUARR_F64},
+                                            {GPUARR_F64, GPUARR_F32}, {GPUARR_F64, GPUARR_F16},
+                                            {GPUARR_F32, GPUARR_BF16}, {GPUARR_F32, GPUARR_U8}};
+    int printed = 0;
+    for (size_t p = 0; p < sizeof pairs / sizeof pairs[0]; p++)
+        for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+            const size_t *o = offs[(p + k) % (sizeof offs / sizeof offs[0])];
+            const void *in = pairs[p][0] == GPUARR_F32 ? (const void *)f32 : (const void *)f64;
+            check_slice_cast(dev, pairs[p][0], in, o[0], pairs[p][1], o[1], lens[k], &printed);
+        }
+    free(f32);
+    free(f64);
+}
+
 /* ---------------------------------------------------------------------------------------------
  * The same checks with each host kernel set (GPUARR_HOST_ISA) and other worker thread counts
  * ------------------------------------------------------------------------------------------- */
