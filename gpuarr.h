@@ -1303,6 +1303,7 @@ typedef struct gpuarr__block gpuarr__block;
 #define GPUARR__POOL_EVENTS 4
 #define GPUARR__POOL_QUICK 16                     /* freed blocks a pool keeps unmerged */
 #define GPUARR__POOL_QUICK_MAX ((size_t)64 << 10) /* the largest of them */
+#define GPUARR__TCACHE_SLOTS 4 /* freed arrays a thread keeps per pool, record and block whole */
 #define GPUARR__TLSF_SL_BITS 4u
 #define GPUARR__TLSF_SL (1u << GPUARR__TLSF_SL_BITS)
 #define GPUARR__TLSF_FL 48u
@@ -1343,6 +1344,21 @@ typedef struct gpuarr__tlsf {
     gpuarr__block *heads[GPUARR__TLSF_FL][GPUARR__TLSF_SL];
 } gpuarr__tlsf;
 
+/* A thread's cache of its freed small arrays for one pool: the record with its block (and the
+   block's view) kept whole, for the thread's next array of that size, without the pool lock.
+   Only blocks no stream has pending work on go in, so reuse needs no wait. The pool owns it (its
+   list, under its lock): the owner stores a record only into an empty slot, and anyone takes one
+   by exchanging the slot with NULL, so a trim, a limit, the out-of-memory ladder or a snapshot on
+   any thread can return every cached block. The owner's counters (atomic, written by it alone)
+   let gpuarr_pool_get_stats count what it served. */
+typedef struct gpuarr__tcache {
+    struct gpuarr__tcache *prev, *next;               /* the pool's list */
+    struct gpuarr__array *slot[GPUARR__TCACHE_SLOTS]; /* atomic */
+    uint64_t size[GPUARR__TCACHE_SLOTS], requested[GPUARR__TCACHE_SLOTS]; /* of each slot's block */
+    uint64_t hits, hit_bytes, hit_requested;
+    uint64_t requested_adjust; /* modulo 2^64: the requested bytes the pool's count lacks */
+} gpuarr__tcache;
+
 typedef struct gpuarr__pool {
     pthread_mutex_t lock;
     gpuarr__dev *dev;
@@ -1355,6 +1371,7 @@ typedef struct gpuarr__pool {
     gpuarr__block *quick[GPUARR__POOL_QUICK];
     uint32_t nquick;
     gpuarr__segment *segments;
+    gpuarr__tcache *tcaches; /* the threads' caches; their blocks count as allocated in stats */
     gpuarr_pool_stats stats; /* limit and threshold live here too */
     uint64_t fault_countdown, fault_above;
 } gpuarr__pool;
@@ -1399,7 +1416,7 @@ struct gpuarr__event {
     uint32_t recorded; /* atomic flag */
 };
 
-struct gpuarr__array {
+struct gpuarr__array { /* a new field is reset in gpuarr__array_from_tcache too */
     gpuarr__obj obj;
     gpuarr__dev *dev;
     gpuarr_dtype dtype;
@@ -1617,6 +1634,11 @@ typedef struct gpuarr__thread_state {
         struct gpuarr__dev *dev;
         struct gpuarr__stream *stream; /* borrowed: the device's list holds the reference */
     } defaults[8];
+    struct {               /* the thread's array caches, by device index mod 8 */
+        uint32_t epoch;
+        struct gpuarr__pool *pool;
+        struct gpuarr__tcache *tc; /* owned by pool's list; the thread's exit drops it */
+    } tcaches[8];
 } gpuarr__thread_state;
 static GPUARR__THREAD_LOCAL gpuarr__thread_state gpuarr__tls;
 
@@ -2567,6 +2589,7 @@ static gpuarr_result gpuarr__get_dev(gpuarr_device d, const char *arg, gpuarr__d
 static gpuarr_result gpuarr__dev_open(gpuarr__dev *d);
 static gpuarr_result gpuarr__get_array(gpuarr_array a, const char *arg, gpuarr__array **out);
 static gpuarr_result gpuarr__array_alloc_struct(gpuarr__dev *d, gpuarr_dtype t, int ndim, const int64_t *shape, gpuarr__array **out);
+static void gpuarr__tcache_thread_exit(void);
 static gpuarr_result gpuarr__stream_adopt(gpuarr__dev *d, void *native, gpuarr__stream **out);
 static gpuarr_result gpuarr__stream_publish(gpuarr__stream *s, gpuarr_stream *out);
 static gpuarr_result gpuarr__resolve_stream_of(gpuarr_stream s, gpuarr_backend backend, const char *what, gpuarr__stream **out);
@@ -2639,11 +2662,12 @@ static gpuarr_result gpuarr__get_dev(gpuarr_device d, const char *arg, gpuarr__d
 }
 
 static gpuarr_result gpuarr__dev_open(gpuarr__dev *d) {
+    if (__atomic_load_n(&d->opened, __ATOMIC_ACQUIRE)) return GPUARR_OK; /* open until shutdown: no lock */
     pthread_mutex_lock(&d->lock);
     gpuarr_result r = GPUARR_OK;
     if (!d->opened) {
         r = d->backend->device_open(d);
-        d->opened = r == GPUARR_OK;
+        __atomic_store_n(&d->opened, r == GPUARR_OK, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&d->lock);
     return r;
@@ -2843,6 +2867,7 @@ static void gpuarr__thread_exit(void *unused) {
     if (alive) gpuarr__g.refs++;
     pthread_mutex_unlock(&gpuarr__g.init_lock);
     if (!alive) return;
+    gpuarr__tcache_thread_exit();
     pthread_mutex_lock(&gpuarr__g.defaults_lock);
     gpuarr__stream *mine = gpuarr__detach_thread_streams(gpuarr__tls.serial);
     pthread_mutex_unlock(&gpuarr__g.defaults_lock);
@@ -3279,9 +3304,158 @@ static void gpuarr__pool_index_free(gpuarr__pool *p, gpuarr__block *b) {
     if (!p->caching && gpuarr__segment_free(b->seg)) gpuarr__segment_release(p, b->seg);
 }
 
-/* The quick blocks into the index (pool lock held): before anything walks the free blocks or
-   gives segments back, and when the index alone cannot serve a request. */
+/* ---- thread caches (gpuarr__tcache) ---- */
+
+/* A cached array's block back to the pool as a free block (pool lock held); the record goes. */
+static void gpuarr__tcache_return(gpuarr__pool *p, gpuarr__array *a) {
+    gpuarr__block *b = a->block;
+    if (b->view && !p->pinned) p->dev->backend->mem_view_release(p->dev, b->view);
+    b->view = NULL;
+    p->stats.allocated_bytes -= b->size;
+    p->stats.requested_bytes -= b->requested;
+    p->stats.allocations--;
+    b->allocated = false;
+    b->requested = 0;
+    b->owner = 0;
+    gpuarr__pool_index_free(p, b);
+    gpuarr__free(a);
+}
+
+/* Every block in tc's slots back to the pool (pool lock held; from any thread). */
+static void gpuarr__tcache_drain(gpuarr__pool *p, gpuarr__tcache *tc) {
+    for (int i = 0; i < GPUARR__TCACHE_SLOTS; i++) {
+        gpuarr__array *a = __atomic_exchange_n(&tc->slot[i], NULL, __ATOMIC_ACQUIRE);
+        if (a) gpuarr__tcache_return(p, a);
+    }
+}
+
+/* Adds what tc served to st (its hits are the pool's hits and allocations). */
+static void gpuarr__tcache_count(gpuarr_pool_stats *st, gpuarr__tcache *tc) {
+    uint64_t hits = __atomic_load_n(&tc->hits, __ATOMIC_RELAXED);
+    st->cache_hits += hits;
+    st->total_allocations += hits;
+    st->total_allocated_bytes += __atomic_load_n(&tc->hit_bytes, __ATOMIC_RELAXED);
+    st->total_requested_bytes += __atomic_load_n(&tc->hit_requested, __ATOMIC_RELAXED);
+    st->requested_bytes += __atomic_load_n(&tc->requested_adjust, __ATOMIC_RELAXED);
+}
+
+/* p's stats as the caller sees them (pool lock held): blocks in thread caches are free. Peaks
+   are the pool's own: they move only when the pool lock is taken. */
+static gpuarr_pool_stats gpuarr__pool_stats_now(gpuarr__pool *p) {
+    gpuarr_pool_stats st = p->stats;
+    for (gpuarr__tcache *tc = p->tcaches; tc; tc = tc->next) {
+        gpuarr__tcache_count(&st, tc);
+        for (int i = 0; i < GPUARR__TCACHE_SLOTS; i++) {
+            if (!__atomic_load_n(&tc->slot[i], __ATOMIC_ACQUIRE)) continue;
+            st.allocated_bytes -= __atomic_load_n(&tc->size[i], __ATOMIC_RELAXED);
+            st.requested_bytes -= __atomic_load_n(&tc->requested[i], __ATOMIC_RELAXED);
+            st.allocations--;
+        }
+    }
+    return st;
+}
+
+/* Takes tc out of p (pool lock held), its blocks and counts into the pool. The caller frees it. */
+static void gpuarr__tcache_unlink(gpuarr__pool *p, gpuarr__tcache *tc) {
+    gpuarr__tcache_drain(p, tc);
+    gpuarr__tcache_count(&p->stats, tc);
+    if (tc->prev) tc->prev->next = tc->next;
+    else p->tcaches = tc->next;
+    if (tc->next) tc->next->prev = tc->prev;
+}
+
+/* This thread's cache for p (a device's array pool), or NULL. */
+static gpuarr__tcache *gpuarr__tcache_mine(gpuarr__pool *p) {
+    size_t k = (size_t)(p->dev - gpuarr__g.devices) & 7u;
+    if (gpuarr__tls.tcaches[k].pool != p || gpuarr__tls.tcaches[k].epoch != gpuarr__g.epoch) return NULL;
+    return gpuarr__tls.tcaches[k].tc;
+}
+
+/* Gives back this thread's cache at index k of its table (its exit, or another device taking
+   the index). One of an earlier init cycle went with that cycle's pools. */
+static void gpuarr__tcache_drop(size_t k) {
+    gpuarr__pool *p = gpuarr__tls.tcaches[k].pool;
+    gpuarr__tcache *tc = gpuarr__tls.tcaches[k].tc;
+    bool current = tc && gpuarr__tls.tcaches[k].epoch == gpuarr__g.epoch;
+    gpuarr__tls.tcaches[k].pool = NULL;
+    gpuarr__tls.tcaches[k].tc = NULL;
+    if (!current) return;
+    pthread_mutex_lock(&p->lock);
+    gpuarr__tcache_unlink(p, tc);
+    pthread_mutex_unlock(&p->lock);
+    gpuarr__free(tc);
+}
+
+/* A new cache for p on this thread, or NULL: only a thread whose exit is hooked (the thread key
+   is set, with its default stream) gets one, so that no cache outlives its thread. */
+static gpuarr__tcache *gpuarr__tcache_make(gpuarr__pool *p) {
+    if (!gpuarr__g.thread_key_ok || gpuarr__tls.key_epoch != gpuarr__g.epoch) return NULL;
+    size_t k = (size_t)(p->dev - gpuarr__g.devices) & 7u;
+    gpuarr__tcache_drop(k);
+    gpuarr__tcache *tc = (gpuarr__tcache *)gpuarr__calloc(sizeof *tc);
+    if (!tc) return NULL;
+    pthread_mutex_lock(&p->lock);
+    tc->next = p->tcaches;
+    if (p->tcaches) p->tcaches->prev = tc;
+    p->tcaches = tc;
+    pthread_mutex_unlock(&p->lock);
+    gpuarr__tls.tcaches[k].epoch = gpuarr__g.epoch;
+    gpuarr__tls.tcaches[k].pool = p;
+    gpuarr__tls.tcaches[k].tc = tc;
+    return tc;
+}
+
+/* At a thread's exit: its caches back to their pools. */
+static void gpuarr__tcache_thread_exit(void) {
+    for (size_t k = 0; k < 8; k++) gpuarr__tcache_drop(k);
+}
+
+/* Keeps a freed array whole in this thread's cache for its pool, if it qualifies: its device's
+   own pool, a small block, no stream to wait for (no uses, no events). False: free it as usual. */
+static bool gpuarr__tcache_put(gpuarr__array *a) {
+    gpuarr__pool *p = a->pool;
+    gpuarr__block *b = a->block;
+    if (p != &p->dev->pool || !p->caching || a->nuses || b->nevents || b->size > GPUARR__POOL_QUICK_MAX) return false;
+    gpuarr__tcache *tc = gpuarr__tcache_mine(p);
+    if (!tc && !(tc = gpuarr__tcache_make(p))) return false;
+    for (int i = 0; i < GPUARR__TCACHE_SLOTS; i++) {
+        if (__atomic_load_n(&tc->slot[i], __ATOMIC_RELAXED)) continue; /* only this thread fills one */
+        if (a->ready) gpuarr__obj_release(&a->ready->obj);
+        a->ready = NULL;
+        __atomic_store_n(&tc->size[i], (uint64_t)b->size, __ATOMIC_RELAXED);
+        __atomic_store_n(&tc->requested[i], (uint64_t)b->requested, __ATOMIC_RELAXED);
+        __atomic_store_n(&tc->slot[i], a, __ATOMIC_RELEASE);
+        return true;
+    }
+    return false;
+}
+
+/* A cached array record of this thread whose block is exactly the size bytes round up to, with
+   its block (and view) ready for reuse, counted; or NULL. */
+static gpuarr__array *gpuarr__tcache_take(gpuarr__pool *p, size_t bytes) {
+    gpuarr__tcache *tc = gpuarr__tcache_mine(p);
+    if (!tc) return NULL;
+    uint64_t size = (uint64_t)gpuarr__round_up(bytes, p->align);
+    for (int i = 0; i < GPUARR__TCACHE_SLOTS; i++) {
+        if (__atomic_load_n(&tc->size[i], __ATOMIC_RELAXED) != size || !__atomic_load_n(&tc->slot[i], __ATOMIC_RELAXED)) continue;
+        gpuarr__array *a = __atomic_exchange_n(&tc->slot[i], NULL, __ATOMIC_ACQUIRE);
+        if (!a) continue; /* another thread returned it to the pool meanwhile */
+        gpuarr__block *b = a->block;
+        __atomic_store_n(&tc->requested_adjust, tc->requested_adjust + bytes - b->requested, __ATOMIC_RELAXED);
+        b->requested = bytes;
+        __atomic_store_n(&tc->hits, tc->hits + 1, __ATOMIC_RELAXED);
+        __atomic_store_n(&tc->hit_bytes, tc->hit_bytes + size, __ATOMIC_RELAXED);
+        __atomic_store_n(&tc->hit_requested, tc->hit_requested + bytes, __ATOMIC_RELAXED);
+        return a;
+    }
+    return NULL;
+}
+
+/* The quick blocks (and every thread's cached ones) into the index (pool lock held): before
+   anything walks the free blocks or gives segments back, and when the index alone cannot serve
+   a request. */
 static void gpuarr__pool_quick_flush(gpuarr__pool *p) {
+    for (gpuarr__tcache *tc = p->tcaches; tc; tc = tc->next) gpuarr__tcache_drain(p, tc);
     while (p->nquick) {
         gpuarr__block *b = p->quick[--p->nquick];
         b->quick = false;
@@ -3368,7 +3542,7 @@ static gpuarr__block *gpuarr__pool_take_cached(gpuarr__pool *p, size_t size, siz
     gpuarr__block *b = p->nquick ? gpuarr__pool_quick_take(p, size, requested) : NULL;
     if (b) return b;
     b = gpuarr__tlsf_find(gpuarr__pool_index(p, small), size, serial);
-    if (!b && p->nquick) {
+    if (!b && (p->nquick || p->tcaches)) {
         gpuarr__pool_quick_flush(p);
         b = gpuarr__tlsf_find(gpuarr__pool_index(p, small), size, serial);
     }
@@ -3415,7 +3589,8 @@ static gpuarr_result gpuarr__pool_oom(gpuarr__pool *p, size_t requested, const c
     d->backend->mem_info(d, &free_bytes, &total);
     pthread_mutex_lock(&p->lock);
     p->stats.oom_failures++;
-    uint64_t limit = p->stats.limit_bytes, allocated = p->stats.allocated_bytes, cached = gpuarr__pool_cached(p);
+    gpuarr_pool_stats st = gpuarr__pool_stats_now(p);
+    uint64_t limit = st.limit_bytes, allocated = st.allocated_bytes, cached = st.reserved_bytes - st.allocated_bytes;
     pthread_mutex_unlock(&p->lock);
     return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY,
                         "%s: out of memory: %zu bytes requested; device total %llu, free %llu; pool limit %llu, allocated %llu, "
@@ -3616,6 +3791,11 @@ static void gpuarr__pool_init(gpuarr__pool *p, gpuarr__dev *d, bool pinned) {
 static void gpuarr__pool_destroy(gpuarr__pool *p) {
     gpuarr__dev *d = p->dev;
     pthread_mutex_lock(&p->lock);
+    while (p->tcaches) { /* threads still running keep pointers of this cycle, never used again */
+        gpuarr__tcache *tc = p->tcaches;
+        gpuarr__tcache_unlink(p, tc);
+        gpuarr__free(tc);
+    }
     while (p->segments) {
         gpuarr__pool_quick_flush(p);
         gpuarr__segment *seg = p->segments;
@@ -3639,6 +3819,8 @@ static void gpuarr__array_destroy_obj(gpuarr__obj *o) {
         gpuarr__obj_release(&a->base->obj); /* a view: the base owns the memory */
     } else if (a->wrapped) {
         if (a->release_fn) a->release_fn(a->mem, a->release_user);
+    } else if (a->block && gpuarr__tcache_put(a)) {
+        return; /* kept whole for this thread's next array of its size */
     } else if (a->block) { /* in stream order: the streams it was used on record their point */
         gpuarr__pool_free(a->pool, a->block, a->uses, a->nuses);
     }
@@ -3733,12 +3915,9 @@ static gpuarr_result gpuarr__check_shape(gpuarr_dtype t, int ndim, const int64_t
     return GPUARR_OK;
 }
 
-static gpuarr_result gpuarr__array_alloc_struct(gpuarr__dev *d, gpuarr_dtype t, int ndim, const int64_t *shape, gpuarr__array **out) {
-    int64_t count;
-    size_t nbytes;
-    GPUARR__CHECK(gpuarr__check_shape(t, ndim, shape, &count, &nbytes));
-    gpuarr__array *a = (gpuarr__array *)gpuarr__calloc(sizeof *a);
-    if (!a) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for an array");
+/* A zeroed record made an array of d, t and shape (count elements, nbytes). */
+static void gpuarr__array_init(gpuarr__array *a, gpuarr__dev *d, gpuarr_dtype t, int ndim, const int64_t *shape, int64_t count,
+                               size_t nbytes) {
     a->obj.refs = 1;
     a->obj.destroy = gpuarr__array_destroy_obj;
     a->dev = d;
@@ -3747,8 +3926,42 @@ static gpuarr_result gpuarr__array_alloc_struct(gpuarr__dev *d, gpuarr_dtype t, 
     for (int i = 0; i < ndim; i++) a->shape[i] = shape[i];
     a->count = count;
     a->nbytes = nbytes;
+}
+
+static gpuarr_result gpuarr__array_alloc_struct(gpuarr__dev *d, gpuarr_dtype t, int ndim, const int64_t *shape, gpuarr__array **out) {
+    int64_t count;
+    size_t nbytes;
+    GPUARR__CHECK(gpuarr__check_shape(t, ndim, shape, &count, &nbytes));
+    gpuarr__array *a = (gpuarr__array *)gpuarr__calloc(sizeof *a);
+    if (!a) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for an array");
+    gpuarr__array_init(a, d, t, ndim, shape, count, nbytes);
     *out = a;
     return GPUARR_OK;
+}
+
+/* An array from this thread's cache for d (record and block reused whole), or NULL. Its block
+   had no pending work when cached, so nothing orders the new array after anyone. */
+static gpuarr__array *gpuarr__array_from_tcache(gpuarr__dev *d, gpuarr_dtype t, int ndim, const int64_t *shape, int64_t count,
+                                                size_t nbytes) {
+    gpuarr__array *a = nbytes ? gpuarr__tcache_take(&d->pool, nbytes) : NULL;
+    if (!a) return NULL;
+    /* field by field: a memset of the record costs as much as the rest of the call */
+    gpuarr__array_init(a, d, t, ndim, shape, count, nbytes);
+    for (int i = ndim; i < GPUARR_MAX_DIMS; i++) a->shape[i] = 0;
+    a->mem = a->block->view;
+    a->offset = a->block->view_offset;
+    a->wrapped = false;
+    a->host_fallback = false;
+    a->pool = &d->pool;
+    a->pinned_for = NULL;
+    a->base = NULL;
+    a->base_offset = 0;
+    a->batch_member = false;
+    a->nuses = 0;
+    a->release_fn = NULL;
+    a->release_user = NULL;
+    a->ready = NULL;
+    return a;
 }
 
 /* A new array with memory from d's pool (none for an empty array), not yet behind a handle. s:
@@ -3756,8 +3969,17 @@ static gpuarr_result gpuarr__array_alloc_struct(gpuarr__dev *d, gpuarr_dtype t, 
    d has no memory for is placed on the host (a->dev and a->host_fallback say so). */
 static gpuarr_result gpuarr__array_new(gpuarr__dev *d, gpuarr_dtype t, int ndim, const int64_t *shape, gpuarr__stream *s,
                                        gpuarr__array **out) {
-    gpuarr__array *a;
-    GPUARR__CHECK(gpuarr__array_alloc_struct(d, t, ndim, shape, &a));
+    int64_t count;
+    size_t nbytes;
+    GPUARR__CHECK(gpuarr__check_shape(t, ndim, shape, &count, &nbytes));
+    gpuarr__array *a = gpuarr__array_from_tcache(d, t, ndim, shape, count, nbytes);
+    if (a) {
+        *out = a;
+        return GPUARR_OK;
+    }
+    a = (gpuarr__array *)gpuarr__calloc(sizeof *a);
+    if (!a) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for an array");
+    gpuarr__array_init(a, d, t, ndim, shape, count, nbytes);
     a->pool = &d->pool;
     bool waits = false;
     gpuarr_result r = a->nbytes ? gpuarr__pool_alloc_ex(&d->pool, a->nbytes, s, &a->block, &waits) : GPUARR_OK;
@@ -6596,7 +6818,7 @@ GPUARR_API gpuarr_result gpuarr_pool_get_stats(gpuarr_device d, gpuarr_pool_stat
     gpuarr__dev *dev;
     GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
     pthread_mutex_lock(&dev->pool.lock);
-    *out = dev->pool.stats;
+    *out = gpuarr__pool_stats_now(&dev->pool);
     pthread_mutex_unlock(&dev->pool.lock);
     return GPUARR_OK;
 }
@@ -6634,6 +6856,7 @@ GPUARR_API gpuarr_result gpuarr_pool_set_limit(gpuarr_device d, uint64_t bytes) 
     gpuarr__pool *p = &dev->pool;
     pthread_mutex_lock(&p->lock);
     p->stats.limit_bytes = bytes;
+    gpuarr__pool_quick_flush(p); /* the threads' cached arrays count as cached, not allocated */
     if (bytes && p->stats.reserved_bytes > bytes) /* shed cache; live arrays stay */
         gpuarr__pool_release_cached(&dev->pool, 0, bytes > p->stats.allocated_bytes ? bytes - p->stats.allocated_bytes : 0);
     pthread_mutex_unlock(&p->lock);
@@ -6670,7 +6893,7 @@ GPUARR_API gpuarr_result gpuarr_pool_summary(gpuarr_device d, char *buf, size_t 
     gpuarr_pool_stats st, pin;
     GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
     pthread_mutex_lock(&dev->pool.lock);
-    st = dev->pool.stats;
+    st = gpuarr__pool_stats_now(&dev->pool);
     pthread_mutex_unlock(&dev->pool.lock);
     pthread_mutex_lock(&dev->pinned.lock);
     pin = dev->pinned.stats;
