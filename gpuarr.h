@@ -3765,7 +3765,8 @@ static void gpuarr__pool_free(gpuarr__pool *p, gpuarr__block *b, gpuarr__stream 
 static void gpuarr__pool_apply_threshold(gpuarr__pool *p) {
     if (p->stats.release_threshold_bytes == UINT64_MAX) return;
     pthread_mutex_lock(&p->lock);
-    if (gpuarr__pool_cached(p) > p->stats.release_threshold_bytes) gpuarr__pool_release_cached(p, 0, p->stats.release_threshold_bytes);
+    gpuarr_pool_stats st = gpuarr__pool_stats_now(p); /* the threads' cached arrays count as cached */
+    if (st.reserved_bytes - st.allocated_bytes > st.release_threshold_bytes) gpuarr__pool_release_cached(p, 0, st.release_threshold_bytes);
     pthread_mutex_unlock(&p->lock);
 }
 
