@@ -1634,6 +1634,9 @@ typedef struct gpuarr__thread_state {
         struct gpuarr__dev *dev;
         struct gpuarr__stream *stream; /* borrowed: the device's list holds the reference */
     } defaults[8];
+    struct {               /* the last id made on this thread and what it decodes to (gpuarr__table_plain) */
+        uint32_t epoch, kind, id, plain;
+    } handle_memo;
     struct {               /* the thread's array caches, by device index mod 8 */
         uint32_t epoch;
         struct gpuarr__pool *pool;
@@ -2346,9 +2349,18 @@ static gpuarr_result gpuarr__table_take_slot(gpuarr__table *t, uint32_t *index) 
     return GPUARR_OK;
 }
 
+/* id decoded with t's keys. The permutation is a chain of multiplies that costs as much as the
+   rest of a release: the id this thread made last (an array released soon after it was made)
+   is remembered instead. Keys change only with the init cycle. */
+static uint32_t gpuarr__table_plain(const gpuarr__table *t, uint32_t id) {
+    if (id == gpuarr__tls.handle_memo.id && t->kind == gpuarr__tls.handle_memo.kind && gpuarr__tls.handle_memo.epoch == gpuarr__g.epoch)
+        return gpuarr__tls.handle_memo.plain;
+    return gpuarr__handle_decode(t->key, id);
+}
+
 /* Under the lock: the live slot for id, or NULL. Records nothing. */
 static gpuarr__slot *gpuarr__table_slot(gpuarr__table *t, uint32_t id) {
-    uint32_t plain = gpuarr__handle_decode(t->key, id), index = plain & GPUARR__INDEX_MASK;
+    uint32_t plain = gpuarr__table_plain(t, id), index = plain & GPUARR__INDEX_MASK;
     if (id == 0 || index >= t->used) return NULL;
     gpuarr__slot *slot = &t->slots[index];
     return slot->obj && (slot->gen & GPUARR__GEN_MASK) == plain >> GPUARR__INDEX_BITS ? slot : NULL;
@@ -2381,6 +2393,10 @@ static gpuarr_result gpuarr__table_insert(gpuarr__table *t, gpuarr__obj *obj, ui
     if (r == GPUARR_OK) {
         gpuarr__slot *slot = &t->slots[index];
         *id = gpuarr__table_new_id(t, index);
+        gpuarr__tls.handle_memo.epoch = gpuarr__g.epoch;
+        gpuarr__tls.handle_memo.kind = t->kind;
+        gpuarr__tls.handle_memo.id = *id;
+        gpuarr__tls.handle_memo.plain = (slot->gen & GPUARR__GEN_MASK) << GPUARR__INDEX_BITS | index;
         slot->obj = obj;
         slot->public_refs = 1;
         t->live++;
@@ -2391,7 +2407,7 @@ static gpuarr_result gpuarr__table_insert(gpuarr__table *t, gpuarr__obj *obj, ui
 
 /* Under the lock: whether id's generation was handed out at its slot (a released id). */
 static bool gpuarr__table_issued(gpuarr__table *t, uint32_t id) {
-    uint32_t plain = gpuarr__handle_decode(t->key, id), index = plain & GPUARR__INDEX_MASK;
+    uint32_t plain = gpuarr__table_plain(t, id), index = plain & GPUARR__INDEX_MASK;
     if (index >= t->used) return false;
     uint32_t gen = t->slots[index].gen;
     return gen > GPUARR__GEN_MASK || plain >> GPUARR__INDEX_BITS <= gen;
