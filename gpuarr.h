@@ -334,7 +334,15 @@
  * when larger than asked, and merged with its free neighbours when freed (the last 16 blocks
  * of up to 64 KiB freed with no work pending wait whole for the next request of their size;
  * they are merged first when a request finds no other fit, and before a trim, a limit, the
- * out-of-memory ladder or gpuarr_pool_snapshot looks at the pool). Frees follow stream
+ * out-of-memory ladder or gpuarr_pool_snapshot looks at the pool). Before that, each thread
+ * keeps the last 4 arrays of up to 64 KiB it released with no stream work on them (never used
+ * on an asynchronous stream) whole, record and block, for its next array of exactly that block
+ * size on that device: that pair takes no pool lock. These blocks are the pool's: the same
+ * points (a request with no other fit, a trim, a limit, the ladder, a snapshot, a release
+ * threshold), on any thread, return every thread's to the pool, and a thread's exit returns its
+ * own. gpuarr_pool_get_stats counts them as free (allocated_bytes, requested_bytes and
+ * allocations leave them out; their reuse counts in cache_hits and the totals); the peaks are
+ * kept by the pool itself, which counts them as allocated until they come back. Frees follow stream
  * order: a block freed while work on stream S still uses it can be reused by S at once; another
  * stream first makes the device wait for S's work (never the host). gpuarr_array_record_stream
  * names further streams an array is used on (native interop). When the device has no memory
