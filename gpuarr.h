@@ -1467,19 +1467,29 @@ struct gpuarr__array { /* a new field is reset in gpuarr__array_from_tcache too 
 #define GPUARR__MIN_FREE_SLOTS 1024u
 #define GPUARR__NO_SLOT 0xffffffffu
 
+/* obj and gen are read without the lock by lookups (gpuarr__table_lookup), so they are written
+   with atomic stores (under the lock); pins counts the lookups between reading obj and retaining
+   it, which a release waits out before it drops the handle's reference. */
 typedef struct gpuarr__slot {
     gpuarr__obj *obj; /* NULL when free */
     uint32_t gen;     /* generations used so far this init cycle; the current one is its low 16 bits */
     uint32_t public_refs;
     uint32_t next_free;
+    uint32_t pins;
 } gpuarr__slot;
+
+/* Slots come in chunks that never move or go until shutdown, so a lookup needs no lock. */
+#define GPUARR__CHUNK_BITS 10u
+#define GPUARR__CHUNK_SLOTS (1u << GPUARR__CHUNK_BITS)
+#define GPUARR__TABLE_CHUNKS ((GPUARR__INDEX_MASK + 1u) / GPUARR__CHUNK_SLOTS)
 
 typedef struct gpuarr__table {
     const char *kind_name; /* "array", "stream", "event" */
     uint32_t kind;         /* 1, 2, 3 */
     uint32_t key[4];       /* the permutation's round keys */
-    gpuarr__slot *slots;
-    uint32_t capacity, used, live, free_count;
+    gpuarr__slot *chunks[GPUARR__TABLE_CHUNKS];
+    uint32_t capacity, live, free_count;
+    uint32_t used; /* slots handed out so far; atomic (read by lookups) */
     uint32_t free_head, free_tail; /* FIFO */
 } gpuarr__table;
 
@@ -1551,7 +1561,8 @@ typedef struct gpuarr__state {
        device, when a thread exits, and by whole-device syncs. */
     pthread_mutex_t defaults_lock;
     /* The three handle tables share one lock: a new id is checked against all of them (no id
-       is live in two tables), and one lock costs a third of three in every create. */
+       is live in two tables), and one lock costs a third of three in every create. Creates,
+       retains and releases take it; lookups do not (gpuarr__table_lookup). */
     pthread_mutex_t handles_lock;
     int refs;             /* gpuarr_init references, under init_lock */
     uint32_t valid;       /* atomic: 1 while initialized */
@@ -2326,17 +2337,19 @@ static void gpuarr__table_init(gpuarr__table *t, const char *kind_name, uint32_t
     t->free_head = t->free_tail = GPUARR__NO_SLOT;
 }
 
+static gpuarr__slot *gpuarr__table_at(gpuarr__table *t, uint32_t index) {
+    return &t->chunks[index >> GPUARR__CHUNK_BITS][index & (GPUARR__CHUNK_SLOTS - 1u)];
+}
+
+/* Under the lock: one more chunk, published to lookups by the store of used that hands out its
+   first slot. */
 static gpuarr_result gpuarr__table_grow(gpuarr__table *t) {
-    uint32_t cap = t->capacity ? t->capacity * 2u : 64u;
-    if (cap > GPUARR__INDEX_MASK + 1u) cap = GPUARR__INDEX_MASK + 1u;
-    if (cap <= t->capacity)
+    if (t->capacity == GPUARR__INDEX_MASK + 1u)
         return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "more than %u live %s handles", t->capacity, t->kind_name);
-    gpuarr__slot *slots = (gpuarr__slot *)gpuarr__calloc(sizeof(gpuarr__slot) * cap);
-    if (!slots) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the %s handle table", t->kind_name);
-    if (t->slots) memcpy(slots, t->slots, sizeof(gpuarr__slot) * t->capacity);
-    gpuarr__free(t->slots);
-    t->slots = slots;
-    t->capacity = cap;
+    gpuarr__slot *chunk = (gpuarr__slot *)gpuarr__calloc(sizeof(gpuarr__slot) * GPUARR__CHUNK_SLOTS);
+    if (!chunk) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the %s handle table", t->kind_name);
+    t->chunks[t->capacity >> GPUARR__CHUNK_BITS] = chunk;
+    t->capacity += GPUARR__CHUNK_SLOTS;
     return GPUARR_OK;
 }
 
@@ -2346,14 +2359,15 @@ static gpuarr_result gpuarr__table_take_slot(gpuarr__table *t, uint32_t *index) 
     bool table_full = t->used == GPUARR__INDEX_MASK + 1u;
     if (t->free_head != GPUARR__NO_SLOT && (t->free_count >= GPUARR__MIN_FREE_SLOTS || table_full)) {
         *index = t->free_head;
-        t->free_head = t->slots[*index].next_free;
+        t->free_head = gpuarr__table_at(t, *index)->next_free;
         if (t->free_head == GPUARR__NO_SLOT) t->free_tail = GPUARR__NO_SLOT;
         t->free_count--;
         return GPUARR_OK;
     }
     if (t->used == t->capacity) GPUARR__CHECK(gpuarr__table_grow(t));
-    *index = t->used++;
-    t->slots[*index].gen = 0;
+    *index = t->used;
+    __atomic_store_n(&gpuarr__table_at(t, *index)->gen, 0u, __ATOMIC_RELAXED);
+    __atomic_store_n(&t->used, t->used + 1u, __ATOMIC_RELEASE);
     return GPUARR_OK;
 }
 
@@ -2370,7 +2384,7 @@ static uint32_t gpuarr__table_plain(const gpuarr__table *t, uint32_t id) {
 static gpuarr__slot *gpuarr__table_slot(gpuarr__table *t, uint32_t id) {
     uint32_t plain = gpuarr__table_plain(t, id), index = plain & GPUARR__INDEX_MASK;
     if (id == 0 || index >= t->used) return NULL;
-    gpuarr__slot *slot = &t->slots[index];
+    gpuarr__slot *slot = gpuarr__table_at(t, index);
     return slot->obj && (slot->gen & GPUARR__GEN_MASK) == plain >> GPUARR__INDEX_BITS ? slot : NULL;
 }
 
@@ -2382,8 +2396,8 @@ static gpuarr__table *gpuarr__table_of_kind(uint32_t kind) {
 /* Under the handles lock: the id of slot index of t, moving the slot's generation past an id
    of 0 and past ids live in another table. */
 static uint32_t gpuarr__table_new_id(gpuarr__table *t, uint32_t index) {
-    gpuarr__slot *slot = &t->slots[index];
-    for (;; slot->gen++) {
+    gpuarr__slot *slot = gpuarr__table_at(t, index);
+    for (;; __atomic_store_n(&slot->gen, slot->gen + 1u, __ATOMIC_RELEASE)) {
         uint32_t id = gpuarr__handle_encode(t->key, (slot->gen & GPUARR__GEN_MASK) << GPUARR__INDEX_BITS | index);
         bool taken = id == 0;
         for (uint32_t k = 1; k <= 3 && !taken; k++)
@@ -2399,13 +2413,13 @@ static gpuarr_result gpuarr__table_insert(gpuarr__table *t, gpuarr__obj *obj, ui
     uint32_t index = 0;
     gpuarr_result r = gpuarr__table_take_slot(t, &index);
     if (r == GPUARR_OK) {
-        gpuarr__slot *slot = &t->slots[index];
+        gpuarr__slot *slot = gpuarr__table_at(t, index);
         *id = gpuarr__table_new_id(t, index);
         gpuarr__tls.handle_memo.epoch = gpuarr__g.epoch;
         gpuarr__tls.handle_memo.kind = t->kind;
         gpuarr__tls.handle_memo.id = *id;
         gpuarr__tls.handle_memo.plain = (slot->gen & GPUARR__GEN_MASK) << GPUARR__INDEX_BITS | index;
-        slot->obj = obj;
+        __atomic_store_n(&slot->obj, obj, __ATOMIC_RELEASE); /* after its generation */
         slot->public_refs = 1;
         t->live++;
     }
@@ -2417,7 +2431,7 @@ static gpuarr_result gpuarr__table_insert(gpuarr__table *t, gpuarr__obj *obj, ui
 static bool gpuarr__table_issued(gpuarr__table *t, uint32_t id) {
     uint32_t plain = gpuarr__table_plain(t, id), index = plain & GPUARR__INDEX_MASK;
     if (index >= t->used) return false;
-    uint32_t gen = t->slots[index].gen;
+    uint32_t gen = gpuarr__table_at(t, index)->gen;
     return gen > GPUARR__GEN_MASK || plain >> GPUARR__INDEX_BITS <= gen;
 }
 
@@ -2445,14 +2459,27 @@ static gpuarr_result gpuarr__table_reject(gpuarr__table *t, uint32_t id, const c
 }
 
 /* The live object id names, with an internal reference the caller must drop, or NULL. Records
-   nothing: for lookups whose failure is not the caller's error. */
+   nothing: for lookups whose failure is not the caller's error. No lock: the slot stays where it
+   is, and while the lookup holds a pin on it a release that cleared obj after the lookup read it
+   waits before it drops the handle's reference (gpuarr__table_unpinned), so obj is alive when
+   retained. The pin and the clearing are sequentially consistent: one of the two sees the other. */
 static gpuarr__obj *gpuarr__table_lookup(gpuarr__table *t, uint32_t id) {
-    pthread_mutex_lock(&gpuarr__g.handles_lock);
-    gpuarr__slot *slot = gpuarr__table_slot(t, id);
-    gpuarr__obj *obj = slot ? slot->obj : NULL; /* read under the lock: growth moves the slots */
-    if (obj) gpuarr__obj_retain(obj);
-    pthread_mutex_unlock(&gpuarr__g.handles_lock);
+    uint32_t plain = gpuarr__table_plain(t, id), index = plain & GPUARR__INDEX_MASK;
+    if (id == 0 || index >= __atomic_load_n(&t->used, __ATOMIC_ACQUIRE)) return NULL;
+    gpuarr__slot *slot = gpuarr__table_at(t, index);
+    __atomic_add_fetch(&slot->pins, 1u, __ATOMIC_SEQ_CST);
+    gpuarr__obj *obj = __atomic_load_n(&slot->obj, __ATOMIC_SEQ_CST);
+    if (obj && (__atomic_load_n(&slot->gen, __ATOMIC_ACQUIRE) & GPUARR__GEN_MASK) == plain >> GPUARR__INDEX_BITS)
+        gpuarr__obj_retain(obj);
+    else
+        obj = NULL; /* free, or reused by a later generation */
+    __atomic_sub_fetch(&slot->pins, 1u, __ATOMIC_RELEASE);
     return obj;
+}
+
+/* Waits out the lookups that may have read slot's object before a release cleared it. */
+static void gpuarr__table_unpinned(gpuarr__slot *slot) {
+    while (__atomic_load_n(&slot->pins, __ATOMIC_SEQ_CST)) sched_yield();
 }
 
 /* Looks id up and returns its object with an internal reference the caller must drop. */
@@ -2481,18 +2508,19 @@ static gpuarr_result gpuarr__table_release(gpuarr__table *t, uint32_t id, const 
     pthread_mutex_lock(&gpuarr__g.handles_lock);
     gpuarr__slot *slot = gpuarr__table_slot(t, id);
     if (slot && --slot->public_refs == 0) {
-        uint32_t index = (uint32_t)(slot - t->slots);
+        uint32_t index = gpuarr__table_plain(t, id) & GPUARR__INDEX_MASK;
         *dropped = slot->obj;
-        slot->obj = NULL;
-        slot->gen++;
+        __atomic_store_n(&slot->obj, (gpuarr__obj *)NULL, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&slot->gen, slot->gen + 1u, __ATOMIC_RELEASE);
         slot->next_free = GPUARR__NO_SLOT;
         if (t->free_tail == GPUARR__NO_SLOT) t->free_head = index;
-        else t->slots[t->free_tail].next_free = index;
+        else gpuarr__table_at(t, t->free_tail)->next_free = index;
         t->free_tail = index;
         t->free_count++;
         t->live--;
     }
     pthread_mutex_unlock(&gpuarr__g.handles_lock);
+    if (*dropped) gpuarr__table_unpinned(slot); /* the slot itself stays: its chunk never goes */
     return slot ? GPUARR_OK : gpuarr__table_reject(t, id, arg);
 }
 
@@ -2508,8 +2536,8 @@ static uint32_t gpuarr__table_public_refs(gpuarr__table *t, uint32_t id) {
 static uint32_t gpuarr__table_destroy(gpuarr__table *t) {
     uint32_t live = t->live;
     for (uint32_t i = 0; i < t->used; i++)
-        if (t->slots[i].obj) gpuarr__obj_release(t->slots[i].obj);
-    gpuarr__free(t->slots);
+        if (gpuarr__table_at(t, i)->obj) gpuarr__obj_release(gpuarr__table_at(t, i)->obj);
+    for (uint32_t c = 0; c < t->capacity >> GPUARR__CHUNK_BITS; c++) gpuarr__free(t->chunks[c]);
     memset(t, 0, sizeof *t);
     return live;
 }
@@ -3006,7 +3034,7 @@ static void gpuarr__collect_device(gpuarr__dev *d) {
             pthread_mutex_unlock(&gpuarr__g.handles_lock);
             break;
         }
-        gpuarr__stream *s = (gpuarr__stream *)t->slots[i].obj;
+        gpuarr__stream *s = (gpuarr__stream *)gpuarr__table_at(t, i)->obj;
         if (s && s->dev == d) gpuarr__obj_retain(&s->obj);
         else s = NULL;
         pthread_mutex_unlock(&gpuarr__g.handles_lock);
@@ -5302,9 +5330,9 @@ static gpuarr_result gpuarr__registry_build(void) {
  * Lifecycle
  * ------------------------------------------------------------------------------------------- */
 static void gpuarr__teardown(void) {
-    uint32_t arrays = gpuarr__g.arrays.slots ? gpuarr__table_destroy(&gpuarr__g.arrays) : 0;
-    uint32_t events = gpuarr__g.events.slots ? gpuarr__table_destroy(&gpuarr__g.events) : 0;
-    uint32_t streams = gpuarr__g.streams.slots ? gpuarr__table_destroy(&gpuarr__g.streams) : 0;
+    uint32_t arrays = gpuarr__g.arrays.capacity ? gpuarr__table_destroy(&gpuarr__g.arrays) : 0;
+    uint32_t events = gpuarr__g.events.capacity ? gpuarr__table_destroy(&gpuarr__g.events) : 0;
+    uint32_t streams = gpuarr__g.streams.capacity ? gpuarr__table_destroy(&gpuarr__g.streams) : 0;
     if (arrays || events || streams)
         gpuarr__log(GPUARR_LOG_WARN, "gpuarr_shutdown freed %u arrays, %u streams and %u events that were never released",
                     arrays, streams, events);
@@ -5650,7 +5678,7 @@ static gpuarr_result gpuarr__sync_public_streams(gpuarr__dev *d) {
             pthread_mutex_unlock(&gpuarr__g.handles_lock);
             break;
         }
-        gpuarr__stream *s = (gpuarr__stream *)t->slots[i].obj;
+        gpuarr__stream *s = (gpuarr__stream *)gpuarr__table_at(t, i)->obj;
         if (s && s->dev == d) gpuarr__obj_retain(&s->obj);
         else s = NULL;
         pthread_mutex_unlock(&gpuarr__g.handles_lock);
