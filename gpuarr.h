@@ -334,7 +334,15 @@
  * when larger than asked, and merged with its free neighbours when freed (the last 16 blocks
  * of up to 64 KiB freed with no work pending wait whole for the next request of their size;
  * they are merged first when a request finds no other fit, and before a trim, a limit, the
- * out-of-memory ladder or gpuarr_pool_snapshot looks at the pool). Frees follow stream
+ * out-of-memory ladder or gpuarr_pool_snapshot looks at the pool). Before that, each thread
+ * keeps the last 4 arrays of up to 64 KiB it released with no stream work on them (never used
+ * on an asynchronous stream) whole, record and block, for its next array of exactly that block
+ * size on that device: that pair takes no pool lock. These blocks are the pool's: the same
+ * points (a request with no other fit, a trim, a limit, the ladder, a snapshot, a release
+ * threshold), on any thread, return every thread's to the pool, and a thread's exit returns its
+ * own. gpuarr_pool_get_stats counts them as free (allocated_bytes, requested_bytes and
+ * allocations leave them out; their reuse counts in cache_hits and the totals); the peaks are
+ * kept by the pool itself, which counts them as allocated until they come back. Frees follow stream
  * order: a block freed while work on stream S still uses it can be reused by S at once; another
  * stream first makes the device wait for S's work (never the host). gpuarr_array_record_stream
  * names further streams an array is used on (native interop). When the device has no memory
@@ -1303,6 +1311,7 @@ typedef struct gpuarr__block gpuarr__block;
 #define GPUARR__POOL_EVENTS 4
 #define GPUARR__POOL_QUICK 16                     /* freed blocks a pool keeps unmerged */
 #define GPUARR__POOL_QUICK_MAX ((size_t)64 << 10) /* the largest of them */
+#define GPUARR__TCACHE_SLOTS 4 /* freed arrays a thread keeps per pool, record and block whole */
 #define GPUARR__TLSF_SL_BITS 4u
 #define GPUARR__TLSF_SL (1u << GPUARR__TLSF_SL_BITS)
 #define GPUARR__TLSF_FL 48u
@@ -1343,6 +1352,21 @@ typedef struct gpuarr__tlsf {
     gpuarr__block *heads[GPUARR__TLSF_FL][GPUARR__TLSF_SL];
 } gpuarr__tlsf;
 
+/* A thread's cache of its freed small arrays for one pool: the record with its block (and the
+   block's view) kept whole, for the thread's next array of that size, without the pool lock.
+   Only blocks no stream has pending work on go in, so reuse needs no wait. The pool owns it (its
+   list, under its lock): the owner stores a record only into an empty slot, and anyone takes one
+   by exchanging the slot with NULL, so a trim, a limit, the out-of-memory ladder or a snapshot on
+   any thread can return every cached block. The owner's counters (atomic, written by it alone)
+   let gpuarr_pool_get_stats count what it served. */
+typedef struct gpuarr__tcache {
+    struct gpuarr__tcache *prev, *next;               /* the pool's list */
+    struct gpuarr__array *slot[GPUARR__TCACHE_SLOTS]; /* atomic */
+    uint64_t size[GPUARR__TCACHE_SLOTS], requested[GPUARR__TCACHE_SLOTS]; /* of each slot's block */
+    uint64_t hits, hit_bytes, hit_requested;
+    uint64_t requested_adjust; /* modulo 2^64: the requested bytes the pool's count lacks */
+} gpuarr__tcache;
+
 typedef struct gpuarr__pool {
     pthread_mutex_t lock;
     gpuarr__dev *dev;
@@ -1355,6 +1379,7 @@ typedef struct gpuarr__pool {
     gpuarr__block *quick[GPUARR__POOL_QUICK];
     uint32_t nquick;
     gpuarr__segment *segments;
+    gpuarr__tcache *tcaches; /* the threads' caches; their blocks count as allocated in stats */
     gpuarr_pool_stats stats; /* limit and threshold live here too */
     uint64_t fault_countdown, fault_above;
 } gpuarr__pool;
@@ -1399,7 +1424,7 @@ struct gpuarr__event {
     uint32_t recorded; /* atomic flag */
 };
 
-struct gpuarr__array {
+struct gpuarr__array { /* a new field is reset in gpuarr__array_from_tcache too */
     gpuarr__obj obj;
     gpuarr__dev *dev;
     gpuarr_dtype dtype;
@@ -1442,19 +1467,29 @@ struct gpuarr__array {
 #define GPUARR__MIN_FREE_SLOTS 1024u
 #define GPUARR__NO_SLOT 0xffffffffu
 
+/* obj and gen are read without the lock by lookups (gpuarr__table_lookup), so they are written
+   with atomic stores (under the lock); pins counts the lookups between reading obj and retaining
+   it, which a release waits out before it drops the handle's reference. */
 typedef struct gpuarr__slot {
     gpuarr__obj *obj; /* NULL when free */
     uint32_t gen;     /* generations used so far this init cycle; the current one is its low 16 bits */
     uint32_t public_refs;
     uint32_t next_free;
+    uint32_t pins;
 } gpuarr__slot;
+
+/* Slots come in chunks that never move or go until shutdown, so a lookup needs no lock. */
+#define GPUARR__CHUNK_BITS 10u
+#define GPUARR__CHUNK_SLOTS (1u << GPUARR__CHUNK_BITS)
+#define GPUARR__TABLE_CHUNKS ((GPUARR__INDEX_MASK + 1u) / GPUARR__CHUNK_SLOTS)
 
 typedef struct gpuarr__table {
     const char *kind_name; /* "array", "stream", "event" */
     uint32_t kind;         /* 1, 2, 3 */
     uint32_t key[4];       /* the permutation's round keys */
-    gpuarr__slot *slots;
-    uint32_t capacity, used, live, free_count;
+    gpuarr__slot *chunks[GPUARR__TABLE_CHUNKS];
+    uint32_t capacity, live, free_count;
+    uint32_t used; /* slots handed out so far; atomic (read by lookups) */
     uint32_t free_head, free_tail; /* FIFO */
 } gpuarr__table;
 
@@ -1526,7 +1561,8 @@ typedef struct gpuarr__state {
        device, when a thread exits, and by whole-device syncs. */
     pthread_mutex_t defaults_lock;
     /* The three handle tables share one lock: a new id is checked against all of them (no id
-       is live in two tables), and one lock costs a third of three in every create. */
+       is live in two tables), and one lock costs a third of three in every create. Creates,
+       retains and releases take it; lookups do not (gpuarr__table_lookup). */
     pthread_mutex_t handles_lock;
     int refs;             /* gpuarr_init references, under init_lock */
     uint32_t valid;       /* atomic: 1 while initialized */
@@ -1617,6 +1653,14 @@ typedef struct gpuarr__thread_state {
         struct gpuarr__dev *dev;
         struct gpuarr__stream *stream; /* borrowed: the device's list holds the reference */
     } defaults[8];
+    struct {               /* the last id made on this thread and what it decodes to (gpuarr__table_plain) */
+        uint32_t epoch, kind, id, plain;
+    } handle_memo;
+    struct {               /* the thread's array caches, by device index mod 8 */
+        uint32_t epoch;
+        struct gpuarr__pool *pool;
+        struct gpuarr__tcache *tc; /* owned by pool's list; the thread's exit drops it */
+    } tcaches[8];
 } gpuarr__thread_state;
 static GPUARR__THREAD_LOCAL gpuarr__thread_state gpuarr__tls;
 
@@ -2293,17 +2337,19 @@ static void gpuarr__table_init(gpuarr__table *t, const char *kind_name, uint32_t
     t->free_head = t->free_tail = GPUARR__NO_SLOT;
 }
 
+static gpuarr__slot *gpuarr__table_at(gpuarr__table *t, uint32_t index) {
+    return &t->chunks[index >> GPUARR__CHUNK_BITS][index & (GPUARR__CHUNK_SLOTS - 1u)];
+}
+
+/* Under the lock: one more chunk, published to lookups by the store of used that hands out its
+   first slot. */
 static gpuarr_result gpuarr__table_grow(gpuarr__table *t) {
-    uint32_t cap = t->capacity ? t->capacity * 2u : 64u;
-    if (cap > GPUARR__INDEX_MASK + 1u) cap = GPUARR__INDEX_MASK + 1u;
-    if (cap <= t->capacity)
+    if (t->capacity == GPUARR__INDEX_MASK + 1u)
         return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "more than %u live %s handles", t->capacity, t->kind_name);
-    gpuarr__slot *slots = (gpuarr__slot *)gpuarr__calloc(sizeof(gpuarr__slot) * cap);
-    if (!slots) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the %s handle table", t->kind_name);
-    if (t->slots) memcpy(slots, t->slots, sizeof(gpuarr__slot) * t->capacity);
-    gpuarr__free(t->slots);
-    t->slots = slots;
-    t->capacity = cap;
+    gpuarr__slot *chunk = (gpuarr__slot *)gpuarr__calloc(sizeof(gpuarr__slot) * GPUARR__CHUNK_SLOTS);
+    if (!chunk) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the %s handle table", t->kind_name);
+    t->chunks[t->capacity >> GPUARR__CHUNK_BITS] = chunk;
+    t->capacity += GPUARR__CHUNK_SLOTS;
     return GPUARR_OK;
 }
 
@@ -2313,22 +2359,32 @@ static gpuarr_result gpuarr__table_take_slot(gpuarr__table *t, uint32_t *index) 
     bool table_full = t->used == GPUARR__INDEX_MASK + 1u;
     if (t->free_head != GPUARR__NO_SLOT && (t->free_count >= GPUARR__MIN_FREE_SLOTS || table_full)) {
         *index = t->free_head;
-        t->free_head = t->slots[*index].next_free;
+        t->free_head = gpuarr__table_at(t, *index)->next_free;
         if (t->free_head == GPUARR__NO_SLOT) t->free_tail = GPUARR__NO_SLOT;
         t->free_count--;
         return GPUARR_OK;
     }
     if (t->used == t->capacity) GPUARR__CHECK(gpuarr__table_grow(t));
-    *index = t->used++;
-    t->slots[*index].gen = 0;
+    *index = t->used;
+    __atomic_store_n(&gpuarr__table_at(t, *index)->gen, 0u, __ATOMIC_RELAXED);
+    __atomic_store_n(&t->used, t->used + 1u, __ATOMIC_RELEASE);
     return GPUARR_OK;
+}
+
+/* id decoded with t's keys. The permutation is a chain of multiplies that costs as much as the
+   rest of a release: the id this thread made last (an array released soon after it was made)
+   is remembered instead. Keys change only with the init cycle. */
+static uint32_t gpuarr__table_plain(const gpuarr__table *t, uint32_t id) {
+    if (id == gpuarr__tls.handle_memo.id && t->kind == gpuarr__tls.handle_memo.kind && gpuarr__tls.handle_memo.epoch == gpuarr__g.epoch)
+        return gpuarr__tls.handle_memo.plain;
+    return gpuarr__handle_decode(t->key, id);
 }
 
 /* Under the lock: the live slot for id, or NULL. Records nothing. */
 static gpuarr__slot *gpuarr__table_slot(gpuarr__table *t, uint32_t id) {
-    uint32_t plain = gpuarr__handle_decode(t->key, id), index = plain & GPUARR__INDEX_MASK;
+    uint32_t plain = gpuarr__table_plain(t, id), index = plain & GPUARR__INDEX_MASK;
     if (id == 0 || index >= t->used) return NULL;
-    gpuarr__slot *slot = &t->slots[index];
+    gpuarr__slot *slot = gpuarr__table_at(t, index);
     return slot->obj && (slot->gen & GPUARR__GEN_MASK) == plain >> GPUARR__INDEX_BITS ? slot : NULL;
 }
 
@@ -2340,8 +2396,8 @@ static gpuarr__table *gpuarr__table_of_kind(uint32_t kind) {
 /* Under the handles lock: the id of slot index of t, moving the slot's generation past an id
    of 0 and past ids live in another table. */
 static uint32_t gpuarr__table_new_id(gpuarr__table *t, uint32_t index) {
-    gpuarr__slot *slot = &t->slots[index];
-    for (;; slot->gen++) {
+    gpuarr__slot *slot = gpuarr__table_at(t, index);
+    for (;; __atomic_store_n(&slot->gen, slot->gen + 1u, __ATOMIC_RELEASE)) {
         uint32_t id = gpuarr__handle_encode(t->key, (slot->gen & GPUARR__GEN_MASK) << GPUARR__INDEX_BITS | index);
         bool taken = id == 0;
         for (uint32_t k = 1; k <= 3 && !taken; k++)
@@ -2357,9 +2413,13 @@ static gpuarr_result gpuarr__table_insert(gpuarr__table *t, gpuarr__obj *obj, ui
     uint32_t index = 0;
     gpuarr_result r = gpuarr__table_take_slot(t, &index);
     if (r == GPUARR_OK) {
-        gpuarr__slot *slot = &t->slots[index];
+        gpuarr__slot *slot = gpuarr__table_at(t, index);
         *id = gpuarr__table_new_id(t, index);
-        slot->obj = obj;
+        gpuarr__tls.handle_memo.epoch = gpuarr__g.epoch;
+        gpuarr__tls.handle_memo.kind = t->kind;
+        gpuarr__tls.handle_memo.id = *id;
+        gpuarr__tls.handle_memo.plain = (slot->gen & GPUARR__GEN_MASK) << GPUARR__INDEX_BITS | index;
+        __atomic_store_n(&slot->obj, obj, __ATOMIC_RELEASE); /* after its generation */
         slot->public_refs = 1;
         t->live++;
     }
@@ -2369,9 +2429,9 @@ static gpuarr_result gpuarr__table_insert(gpuarr__table *t, gpuarr__obj *obj, ui
 
 /* Under the lock: whether id's generation was handed out at its slot (a released id). */
 static bool gpuarr__table_issued(gpuarr__table *t, uint32_t id) {
-    uint32_t plain = gpuarr__handle_decode(t->key, id), index = plain & GPUARR__INDEX_MASK;
+    uint32_t plain = gpuarr__table_plain(t, id), index = plain & GPUARR__INDEX_MASK;
     if (index >= t->used) return false;
-    uint32_t gen = t->slots[index].gen;
+    uint32_t gen = gpuarr__table_at(t, index)->gen;
     return gen > GPUARR__GEN_MASK || plain >> GPUARR__INDEX_BITS <= gen;
 }
 
@@ -2399,14 +2459,27 @@ static gpuarr_result gpuarr__table_reject(gpuarr__table *t, uint32_t id, const c
 }
 
 /* The live object id names, with an internal reference the caller must drop, or NULL. Records
-   nothing: for lookups whose failure is not the caller's error. */
+   nothing: for lookups whose failure is not the caller's error. No lock: the slot stays where it
+   is, and while the lookup holds a pin on it a release that cleared obj after the lookup read it
+   waits before it drops the handle's reference (gpuarr__table_unpinned), so obj is alive when
+   retained. The pin and the clearing are sequentially consistent: one of the two sees the other. */
 static gpuarr__obj *gpuarr__table_lookup(gpuarr__table *t, uint32_t id) {
-    pthread_mutex_lock(&gpuarr__g.handles_lock);
-    gpuarr__slot *slot = gpuarr__table_slot(t, id);
-    gpuarr__obj *obj = slot ? slot->obj : NULL; /* read under the lock: growth moves the slots */
-    if (obj) gpuarr__obj_retain(obj);
-    pthread_mutex_unlock(&gpuarr__g.handles_lock);
+    uint32_t plain = gpuarr__table_plain(t, id), index = plain & GPUARR__INDEX_MASK;
+    if (id == 0 || index >= __atomic_load_n(&t->used, __ATOMIC_ACQUIRE)) return NULL;
+    gpuarr__slot *slot = gpuarr__table_at(t, index);
+    __atomic_add_fetch(&slot->pins, 1u, __ATOMIC_SEQ_CST);
+    gpuarr__obj *obj = __atomic_load_n(&slot->obj, __ATOMIC_SEQ_CST);
+    if (obj && (__atomic_load_n(&slot->gen, __ATOMIC_ACQUIRE) & GPUARR__GEN_MASK) == plain >> GPUARR__INDEX_BITS)
+        gpuarr__obj_retain(obj);
+    else
+        obj = NULL; /* free, or reused by a later generation */
+    __atomic_sub_fetch(&slot->pins, 1u, __ATOMIC_RELEASE);
     return obj;
+}
+
+/* Waits out the lookups that may have read slot's object before a release cleared it. */
+static void gpuarr__table_unpinned(gpuarr__slot *slot) {
+    while (__atomic_load_n(&slot->pins, __ATOMIC_SEQ_CST)) sched_yield();
 }
 
 /* Looks id up and returns its object with an internal reference the caller must drop. */
@@ -2435,18 +2508,19 @@ static gpuarr_result gpuarr__table_release(gpuarr__table *t, uint32_t id, const 
     pthread_mutex_lock(&gpuarr__g.handles_lock);
     gpuarr__slot *slot = gpuarr__table_slot(t, id);
     if (slot && --slot->public_refs == 0) {
-        uint32_t index = (uint32_t)(slot - t->slots);
+        uint32_t index = gpuarr__table_plain(t, id) & GPUARR__INDEX_MASK;
         *dropped = slot->obj;
-        slot->obj = NULL;
-        slot->gen++;
+        __atomic_store_n(&slot->obj, (gpuarr__obj *)NULL, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&slot->gen, slot->gen + 1u, __ATOMIC_RELEASE);
         slot->next_free = GPUARR__NO_SLOT;
         if (t->free_tail == GPUARR__NO_SLOT) t->free_head = index;
-        else t->slots[t->free_tail].next_free = index;
+        else gpuarr__table_at(t, t->free_tail)->next_free = index;
         t->free_tail = index;
         t->free_count++;
         t->live--;
     }
     pthread_mutex_unlock(&gpuarr__g.handles_lock);
+    if (*dropped) gpuarr__table_unpinned(slot); /* the slot itself stays: its chunk never goes */
     return slot ? GPUARR_OK : gpuarr__table_reject(t, id, arg);
 }
 
@@ -2462,8 +2536,8 @@ static uint32_t gpuarr__table_public_refs(gpuarr__table *t, uint32_t id) {
 static uint32_t gpuarr__table_destroy(gpuarr__table *t) {
     uint32_t live = t->live;
     for (uint32_t i = 0; i < t->used; i++)
-        if (t->slots[i].obj) gpuarr__obj_release(t->slots[i].obj);
-    gpuarr__free(t->slots);
+        if (gpuarr__table_at(t, i)->obj) gpuarr__obj_release(gpuarr__table_at(t, i)->obj);
+    for (uint32_t c = 0; c < t->capacity >> GPUARR__CHUNK_BITS; c++) gpuarr__free(t->chunks[c]);
     memset(t, 0, sizeof *t);
     return live;
 }
@@ -2567,6 +2641,7 @@ static gpuarr_result gpuarr__get_dev(gpuarr_device d, const char *arg, gpuarr__d
 static gpuarr_result gpuarr__dev_open(gpuarr__dev *d);
 static gpuarr_result gpuarr__get_array(gpuarr_array a, const char *arg, gpuarr__array **out);
 static gpuarr_result gpuarr__array_alloc_struct(gpuarr__dev *d, gpuarr_dtype t, int ndim, const int64_t *shape, gpuarr__array **out);
+static void gpuarr__tcache_thread_exit(void);
 static gpuarr_result gpuarr__stream_adopt(gpuarr__dev *d, void *native, gpuarr__stream **out);
 static gpuarr_result gpuarr__stream_publish(gpuarr__stream *s, gpuarr_stream *out);
 static gpuarr_result gpuarr__resolve_stream_of(gpuarr_stream s, gpuarr_backend backend, const char *what, gpuarr__stream **out);
@@ -2639,11 +2714,12 @@ static gpuarr_result gpuarr__get_dev(gpuarr_device d, const char *arg, gpuarr__d
 }
 
 static gpuarr_result gpuarr__dev_open(gpuarr__dev *d) {
+    if (__atomic_load_n(&d->opened, __ATOMIC_ACQUIRE)) return GPUARR_OK; /* open until shutdown: no lock */
     pthread_mutex_lock(&d->lock);
     gpuarr_result r = GPUARR_OK;
     if (!d->opened) {
         r = d->backend->device_open(d);
-        d->opened = r == GPUARR_OK;
+        __atomic_store_n(&d->opened, r == GPUARR_OK, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&d->lock);
     return r;
@@ -2843,6 +2919,7 @@ static void gpuarr__thread_exit(void *unused) {
     if (alive) gpuarr__g.refs++;
     pthread_mutex_unlock(&gpuarr__g.init_lock);
     if (!alive) return;
+    gpuarr__tcache_thread_exit();
     pthread_mutex_lock(&gpuarr__g.defaults_lock);
     gpuarr__stream *mine = gpuarr__detach_thread_streams(gpuarr__tls.serial);
     pthread_mutex_unlock(&gpuarr__g.defaults_lock);
@@ -2957,7 +3034,7 @@ static void gpuarr__collect_device(gpuarr__dev *d) {
             pthread_mutex_unlock(&gpuarr__g.handles_lock);
             break;
         }
-        gpuarr__stream *s = (gpuarr__stream *)t->slots[i].obj;
+        gpuarr__stream *s = (gpuarr__stream *)gpuarr__table_at(t, i)->obj;
         if (s && s->dev == d) gpuarr__obj_retain(&s->obj);
         else s = NULL;
         pthread_mutex_unlock(&gpuarr__g.handles_lock);
@@ -3279,9 +3356,158 @@ static void gpuarr__pool_index_free(gpuarr__pool *p, gpuarr__block *b) {
     if (!p->caching && gpuarr__segment_free(b->seg)) gpuarr__segment_release(p, b->seg);
 }
 
-/* The quick blocks into the index (pool lock held): before anything walks the free blocks or
-   gives segments back, and when the index alone cannot serve a request. */
+/* ---- thread caches (gpuarr__tcache) ---- */
+
+/* A cached array's block back to the pool as a free block (pool lock held); the record goes. */
+static void gpuarr__tcache_return(gpuarr__pool *p, gpuarr__array *a) {
+    gpuarr__block *b = a->block;
+    if (b->view && !p->pinned) p->dev->backend->mem_view_release(p->dev, b->view);
+    b->view = NULL;
+    p->stats.allocated_bytes -= b->size;
+    p->stats.requested_bytes -= b->requested;
+    p->stats.allocations--;
+    b->allocated = false;
+    b->requested = 0;
+    b->owner = 0;
+    gpuarr__pool_index_free(p, b);
+    gpuarr__free(a);
+}
+
+/* Every block in tc's slots back to the pool (pool lock held; from any thread). */
+static void gpuarr__tcache_drain(gpuarr__pool *p, gpuarr__tcache *tc) {
+    for (int i = 0; i < GPUARR__TCACHE_SLOTS; i++) {
+        gpuarr__array *a = __atomic_exchange_n(&tc->slot[i], NULL, __ATOMIC_ACQUIRE);
+        if (a) gpuarr__tcache_return(p, a);
+    }
+}
+
+/* Adds what tc served to st (its hits are the pool's hits and allocations). */
+static void gpuarr__tcache_count(gpuarr_pool_stats *st, gpuarr__tcache *tc) {
+    uint64_t hits = __atomic_load_n(&tc->hits, __ATOMIC_RELAXED);
+    st->cache_hits += hits;
+    st->total_allocations += hits;
+    st->total_allocated_bytes += __atomic_load_n(&tc->hit_bytes, __ATOMIC_RELAXED);
+    st->total_requested_bytes += __atomic_load_n(&tc->hit_requested, __ATOMIC_RELAXED);
+    st->requested_bytes += __atomic_load_n(&tc->requested_adjust, __ATOMIC_RELAXED);
+}
+
+/* p's stats as the caller sees them (pool lock held): blocks in thread caches are free. Peaks
+   are the pool's own: they move only when the pool lock is taken. */
+static gpuarr_pool_stats gpuarr__pool_stats_now(gpuarr__pool *p) {
+    gpuarr_pool_stats st = p->stats;
+    for (gpuarr__tcache *tc = p->tcaches; tc; tc = tc->next) {
+        gpuarr__tcache_count(&st, tc);
+        for (int i = 0; i < GPUARR__TCACHE_SLOTS; i++) {
+            if (!__atomic_load_n(&tc->slot[i], __ATOMIC_ACQUIRE)) continue;
+            st.allocated_bytes -= __atomic_load_n(&tc->size[i], __ATOMIC_RELAXED);
+            st.requested_bytes -= __atomic_load_n(&tc->requested[i], __ATOMIC_RELAXED);
+            st.allocations--;
+        }
+    }
+    return st;
+}
+
+/* Takes tc out of p (pool lock held), its blocks and counts into the pool. The caller frees it. */
+static void gpuarr__tcache_unlink(gpuarr__pool *p, gpuarr__tcache *tc) {
+    gpuarr__tcache_drain(p, tc);
+    gpuarr__tcache_count(&p->stats, tc);
+    if (tc->prev) tc->prev->next = tc->next;
+    else p->tcaches = tc->next;
+    if (tc->next) tc->next->prev = tc->prev;
+}
+
+/* This thread's cache for p (a device's array pool), or NULL. */
+static gpuarr__tcache *gpuarr__tcache_mine(gpuarr__pool *p) {
+    size_t k = (size_t)(p->dev - gpuarr__g.devices) & 7u;
+    if (gpuarr__tls.tcaches[k].pool != p || gpuarr__tls.tcaches[k].epoch != gpuarr__g.epoch) return NULL;
+    return gpuarr__tls.tcaches[k].tc;
+}
+
+/* Gives back this thread's cache at index k of its table (its exit, or another device taking
+   the index). One of an earlier init cycle went with that cycle's pools. */
+static void gpuarr__tcache_drop(size_t k) {
+    gpuarr__pool *p = gpuarr__tls.tcaches[k].pool;
+    gpuarr__tcache *tc = gpuarr__tls.tcaches[k].tc;
+    bool current = tc && gpuarr__tls.tcaches[k].epoch == gpuarr__g.epoch;
+    gpuarr__tls.tcaches[k].pool = NULL;
+    gpuarr__tls.tcaches[k].tc = NULL;
+    if (!current) return;
+    pthread_mutex_lock(&p->lock);
+    gpuarr__tcache_unlink(p, tc);
+    pthread_mutex_unlock(&p->lock);
+    gpuarr__free(tc);
+}
+
+/* A new cache for p on this thread, or NULL: only a thread whose exit is hooked (the thread key
+   is set, with its default stream) gets one, so that no cache outlives its thread. */
+static gpuarr__tcache *gpuarr__tcache_make(gpuarr__pool *p) {
+    if (!gpuarr__g.thread_key_ok || gpuarr__tls.key_epoch != gpuarr__g.epoch) return NULL;
+    size_t k = (size_t)(p->dev - gpuarr__g.devices) & 7u;
+    gpuarr__tcache_drop(k);
+    gpuarr__tcache *tc = (gpuarr__tcache *)gpuarr__calloc(sizeof *tc);
+    if (!tc) return NULL;
+    pthread_mutex_lock(&p->lock);
+    tc->next = p->tcaches;
+    if (p->tcaches) p->tcaches->prev = tc;
+    p->tcaches = tc;
+    pthread_mutex_unlock(&p->lock);
+    gpuarr__tls.tcaches[k].epoch = gpuarr__g.epoch;
+    gpuarr__tls.tcaches[k].pool = p;
+    gpuarr__tls.tcaches[k].tc = tc;
+    return tc;
+}
+
+/* At a thread's exit: its caches back to their pools. */
+static void gpuarr__tcache_thread_exit(void) {
+    for (size_t k = 0; k < 8; k++) gpuarr__tcache_drop(k);
+}
+
+/* Keeps a freed array whole in this thread's cache for its pool, if it qualifies: its device's
+   own pool, a small block, no stream to wait for (no uses, no events). False: free it as usual. */
+static bool gpuarr__tcache_put(gpuarr__array *a) {
+    gpuarr__pool *p = a->pool;
+    gpuarr__block *b = a->block;
+    if (p != &p->dev->pool || !p->caching || a->nuses || b->nevents || b->size > GPUARR__POOL_QUICK_MAX) return false;
+    gpuarr__tcache *tc = gpuarr__tcache_mine(p);
+    if (!tc && !(tc = gpuarr__tcache_make(p))) return false;
+    for (int i = 0; i < GPUARR__TCACHE_SLOTS; i++) {
+        if (__atomic_load_n(&tc->slot[i], __ATOMIC_RELAXED)) continue; /* only this thread fills one */
+        if (a->ready) gpuarr__obj_release(&a->ready->obj);
+        a->ready = NULL;
+        __atomic_store_n(&tc->size[i], (uint64_t)b->size, __ATOMIC_RELAXED);
+        __atomic_store_n(&tc->requested[i], (uint64_t)b->requested, __ATOMIC_RELAXED);
+        __atomic_store_n(&tc->slot[i], a, __ATOMIC_RELEASE);
+        return true;
+    }
+    return false;
+}
+
+/* A cached array record of this thread whose block is exactly the size bytes round up to, with
+   its block (and view) ready for reuse, counted; or NULL. */
+static gpuarr__array *gpuarr__tcache_take(gpuarr__pool *p, size_t bytes) {
+    gpuarr__tcache *tc = gpuarr__tcache_mine(p);
+    if (!tc) return NULL;
+    uint64_t size = (uint64_t)gpuarr__round_up(bytes, p->align);
+    for (int i = 0; i < GPUARR__TCACHE_SLOTS; i++) {
+        if (__atomic_load_n(&tc->size[i], __ATOMIC_RELAXED) != size || !__atomic_load_n(&tc->slot[i], __ATOMIC_RELAXED)) continue;
+        gpuarr__array *a = __atomic_exchange_n(&tc->slot[i], NULL, __ATOMIC_ACQUIRE);
+        if (!a) continue; /* another thread returned it to the pool meanwhile */
+        gpuarr__block *b = a->block;
+        __atomic_store_n(&tc->requested_adjust, tc->requested_adjust + bytes - b->requested, __ATOMIC_RELAXED);
+        b->requested = bytes;
+        __atomic_store_n(&tc->hits, tc->hits + 1, __ATOMIC_RELAXED);
+        __atomic_store_n(&tc->hit_bytes, tc->hit_bytes + size, __ATOMIC_RELAXED);
+        __atomic_store_n(&tc->hit_requested, tc->hit_requested + bytes, __ATOMIC_RELAXED);
+        return a;
+    }
+    return NULL;
+}
+
+/* The quick blocks (and every thread's cached ones) into the index (pool lock held): before
+   anything walks the free blocks or gives segments back, and when the index alone cannot serve
+   a request. */
 static void gpuarr__pool_quick_flush(gpuarr__pool *p) {
+    for (gpuarr__tcache *tc = p->tcaches; tc; tc = tc->next) gpuarr__tcache_drain(p, tc);
     while (p->nquick) {
         gpuarr__block *b = p->quick[--p->nquick];
         b->quick = false;
@@ -3368,7 +3594,7 @@ static gpuarr__block *gpuarr__pool_take_cached(gpuarr__pool *p, size_t size, siz
     gpuarr__block *b = p->nquick ? gpuarr__pool_quick_take(p, size, requested) : NULL;
     if (b) return b;
     b = gpuarr__tlsf_find(gpuarr__pool_index(p, small), size, serial);
-    if (!b && p->nquick) {
+    if (!b && (p->nquick || p->tcaches)) {
         gpuarr__pool_quick_flush(p);
         b = gpuarr__tlsf_find(gpuarr__pool_index(p, small), size, serial);
     }
@@ -3415,7 +3641,8 @@ static gpuarr_result gpuarr__pool_oom(gpuarr__pool *p, size_t requested, const c
     d->backend->mem_info(d, &free_bytes, &total);
     pthread_mutex_lock(&p->lock);
     p->stats.oom_failures++;
-    uint64_t limit = p->stats.limit_bytes, allocated = p->stats.allocated_bytes, cached = gpuarr__pool_cached(p);
+    gpuarr_pool_stats st = gpuarr__pool_stats_now(p);
+    uint64_t limit = st.limit_bytes, allocated = st.allocated_bytes, cached = st.reserved_bytes - st.allocated_bytes;
     pthread_mutex_unlock(&p->lock);
     return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY,
                         "%s: out of memory: %zu bytes requested; device total %llu, free %llu; pool limit %llu, allocated %llu, "
@@ -3590,7 +3817,8 @@ static void gpuarr__pool_free(gpuarr__pool *p, gpuarr__block *b, gpuarr__stream 
 static void gpuarr__pool_apply_threshold(gpuarr__pool *p) {
     if (p->stats.release_threshold_bytes == UINT64_MAX) return;
     pthread_mutex_lock(&p->lock);
-    if (gpuarr__pool_cached(p) > p->stats.release_threshold_bytes) gpuarr__pool_release_cached(p, 0, p->stats.release_threshold_bytes);
+    gpuarr_pool_stats st = gpuarr__pool_stats_now(p); /* the threads' cached arrays count as cached */
+    if (st.reserved_bytes - st.allocated_bytes > st.release_threshold_bytes) gpuarr__pool_release_cached(p, 0, st.release_threshold_bytes);
     pthread_mutex_unlock(&p->lock);
 }
 
@@ -3616,6 +3844,11 @@ static void gpuarr__pool_init(gpuarr__pool *p, gpuarr__dev *d, bool pinned) {
 static void gpuarr__pool_destroy(gpuarr__pool *p) {
     gpuarr__dev *d = p->dev;
     pthread_mutex_lock(&p->lock);
+    while (p->tcaches) { /* threads still running keep pointers of this cycle, never used again */
+        gpuarr__tcache *tc = p->tcaches;
+        gpuarr__tcache_unlink(p, tc);
+        gpuarr__free(tc);
+    }
     while (p->segments) {
         gpuarr__pool_quick_flush(p);
         gpuarr__segment *seg = p->segments;
@@ -3639,6 +3872,8 @@ static void gpuarr__array_destroy_obj(gpuarr__obj *o) {
         gpuarr__obj_release(&a->base->obj); /* a view: the base owns the memory */
     } else if (a->wrapped) {
         if (a->release_fn) a->release_fn(a->mem, a->release_user);
+    } else if (a->block && gpuarr__tcache_put(a)) {
+        return; /* kept whole for this thread's next array of its size */
     } else if (a->block) { /* in stream order: the streams it was used on record their point */
         gpuarr__pool_free(a->pool, a->block, a->uses, a->nuses);
     }
@@ -3733,12 +3968,9 @@ static gpuarr_result gpuarr__check_shape(gpuarr_dtype t, int ndim, const int64_t
     return GPUARR_OK;
 }
 
-static gpuarr_result gpuarr__array_alloc_struct(gpuarr__dev *d, gpuarr_dtype t, int ndim, const int64_t *shape, gpuarr__array **out) {
-    int64_t count;
-    size_t nbytes;
-    GPUARR__CHECK(gpuarr__check_shape(t, ndim, shape, &count, &nbytes));
-    gpuarr__array *a = (gpuarr__array *)gpuarr__calloc(sizeof *a);
-    if (!a) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for an array");
+/* A zeroed record made an array of d, t and shape (count elements, nbytes). */
+static void gpuarr__array_init(gpuarr__array *a, gpuarr__dev *d, gpuarr_dtype t, int ndim, const int64_t *shape, int64_t count,
+                               size_t nbytes) {
     a->obj.refs = 1;
     a->obj.destroy = gpuarr__array_destroy_obj;
     a->dev = d;
@@ -3747,8 +3979,42 @@ static gpuarr_result gpuarr__array_alloc_struct(gpuarr__dev *d, gpuarr_dtype t, 
     for (int i = 0; i < ndim; i++) a->shape[i] = shape[i];
     a->count = count;
     a->nbytes = nbytes;
+}
+
+static gpuarr_result gpuarr__array_alloc_struct(gpuarr__dev *d, gpuarr_dtype t, int ndim, const int64_t *shape, gpuarr__array **out) {
+    int64_t count;
+    size_t nbytes;
+    GPUARR__CHECK(gpuarr__check_shape(t, ndim, shape, &count, &nbytes));
+    gpuarr__array *a = (gpuarr__array *)gpuarr__calloc(sizeof *a);
+    if (!a) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for an array");
+    gpuarr__array_init(a, d, t, ndim, shape, count, nbytes);
     *out = a;
     return GPUARR_OK;
+}
+
+/* An array from this thread's cache for d (record and block reused whole), or NULL. Its block
+   had no pending work when cached, so nothing orders the new array after anyone. */
+static gpuarr__array *gpuarr__array_from_tcache(gpuarr__dev *d, gpuarr_dtype t, int ndim, const int64_t *shape, int64_t count,
+                                                size_t nbytes) {
+    gpuarr__array *a = nbytes ? gpuarr__tcache_take(&d->pool, nbytes) : NULL;
+    if (!a) return NULL;
+    /* field by field: a memset of the record costs as much as the rest of the call */
+    gpuarr__array_init(a, d, t, ndim, shape, count, nbytes);
+    for (int i = ndim; i < GPUARR_MAX_DIMS; i++) a->shape[i] = 0;
+    a->mem = a->block->view;
+    a->offset = a->block->view_offset;
+    a->wrapped = false;
+    a->host_fallback = false;
+    a->pool = &d->pool;
+    a->pinned_for = NULL;
+    a->base = NULL;
+    a->base_offset = 0;
+    a->batch_member = false;
+    a->nuses = 0;
+    a->release_fn = NULL;
+    a->release_user = NULL;
+    a->ready = NULL;
+    return a;
 }
 
 /* A new array with memory from d's pool (none for an empty array), not yet behind a handle. s:
@@ -3756,8 +4022,17 @@ static gpuarr_result gpuarr__array_alloc_struct(gpuarr__dev *d, gpuarr_dtype t, 
    d has no memory for is placed on the host (a->dev and a->host_fallback say so). */
 static gpuarr_result gpuarr__array_new(gpuarr__dev *d, gpuarr_dtype t, int ndim, const int64_t *shape, gpuarr__stream *s,
                                        gpuarr__array **out) {
-    gpuarr__array *a;
-    GPUARR__CHECK(gpuarr__array_alloc_struct(d, t, ndim, shape, &a));
+    int64_t count;
+    size_t nbytes;
+    GPUARR__CHECK(gpuarr__check_shape(t, ndim, shape, &count, &nbytes));
+    gpuarr__array *a = gpuarr__array_from_tcache(d, t, ndim, shape, count, nbytes);
+    if (a) {
+        *out = a;
+        return GPUARR_OK;
+    }
+    a = (gpuarr__array *)gpuarr__calloc(sizeof *a);
+    if (!a) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for an array");
+    gpuarr__array_init(a, d, t, ndim, shape, count, nbytes);
     a->pool = &d->pool;
     bool waits = false;
     gpuarr_result r = a->nbytes ? gpuarr__pool_alloc_ex(&d->pool, a->nbytes, s, &a->block, &waits) : GPUARR_OK;
@@ -5055,9 +5330,9 @@ static gpuarr_result gpuarr__registry_build(void) {
  * Lifecycle
  * ------------------------------------------------------------------------------------------- */
 static void gpuarr__teardown(void) {
-    uint32_t arrays = gpuarr__g.arrays.slots ? gpuarr__table_destroy(&gpuarr__g.arrays) : 0;
-    uint32_t events = gpuarr__g.events.slots ? gpuarr__table_destroy(&gpuarr__g.events) : 0;
-    uint32_t streams = gpuarr__g.streams.slots ? gpuarr__table_destroy(&gpuarr__g.streams) : 0;
+    uint32_t arrays = gpuarr__g.arrays.capacity ? gpuarr__table_destroy(&gpuarr__g.arrays) : 0;
+    uint32_t events = gpuarr__g.events.capacity ? gpuarr__table_destroy(&gpuarr__g.events) : 0;
+    uint32_t streams = gpuarr__g.streams.capacity ? gpuarr__table_destroy(&gpuarr__g.streams) : 0;
     if (arrays || events || streams)
         gpuarr__log(GPUARR_LOG_WARN, "gpuarr_shutdown freed %u arrays, %u streams and %u events that were never released",
                     arrays, streams, events);
@@ -5403,7 +5678,7 @@ static gpuarr_result gpuarr__sync_public_streams(gpuarr__dev *d) {
             pthread_mutex_unlock(&gpuarr__g.handles_lock);
             break;
         }
-        gpuarr__stream *s = (gpuarr__stream *)t->slots[i].obj;
+        gpuarr__stream *s = (gpuarr__stream *)gpuarr__table_at(t, i)->obj;
         if (s && s->dev == d) gpuarr__obj_retain(&s->obj);
         else s = NULL;
         pthread_mutex_unlock(&gpuarr__g.handles_lock);
@@ -6596,7 +6871,7 @@ GPUARR_API gpuarr_result gpuarr_pool_get_stats(gpuarr_device d, gpuarr_pool_stat
     gpuarr__dev *dev;
     GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
     pthread_mutex_lock(&dev->pool.lock);
-    *out = dev->pool.stats;
+    *out = gpuarr__pool_stats_now(&dev->pool);
     pthread_mutex_unlock(&dev->pool.lock);
     return GPUARR_OK;
 }
@@ -6634,6 +6909,7 @@ GPUARR_API gpuarr_result gpuarr_pool_set_limit(gpuarr_device d, uint64_t bytes) 
     gpuarr__pool *p = &dev->pool;
     pthread_mutex_lock(&p->lock);
     p->stats.limit_bytes = bytes;
+    gpuarr__pool_quick_flush(p); /* the threads' cached arrays count as cached, not allocated */
     if (bytes && p->stats.reserved_bytes > bytes) /* shed cache; live arrays stay */
         gpuarr__pool_release_cached(&dev->pool, 0, bytes > p->stats.allocated_bytes ? bytes - p->stats.allocated_bytes : 0);
     pthread_mutex_unlock(&p->lock);
@@ -6670,7 +6946,7 @@ GPUARR_API gpuarr_result gpuarr_pool_summary(gpuarr_device d, char *buf, size_t 
     gpuarr_pool_stats st, pin;
     GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
     pthread_mutex_lock(&dev->pool.lock);
-    st = dev->pool.stats;
+    st = gpuarr__pool_stats_now(&dev->pool);
     pthread_mutex_unlock(&dev->pool.lock);
     pthread_mutex_lock(&dev->pinned.lock);
     pin = dev->pinned.stats;

@@ -253,3 +253,37 @@ Test(backend_fill, opencl, .init = init_all_devices, .fini = test_teardown) {
     check_backend_fill("opencl:0", GPUARR_BACKEND_OPENCL, test_devices_required());
 }
 Test(backend_fill, cuda, .init = init_all_devices, .fini = test_teardown) { check_backend_fill("cuda:0", GPUARR_BACKEND_CUDA, false); }
+
+/* The per-thread array caches: a thread's exit gives its cache, and the blocks in it, back to the
+   pool (nothing stays counted as allocated, no cache is left on the pool's list). */
+static void *make_and_free_small_arrays(void *arg) {
+    (void)arg;
+    int64_t shape[1] = {4096};
+    gpuarr_array a[3];
+    for (int round = 0; round < 2; round++) { /* the second from the thread's cache */
+        for (int i = 0; i < 3; i++)
+            if (gpuarr_empty(gpuarr_host(), GPUARR_U8, 1, shape, &a[i]) != GPUARR_OK) return (void *)1;
+        for (int i = 0; i < 3; i++) gpuarr_release(a[i]);
+    }
+    gpuarr__pool *p = &gpuarr__host_dev()->pool;
+    pthread_mutex_lock(&p->lock);
+    bool cached = p->tcaches && p->stats.allocations == 3; /* raw counts: the cached ones */
+    pthread_mutex_unlock(&p->lock);
+    return cached ? NULL : (void *)2;
+}
+
+Test(internals, a_thread_that_exits_gives_its_cached_arrays_back_to_the_pool) {
+    pthread_t t;
+    void *ret = NULL;
+    cr_assert_eq(pthread_create(&t, NULL, make_and_free_small_arrays, NULL), 0);
+    pthread_join(t, &ret);
+    cr_assert_null(ret, "the thread's arrays were not cached (%p)", ret);
+    gpuarr__pool *p = &gpuarr__host_dev()->pool;
+    pthread_mutex_lock(&p->lock);
+    gpuarr__tcache *left = p->tcaches;
+    uint64_t allocations = p->stats.allocations, hits = p->stats.cache_hits;
+    pthread_mutex_unlock(&p->lock);
+    cr_assert_null(left, "the exited thread's cache is still on the pool's list");
+    cr_assert_eq(allocations, 0u, "%llu blocks still counted as allocated", (unsigned long long)allocations);
+    cr_assert_eq(hits, 5u, "%llu hits", (unsigned long long)hits); /* 2 from the pool, 3 from the cache, folded in */
+}

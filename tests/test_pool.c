@@ -533,3 +533,184 @@ Test(pool, reset_peaks_brings_the_peaks_down_to_the_current_values) {
     cr_expect_eq(gpuarr_pool_reset_peaks((gpuarr_device){0}), GPUARR_ERROR_INVALID_HANDLE);
     TEST_OK(gpuarr_release(small));
 }
+
+/* ---- the per-thread cache of freed small arrays ---- */
+
+/* A thread that makes and frees n arrays of `bytes` (they stay in its cache), then waits at
+   `cached` and `go` (when set), then does it again. */
+typedef struct cache_worker {
+    gpuarr_device d;
+    int64_t bytes;
+    int n;
+    pthread_barrier_t *cached, *go;
+    int failures;
+} cache_worker;
+
+static void cache_worker_round(cache_worker *w) {
+    int64_t shape[1] = {w->bytes};
+    gpuarr_array a[8];
+    for (int i = 0; i < w->n; i++)
+        if (gpuarr_empty(w->d, GPUARR_U8, 1, shape, &a[i]) != GPUARR_OK) w->failures++, a[i].id = 0;
+    for (int i = 0; i < w->n; i++)
+        if (a[i].id && gpuarr_release(a[i]) != GPUARR_OK) w->failures++;
+}
+
+static void *cache_worker_run(void *arg) {
+    cache_worker *w = arg;
+    cache_worker_round(w);
+    if (w->cached) pthread_barrier_wait(w->cached);
+    if (w->go) pthread_barrier_wait(w->go);
+    cache_worker_round(w);
+    return NULL;
+}
+
+/* Starts a worker that holds its cached arrays until release_worker. */
+static void start_holding_worker(cache_worker *w, pthread_t *t, pthread_barrier_t b[2], gpuarr_device d, int64_t bytes, int n) {
+    pthread_barrier_init(&b[0], NULL, 2);
+    pthread_barrier_init(&b[1], NULL, 2);
+    *w = (cache_worker){.d = d, .bytes = bytes, .n = n, .cached = &b[0], .go = &b[1]};
+    cr_assert_eq(pthread_create(t, NULL, cache_worker_run, w), 0);
+    pthread_barrier_wait(&b[0]);
+}
+
+static void release_worker(cache_worker *w, pthread_t t, pthread_barrier_t b[2]) {
+    pthread_barrier_wait(&b[1]);
+    pthread_join(t, NULL);
+    pthread_barrier_destroy(&b[0]);
+    pthread_barrier_destroy(&b[1]);
+    cr_assert_eq(w->failures, 0);
+}
+
+Test(pool, arrays_in_a_threads_cache_count_as_free_and_its_reuse_as_hits) {
+    gpuarr_device d = test_device();
+    cache_worker w;
+    pthread_t t;
+    pthread_barrier_t b[2];
+    start_holding_worker(&w, &t, b, d, 4000, 4);
+    gpuarr_pool_stats mid = stats_of(d); /* the worker's 4 arrays are freed, kept in its cache */
+    cr_assert_eq(mid.allocated_bytes, 0u, "%llu bytes", (unsigned long long)mid.allocated_bytes);
+    cr_assert_eq(mid.requested_bytes, 0u);
+    cr_assert_eq(mid.allocations, 0u);
+    cr_assert_eq(mid.reserved_bytes, 2u << 20);
+    gpuarr_array other = bytes_array(d, MiB); /* from the pool, which counts the cached 4 in its peak */
+    cr_assert_eq(stats_of(d).allocations, 1u);
+    cr_assert_eq(stats_of(d).peak_allocations, 5u);
+    TEST_OK(gpuarr_release(other));
+    mid = stats_of(d);
+    release_worker(&w, t, b); /* its second round comes from its cache */
+    gpuarr_pool_stats end = stats_of(d);
+    cr_assert_eq(end.cache_hits, mid.cache_hits + 4, "%llu hits after %llu", (unsigned long long)end.cache_hits,
+                 (unsigned long long)mid.cache_hits);
+    cr_assert_eq(end.total_allocations, mid.total_allocations + 4);
+    cr_assert_eq(end.total_requested_bytes, mid.total_requested_bytes + 4 * 4000);
+    cr_assert_eq(end.total_allocated_bytes - mid.total_allocated_bytes, 4u * 4096);
+    cr_assert_eq(end.allocated_bytes, 0u);
+    cr_assert_eq(end.requested_bytes, 0u);
+    cr_assert_eq(end.allocations, 0u);
+    gpuarr_array x = bytes_array(d, 4000); /* the exited thread's arrays went back to the pool */
+    cr_assert_eq(stats_of(d).requested_bytes, 4000u);
+    TEST_OK(gpuarr_release(x));
+    TEST_OK(gpuarr_pool_trim(d));
+    cr_assert_eq(stats_of(d).reserved_bytes, 0u);
+}
+
+Test(pool, a_trim_on_another_thread_returns_what_a_running_threads_cache_holds) {
+    gpuarr_device d = test_device();
+    cache_worker w;
+    pthread_t t;
+    pthread_barrier_t b[2];
+    start_holding_worker(&w, &t, b, d, 64 * 1024, 4);
+    cr_assert_eq(stats_of(d).reserved_bytes, 2u << 20);
+    TEST_OK(gpuarr_pool_trim(d)); /* the segment holds only the worker's cached blocks */
+    gpuarr_pool_stats st = stats_of(d);
+    cr_assert_eq(st.reserved_bytes, 0u, "trim left %llu bytes held in a thread's cache", (unsigned long long)st.reserved_bytes);
+    cr_assert_eq(st.backend_frees, 1u);
+    release_worker(&w, t, b); /* its cache was emptied under it: it allocates afresh */
+    st = stats_of(d);
+    cr_assert_eq(st.allocated_bytes, 0u);
+    cr_assert_eq(st.allocations, 0u);
+    cr_assert_eq(st.backend_allocs, 2u);
+}
+
+Test(pool, the_out_of_memory_ladder_takes_back_arrays_other_threads_hold_in_their_caches) {
+    gpuarr_device d = test_device();
+    TEST_OK(gpuarr_pool_set_limit(d, (uint64_t)(4 * MiB)));
+    cache_worker w;
+    pthread_t t;
+    pthread_barrier_t b[2];
+    start_holding_worker(&w, &t, b, d, 64 * 1024, 4); /* 2 MiB reserved for its cached blocks */
+    gpuarr_array big = bytes_array(d, 3 * MiB);        /* a 4 MiB segment: only once those go back */
+    gpuarr_pool_stats st = stats_of(d);
+    cr_assert_eq(st.oom_trims, 1u);
+    cr_assert_eq(st.oom_failures, 0u);
+    cr_assert_eq(st.reserved_bytes, (uint64_t)(4 * MiB));
+    TEST_OK(gpuarr_release(big));
+    TEST_OK(gpuarr_pool_trim(d));
+    release_worker(&w, t, b);
+    TEST_OK(gpuarr_pool_set_limit(d, 0));
+}
+
+Test(pool, lowering_the_limit_sheds_what_thread_caches_hold) {
+    gpuarr_device d = test_device();
+    cache_worker w;
+    pthread_t t;
+    pthread_barrier_t b[2];
+    start_holding_worker(&w, &t, b, d, 8 * 1024, 4);
+    TEST_OK(gpuarr_pool_set_limit(d, (uint64_t)MiB));
+    cr_assert_eq(stats_of(d).reserved_bytes, 0u, "the limit left a segment held by a thread's cache");
+    TEST_OK(gpuarr_pool_set_limit(d, 0));
+    release_worker(&w, t, b);
+}
+
+/* A released array's record and block are reused whole by the thread's next array of its size:
+   the released id must stay dead, among many live ones. */
+Test(pool, a_released_id_stays_dead_when_its_array_record_is_reused) {
+    gpuarr_device d = test_device();
+    enum { LIVE = 2000 };
+    gpuarr_array *live = malloc(sizeof *live * LIVE);
+    cr_assert(live);
+    for (int i = 0; i < LIVE; i++) live[i] = bytes_array(d, 4096);
+    gpuarr_array gone = live[LIVE / 2];
+    TEST_OK(gpuarr_release(gone));
+    gpuarr_array again = bytes_array(d, 4096); /* from the thread's cache */
+    cr_assert_neq(again.id, gone.id);
+    gpuarr_array_info info;
+    cr_assert_eq(gpuarr_array_get_info(gone, &info), GPUARR_ERROR_INVALID_HANDLE);
+    cr_assert(strstr(gpuarr_last_error(), "released"), "%s", gpuarr_last_error());
+    cr_assert_eq(gpuarr_release(gone), GPUARR_ERROR_INVALID_HANDLE);
+    TEST_OK(gpuarr_array_get_info(again, &info));
+    cr_assert_eq(info.nbytes, 4096u);
+    cr_assert_eq(info.refcount, 1u);
+    for (int i = 0; i < LIVE; i++)
+        if (i != LIVE / 2) TEST_OK(gpuarr_release(live[i]));
+    TEST_OK(gpuarr_release(again));
+    cr_assert_eq(stats_of(d).allocations, 0u);
+    free(live);
+}
+
+/* The same as the first stream test, with a block small enough for the thread caches: a block
+   freed with work pending on its stream is never served from one. */
+Test(pool, a_small_block_freed_on_one_stream_waits_for_that_stream_before_another_reuses_it) {
+    gpuarr_device d = async_device();
+    enum { N = 1024 };
+    int64_t shape[1] = {N};
+    float ones[N];
+    for (int i = 0; i < N; i++) ones[i] = 1.0f;
+    gpuarr_array src, late, mine;
+    TEST_OK(gpuarr_from_host(d, ones, 1, shape, &src));
+    gpuarr_stream s1, s2;
+    TEST_OK(gpuarr_stream_create(d, 0, &s1));
+    TEST_OK(gpuarr_stream_create(d, 0, &s2));
+    TEST_OK(gpuarr_convert_async(src, d, GPUARR_I32, s1, &late));
+    TEST_OK(gpuarr_release(late)); /* freed on s1, its write perhaps still queued */
+    gpuarr_pool_stats before = stats_of(d);
+    GPUARR_WITH_STREAM(s2) { TEST_OK(gpuarr_zeros(d, GPUARR_I32, 1, shape, &mine)); }
+    gpuarr_pool_stats after = stats_of(d);
+    cr_assert_eq(after.backend_allocs, before.backend_allocs);
+    cr_assert_gt(after.cross_stream_waits, before.cross_stream_waits, "s2 reused s1's block without waiting");
+    TEST_OK(gpuarr_stream_sync(s1));
+    TEST_OK(gpuarr_release(mine));
+    TEST_OK(gpuarr_release(src));
+    TEST_OK(gpuarr_stream_destroy(s1));
+    TEST_OK(gpuarr_stream_destroy(s2));
+}

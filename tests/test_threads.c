@@ -382,6 +382,60 @@ Test(threads, handle_lookups_stay_valid_while_the_handle_table_grows) {
     }
 }
 
+/* Lookups take no lock: one thread makes and releases arrays whose size tells them apart and
+   publishes each id with its size; readers look the published id up meanwhile. A lookup gives
+   the array the id named, alive, or INVALID_HANDLE: never another array, never freed memory
+   (ASan and TSan run this too). */
+typedef struct lookup_race {
+    gpuarr_device dev;
+    _Atomic uint64_t published; /* id << 32 | element count */
+    atomic_int done, failures, first_failure_line;
+} lookup_race;
+
+static void *lookup_race_writer(void *arg) {
+    lookup_race *r = arg;
+    for (int i = 0; i < 20000; i++) {
+        int64_t shape[1] = {1 + i % 97};
+        gpuarr_array a;
+        if (gpuarr_empty(r->dev, GPUARR_U8, 1, shape, &a) != GPUARR_OK) WORK_FAIL(r);
+        atomic_store(&r->published, (uint64_t)a.id << 32 | (uint64_t)shape[0]);
+        if (gpuarr_release(a) != GPUARR_OK) WORK_FAIL(r);
+    }
+    atomic_store(&r->done, 1);
+    return NULL;
+}
+
+static void *lookup_race_reader(void *arg) {
+    lookup_race *r = arg;
+    while (!atomic_load(&r->done)) {
+        uint64_t p = atomic_load(&r->published);
+        gpuarr_array a = {(uint32_t)(p >> 32)};
+        gpuarr_array_info info;
+        gpuarr_result res = gpuarr_array_get_info(a, &info);
+        if (res == GPUARR_OK && info.count != (int64_t)(p & 0xffffffffu)) WORK_FAIL(r);
+        if (res != GPUARR_OK && res != GPUARR_ERROR_INVALID_HANDLE) WORK_FAIL(r);
+    }
+    return NULL;
+}
+
+Test(threads, a_lookup_racing_a_release_gets_the_live_array_or_invalid_handle, .init = test_setup,
+     .fini = test_teardown) {
+    lookup_race r;
+    memset(&r, 0, sizeof r);
+    r.dev = test_device();
+    int64_t one[1] = {1};
+    gpuarr_array first;
+    TEST_OK(gpuarr_empty(r.dev, GPUARR_U8, 1, one, &first));
+    atomic_store(&r.published, (uint64_t)first.id << 32 | 1u);
+    pthread_t t[3];
+    cr_assert_eq(pthread_create(&t[0], NULL, lookup_race_writer, &r), 0);
+    for (int i = 1; i < 3; i++) cr_assert_eq(pthread_create(&t[i], NULL, lookup_race_reader, &r), 0);
+    for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
+    cr_expect_eq(atomic_load(&r.failures), 0, "%d failures, the first at test_threads.c:%d", atomic_load(&r.failures),
+                 atomic_load(&r.first_failure_line));
+    TEST_OK(gpuarr_release(first));
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Per-thread current device and stream
  * ------------------------------------------------------------------------------------------- */

@@ -77,6 +77,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <pthread.h>
 
 static double now_s(void) {
     struct timespec ts;
@@ -518,6 +519,56 @@ static void bench_pool_replay(gpuarr__dev *d) {
     gpuarr_pool_trim(dev);
 }
 
+/* Contended: 4 threads each run pairs of 4 KiB (gpuarr_empty + gpuarr_release, or malloc + free,
+   the baseline, in the same repetition); wall time per pair over all threads. */
+typedef struct pair_thread {
+    gpuarr_device dev; /* id 0: malloc + free */
+    int n;
+} pair_thread;
+
+static void *run_pair_thread(void *arg) {
+    pair_thread *pt = (pair_thread *)arg;
+    int64_t shape[1] = {4096};
+    for (int i = 0; i < pt->n; i++) {
+        if (!pt->dev.id) {
+            void *p = malloc(4096);
+            sink = (unsigned char)(uintptr_t)p;
+            free(p);
+            continue;
+        }
+        gpuarr_array a;
+        if (gpuarr_empty(pt->dev, GPUARR_U8, 1, shape, &a) != GPUARR_OK) die("gpuarr_empty");
+        gpuarr_release(a);
+    }
+    return NULL;
+}
+
+static double time_pair_threads(gpuarr_device dev, int nthreads, int n) {
+    pthread_t th[4];
+    pair_thread pt[4];
+    double t0 = now_s();
+    for (int i = 0; i < nthreads; i++) {
+        pt[i].dev = dev;
+        pt[i].n = n;
+        if (pthread_create(&th[i], NULL, run_pair_thread, &pt[i]) != 0) die("pthread_create");
+    }
+    for (int i = 0; i < nthreads; i++) pthread_join(th[i], NULL);
+    return (now_s() - t0) / (double)(nthreads * n);
+}
+
+static void bench_pool_threads(gpuarr__dev *d) {
+    double pub[15], raw[15];
+    gpuarr_device none = {0};
+    for (int r = 0; r < 15; r++) {
+        pub[r] = time_pair_threads(d->info.device, 4, 20000);
+        raw[r] = time_pair_threads(none, 4, 20000);
+    }
+    double tp = median(pub, 15), tr = median(raw, 15);
+    printf("\n| %s: 4 threads, 4 KiB pairs, wall time per pair | gpuarr_empty + gpuarr_release | malloc + free (baseline) | ratio |\n|---|---|---|---|\n",
+           d->info.spec);
+    printf("| 4 threads | %.0f ns | %.0f ns | %.2f |\n", tp * 1e9, tr * 1e9, tp / tr);
+}
+
 static void bench_pools(const char *only) {
     for (int i = 0; i < gpuarr_device_count(); i++) {
         gpuarr__dev *d = &gpuarr__g.devices[i];
@@ -525,6 +576,7 @@ static void bench_pools(const char *only) {
         if (!only && d->backend->id == GPUARR_BACKEND_OPENCL && d->info.index > 0) continue;
         if (d->backend->id == GPUARR_BACKEND_CUDA) continue; /* in the CUDA section, with the driver's own pool */
         bench_pool_pairs(d);
+        bench_pool_threads(d);
         bench_pool_replay(d);
     }
 }
