@@ -354,15 +354,23 @@ check: deps-check
 	@echo "make check: ASan+UBSan, TSan and valgrind are clean; the fault-matrix slice, the fuzz corpus replay and the soak slice pass"
 
 # Criterion reports a test whose worker leaks as passing (LeakSanitizer runs after the result is
-# sent), so any sanitizer report in the output fails the run.
+# sent), so any sanitizer report in the output fails the run. One exception, checked: PoCL leaks
+# inside its compiler (libpocl, libLLVM) the first time it builds a kernel variant its cache lacks
+# (tools/valgrind.supp names the same two leaks). A run on an OpenCL device whose only report is a
+# leak is run once more, with PoCL's cache now warm; a leak of gpuarr's is there again and fails.
 # $(1) flavour, $(2) tests, $(3) environment, $(4) parallel jobs, $(5) devices
 SANITIZER_REPORT := 'ERROR: (Leak|Address)Sanitizer|runtime error|WARNING: ThreadSanitizer'
+OTHER_REPORT := 'ERROR: AddressSanitizer|runtime error|WARNING: ThreadSanitizer'
 define run_sanitized
 	@mkdir -p $(BUILD)/logs
 	@set -e; for dev in $(5); do for t in $(2); do \
 	  log=$(BUILD)/logs/$(1)-$$t-$$dev.log; \
 	  echo "== $(1): $$t on $$dev"; \
 	  $(3) GPUARR_TEST_DEVICE=$$dev $(BUILD)/$(1)/tests/$$t --jobs $(4) >$$log 2>&1 || { cat $$log; exit 1; }; \
+	  if grep -qE $(SANITIZER_REPORT) $$log && case $$dev in opencl*) ! grep -qE $(OTHER_REPORT) $$log;; *) false;; esac; then \
+	    mv $$log $$log.first; echo "   a leak report (PoCL's first build of a kernel variant?): run again, PoCL's cache warm"; \
+	    $(3) GPUARR_TEST_DEVICE=$$dev $(BUILD)/$(1)/tests/$$t --jobs $(4) >$$log 2>&1 || { cat $$log; exit 1; }; \
+	  fi; \
 	  if grep -qE $(SANITIZER_REPORT) $$log; then cat $$log; echo "$(1): sanitizer report in $$t"; exit 1; fi; \
 	  grep Synthesis $$log; \
 	done; done
