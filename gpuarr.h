@@ -2292,13 +2292,12 @@ static void gpuarr__obj_release(gpuarr__obj *o) {
     if (o && GPUARR__ATOMIC_DEC(&o->refs) == 0) o->destroy(o);
 }
 
-/* One round of the handle permutation: mixes a 16-bit half with a round key. */
-static uint32_t gpuarr__handle_round(uint32_t half, uint32_t key) {
-    uint32_t v = (half ^ key) * 0x7feb352du;
-    v ^= v >> 15;
-    v *= 0x846ca68bu;
-    return (v ^ (v >> 16)) & 0xffffu;
-}
+/* One round of the handle permutation: mixes a 16-bit half with a round key. The high half of
+   one odd multiply depends on every bit of the 16-bit input (and the key's high half adds a
+   constant). One multiply a round: the rounds are a dependency chain in every create. Measured
+   (random keys, 4096 live ids): the ids at id +- 1 and id ^ bit name live objects as often as
+   random ids do. */
+static uint32_t gpuarr__handle_round(uint32_t half, uint32_t key) { return ((half ^ key) * 0x9e3779b1u) >> 16; }
 
 /* A keyed permutation of the 32-bit values: a 4-round Feistel network on 16-bit halves. Not
    cryptography: it keeps forged and stale ids from naming live objects by accident. */
