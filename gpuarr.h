@@ -5739,6 +5739,17 @@ static gpuarr_result gpuarr__create(gpuarr_device d, gpuarr_dtype t, int ndim, c
     gpuarr__array *a = NULL;
     gpuarr__stream *s = NULL;
     GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
+    if (!zero) { /* an array from this thread's cache waits for nothing: no stream is needed */
+        int64_t count;
+        size_t nbytes;
+        GPUARR__CHECK(gpuarr__check_scope());
+        GPUARR__CHECK(gpuarr__check_shape(t, ndim, shape, &count, &nbytes));
+        a = gpuarr__array_from_tcache(dev, t, ndim, shape, count, nbytes);
+        uint32_t id = 0;
+        gpuarr_result r = a ? gpuarr__array_publish(a, &id) : GPUARR_OK;
+        if (a && r == GPUARR_OK) out->id = id;
+        if (a) return r;
+    }
     GPUARR__CHECK(gpuarr__stream_for(dev, NULL, &s));
     gpuarr_result r = gpuarr__array_new(dev, t, ndim, shape, s, &a);
     if (r == GPUARR_OK && zero && a->nbytes) {
