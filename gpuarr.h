@@ -2295,7 +2295,8 @@ static void gpuarr__cpu_fill(void *dst, const void *pattern, size_t pattern_size
 static void gpuarr__handles_lock(void) {
     for (int spins = 0; __atomic_exchange_n(&gpuarr__g.handles_lock, 1u, __ATOMIC_ACQUIRE);)
         while (__atomic_load_n(&gpuarr__g.handles_lock, __ATOMIC_RELAXED))
-            if (++spins > 64) sched_yield();
+            if (spins < 64) spins++;
+            else sched_yield();
 }
 static void gpuarr__handles_unlock(void) { __atomic_store_n(&gpuarr__g.handles_lock, 0u, __ATOMIC_RELEASE); }
 
