@@ -1451,15 +1451,21 @@ struct gpuarr__array { /* a new field is reset in gpuarr__array_from_tcache too 
 };
 
 /* ---------------------------------------------------------------------------------------------
- * Handle tables. An id is [generation:16][slot index:16] put through a keyed permutation of the
- * 32-bit values (gpuarr__handle_encode), with keys drawn at every gpuarr_init: ids look random,
- * so the ids near a live one (id + 1, id ^ bit) name nothing, and a forged id, or one kept from
- * an earlier init cycle, names a live object only by chance (live handles / 2^32). A freed slot
- * is reused only when 1024 others are free too, and its generation then moves on, so a released
- * id names a live object again only after its slot has been reused 65536 times (over 67 million
- * releases in between). An id is never live in two tables at once: one of another kind (a
- * stream id given as an array) is refused, and found in its own table for the message. At most
- * 65536 handles of each kind are alive at once.
+ * Handle tables. An id is [generation:16][slot index:16], XORed with its table's tweak, put
+ * through a keyed permutation of the 32-bit values (gpuarr__handle_encode); the key and the
+ * tweaks are drawn at every gpuarr_init. Ids look random, so the ids near a live one (id + 1,
+ * id ^ bit) name nothing, and a forged id, or one kept from an earlier init cycle, names a live
+ * object only by chance (live handles / 2^32). A freed slot is reused only when 1024 others are
+ * free too, and its generation then moves on, so a released id names a live object of its kind
+ * again only after its slot has been reused 65536 times (over 67 million releases in between).
+ * The three tables share the key, so one decode gives an id's slot and generation in each of
+ * them (its value XOR that table's tweak): an id is never live in two tables at once (a new id
+ * live in another table moves its slot's generation on), and one of another kind (a stream id
+ * given as an array) is refused and found in its own table for the message. The tweaks differ
+ * in their top two generation bits, so an id whose generation is below 16384 in one table has
+ * one of 16384 or more in the others: a released id of another kind names nothing until slots
+ * have been reused 16384 times, and then only by chance. At most 65536 handles of each kind are
+ * alive at once.
  * ------------------------------------------------------------------------------------------- */
 #define GPUARR__INDEX_BITS 16u
 #define GPUARR__INDEX_MASK ((1u << GPUARR__INDEX_BITS) - 1u)
@@ -1486,7 +1492,7 @@ typedef struct gpuarr__slot {
 typedef struct gpuarr__table {
     const char *kind_name; /* "array", "stream", "event" */
     uint32_t kind;         /* 1, 2, 3 */
-    uint32_t key[4];       /* the permutation's round keys */
+    uint32_t tweak;        /* XORed into [generation][slot] before the shared permutation */
     gpuarr__slot *chunks[GPUARR__TABLE_CHUNKS];
     uint32_t capacity, live, free_count;
     uint32_t used; /* slots handed out so far; atomic (read by lookups) */
@@ -1562,8 +1568,10 @@ typedef struct gpuarr__state {
     pthread_mutex_t defaults_lock;
     /* The three handle tables share one lock: a new id is checked against all of them (no id
        is live in two tables), and one lock costs a third of three in every create. Creates,
-       retains and releases take it; lookups do not (gpuarr__table_lookup). */
-    pthread_mutex_t handles_lock;
+       retains and releases take it; lookups do not (gpuarr__table_lookup). A spin lock
+       (gpuarr__handles_lock): every hold is short. */
+    uint32_t handles_lock;
+    uint32_t handle_key[4]; /* the handle permutation's round keys, one set for all three tables */
     int refs;             /* gpuarr_init references, under init_lock */
     uint32_t valid;       /* atomic: 1 while initialized */
     uint32_t epoch;       /* counts init cycles; part of device ids */
@@ -1620,7 +1628,7 @@ typedef struct gpuarr__state {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 #endif
-static gpuarr__state gpuarr__g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER};
+static gpuarr__state gpuarr__g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, 0};
 #if defined(__GNUC__) || defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
@@ -1654,7 +1662,7 @@ typedef struct gpuarr__thread_state {
         struct gpuarr__stream *stream; /* borrowed: the device's list holds the reference */
     } defaults[8];
     struct {               /* the last id made on this thread and what it decodes to (gpuarr__table_plain) */
-        uint32_t epoch, kind, id, plain;
+        uint32_t epoch, id, value; /* value: the permutation's input, before a table's tweak */
     } handle_memo;
     struct {               /* the thread's array caches, by device index mod 8 */
         uint32_t epoch;
@@ -2280,18 +2288,29 @@ static void gpuarr__cpu_fill(void *dst, const void *pattern, size_t pattern_size
 /* ---------------------------------------------------------------------------------------------
  * Reference-counted objects and handle tables
  * ------------------------------------------------------------------------------------------- */
+/* The handle tables' lock. Every hold is a few dozen instructions (a chunk's allocation at
+   most), and an uncontended pthread mutex costs two atomic read-modify-writes and two calls, a
+   tenth of a cached create + release; this costs one exchange. A waiter yields after a few
+   spins, so a holder that lost its core gets it back. */
+static void gpuarr__handles_lock(void) {
+    for (int spins = 0; __atomic_exchange_n(&gpuarr__g.handles_lock, 1u, __ATOMIC_ACQUIRE);)
+        while (__atomic_load_n(&gpuarr__g.handles_lock, __ATOMIC_RELAXED))
+            if (spins < 64) spins++;
+            else sched_yield();
+}
+static void gpuarr__handles_unlock(void) { __atomic_store_n(&gpuarr__g.handles_lock, 0u, __ATOMIC_RELEASE); }
+
 static void gpuarr__obj_retain(gpuarr__obj *o) { GPUARR__ATOMIC_INC(&o->refs); }
 static void gpuarr__obj_release(gpuarr__obj *o) {
     if (o && GPUARR__ATOMIC_DEC(&o->refs) == 0) o->destroy(o);
 }
 
-/* One round of the handle permutation: mixes a 16-bit half with a round key. */
-static uint32_t gpuarr__handle_round(uint32_t half, uint32_t key) {
-    uint32_t v = (half ^ key) * 0x7feb352du;
-    v ^= v >> 15;
-    v *= 0x846ca68bu;
-    return (v ^ (v >> 16)) & 0xffffu;
-}
+/* One round of the handle permutation: mixes a 16-bit half with a round key. The high half of
+   one odd multiply depends on every bit of the 16-bit input (and the key's high half adds a
+   constant). One multiply a round: the rounds are a dependency chain in every create. Measured
+   (random keys, 4096 live ids): the ids at id +- 1 and id ^ bit name live objects as often as
+   random ids do. */
+static uint32_t gpuarr__handle_round(uint32_t half, uint32_t key) { return ((half ^ key) * 0x9e3779b1u) >> 16; }
 
 /* A keyed permutation of the 32-bit values: a 4-round Feistel network on 16-bit halves. Not
    cryptography: it keeps forged and stale ids from naming live objects by accident. */
@@ -2315,13 +2334,14 @@ static uint32_t gpuarr__handle_decode(const uint32_t key[4], uint32_t id) {
     return (l << 16) | r;
 }
 
-/* A fresh permutation key for one table and init cycle, from the clock and addresses (ASLR). */
-static void gpuarr__handle_key(uint32_t kind, uint32_t key[4]) {
+/* Fresh random words for one init cycle, from the clock and addresses (ASLR): the shared
+   permutation key (key[0..3]) and the three tables' tweaks (key[4..6]). */
+static void gpuarr__handle_key(uint32_t key[7]) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     uint64_t x = (uint64_t)ts.tv_sec * 1000003u ^ (uint64_t)ts.tv_nsec ^ (uint64_t)(uintptr_t)&ts << 16 ^
-                 (uint64_t)(uintptr_t)&gpuarr__g ^ (uint64_t)gpuarr__g.epoch << 48 ^ (uint64_t)kind << 56;
-    for (int i = 0; i < 4; i++) { /* splitmix64 */
+                 (uint64_t)(uintptr_t)&gpuarr__g ^ (uint64_t)gpuarr__g.epoch << 48;
+    for (int i = 0; i < 7; i++) { /* splitmix64 */
         uint64_t z = (x += 0x9e3779b97f4a7c15ull);
         z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
         z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
@@ -2329,12 +2349,25 @@ static void gpuarr__handle_key(uint32_t kind, uint32_t key[4]) {
     }
 }
 
-static void gpuarr__table_init(gpuarr__table *t, const char *kind_name, uint32_t kind) {
+/* random: a word from gpuarr__handle_key. The tweak's top two bits are the kind (1, 2, 3), so
+   two tables' tweaks differ in the top of the generation: the same permuted value never names
+   nearby generations in two tables. */
+static void gpuarr__table_init(gpuarr__table *t, const char *kind_name, uint32_t kind, uint32_t random) {
     memset(t, 0, sizeof *t);
     t->kind_name = kind_name;
     t->kind = kind;
-    gpuarr__handle_key(kind, t->key); /* new ids, unrelated to those of earlier init cycles */
+    t->tweak = (random & 0x3fffffffu) | kind << 30;
     t->free_head = t->free_tail = GPUARR__NO_SLOT;
+}
+
+/* One init cycle's handle key and tables: ids unrelated to those of earlier cycles. */
+static void gpuarr__tables_init(void) {
+    uint32_t random[7];
+    gpuarr__handle_key(random);
+    memcpy(gpuarr__g.handle_key, random, sizeof gpuarr__g.handle_key);
+    gpuarr__table_init(&gpuarr__g.arrays, "array", 1u, random[4]);
+    gpuarr__table_init(&gpuarr__g.streams, "stream", 2u, random[5]);
+    gpuarr__table_init(&gpuarr__g.events, "event", 3u, random[6]);
 }
 
 static gpuarr__slot *gpuarr__table_at(gpuarr__table *t, uint32_t index) {
@@ -2371,21 +2404,30 @@ static gpuarr_result gpuarr__table_take_slot(gpuarr__table *t, uint32_t *index) 
     return GPUARR_OK;
 }
 
-/* id decoded with t's keys. The permutation is a chain of multiplies that costs as much as the
-   rest of a release: the id this thread made last (an array released soon after it was made)
-   is remembered instead. Keys change only with the init cycle. */
-static uint32_t gpuarr__table_plain(const gpuarr__table *t, uint32_t id) {
-    if (id == gpuarr__tls.handle_memo.id && t->kind == gpuarr__tls.handle_memo.kind && gpuarr__tls.handle_memo.epoch == gpuarr__g.epoch)
-        return gpuarr__tls.handle_memo.plain;
-    return gpuarr__handle_decode(t->key, id);
+/* id decoded with the shared key: its [generation][slot] in any table is this XOR the
+   table's tweak. The permutation is a chain of multiplies that costs as much as the rest of a
+   release: the id this thread made last (an array released soon after it was made) is
+   remembered instead. The key changes only with the init cycle. */
+static uint32_t gpuarr__handle_value(uint32_t id) {
+    if (id == gpuarr__tls.handle_memo.id && gpuarr__tls.handle_memo.epoch == gpuarr__g.epoch)
+        return gpuarr__tls.handle_memo.value;
+    return gpuarr__handle_decode(gpuarr__g.handle_key, id);
+}
+
+/* id's [generation:16][slot index:16] in t. */
+static uint32_t gpuarr__table_plain(const gpuarr__table *t, uint32_t id) { return gpuarr__handle_value(id) ^ t->tweak; }
+
+/* Under the lock: the live slot of t with this [generation][slot] (plain), or NULL. */
+static gpuarr__slot *gpuarr__table_live(gpuarr__table *t, uint32_t plain) {
+    uint32_t index = plain & GPUARR__INDEX_MASK;
+    if (index >= t->used) return NULL;
+    gpuarr__slot *slot = gpuarr__table_at(t, index);
+    return slot->obj && (slot->gen & GPUARR__GEN_MASK) == plain >> GPUARR__INDEX_BITS ? slot : NULL;
 }
 
 /* Under the lock: the live slot for id, or NULL. Records nothing. */
 static gpuarr__slot *gpuarr__table_slot(gpuarr__table *t, uint32_t id) {
-    uint32_t plain = gpuarr__table_plain(t, id), index = plain & GPUARR__INDEX_MASK;
-    if (id == 0 || index >= t->used) return NULL;
-    gpuarr__slot *slot = gpuarr__table_at(t, index);
-    return slot->obj && (slot->gen & GPUARR__GEN_MASK) == plain >> GPUARR__INDEX_BITS ? slot : NULL;
+    return id == 0 ? NULL : gpuarr__table_live(t, gpuarr__table_plain(t, id));
 }
 
 /* The three tables by kind. */
@@ -2394,14 +2436,18 @@ static gpuarr__table *gpuarr__table_of_kind(uint32_t kind) {
 }
 
 /* Under the handles lock: the id of slot index of t, moving the slot's generation past an id
-   of 0 and past ids live in another table. */
-static uint32_t gpuarr__table_new_id(gpuarr__table *t, uint32_t index) {
+   of 0 and past ids live in another table (found without a decode: the key is shared). Sets
+   *value to the id's permutation input. */
+static uint32_t gpuarr__table_new_id(gpuarr__table *t, uint32_t index, uint32_t *value) {
     gpuarr__slot *slot = gpuarr__table_at(t, index);
     for (;; __atomic_store_n(&slot->gen, slot->gen + 1u, __ATOMIC_RELEASE)) {
-        uint32_t id = gpuarr__handle_encode(t->key, (slot->gen & GPUARR__GEN_MASK) << GPUARR__INDEX_BITS | index);
+        *value = ((slot->gen & GPUARR__GEN_MASK) << GPUARR__INDEX_BITS | index) ^ t->tweak;
+        uint32_t id = gpuarr__handle_encode(gpuarr__g.handle_key, *value);
         bool taken = id == 0;
-        for (uint32_t k = 1; k <= 3 && !taken; k++)
-            taken = k != t->kind && gpuarr__table_of_kind(k)->live && gpuarr__table_slot(gpuarr__table_of_kind(k), id) != NULL;
+        for (uint32_t k = 1; k <= 3 && !taken; k++) {
+            gpuarr__table *o = gpuarr__table_of_kind(k);
+            taken = o != t && o->live && gpuarr__table_live(o, *value ^ o->tweak) != NULL;
+        }
         if (!taken) return id;
     }
 }
@@ -2409,21 +2455,21 @@ static uint32_t gpuarr__table_new_id(gpuarr__table *t, uint32_t index) {
 /* Stores obj (whose one reference the handle now holds) and returns its id, under the lock the
    three tables share, so that no id is live in two tables at once. */
 static gpuarr_result gpuarr__table_insert(gpuarr__table *t, gpuarr__obj *obj, uint32_t *id) {
-    pthread_mutex_lock(&gpuarr__g.handles_lock);
+    gpuarr__handles_lock();
     uint32_t index = 0;
     gpuarr_result r = gpuarr__table_take_slot(t, &index);
     if (r == GPUARR_OK) {
         gpuarr__slot *slot = gpuarr__table_at(t, index);
-        *id = gpuarr__table_new_id(t, index);
+        uint32_t value = 0;
+        *id = gpuarr__table_new_id(t, index, &value);
         gpuarr__tls.handle_memo.epoch = gpuarr__g.epoch;
-        gpuarr__tls.handle_memo.kind = t->kind;
         gpuarr__tls.handle_memo.id = *id;
-        gpuarr__tls.handle_memo.plain = (slot->gen & GPUARR__GEN_MASK) << GPUARR__INDEX_BITS | index;
+        gpuarr__tls.handle_memo.value = value;
         __atomic_store_n(&slot->obj, obj, __ATOMIC_RELEASE); /* after its generation */
         slot->public_refs = 1;
         t->live++;
     }
-    pthread_mutex_unlock(&gpuarr__g.handles_lock);
+    gpuarr__handles_unlock();
     return r;
 }
 
@@ -2443,16 +2489,16 @@ static gpuarr_result gpuarr__table_reject(gpuarr__table *t, uint32_t id, const c
     for (uint32_t k = 1; k <= 3; k++) {
         gpuarr__table *o = gpuarr__table_of_kind(k);
         if (o == t) continue;
-        pthread_mutex_lock(&gpuarr__g.handles_lock);
+        gpuarr__handles_lock();
         bool theirs = gpuarr__table_slot(o, id) != NULL;
-        pthread_mutex_unlock(&gpuarr__g.handles_lock);
+        gpuarr__handles_unlock();
         if (theirs)
             return gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s (id 0x%08x) is %s %s handle, not %s %s handle", arg, id,
                                 k == 1 ? "an" : "a", o->kind_name, an, t->kind_name);
     }
-    pthread_mutex_lock(&gpuarr__g.handles_lock);
+    gpuarr__handles_lock();
     bool released = gpuarr__table_issued(t, id);
-    pthread_mutex_unlock(&gpuarr__g.handles_lock);
+    gpuarr__handles_unlock();
     if (released)
         return gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s (id 0x%08x): this %s was released (stale handle)", arg, id, t->kind_name);
     return gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s (id 0x%08x) is not %s %s handle", arg, id, an, t->kind_name);
@@ -2491,11 +2537,11 @@ static gpuarr_result gpuarr__table_get(gpuarr__table *t, uint32_t id, const char
 }
 
 static gpuarr_result gpuarr__table_retain(gpuarr__table *t, uint32_t id, const char *arg) {
-    pthread_mutex_lock(&gpuarr__g.handles_lock);
+    gpuarr__handles_lock();
     gpuarr__slot *slot = gpuarr__table_slot(t, id);
     bool at_max = slot && slot->public_refs == UINT32_MAX;
     if (slot && !at_max) slot->public_refs++;
-    pthread_mutex_unlock(&gpuarr__g.handles_lock);
+    gpuarr__handles_unlock();
     if (!slot) return gpuarr__table_reject(t, id, arg);
     if (at_max) return gpuarr__fail(GPUARR_ERROR_OVERFLOW, "%s: reference count at its maximum", arg);
     return GPUARR_OK;
@@ -2505,7 +2551,7 @@ static gpuarr_result gpuarr__table_retain(gpuarr__table *t, uint32_t id, const c
    hands the handle's object reference to *dropped, to be released outside the lock. */
 static gpuarr_result gpuarr__table_release(gpuarr__table *t, uint32_t id, const char *arg, gpuarr__obj **dropped) {
     *dropped = NULL;
-    pthread_mutex_lock(&gpuarr__g.handles_lock);
+    gpuarr__handles_lock();
     gpuarr__slot *slot = gpuarr__table_slot(t, id);
     if (slot && --slot->public_refs == 0) {
         uint32_t index = gpuarr__table_plain(t, id) & GPUARR__INDEX_MASK;
@@ -2519,16 +2565,16 @@ static gpuarr_result gpuarr__table_release(gpuarr__table *t, uint32_t id, const 
         t->free_count++;
         t->live--;
     }
-    pthread_mutex_unlock(&gpuarr__g.handles_lock);
+    gpuarr__handles_unlock();
     if (*dropped) gpuarr__table_unpinned(slot); /* the slot itself stays: its chunk never goes */
     return slot ? GPUARR_OK : gpuarr__table_reject(t, id, arg);
 }
 
 static uint32_t gpuarr__table_public_refs(gpuarr__table *t, uint32_t id) {
-    pthread_mutex_lock(&gpuarr__g.handles_lock);
+    gpuarr__handles_lock();
     gpuarr__slot *slot = gpuarr__table_slot(t, id);
     uint32_t refs = slot ? slot->public_refs : 0;
-    pthread_mutex_unlock(&gpuarr__g.handles_lock);
+    gpuarr__handles_unlock();
     return refs;
 }
 
@@ -3029,15 +3075,15 @@ static void gpuarr__collect_device(gpuarr__dev *d) {
     (void)gpuarr__visit_thread_streams(d, false); /* short of memory: collected later */
     gpuarr__table *t = &gpuarr__g.streams;
     for (uint32_t i = 0;; i++) {
-        pthread_mutex_lock(&gpuarr__g.handles_lock);
+        gpuarr__handles_lock();
         if (i >= t->used) {
-            pthread_mutex_unlock(&gpuarr__g.handles_lock);
+            gpuarr__handles_unlock();
             break;
         }
         gpuarr__stream *s = (gpuarr__stream *)gpuarr__table_at(t, i)->obj;
         if (s && s->dev == d) gpuarr__obj_retain(&s->obj);
         else s = NULL;
-        pthread_mutex_unlock(&gpuarr__g.handles_lock);
+        gpuarr__handles_unlock();
         if (!s) continue;
         gpuarr__stream_collect(s, 0);
         gpuarr__obj_release(&s->obj);
@@ -5382,9 +5428,7 @@ static gpuarr_result gpuarr__startup(const gpuarr_desc *desc) {
     gpuarr__thread_key_make();
     gpuarr_result r = gpuarr__resolve_config(&d);
     if (r == GPUARR_OK) {
-        gpuarr__table_init(&gpuarr__g.arrays, "array", 1u);
-        gpuarr__table_init(&gpuarr__g.streams, "stream", 2u);
-        gpuarr__table_init(&gpuarr__g.events, "event", 3u);
+        gpuarr__tables_init();
         gpuarr__workers_init(&gpuarr__g.workers, gpuarr__g.host_threads);
         r = gpuarr__registry_build();
     }
@@ -5673,15 +5717,15 @@ static gpuarr_result gpuarr__sync_public_streams(gpuarr__dev *d) {
     gpuarr__table *t = &gpuarr__g.streams;
     gpuarr_result r = GPUARR_OK;
     for (uint32_t i = 0;; i++) {
-        pthread_mutex_lock(&gpuarr__g.handles_lock);
+        gpuarr__handles_lock();
         if (i >= t->used) {
-            pthread_mutex_unlock(&gpuarr__g.handles_lock);
+            gpuarr__handles_unlock();
             break;
         }
         gpuarr__stream *s = (gpuarr__stream *)gpuarr__table_at(t, i)->obj;
         if (s && s->dev == d) gpuarr__obj_retain(&s->obj);
         else s = NULL;
-        pthread_mutex_unlock(&gpuarr__g.handles_lock);
+        gpuarr__handles_unlock();
         if (!s) continue;
         r = gpuarr__stream_sync_keep(s, r);
         gpuarr__obj_release(&s->obj);
@@ -5708,6 +5752,17 @@ static gpuarr_result gpuarr__create(gpuarr_device d, gpuarr_dtype t, int ndim, c
     gpuarr__array *a = NULL;
     gpuarr__stream *s = NULL;
     GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
+    if (!zero) { /* an array from this thread's cache waits for nothing: no stream is needed */
+        int64_t count;
+        size_t nbytes;
+        GPUARR__CHECK(gpuarr__check_scope());
+        GPUARR__CHECK(gpuarr__check_shape(t, ndim, shape, &count, &nbytes));
+        a = gpuarr__array_from_tcache(dev, t, ndim, shape, count, nbytes);
+        uint32_t id = 0;
+        gpuarr_result r = a ? gpuarr__array_publish(a, &id) : GPUARR_OK;
+        if (a && r == GPUARR_OK) out->id = id;
+        if (a) return r;
+    }
     GPUARR__CHECK(gpuarr__stream_for(dev, NULL, &s));
     gpuarr_result r = gpuarr__array_new(dev, t, ndim, shape, s, &a);
     if (r == GPUARR_OK && zero && a->nbytes) {

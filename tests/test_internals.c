@@ -168,12 +168,12 @@ Test(internals, a_slot_reused_through_its_whole_generation_period_never_revives_
     for (int i = 1; i < PERIOD; i++) cr_assert_neq(ids[i], ids[i - 1], "one slot handed out the id 0x%08x twice", ids[i]);
 }
 
-/* Two tables whose keys agree would hand out the same first id: the array's. The stream gets
+/* Two tables whose tweaks agree would hand out the same first id: the array's. The stream gets
    another, and the array's id given as a stream is refused, saying what it is. */
 Test(internals, an_id_is_never_live_in_two_tables_at_once) {
     gpuarr__table *arrays = &gpuarr__g.arrays, *streams = &gpuarr__g.streams;
     cr_assert(arrays->used == 0 && streams->used == 0, "the tables are not fresh");
-    memcpy(streams->key, arrays->key, sizeof streams->key);
+    streams->tweak = arrays->tweak;
     static gpuarr__obj a, s;
     uint32_t array_id = insert_placeholder(arrays, &a), stream_id = insert_placeholder(streams, &s);
     cr_assert_neq(stream_id, array_id);
