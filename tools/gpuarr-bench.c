@@ -1563,7 +1563,7 @@ static void sweep_row(const sweep_out *o, const char *section, const char *path,
         ratio[r] = (ops[g].moved / tg[r]) / (ops[b].moved / tb[r]);
     }
     double mg = median(tg, st->reps), mb = median(tb, st->reps);
-    fprintf(o->f, "%s,%s,%s,%s,%s,%zu,%.9g,%.9g,%.4f,%.4f,%.4f,%d,%d,%d\n", section, path, baseline, o->isa, o->device, o->bytes, mg,
+    fprintf(o->f, "%s,%s,%s,%s,%s,%zu,%.9g,%.9g,%.6g,%.6g,%.6g,%d,%d,%d\n", section, path, baseline, o->isa, o->device, o->bytes, mg,
             mb, ops[g].moved / mg / 1e9, ops[b].moved / mb / 1e9, median(ratio, st->reps), st->reps, st->calls[g], st->calls[b]);
     fflush(o->f);
 }
