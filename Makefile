@@ -255,7 +255,12 @@ compile-tests: compile-matrix readme-blocks install-check
 	$(CC) -std=c11 $(WARN) -DGPUARR_NO_RUNTIME_LINKING -DGPUARR_NO_CUDA -I. tests/compile/compile_c.c -o $(BUILD)/compile/linked-opencl -lOpenCL $(LIBS)
 	$(CC) -std=c11 $(WARN) -DGPUARR_NO_OPENCL -I. tests/compile/compile_c.c -o $(BUILD)/compile/no-opencl $(LIBS)
 	$(CC) -std=c11 $(WARN) -DGPUARR_NO_CUDA -DGPUARR_NO_OPENCL -I. tests/compile/compile_c.c -o $(BUILD)/compile/host-only $(LIBS)
-	@for p in c11-gcc c11-clang cxx17 two-units custom-malloc opencl-decls linked-opencl no-opencl host-only; do $(BUILD)/compile/$$p || exit 1; done
+	$(CC) -std=c11 $(WARN) -I. tests/compile/dlpack_abi.c -o $(BUILD)/compile/dlpack-abi $(LIBS)
+	@# the official header, where the machine has it (Debian does not package it)
+	@if echo '#include <dlpack/dlpack.h>' | $(CC) -E -x c - >/dev/null 2>&1; then \
+	  $(CC) -std=c11 $(WARN) -DGPUARR_TEST_REAL_DLPACK -I. tests/compile/dlpack_abi.c -o $(BUILD)/compile/dlpack-abi-real $(LIBS) && \
+	  $(BUILD)/compile/dlpack-abi-real; else echo "compile test: <dlpack/dlpack.h> not found: DLPack ABI checked by offsets only"; fi
+	@for p in c11-gcc c11-clang cxx17 two-units custom-malloc opencl-decls linked-opencl no-opencl host-only dlpack-abi; do $(BUILD)/compile/$$p || exit 1; done
 	@# each backend header is read once by the implementation
 	@for h in host cuda opencl; do n=$$($(CC) -std=c11 -E -DGPUARR_IMPLEMENTATION -I. -x c gpuarr.h | grep -c "^# 1 \"\(\./\)\?backends/gpuarr_$$h.h\""); \
 	  [ "$$n" = 1 ] || { echo "compile test: the implementation reads backends/gpuarr_$$h.h $$n times (once is right)"; exit 1; }; done

@@ -682,6 +682,7 @@ typedef struct gpuarr_array_info {
                                        the array it was made from */
     size_t offset;                  /* bytes from the start of the memory it shares (0 if none) */
     uint32_t refcount;              /* references held through the handle */
+    bool read_only;                 /* writes refused (gpuarr_from_dlpack of a READ_ONLY tensor) */
 } gpuarr_array_info;
 
 typedef void (*gpuarr_release_fn)(void *data, void *user_data);
@@ -1026,6 +1027,92 @@ struct CUstream_st;
 GPUARR_BACKEND_LIST(GPUARR__DECLARE_INTEROPS)
 #undef GPUARR__DECLARE_INTEROPS
 #undef GPUARR__DECLARE_INTEROP
+
+/* ---------------------------------------------------------------------------------------------
+ * DLPack (v1.1 ABI). With <dlpack/dlpack.h> (v1.x) included before gpuarr.h its types are used;
+ * otherwise the declarations below, written for gpuarr with DLPack's names, field order, types
+ * and include guard, stand in for it (tests/compile/dlpack_abi.c checks sizes and offsets).
+ * ------------------------------------------------------------------------------------------- */
+#if defined(DLPACK_DLPACK_H_) && (!defined(DLPACK_MAJOR_VERSION) || DLPACK_MAJOR_VERSION != 1)
+#error "gpuarr.h needs DLPack 1.x: <dlpack/dlpack.h> included before it is another major version"
+#endif
+#ifndef DLPACK_DLPACK_H_
+#define DLPACK_DLPACK_H_
+#define DLPACK_MAJOR_VERSION 1
+#define DLPACK_MINOR_VERSION 1
+typedef struct {
+    uint32_t major;
+    uint32_t minor;
+} DLPackVersion;
+#ifdef __cplusplus
+typedef enum : int32_t {
+#else
+typedef enum {
+#endif
+    kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3, kDLOpenCL = 4, kDLVulkan = 7, kDLMetal = 8, kDLVPI = 9,
+    kDLROCM = 10, kDLROCMHost = 11, kDLExtDev = 12, kDLCUDAManaged = 13, kDLOneAPI = 14, kDLWebGPU = 15,
+    kDLHexagon = 16, kDLMAIA = 17, kDLTrn = 18
+} DLDeviceType;
+typedef struct {
+    DLDeviceType device_type;
+    int32_t device_id;
+} DLDevice;
+typedef enum {
+    kDLInt = 0U, kDLUInt = 1U, kDLFloat = 2U, kDLOpaqueHandle = 3U, kDLBfloat = 4U, kDLComplex = 5U, kDLBool = 6U,
+    kDLFloat8_e3m4 = 7U, kDLFloat8_e4m3 = 8U, kDLFloat8_e4m3b11fnuz = 9U, kDLFloat8_e4m3fn = 10U,
+    kDLFloat8_e4m3fnuz = 11U, kDLFloat8_e5m2 = 12U, kDLFloat8_e5m2fnuz = 13U, kDLFloat8_e8m0fnu = 14U,
+    kDLFloat6_e2m3fn = 15U, kDLFloat6_e3m2fn = 16U, kDLFloat4_e2m1fn = 17U
+} DLDataTypeCode;
+typedef struct {
+    uint8_t code;   /* a DLDataTypeCode */
+    uint8_t bits;
+    uint16_t lanes;
+} DLDataType;
+typedef struct {
+    void *data;     /* CPU: address; CUDA: device pointer; OpenCL: the cl_mem */
+    DLDevice device;
+    int32_t ndim;
+    DLDataType dtype;
+    int64_t *shape;
+    int64_t *strides; /* in elements; NULL means compact row-major */
+    uint64_t byte_offset;
+} DLTensor;
+typedef struct DLManagedTensor {
+    DLTensor dl_tensor;
+    void *manager_ctx;
+    void (*deleter)(struct DLManagedTensor *self);
+} DLManagedTensor;
+#define DLPACK_FLAG_BITMASK_READ_ONLY (1UL << 0UL)
+#define DLPACK_FLAG_BITMASK_IS_COPIED (1UL << 1UL)
+#define DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED (1UL << 2UL)
+typedef struct DLManagedTensorVersioned {
+    DLPackVersion version;
+    void *manager_ctx;
+    void (*deleter)(struct DLManagedTensorVersioned *self);
+    uint64_t flags;
+    DLTensor dl_tensor;
+} DLManagedTensorVersioned;
+#endif /* DLPACK_DLPACK_H_ */
+
+/* gpuarr_to_dlpack's flags: the consumer must not write (DLPACK_FLAG_BITMASK_READ_ONLY). */
+#define GPUARR_DLPACK_READ_ONLY ((uint64_t)1)
+
+/* Export: a DLManagedTensorVersioned sharing a's memory (no copy), holding a reference to a until
+   the consumer calls its deleter (exactly once, from any thread, also after gpuarr_shutdown).
+   Returns once a's contents are complete; _async instead orders `consumer` (a stream of any
+   device, {0} = the current one) after the work producing a, without waiting. flags: 0 or
+   GPUARR_DLPACK_READ_ONLY (always set for a read-only array). *out is set only on success. */
+GPUARR_API gpuarr_result gpuarr_to_dlpack(gpuarr_array a, uint64_t flags, DLManagedTensorVersioned **out);
+GPUARR_API gpuarr_result gpuarr_to_dlpack_async(gpuarr_array a, gpuarr_stream consumer, uint64_t flags,
+                                                DLManagedTensorVersioned **out);
+/* Import: an array on the tensor's memory (no copy). gpuarr takes t in every case: its deleter
+   (if not NULL) is called exactly once, when the last reference to the array (and its views)
+   goes, or before this call returns an error. */
+GPUARR_API gpuarr_result gpuarr_from_dlpack(DLManagedTensorVersioned *t, gpuarr_array *out);
+/* The same for the pre-1.0 DLManagedTensor (no version, no flags). */
+GPUARR_API gpuarr_result gpuarr_to_dlpack_legacy(gpuarr_array a, DLManagedTensor **out);
+GPUARR_API gpuarr_result gpuarr_from_dlpack_legacy(DLManagedTensor *t, gpuarr_array *out);
+
 
 #ifdef __cplusplus
 } /* extern "C" */
@@ -1448,6 +1535,9 @@ struct gpuarr__array { /* a new field is reset in gpuarr__array_from_tcache too 
     gpuarr_release_fn release_fn;
     void *release_user;
     gpuarr__event *ready; /* contents valid once this completes; NULL = valid now */
+    bool read_only;       /* writes refused (imported with DLPACK_FLAG_BITMASK_READ_ONLY); views inherit it */
+    void (*owner_release)(void *ctx); /* called once when the record goes (a DLPack producer's deleter) */
+    void *owner_ctx;
 };
 
 /* ---------------------------------------------------------------------------------------------
@@ -3925,7 +4015,15 @@ static void gpuarr__array_destroy_obj(gpuarr__obj *o) {
     }
     for (uint32_t i = 0; i < a->nuses; i++) gpuarr__obj_release(&a->uses[i]->obj);
     if (a->ready) gpuarr__obj_release(&a->ready->obj);
+    if (a->owner_release) a->owner_release(a->owner_ctx); /* after the memory's own release */
     gpuarr__free(a);
+}
+
+/* Writes into a read-only array (gpuarr_from_dlpack of a READ_ONLY tensor) are refused. */
+static gpuarr_result gpuarr__check_writable(const gpuarr__array *a, const char *arg) {
+    if (!a->read_only) return GPUARR_OK;
+    return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "%s is read-only (imported from a DLPack tensor flagged "
+                                                       "DLPACK_FLAG_BITMASK_READ_ONLY)", arg);
 }
 
 /* The array that owns a's memory (a itself unless a is a view): it keeps the ready event and
@@ -4058,6 +4156,8 @@ static gpuarr__array *gpuarr__array_from_tcache(gpuarr__dev *d, gpuarr_dtype t, 
     a->batch_member = false;
     a->nuses = 0;
     a->release_fn = NULL;
+    a->read_only = false;
+    a->owner_release = NULL;
     a->release_user = NULL;
     a->ready = NULL;
     return a;
@@ -5939,6 +6039,7 @@ GPUARR_API gpuarr_result gpuarr_array_get_info(gpuarr_array arr, gpuarr_array_in
     out->is_view = a->base != NULL && !a->batch_member;
     out->offset = a->batch_member ? 0 : a->base_offset;
     out->refcount = gpuarr__table_public_refs(&gpuarr__g.arrays, arr.id);
+    out->read_only = a->read_only;
     gpuarr__obj_release(&a->obj);
     return GPUARR_OK;
 }
@@ -6005,6 +6106,7 @@ static gpuarr_result gpuarr__copy(gpuarr_array dst, gpuarr_array src, gpuarr_str
     GPUARR__CHECK(gpuarr__get_array(dst, "dst", &d));
     gpuarr_result r = gpuarr__get_array(src, "src", &a);
     bool same = false;
+    if (r == GPUARR_OK) r = gpuarr__check_writable(d, "dst");
     if (r == GPUARR_OK && d->count != a->count)
         r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "dst holds %lld elements and src %lld: a copy needs the same count",
                          (long long)d->count, (long long)a->count);
@@ -6073,7 +6175,8 @@ static gpuarr_result gpuarr__range_io(gpuarr_array arr, int64_t first, int64_t c
     gpuarr_dtype ht = GPUARR_BOOL; /* set by gpuarr__check_range */
     GPUARR__CHECK(gpuarr__get_array(arr, "a", &a));
     gpuarr__dev *h = gpuarr__host_dev();
-    gpuarr_result r = gpuarr__check_range(a, first, count, t, host, &ht);
+    gpuarr_result r = writing ? gpuarr__check_writable(a, "a") : GPUARR_OK;
+    if (r == GPUARR_OK) r = gpuarr__check_range(a, first, count, t, host, &ht);
     if (r == GPUARR_OK) r = gpuarr__stream_between(stream, a->dev, h, &es);
     if (r == GPUARR_OK) r = writing ? gpuarr__route_check(h, a->dev, ht, a->dtype) : gpuarr__route_check(a->dev, h, a->dtype, ht);
     if (r == GPUARR_OK && count > 0) {
@@ -6139,8 +6242,9 @@ GPUARR_API gpuarr_result gpuarr__fill_named(const char *api, gpuarr_array arr, g
     gpuarr__array *a;
     GPUARR__CHECK(gpuarr__get_array(arr, "a", &a));
     gpuarr_dtype vt = t ? t : a->dtype;
-    gpuarr_result r = GPUARR_OK;
-    if (!gpuarr__dtype_valid(vt)) r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "t = %d is not a gpuarr_dtype", (int)t);
+    gpuarr_result r = gpuarr__check_writable(a, "a");
+    if (r != GPUARR_OK) {
+    } else if (!gpuarr__dtype_valid(vt)) r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "t = %d is not a gpuarr_dtype", (int)t);
     else if (!value) r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "value is NULL");
     else if ((uintptr_t)value % gpuarr__dtype_sizes[vt] != 0)
         r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "value %p is not aligned to %zu bytes (the size of %s)", value,
@@ -6174,6 +6278,7 @@ static gpuarr_result gpuarr__view_publish(gpuarr__array *a, int ndim, const int6
     v->wrapped = root->wrapped;
     v->host_fallback = root->host_fallback;
     v->pinned_for = root->pinned_for;
+    v->read_only = a->read_only;
     uint32_t id;
     GPUARR__CHECK(gpuarr__array_publish(v, &id)); /* on failure v, and its hold on root, are dropped */
     out->id = id;
@@ -7293,6 +7398,9 @@ GPUARR_API void gpuarr_scope_leave(gpuarr_scope *scope) {
 GPUARR_BACKEND_LIST(GPUARR__INTEROP_CALLS)
 #undef GPUARR__INTEROP_CALLS
 #undef GPUARR__INTEROP_CALL
+
+/* DLPack export and import (the manual's DLPACK section). */
+#include "backends/gpuarr_dlpack.h"
 
 #endif /* GPUARR_IMPLEMENTATION */
 
