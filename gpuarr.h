@@ -325,6 +325,41 @@
  * queue and buffer, and wrap a caller's cl_mem or queue without taking ownership.
  *
  * =============================================================================================
+ * DLPACK
+ * =============================================================================================
+ * Arrays go to and come from other libraries (NumPy, PyTorch, CuPy, ...) through DLPack v1.1
+ * without a copy. Include <dlpack/dlpack.h> (1.x) before gpuarr.h to use its types; otherwise
+ * gpuarr.h declares the same ones under DLPack's names and include guard.
+ *
+ *   DLManagedTensorVersioned *t;
+ *   gpuarr_to_dlpack(a, 0, &t);          // or GPUARR_DLPACK_READ_ONLY; _legacy: DLManagedTensor
+ *   ... the consumer uses t, then calls t->deleter(t) exactly once ...
+ *   gpuarr_from_dlpack(t2, &b);          // b shares t2's memory; gpuarr now owns t2
+ *
+ * Export: the tensor holds a reference to the array (the handle may be released first) until
+ * its deleter runs; the deleter may run on any thread, and after gpuarr_shutdown (then it only
+ * frees the tensor: the array went with the shutdown), but not during it. gpuarr_to_dlpack
+ * returns when the array's contents are complete; gpuarr_to_dlpack_async(a, consumer, ...)
+ * instead makes the `consumer` stream wait for them and returns at once. Devices: host ->
+ * kDLCPU, pinned host memory of a CUDA device -> kDLCUDAHost, cuda:N -> kDLCUDA N, opencl:N ->
+ * kDLOpenCL N. Dtypes: bool -> kDLBool 8 bits, i8..i64 -> kDLInt, u8..u64 -> kDLUInt,
+ * f16/f32/f64 -> kDLFloat, bf16 -> kDLBfloat 16, lanes 1. shape and strides (compact, in
+ * elements) are always filled.
+ * data + byte_offset is the first element: on the host and CUDA data is the start of the
+ * memory the array shares and byte_offset a view's offset into it; on OpenCL data is the cl_mem
+ * and byte_offset the element offset in that buffer (non-zero for pooled arrays too).
+ *
+ * Import: version major 1 (else GPUARR_ERROR_UNSUPPORTED), lanes 1 and a dtype above
+ * (UNSUPPORTED), compact strides or NULL (non-compact: UNSUPPORTED), kDLCPU / kDLCUDAHost (the
+ * host), kDLCUDA, kDLOpenCL of a device gpuarr has (else GPUARR_ERROR_NO_DEVICE), ndim 0..8.
+ * gpuarr takes the tensor whatever the outcome (t not NULL): the producer's deleter is called
+ * exactly once, when the last reference to the array and its views goes, or before an error
+ * returns. A tensor flagged DLPACK_FLAG_BITMASK_READ_ONLY gives a read-only array
+ * (gpuarr_array_info.read_only, inherited by views, exported read-only): gpuarr_write(_async),
+ * gpuarr_fill(_as) and gpuarr_copy(_async) into it fail with GPUARR_ERROR_INVALID_ARGUMENT
+ * (gpuarr_host_data still returns its address: do not write through it).
+ *
+ * =============================================================================================
  * MEMORY POOLS
  * =============================================================================================
  * Each device (the host too) caches the memory its arrays free, so allocating and freeing in a

@@ -17,7 +17,8 @@
  * gpuarr_init runs once per process (PoCL's start is slow); an op shuts the library down and
  * starts it again with another desc now and then. tests/fuzz/soak.c runs the same interpreter
  * from 8 threads (fz_soak = 1): handle tables are per thread, and the process-wide ops (init,
- * shutdown, set_limit) and the per-input pool checks are left out there.
+ * shutdown, set_limit) and the per-input pool checks are left out there. DLPack export/import
+ * runs from op_misc (op_dlpack).
  *
  * Built with clang -fsanitize=fuzzer,address,undefined by `make fuzz`, and with gcc's ASan+UBSan
  * and tests/fuzz/standalone.c by `make fuzz-replay` (the committed corpus, tests/fuzz/corpus/api).
@@ -1003,6 +1004,61 @@ static void op_pool(fz *z) {
     }
 }
 
+/* DLPack: export (versioned, async on a stream, or legacy), then the consumer's deleter at once,
+   or an import of the tensor as it is or with one field broken: a refused import calls the
+   deleter itself, so the export's reference goes either way (the end-of-input checks see a
+   leak otherwise). */
+static void op_dlpack(fz *z) {
+    gpuarr_array a = fz_arr(z), out = {FZ_SENTINEL};
+    uint8_t how = u8(z);
+    uint64_t flags = (how & 0x80) ? (uint64_t)u8(z) : (uint64_t)(how & 1);
+    gpuarr_result r;
+    if (how & 0x40) {
+        DLManagedTensor *l = NULL;
+        if (FZ_CALL(r, "gpuarr_to_dlpack_legacy", gpuarr_to_dlpack_legacy(a, &l)) != GPUARR_OK) {
+            if (l) fz_die("gpuarr_to_dlpack_legacy failed but wrote *out");
+            return;
+        }
+        if (how & 2) {
+            l->deleter(l);
+            return;
+        }
+        FZ_CALL(r, "gpuarr_from_dlpack_legacy", gpuarr_from_dlpack_legacy(l, &out));
+        FZ_KEEP_OUT(r, "gpuarr_from_dlpack_legacy", out);
+        if (r == GPUARR_OK) fz_adopt(z, out);
+        return;
+    }
+    DLManagedTensorVersioned *m = NULL;
+    if (how & 0x20) FZ_CALL(r, "gpuarr_to_dlpack_async", gpuarr_to_dlpack_async(a, fz_stream(z), flags, &m));
+    else FZ_CALL(r, "gpuarr_to_dlpack", gpuarr_to_dlpack(a, flags, &m));
+    if (r != GPUARR_OK) {
+        if (m) fz_die("gpuarr_to_dlpack failed but wrote *out");
+        return;
+    }
+    if (how & 2) {
+        m->deleter(m);
+        return;
+    }
+    DLTensor *t = &m->dl_tensor;
+    switch ((how >> 2) & 7) { /* 0..2: as it is */
+    case 3: m->version.major = u8(z); break;
+    case 4: t->dtype.lanes = (uint16_t)(u8(z) | 1u), t->dtype.code = u8(z) % 8; break;
+    case 5: if (t->ndim > 0) t->strides[u8(z) % (unsigned)t->ndim] = (int64_t)(int8_t)u8(z); break;
+    /* only lies gpuarr can see through: another device of the same backend (its context checks
+       the memory), a device type it has no backend for, fewer elements; never a host address
+       that is not one, or an offset past the end (a wrapped host pointer is taken on trust) */
+    case 6:
+        if (u8(z) & 1) t->device.device_type = (DLDeviceType)(5 + u8(z) % 16);
+        else t->device.device_id = (int8_t)u8(z);
+        break;
+    case 7: t->ndim = (int32_t)(int8_t)u8(z) % 12; break;
+    default: break;
+    }
+    FZ_CALL(r, "gpuarr_from_dlpack", gpuarr_from_dlpack(m, &out));
+    FZ_KEEP_OUT(r, "gpuarr_from_dlpack", out);
+    if (r == GPUARR_OK) fz_adopt(z, out);
+}
+
 static void op_misc(fz *z) {
     uint8_t how = u8(z);
     switch (how % 4) {
@@ -1051,7 +1107,8 @@ static void op_misc(fz *z) {
         break;
     }
     default:
-        if (!fz_soak && (how & 0x80)) z->reinit = true; /* at the end of this input (needs everything released) */
+        if (how & 0x40) op_dlpack(z);
+        else if (!fz_soak && (how & 0x80)) z->reinit = true; /* at the end of this input (needs everything released) */
         break;
     }
 }
