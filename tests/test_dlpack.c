@@ -446,3 +446,28 @@ Test(dlpack, import_before_init_calls_the_deleter) {
     cr_expect_eq(r, GPUARR_ERROR_NOT_INITIALIZED);
     cr_expect_eq(p.deleted, 1);
 }
+
+Test(dlpack, pinned_host_memory_of_a_cuda_device_exports_as_cuda_host) {
+    gpuarr_device d = test_device();
+    gpuarr_device_info info;
+    TEST_OK(gpuarr_device_get_info(d, &info));
+    int64_t n = 32;
+    gpuarr_array a;
+    TEST_OK(gpuarr_empty_pinned(d, GPUARR_F32, 1, &n, &a));
+    gpuarr_array_info ai;
+    TEST_OK(gpuarr_array_get_info(a, &ai));
+    DLManagedTensorVersioned *m;
+    TEST_OK(gpuarr_to_dlpack(a, 0, &m));
+    if (info.backend == GPUARR_BACKEND_CUDA) cr_expect(ai.pinned, "a CUDA device has a pinned pool");
+    int want = (ai.pinned && info.backend == GPUARR_BACKEND_CUDA) ? 3 : 1; /* kDLCUDAHost : kDLCPU */
+    cr_expect_eq((int)m->dl_tensor.device.device_type, want, "%s: device_type %d, want %d", info.spec,
+                 (int)m->dl_tensor.device.device_type, want);
+    cr_expect_eq(m->dl_tensor.device.device_id, 0);
+    expect_data(a, &m->dl_tensor);
+    gpuarr_array b; /* and back: host memory */
+    TEST_OK(gpuarr_from_dlpack(m, &b));
+    TEST_OK(gpuarr_array_get_info(b, &ai));
+    cr_expect_eq(ai.device.id, gpuarr_host().id);
+    TEST_OK(gpuarr_release(b));
+    TEST_OK(gpuarr_release(a));
+}
