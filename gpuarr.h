@@ -340,7 +340,9 @@
  * its deleter runs; the deleter may run on any thread, and after gpuarr_shutdown (then it only
  * frees the tensor: the array went with the shutdown), but not during it. gpuarr_to_dlpack
  * returns when the array's contents are complete; gpuarr_to_dlpack_async(a, consumer, ...)
- * instead makes the `consumer` stream wait for them and returns at once. Devices: host ->
+ * instead makes the `consumer` stream wait for them and returns at once. A read-only array
+ * exports with DLPACK_FLAG_BITMASK_READ_ONLY set; gpuarr_to_dlpack_legacy refuses it
+ * (GPUARR_ERROR_INVALID_ARGUMENT: a legacy tensor cannot carry the flag). Devices: host ->
  * kDLCPU, pinned host memory of a CUDA device -> kDLCUDAHost, cuda:N -> kDLCUDA N, opencl:N ->
  * kDLOpenCL N. Dtypes: bool -> kDLBool 8 bits, i8..i64 -> kDLInt, u8..u64 -> kDLUInt,
  * f16/f32/f64 -> kDLFloat, bf16 -> kDLBfloat 16, lanes 1. shape and strides (compact, in
@@ -1144,7 +1146,8 @@ GPUARR_API gpuarr_result gpuarr_to_dlpack_async(gpuarr_array a, gpuarr_stream co
    (if not NULL) is called exactly once, when the last reference to the array (and its views)
    goes, or before this call returns an error. */
 GPUARR_API gpuarr_result gpuarr_from_dlpack(DLManagedTensorVersioned *t, gpuarr_array *out);
-/* The same for the pre-1.0 DLManagedTensor (no version, no flags). */
+/* The same for the pre-1.0 DLManagedTensor (no version, no flags: a read-only array is refused
+   with GPUARR_ERROR_INVALID_ARGUMENT, since its consumer could not be told). */
 GPUARR_API gpuarr_result gpuarr_to_dlpack_legacy(gpuarr_array a, DLManagedTensor **out);
 GPUARR_API gpuarr_result gpuarr_from_dlpack_legacy(DLManagedTensor *t, gpuarr_array *out);
 

@@ -130,13 +130,18 @@ static gpuarr_result gpuarr__dlpack_place(gpuarr__array *a, gpuarr_array h, DLTe
 }
 
 /* Makes the tensor for handle h: checks, waits (or orders `consumer`), fills, takes the reference. */
-static gpuarr_result gpuarr__dlpack_export(gpuarr_array h, bool async, gpuarr_stream consumer, uint64_t flags,
+static gpuarr_result gpuarr__dlpack_export(gpuarr_array h, bool async, gpuarr_stream consumer, uint64_t flags, bool legacy,
                                            gpuarr__dlpack_ctx **out) {
     if (flags & ~GPUARR_DLPACK_READ_ONLY)
         return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "flags = 0x%llx: only GPUARR_DLPACK_READ_ONLY (0x1) is defined",
                             (unsigned long long)flags);
     gpuarr__array *a;
     GPUARR__CHECK(gpuarr__get_array(h, "a", &a));
+    if (legacy && a->read_only) { /* as NumPy does: a legacy tensor cannot tell its consumer not to write */
+        gpuarr__obj_release(&a->obj);
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "a is read-only and a legacy DLManagedTensor cannot say so: "
+                                                           "export it with gpuarr_to_dlpack (DLPack 1.x)");
+    }
     gpuarr__dlpack_ctx *c = (gpuarr__dlpack_ctx *)gpuarr__calloc(sizeof *c);
     gpuarr_result r = c ? GPUARR_OK : gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a DLPack tensor");
     DLTensor *t = &c->versioned.dl_tensor;
@@ -189,7 +194,7 @@ GPUARR_API gpuarr_result gpuarr_to_dlpack(gpuarr_array a, uint64_t flags, DLMana
     GPUARR__REQUIRE_PTR(out);
     gpuarr__dlpack_ctx *c;
     gpuarr_stream none = {0};
-    GPUARR__CHECK(gpuarr__dlpack_export(a, false, none, flags, &c));
+    GPUARR__CHECK(gpuarr__dlpack_export(a, false, none, flags, false, &c));
     *out = &c->versioned;
     return GPUARR_OK;
 }
@@ -199,7 +204,7 @@ GPUARR_API gpuarr_result gpuarr_to_dlpack_async(gpuarr_array a, gpuarr_stream co
     GPUARR__BEGIN();
     GPUARR__REQUIRE_PTR(out);
     gpuarr__dlpack_ctx *c;
-    GPUARR__CHECK(gpuarr__dlpack_export(a, true, consumer, flags, &c));
+    GPUARR__CHECK(gpuarr__dlpack_export(a, true, consumer, flags, false, &c));
     *out = &c->versioned;
     return GPUARR_OK;
 }
@@ -209,7 +214,7 @@ GPUARR_API gpuarr_result gpuarr_to_dlpack_legacy(gpuarr_array a, DLManagedTensor
     GPUARR__REQUIRE_PTR(out);
     gpuarr__dlpack_ctx *c;
     gpuarr_stream none = {0};
-    GPUARR__CHECK(gpuarr__dlpack_export(a, false, none, 0, &c));
+    GPUARR__CHECK(gpuarr__dlpack_export(a, false, none, 0, true, &c));
     c->legacy.dl_tensor = c->versioned.dl_tensor;
     c->legacy.manager_ctx = c;
     c->legacy.deleter = gpuarr__dlpack_deleter_legacy;

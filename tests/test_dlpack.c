@@ -409,6 +409,9 @@ Test(dlpack, a_read_only_import_refuses_writes) {
     TEST_OK(gpuarr_to_dlpack(a, 0, &m));
     cr_expect_eq(m->flags & DLPACK_FLAG_BITMASK_READ_ONLY, (uint64_t)DLPACK_FLAG_BITMASK_READ_ONLY, "it exports read-only");
     m->deleter(m);
+    DLManagedTensor *l = NULL; /* a legacy tensor cannot carry the flag: refused, as NumPy refuses */
+    EXPECT_FAIL(gpuarr_to_dlpack_legacy(v, &l), GPUARR_ERROR_INVALID_ARGUMENT, "legacy DLManagedTensor cannot say so");
+    cr_expect_null(l, "*out is set only on success");
     TEST_OK(gpuarr_release(v));
     TEST_OK(gpuarr_release(a));
     TEST_OK(gpuarr_release(other));
