@@ -1150,6 +1150,13 @@ GPUARR_API gpuarr_result gpuarr_from_dlpack(DLManagedTensorVersioned *t, gpuarr_
    with GPUARR_ERROR_INVALID_ARGUMENT, since its consumer could not be told). */
 GPUARR_API gpuarr_result gpuarr_to_dlpack_legacy(gpuarr_array a, DLManagedTensor **out);
 GPUARR_API gpuarr_result gpuarr_from_dlpack_legacy(DLManagedTensor *t, gpuarr_array *out);
+/* DLPack's Python protocol through ctypes, with no extension module (see the manual and
+   examples/numpy_interop.py): the capsule names ("dltensor_versioned", "dltensor", and the
+   "used_" names a consumer gives what it took), static strings that outlive every capsule, and a
+   PyCapsule destructor that calls the tensor's deleter unless a consumer took the capsule. It
+   finds CPython's functions in the running process; outside Python it does nothing. */
+GPUARR_API const char *gpuarr_dlpack_capsule_name(bool versioned, bool used);
+GPUARR_API void gpuarr_dlpack_capsule_destructor(void *capsule);
 
 
 #ifdef __cplusplus

@@ -368,5 +368,45 @@ GPUARR_API gpuarr_result gpuarr_from_dlpack_legacy(DLManagedTensor *t, gpuarr_ar
     return gpuarr__dlpack_import(&t->dl_tensor, false, gpuarr__dlpack_owner_legacy, t, out);
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Python capsules (DLPack's Python protocol) for ctypes users: no extension module, no Python
+ * headers. A destructor written in Python cannot run safely while its capsule is being freed,
+ * so this one is C; it finds CPython's capsule functions in the running process.
+ * ------------------------------------------------------------------------------------------- */
+static const char *const gpuarr__dlpack_capsule_names[2][2] = {
+    {"dltensor", "used_dltensor"}, {"dltensor_versioned", "used_dltensor_versioned"}};
+
+GPUARR_API const char *gpuarr_dlpack_capsule_name(bool versioned, bool used) {
+    return gpuarr__dlpack_capsule_names[versioned ? 1 : 0][used ? 1 : 0];
+}
+
+typedef int (*gpuarr__py_capsule_is_valid_fn)(void *capsule, const char *name);
+typedef void *(*gpuarr__py_capsule_get_pointer_fn)(void *capsule, const char *name);
+
+/* dlsym in the program and what it loaded globally (CPython's symbols, in a Python process). */
+static void gpuarr__dlpack_python_symbol(const char *name, void *fn, size_t fn_size) {
+    void *program = dlopen(NULL, RTLD_NOW);
+    void *sym = program ? dlsym(program, name) : NULL;
+    memcpy(fn, &sym, fn_size); /* object pointer to function pointer, portably (see the CUDA loader) */
+    if (program) dlclose(program);
+}
+
+GPUARR_API void gpuarr_dlpack_capsule_destructor(void *capsule) {
+    gpuarr__py_capsule_is_valid_fn is_valid = NULL;
+    gpuarr__py_capsule_get_pointer_fn get_pointer = NULL;
+    if (!capsule) return;
+    gpuarr__dlpack_python_symbol("PyCapsule_IsValid", &is_valid, sizeof is_valid);
+    gpuarr__dlpack_python_symbol("PyCapsule_GetPointer", &get_pointer, sizeof get_pointer);
+    if (!is_valid || !get_pointer) return; /* not a Python process: nothing can be a capsule */
+    /* a consumer renames what it took ("used_..."): then the deleter is the consumer's to call */
+    if (is_valid(capsule, gpuarr__dlpack_capsule_names[1][0])) {
+        DLManagedTensorVersioned *t = (DLManagedTensorVersioned *)get_pointer(capsule, gpuarr__dlpack_capsule_names[1][0]);
+        if (t && t->deleter) t->deleter(t);
+    } else if (is_valid(capsule, gpuarr__dlpack_capsule_names[0][0])) {
+        DLManagedTensor *t = (DLManagedTensor *)get_pointer(capsule, gpuarr__dlpack_capsule_names[0][0]);
+        if (t && t->deleter) t->deleter(t);
+    }
+}
+
 #undef GPUARR__DLPACK_INTEROP
 #endif /* GPUARR_DLPACK_INCLUDED */

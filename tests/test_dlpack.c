@@ -474,3 +474,27 @@ Test(dlpack, pinned_host_memory_of_a_cuda_device_exports_as_cuda_host) {
     TEST_OK(gpuarr_release(b));
     TEST_OK(gpuarr_release(a));
 }
+
+/* The Python capsule helpers (tests/python/test_numpy.py uses them from NumPy): the names, and a
+   destructor that outside a Python process leaves what it is given alone. */
+Test(dlpack, capsule_names_and_the_destructor_outside_python) {
+    cr_expect_str_eq(gpuarr_dlpack_capsule_name(true, false), "dltensor_versioned");
+    cr_expect_str_eq(gpuarr_dlpack_capsule_name(true, true), "used_dltensor_versioned");
+    cr_expect_str_eq(gpuarr_dlpack_capsule_name(false, false), "dltensor");
+    cr_expect_str_eq(gpuarr_dlpack_capsule_name(false, true), "used_dltensor");
+    cr_expect_eq(gpuarr_dlpack_capsule_name(true, false), gpuarr_dlpack_capsule_name(true, false), "static strings");
+    int64_t n = 4;
+    gpuarr_array a;
+    TEST_OK(gpuarr_zeros(test_device(), GPUARR_U8, 1, &n, &a));
+    DLManagedTensorVersioned *m;
+    TEST_OK(gpuarr_to_dlpack(a, 0, &m));
+    gpuarr_dlpack_capsule_destructor(NULL);
+    gpuarr_dlpack_capsule_destructor(m); /* no CPython here: it must not call m's deleter */
+    gpuarr_array_info ai;
+    TEST_OK(gpuarr_array_get_info(a, &ai));
+    cr_expect_eq(ai.refcount, 2, "the tensor still holds its reference");
+    m->deleter(m);
+    TEST_OK(gpuarr_array_get_info(a, &ai));
+    cr_expect_eq(ai.refcount, 1);
+    TEST_OK(gpuarr_release(a));
+}

@@ -18,7 +18,7 @@
  * starts it again with another desc now and then. tests/fuzz/soak.c runs the same interpreter
  * from 8 threads (fz_soak = 1): handle tables are per thread, and the process-wide ops (init,
  * shutdown, set_limit) and the per-input pool checks are left out there. DLPack export/import
- * runs from op_misc (op_dlpack).
+ * runs from op_misc (op_dlpack), with the Python capsule helpers (no-ops outside Python).
  *
  * Built with clang -fsanitize=fuzzer,address,undefined by `make fuzz`, and with gcc's ASan+UBSan
  * and tests/fuzz/standalone.c by `make fuzz-replay` (the committed corpus, tests/fuzz/corpus/api).
@@ -1013,6 +1013,10 @@ static void op_dlpack(fz *z) {
     uint8_t how = u8(z);
     uint64_t flags = (how & 0x80) ? (uint64_t)u8(z) : (uint64_t)(how & 1);
     gpuarr_result r;
+    const char *name = gpuarr_dlpack_capsule_name(how & 1, how & 0x10); /* the names ctypes users pass */
+    if (!name || strcmp(name + ((how & 0x10) ? 5 : 0), (how & 1) ? "dltensor_versioned" : "dltensor") != 0)
+        fz_die("gpuarr_dlpack_capsule_name(%d, %d) = %s", how & 1, (how & 0x10) != 0, name ? name : "NULL");
+    gpuarr_dlpack_capsule_destructor(NULL);
     if (how & 0x40) {
         DLManagedTensor *l = NULL;
         if (FZ_CALL(r, "gpuarr_to_dlpack_legacy", gpuarr_to_dlpack_legacy(a, &l)) != GPUARR_OK) {
@@ -1036,6 +1040,7 @@ static void op_dlpack(fz *z) {
         return;
     }
     if (how & 2) {
+        gpuarr_dlpack_capsule_destructor(m); /* not a Python process: must not touch m (ASan sees a double free) */
         m->deleter(m);
         return;
     }
