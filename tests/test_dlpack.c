@@ -233,27 +233,37 @@ Test(dlpack, legacy_round_trip) {
     TEST_OK(gpuarr_release(b));
 }
 
+/* The consumer's stream, not the host, waits: the producer's work is queued on s1, the consumer
+   reads on s2 through an import of the tensor (an array gpuarr knows no pending work of) and only
+   s2 is synchronized. On the fake CUDA driver stream work runs only when its stream is made to,
+   so a missing wait reads zeros there. */
 Test(dlpack, async_export_orders_the_consumer_stream) {
     gpuarr_device d = test_device();
-    gpuarr_stream s;
-    TEST_OK(gpuarr_stream_create(d, 0, &s));
-    int64_t n = 1000;
+    gpuarr_stream s1, s2;
+    TEST_OK(gpuarr_stream_create(d, 0, &s1));
+    TEST_OK(gpuarr_stream_create(d, 0, &s2));
+    enum { N = 1 << 18 };
+    int64_t n = N;
     gpuarr_array a, c, b;
     TEST_OK(gpuarr_zeros(d, GPUARR_I32, 1, &n, &a));
     int32_t seven = 7;
     TEST_OK(gpuarr_fill(a, seven));
-    TEST_OK(gpuarr_convert_async(a, d, GPUARR_F32, s, &c)); /* ready only when s gets there */
+    TEST_OK(gpuarr_convert_async(a, d, GPUARR_F32, s1, &c)); /* ready only when s1 gets there */
     DLManagedTensorVersioned *m;
-    TEST_OK(gpuarr_to_dlpack_async(c, s, 0, &m));
-    TEST_OK(gpuarr_stream_sync(s));
+    TEST_OK(gpuarr_to_dlpack_async(c, s2, 0, &m));
     TEST_OK(gpuarr_from_dlpack(m, &b));
-    float out[1000];
-    TEST_OK(gpuarr_to_host(b, out, 1000));
-    for (int i = 0; i < 1000; i++) cr_assert_eq(out[i], 7.0f, "element %d", i);
+    float *out = malloc(N * sizeof *out);
+    cr_assert_not_null(out);
+    TEST_OK(gpuarr_read_async(b, 0, N, GPUARR_F32, out, s2));
+    TEST_OK(gpuarr_stream_sync(s2));
+    for (int i = 0; i < N; i++)
+        if (out[i] != 7.0f) cr_assert_fail("element %d is %g: the consumer's stream did not wait for the producer's", i, out[i]);
+    free(out);
     TEST_OK(gpuarr_release(a));
     TEST_OK(gpuarr_release(c));
     TEST_OK(gpuarr_release(b));
-    TEST_OK(gpuarr_stream_destroy(s));
+    TEST_OK(gpuarr_stream_destroy(s1));
+    TEST_OK(gpuarr_stream_destroy(s2));
 }
 
 /* ---------------------------------------------------------------------------------------------
