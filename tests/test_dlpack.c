@@ -7,6 +7,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include "test_common.h"
 
@@ -447,6 +448,33 @@ Test(dlpack, an_export_deleter_after_shutdown_only_frees_its_tensor) {
     m2->deleter(m2); /* a later init cycle: the old handle is not released again */
     l->deleter(l);
     cr_expect_eq(gpuarr_device_count() > 0, 1, "gpuarr still works");
+}
+
+/* Consumers free tensors on their own threads: four threads call the deleters of 64 exports each
+   at once (under TSan in make check), leaving the array with its one reference. */
+enum { DELETER_THREADS = 4, EXPORTS_PER_THREAD = 64 };
+static void *run_deleters(void *arg) {
+    DLManagedTensorVersioned **m = arg;
+    for (int i = 0; i < EXPORTS_PER_THREAD; i++) m[i]->deleter(m[i]);
+    return NULL;
+}
+
+Test(dlpack, deleters_run_on_any_thread) {
+    int64_t n = 16;
+    gpuarr_array a;
+    TEST_OK(gpuarr_zeros(test_device(), GPUARR_F32, 1, &n, &a));
+    static DLManagedTensorVersioned *m[DELETER_THREADS][EXPORTS_PER_THREAD];
+    for (int t = 0; t < DELETER_THREADS; t++)
+        for (int i = 0; i < EXPORTS_PER_THREAD; i++) TEST_OK(gpuarr_to_dlpack(a, 0, &m[t][i]));
+    gpuarr_array_info ai;
+    TEST_OK(gpuarr_array_get_info(a, &ai));
+    cr_expect_eq(ai.refcount, 1 + DELETER_THREADS * EXPORTS_PER_THREAD);
+    pthread_t th[DELETER_THREADS];
+    for (int t = 0; t < DELETER_THREADS; t++) cr_assert_eq(pthread_create(&th[t], NULL, run_deleters, m[t]), 0);
+    for (int t = 0; t < DELETER_THREADS; t++) pthread_join(th[t], NULL);
+    TEST_OK(gpuarr_array_get_info(a, &ai));
+    cr_expect_eq(ai.refcount, 1, "every deleter dropped exactly its reference");
+    TEST_OK(gpuarr_release(a));
 }
 
 Test(dlpack, import_before_init_calls_the_deleter) {

@@ -121,6 +121,8 @@ static void shim_check_(int ok, int fatal, const char *file, int line, const cha
 #define cr_assert_leq(a, b, ...) SHIM_CHECK_((a) <= (b), 1, #a " <= " #b, __VA_ARGS__)
 #define cr_assert_lt(a, b, ...) SHIM_CHECK_((a) < (b), 1, #a " < " #b, __VA_ARGS__)
 #define cr_expect_gt(a, b, ...) SHIM_CHECK_((a) > (b), 0, #a " > " #b, __VA_ARGS__)
+#define cr_expect_geq(a, b, ...) SHIM_CHECK_((a) >= (b), 0, #a " >= " #b, __VA_ARGS__)
+#define cr_expect_arr_eq(a, b, size, ...) SHIM_CHECK_(memcmp((a), (b), (size)) == 0, 0, #a " == " #b, __VA_ARGS__)
 #define cr_assert_null(p, ...) SHIM_CHECK_((p) == NULL, 1, #p " == NULL", __VA_ARGS__)
 #define cr_expect_null(p, ...) SHIM_CHECK_((p) == NULL, 0, #p " == NULL", __VA_ARGS__)
 #define cr_assert_not_null(p, ...) SHIM_CHECK_((p) != NULL, 1, #p " != NULL", __VA_ARGS__)
