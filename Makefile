@@ -5,7 +5,9 @@
 #                 apt-get line and stop), build everything, run the Criterion suite on every
 #                 device class present, and the compile tests (C11 gcc/clang, C++17, .cu, the
 #                 implementation at -O3 and with -flto, GPUARR_STATIC, the README's code, an
-#                 installed copy), and bench-smoke (gpuarr-bench --host-isa and --csv, checked)
+#                 installed copy), the DLPack tests against NumPy through ctypes (a venv under
+#                 build/ with NumPy from PyPI), and bench-smoke (gpuarr-bench --host-isa and
+#                 --csv, checked)
 #   make check    the suite under ASan+UBSan, the threaded tests under TSan, valgrind on the
 #                 examples, a slice of the fault matrix, the fuzz corpus replayed (fuzz-replay)
 #                 and 2 minutes of the soak (soak-slice; its seed is printed, a failing input
@@ -57,13 +59,14 @@ CUDA_H    := $(firstword $(wildcard $(CUDA_HOME)/include/cuda.h))
 
 # --- Debian packages ------------------------------------------------------------------------
 TEST_PACKAGES  := gcc g++ clang make libcriterion-dev \
-                  pocl-opencl-icd ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-headers
+                  pocl-opencl-icd ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-headers \
+                  python3 python3-venv
 CHECK_PACKAGES := $(TEST_PACKAGES) valgrind
 
 .PHONY: all demo test check bench install clean deps-test deps-check info compile-tests \
         run-tests run-asan run-tsan run-valgrind kernels kernels-check cuda-kernels \
         compile-matrix install-check readme-blocks faults faults-slice fuzz fuzz-build fuzz-merge fuzz-replay soak soak-slice \
-        bench-plots bench-smoke
+        bench-plots bench-smoke python-tests
 
 CU_EXAMPLES := $(if $(NVCC),$(basename $(notdir $(wildcard examples/*.cu))))
 
@@ -158,7 +161,7 @@ export POCL_DEVICES ?= pthread pthread
 export GPUARR_TEST_REQUIRE ?= 1
 
 test: deps-test
-	@$(MAKE) --no-print-directory all kernels-check compile-tests run-tests bench-smoke
+	@$(MAKE) --no-print-directory all kernels-check compile-tests run-tests python-tests bench-smoke
 
 # tests/fake_cuda: a CUDA driver that runs on the CPU and keeps the driver's contract strictly
 # (deferred stream work, pinned copies at run time, context checks, PTX/cubin checks), so the
@@ -206,6 +209,22 @@ run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAULT_OPENCL
 	@echo "== gpuarr-info lists the OpenCL devices"
 	@$(BUILD)/rel/tools/gpuarr-info | grep -q "^opencl:1 " || { $(BUILD)/rel/tools/gpuarr-info; exit 1; }
 	@echo "make test: all suites passed on: $(TEST_DEVICES), opencl:0 as a discrete device, two PoCL devices, the fake CUDA driver, and CUDA where present"
+
+# DLPack against NumPy (tests/python/test_numpy.py, examples/numpy_interop.py): libgpuarr.so
+# loaded with ctypes by Debian's Python, in a virtual environment under build/ with NumPy >= 2.1
+# from PyPI (made once; `make clean` removes it). The round trips go through opencl:0 (PoCL).
+PYTHON ?= $(firstword $(wildcard /usr/bin/python3) python3)
+VENV   := $(BUILD)/venv
+$(VENV)/numpy-installed:
+	@rm -rf $(VENV)
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --disable-pip-version-check 'numpy>=2.1'
+	@touch $@
+python-tests: $(VENV)/numpy-installed $(BUILD)/lib/libgpuarr.so
+	@echo "== tests/python/test_numpy.py: DLPack with NumPy $$($(VENV)/bin/python -c 'import numpy; print(numpy.__version__)') through ctypes"
+	@GPUARR_LIB=$(abspath $(BUILD))/lib/libgpuarr.so GPUARR_PY_DEVICE=opencl:0 $(VENV)/bin/python tests/python/test_numpy.py
+	@echo "== examples/numpy_interop.py on opencl:0"
+	@$(VENV)/bin/python examples/numpy_interop.py $(abspath $(BUILD))/lib/libgpuarr.so opencl:0
 
 # The device kernels are compiled from backends/gpuarr_kernels.h, embedded as text in
 # backends/gpuarr_kernels_source.h: regenerate with `make kernels`; the test fails when stale.
