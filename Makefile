@@ -213,14 +213,23 @@ run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAULT_OPENCL
 # DLPack against NumPy (tests/python/test_numpy.py, examples/numpy_interop.py): libgpuarr.so
 # loaded with ctypes by Debian's Python, in a virtual environment under build/ with NumPy >= 2.1
 # from PyPI (made once; `make clean` removes it). The round trips go through opencl:0 (PoCL).
+# Debian has no dlpack.h: the official one comes from the apache-tvm-ffi wheel (only its header
+# is used), and tests/compile/dlpack_abi.c is built with it included before gpuarr.h.
 PYTHON ?= $(firstword $(wildcard /usr/bin/python3) python3)
 VENV   := $(BUILD)/venv
+DLPACK_H_WHEEL := apache-tvm-ffi==0.1.15.post2
 $(VENV)/numpy-installed:
 	@rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check 'numpy>=2.1'
+	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps '$(DLPACK_H_WHEEL)'
 	@touch $@
 python-tests: $(VENV)/numpy-installed $(BUILD)/lib/libgpuarr.so
+	@inc=$$(ls -d $(VENV)/lib/python3*/site-packages/tvm_ffi/include | head -1); \
+	  [ -f "$$inc/dlpack/dlpack.h" ] || { echo "python-tests: no dlpack/dlpack.h in $(DLPACK_H_WHEEL)"; exit 1; }; \
+	  $(CC) -std=c11 $(WARN) -DGPUARR_TEST_REAL_DLPACK -I$$inc -I. tests/compile/dlpack_abi.c -o $(BUILD)/compile/dlpack-abi-official $(LIBS) && \
+	  $(CXX) -std=c++17 $(WARN) -x c++ -DGPUARR_TEST_REAL_DLPACK -I$$inc -I. tests/compile/dlpack_abi.c -o $(BUILD)/compile/dlpack-abi-official-cxx $(LIBS) && \
+	  $(BUILD)/compile/dlpack-abi-official && $(BUILD)/compile/dlpack-abi-official-cxx
 	@echo "== tests/python/test_numpy.py: DLPack with NumPy $$($(VENV)/bin/python -c 'import numpy; print(numpy.__version__)') through ctypes"
 	@GPUARR_LIB=$(abspath $(BUILD))/lib/libgpuarr.so GPUARR_PY_DEVICE=opencl:0 $(VENV)/bin/python tests/python/test_numpy.py
 	@echo "== examples/numpy_interop.py on opencl:0"

@@ -1122,14 +1122,18 @@ typedef struct DLManagedTensor {
 #define DLPACK_FLAG_BITMASK_READ_ONLY (1UL << 0UL)
 #define DLPACK_FLAG_BITMASK_IS_COPIED (1UL << 1UL)
 #define DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED (1UL << 2UL)
-typedef struct DLManagedTensorVersioned {
+struct DLManagedTensorVersioned {
     DLPackVersion version;
     void *manager_ctx;
     void (*deleter)(struct DLManagedTensorVersioned *self);
     uint64_t flags;
     DLTensor dl_tensor;
-} DLManagedTensorVersioned;
+};
 #endif /* DLPACK_DLPACK_H_ */
+/* dlpack.h 1.1 declares this one as a plain struct (C code must say `struct`); the typedef gives
+   it its bare name either way (C11 and C++ allow a typedef to be repeated, should a later
+   dlpack.h add it). */
+typedef struct DLManagedTensorVersioned DLManagedTensorVersioned;
 
 /* gpuarr_to_dlpack's flags: the consumer must not write (DLPACK_FLAG_BITMASK_READ_ONLY). */
 #define GPUARR_DLPACK_READ_ONLY ((uint64_t)1)
