@@ -518,12 +518,66 @@ bench-compare:
 	@$(MAKE) --no-print-directory $(BUILD)/rel/tools/compare-boost-compute
 	$(BUILD)/rel/tools/compare-boost-compute
 
-# Under include/gpuarr/, not include/: "backends/" is too common a name to put at the top. The
-# header finds its backends/ next to itself, wherever that is.
-install:
-	install -d $(DESTDIR)$(PREFIX)/include/gpuarr/backends
-	install -m 644 gpuarr.h $(DESTDIR)$(PREFIX)/include/gpuarr/
-	install -m 644 backends/*.h $(DESTDIR)$(PREFIX)/include/gpuarr/backends/
+# --- the library and the install ---------------------------------------------------------
+# Every name and place `make lib`, `make install` and `make uninstall` use, in one place. The
+# version is read from gpuarr.h (GPUARR_VERSION_STRING); the soname carries its major number.
+VERSION      := $(shell sed -n 's/^.define GPUARR_VERSION_STRING "\([0-9.]*\)"$$/\1/p' gpuarr.h)
+SOVERSION    := $(firstword $(subst ., ,$(VERSION)))
+LIBDIR       ?= $(PREFIX)/lib
+HEADERDIR    := $(PREFIX)/include/gpuarr
+PKGCONFIGDIR := $(PREFIX)/share/pkgconfig
+CMAKEDIR     := $(PREFIX)/share/cmake/gpuarr
+LIB_BUILD    := $(BUILD)/lib
+LIB_A        := libgpuarr.a
+LIB_SO       := libgpuarr.so
+LIB_SONAME   := $(LIB_SO).$(SOVERSION)
+LIB_REAL     := $(LIB_SO).$(VERSION)
+LIB_CFLAGS   := -std=c11 -O2 -fPIC $(WARN)
+LIB_FILES    := $(LIB_A) $(LIB_REAL) $(LIB_SONAME) $(LIB_SO)
+PKG_FILES    := $(PKGCONFIGDIR)/gpuarr.pc $(PKGCONFIGDIR)/gpuarr-lib.pc \
+                $(CMAKEDIR)/gpuarrConfig.cmake $(CMAKEDIR)/gpuarrConfigVersion.cmake
+# a template of tools/pkg/ filled in for this PREFIX and LIBDIR
+PKG_FILL      = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@VERSION@|$(VERSION)|g'
+
+# `make lib`: gpuarr.c as a static and a shared library. The shared one exports the gpuarr_
+# functions and nothing else (tools/pkg/libgpuarr.map), and has no undefined symbol the link
+# did not resolve (-z defs).
+.PHONY: lib uninstall
+lib: $(addprefix $(LIB_BUILD)/,$(LIB_FILES))
+$(LIB_BUILD)/gpuarr.o: gpuarr.c $(HEADERS)
+	@$(if $(SOVERSION),,echo "no GPUARR_VERSION_STRING found in gpuarr.h"; exit 1)
+	@mkdir -p $(@D)
+	$(CC) $(LIB_CFLAGS) -I. -c $< -o $@
+$(LIB_BUILD)/$(LIB_A): $(LIB_BUILD)/gpuarr.o
+	rm -f $@ && $(AR) rcs $@ $<
+$(LIB_BUILD)/$(LIB_REAL): $(LIB_BUILD)/gpuarr.o tools/pkg/libgpuarr.map
+	$(CC) -shared -Wl,-soname,$(LIB_SONAME) -Wl,--version-script=tools/pkg/libgpuarr.map -Wl,-z,defs $< -o $@ $(LIBS)
+$(LIB_BUILD)/$(LIB_SONAME): $(LIB_BUILD)/$(LIB_REAL)
+	ln -sfn $(LIB_REAL) $@
+$(LIB_BUILD)/$(LIB_SO): $(LIB_BUILD)/$(LIB_SONAME)
+	ln -sfn $(LIB_SONAME) $@
+
+# The headers go under include/gpuarr/, not include/: "backends/" is too common a name to put at
+# the top. The header finds its backends/ next to itself, wherever that is. Then the libraries,
+# the pkg-config files (gpuarr: header-only; gpuarr-lib: libgpuarr) and the CMake package.
+install: lib
+	install -d $(DESTDIR)$(HEADERDIR)/backends $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(CMAKEDIR) $(LIB_BUILD)/pkg
+	install -m 644 gpuarr.h $(DESTDIR)$(HEADERDIR)/
+	install -m 644 backends/*.h $(DESTDIR)$(HEADERDIR)/backends/
+	install -m 644 $(LIB_BUILD)/$(LIB_A) $(DESTDIR)$(LIBDIR)/
+	install -m 755 $(LIB_BUILD)/$(LIB_REAL) $(DESTDIR)$(LIBDIR)/
+	ln -sfn $(LIB_REAL) $(DESTDIR)$(LIBDIR)/$(LIB_SONAME)
+	ln -sfn $(LIB_SONAME) $(DESTDIR)$(LIBDIR)/$(LIB_SO)
+	@set -e; for f in $(PKG_FILES); do n=$$(basename $$f); \
+	  $(PKG_FILL) tools/pkg/$$n.in > $(LIB_BUILD)/pkg/$$n; \
+	  echo "install -m 644 $(LIB_BUILD)/pkg/$$n $(DESTDIR)$$f"; install -m 644 $(LIB_BUILD)/pkg/$$n $(DESTDIR)$$f; done
+
+# What install put there, and the gpuarr directories it made once they are empty; nothing else.
+uninstall:
+	rm -f $(DESTDIR)$(HEADERDIR)/gpuarr.h $(addprefix $(DESTDIR)$(HEADERDIR)/,$(wildcard backends/*.h))
+	rm -f $(addprefix $(DESTDIR)$(LIBDIR)/,$(LIB_FILES)) $(addprefix $(DESTDIR),$(PKG_FILES))
+	@for d in $(DESTDIR)$(HEADERDIR)/backends $(DESTDIR)$(HEADERDIR) $(DESTDIR)$(CMAKEDIR); do \
+	  if [ -d $$d ] && [ -z "$$(ls -A $$d)" ]; then echo "rmdir $$d"; rmdir $$d; fi; done
 
 clean:
 	rm -rf $(BUILD)
