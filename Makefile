@@ -57,12 +57,13 @@ CUDA_H    := $(firstword $(wildcard $(CUDA_HOME)/include/cuda.h))
 
 # --- Debian packages ------------------------------------------------------------------------
 TEST_PACKAGES  := gcc g++ clang make libcriterion-dev \
-                  pocl-opencl-icd ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-headers
+                  pocl-opencl-icd ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-headers \
+                  cmake pkgconf
 CHECK_PACKAGES := $(TEST_PACKAGES) valgrind
 
 .PHONY: all demo test check bench install clean deps-test deps-check info compile-tests \
         run-tests run-asan run-tsan run-valgrind kernels kernels-check cuda-kernels \
-        compile-matrix install-check readme-blocks faults faults-slice fuzz fuzz-build fuzz-merge fuzz-replay soak soak-slice \
+        compile-matrix install-check install-check-consumers readme-blocks faults faults-slice fuzz fuzz-build fuzz-merge fuzz-replay soak soak-slice \
         bench-plots bench-smoke
 
 CU_EXAMPLES := $(if $(NVCC),$(basename $(notdir $(wildcard examples/*.cu))))
@@ -322,13 +323,27 @@ $(BUILD)/matrix/static-api: tests/compile/static_api.c $(HEADERS)
 readme-blocks: $(BUILD)/rel/gpuarr.o
 	@CC="$(CC)" LIBS="$(LIBS)" tools/readme-blocks.sh README.md $(BUILD)/readme $(BUILD)/rel/gpuarr.o
 
-# `make install` into a scratch DESTDIR, and a program built with only that include directory.
+# `make install` into a scratch DESTDIR (PREFIX=/usr), and programs built against that alone: one
+# with only its include directory, then tests/install/check.sh (pkg-config, CMake, libgpuarr
+# shared and static); then `make uninstall` must leave no file or link there.
 INSTALL_CHECK := $(BUILD)/install-check
+INSTALL_DEST  := $(abspath $(INSTALL_CHECK))/destdir
+INSTALL_VARS  := DESTDIR=$(INSTALL_DEST) PREFIX=/usr LIBDIR=/usr/lib
 install-check:
 	@rm -rf $(INSTALL_CHECK)
-	@$(MAKE) --no-print-directory install DESTDIR=$(abspath $(INSTALL_CHECK)) PREFIX=/usr >/dev/null
-	$(CC) -std=c11 $(WARN) -I$(INSTALL_CHECK)/usr/include tests/compile/installed.c -o $(INSTALL_CHECK)/installed $(LIBS)
+	@$(MAKE) --no-print-directory install $(INSTALL_VARS) >/dev/null
+	$(CC) -std=c11 $(WARN) -I$(INSTALL_DEST)/usr/include tests/compile/installed.c -o $(INSTALL_CHECK)/installed $(LIBS)
 	@$(INSTALL_CHECK)/installed
+	@$(MAKE) --no-print-directory install-check-consumers $(INSTALL_VARS)
+	@$(MAKE) --no-print-directory uninstall $(INSTALL_VARS) >/dev/null
+	@left=$$(find $(INSTALL_DEST) -type f -o -type l -o -name '*gpuarr*'); [ -z "$$left" ] || \
+	  { echo "install check: make uninstall left:"; echo "$$left"; exit 1; }
+	@echo "install check: make uninstall removed every file and link make install made, and its gpuarr directories"
+install-check-consumers:
+	@CC="$(CC)" CFLAGS="-std=c11 $(WARN)" LIBS="$(LIBS)" DESTDIR=$(DESTDIR) PREFIX=$(PREFIX) VERSION=$(VERSION) \
+	  LIBDIR=$(LIBDIR) PKGCONFIGDIR=$(PKGCONFIGDIR) CMAKEDIR=$(CMAKEDIR) LIB_OBJ=$(LIB_BUILD)/gpuarr.o \
+	  LIB_A=$(LIB_A) LIB_REAL=$(LIB_REAL) LIB_SONAME=$(LIB_SONAME) LIB_SO=$(LIB_SO) \
+	  tests/install/check.sh $(INSTALL_CHECK)
 
 # --- the fault matrix (tests/faults): a failure at every driver call --------------------------
 # tests/fault_opencl: an OpenCL library that forwards to the real loader and fails the Nth call
