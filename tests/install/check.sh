@@ -7,8 +7,9 @@
 #      and 1.0 (tests/install/CMakeLists.txt);
 #   3. pkg-config gpuarr-lib against libgpuarr.so, whose exports, soname and links are checked,
 #      then the same program linked with libgpuarr.a.
-# pkg-config reads only DESTDIR's .pc files (PKG_CONFIG_LIBDIR) and prefixes their paths with
-# DESTDIR (PKG_CONFIG_SYSROOT_DIR). The Makefile passes, in the environment, CC, CFLAGS, LIBS,
+# pkg-config finds DESTDIR's .pc files first (PKG_CONFIG_PATH, as the README says for a PREFIX
+# off its path) and prefixes their paths with DESTDIR (PKG_CONFIG_SYSROOT_DIR); the flags must
+# point into DESTDIR. The Makefile passes, in the environment, CC, CFLAGS, LIBS,
 # DESTDIR, VERSION, LIBDIR, PKGCONFIGDIR, CMAKEDIR, LIB_OBJ (the object the libraries are made
 # of) and the names LIB_A, LIB_REAL, LIB_SONAME, LIB_SO.
 set -eu
@@ -18,12 +19,13 @@ out=$1
 src=tests/install/consumer.c
 fail() { echo "install check: $*" >&2; exit 1; }
 mkdir -p "$out"
-export PKG_CONFIG_LIBDIR="$DESTDIR$PKGCONFIGDIR" PKG_CONFIG_SYSROOT_DIR="$DESTDIR"
-unset PKG_CONFIG_PATH
+export PKG_CONFIG_PATH="$DESTDIR$PKGCONFIGDIR" PKG_CONFIG_SYSROOT_DIR="$DESTDIR"
 
 for pc in gpuarr gpuarr-lib; do
-    v=$(pkg-config --modversion $pc) || fail "pkg-config finds no $pc in $PKG_CONFIG_LIBDIR"
+    v=$(pkg-config --modversion $pc) || fail "pkg-config finds no $pc in $PKG_CONFIG_PATH"
     [ "$v" = "$VERSION" ] || fail "$pc.pc says version $v, gpuarr.h $VERSION"
+    case " $(pkg-config --cflags $pc) " in *" -I$DESTDIR$PREFIX/include/gpuarr "*) ;;
+        *) fail "pkg-config --cflags $pc does not give -I$DESTDIR$PREFIX/include/gpuarr" ;; esac
 done
 
 echo "== install check 1: pkg-config gpuarr (header-only)"
