@@ -5,7 +5,8 @@
 #                 apt-get line and stop), build everything, run the Criterion suite on every
 #                 device class present, and the compile tests (C11 gcc/clang, C++17, .cu, the
 #                 implementation at -O3 and with -flto, GPUARR_STATIC, the README's code, an
-#                 installed copy), and bench-smoke (gpuarr-bench --host-isa and --csv, checked)
+#                 installed copy used through pkg-config, CMake and libgpuarr, then uninstalled),
+#                 and bench-smoke (gpuarr-bench --host-isa and --csv, checked)
 #   make check    the suite under ASan+UBSan, the threaded tests under TSan, valgrind on the
 #                 examples, a slice of the fault matrix, the fuzz corpus replayed (fuzz-replay)
 #                 and 2 minutes of the soak (soak-slice; its seed is printed, a failing input
@@ -23,8 +24,14 @@
 #                 (needs gnuplot-nox: installed as root, else the apt-get line; not in make test)
 #   make bench-compare  gpuarr against Boost.Compute and raw OpenCL on opencl:0
 #                 (needs libboost-dev, installed the same way; not in make test)
-#   make install  copy gpuarr.h and backends/ to $(PREFIX)/include/gpuarr (programs include
-#                 <gpuarr/gpuarr.h>); honours DESTDIR
+#   make lib      build/lib/: libgpuarr.a and libgpuarr.so.<version> (soname libgpuarr.so.<major>,
+#                 links of both names and libgpuarr.so), from gpuarr.c; only gpuarr_ symbols exported
+#   make install  gpuarr.h and backends/ to $(PREFIX)/include/gpuarr (programs include
+#                 <gpuarr/gpuarr.h>, or <gpuarr.h> with pkg-config's flags), the libraries to
+#                 LIBDIR (default $(PREFIX)/lib), gpuarr.pc (header-only) and gpuarr-lib.pc (the
+#                 library) to $(PREFIX)/share/pkgconfig, the CMake package gpuarr::gpuarr to
+#                 $(PREFIX)/share/cmake/gpuarr; PREFIX defaults to /usr/local; honours DESTDIR
+#   make uninstall  removes what make install put there (same PREFIX, LIBDIR and DESTDIR)
 #   make clean
 #
 # CUDA and OpenCL are detected for the compile tests and later backends: CUDA_HOME (or
