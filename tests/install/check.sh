@@ -36,8 +36,8 @@ $CC $CFLAGS -DCONSUMER_WITH_IMPLEMENTATION -DCONSUMER_HOW='"pkg-config gpuarr"' 
 "$out/consumer-pkgconfig"
 
 echo "== install check 2: CMake find_package(gpuarr 0.1), gpuarr::gpuarr"
-cmake_configure() { # build dir, wanted version
-    cmake -S tests/install -B "$1" -DCMAKE_C_COMPILER="$CC" -DCMAKE_PREFIX_PATH="$DESTDIR$PREFIX" \
+cmake_configure() { # build dir, wanted version; CMake would take CFLAGS from the environment
+    env -u CFLAGS cmake -S tests/install -B "$1" -DCMAKE_C_COMPILER="$CC" -DCMAKE_PREFIX_PATH="$DESTDIR$PREFIX" \
         -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF -DGPUARR_WANT="$2"
 }
 rm -rf "$out/cmake" "$out"/cmake-want-*
