@@ -5,9 +5,9 @@
 #                 apt-get line and stop), build everything, run the Criterion suite on every
 #                 device class present, and the compile tests (C11 gcc/clang, C++17, .cu, the
 #                 implementation at -O3 and with -flto, GPUARR_STATIC, the README's code, an
-#                 installed copy), the DLPack tests against NumPy through ctypes (a venv under
-#                 build/ with NumPy from PyPI), and bench-smoke (gpuarr-bench --host-isa and
-#                 --csv, checked)
+#                 installed copy used through pkg-config, CMake and libgpuarr, then uninstalled),
+#                 the DLPack tests against NumPy through ctypes (a venv under build/ with NumPy
+#                 from PyPI), and bench-smoke (gpuarr-bench --host-isa and --csv, checked)
 #   make check    the suite under ASan+UBSan, the threaded tests under TSan, valgrind on the
 #                 examples, a slice of the fault matrix, the fuzz corpus replayed (fuzz-replay)
 #                 and 2 minutes of the soak (soak-slice; its seed is printed, a failing input
@@ -25,8 +25,14 @@
 #                 (needs gnuplot-nox: installed as root, else the apt-get line; not in make test)
 #   make bench-compare  gpuarr against Boost.Compute and raw OpenCL on opencl:0
 #                 (needs libboost-dev, installed the same way; not in make test)
-#   make install  copy gpuarr.h and backends/ to $(PREFIX)/include/gpuarr (programs include
-#                 <gpuarr/gpuarr.h>); honours DESTDIR
+#   make lib      build/lib/: libgpuarr.a and libgpuarr.so.<version> (soname libgpuarr.so.<major>,
+#                 links of both names and libgpuarr.so), from gpuarr.c; only gpuarr_ symbols exported
+#   make install  gpuarr.h and backends/ to $(PREFIX)/include/gpuarr (programs include
+#                 <gpuarr/gpuarr.h>, or <gpuarr.h> with pkg-config's flags), the libraries to
+#                 LIBDIR (default $(PREFIX)/lib), gpuarr.pc (header-only) and gpuarr-lib.pc (the
+#                 library) to $(PREFIX)/share/pkgconfig, the CMake package gpuarr::gpuarr to
+#                 $(PREFIX)/share/cmake/gpuarr; PREFIX defaults to /usr/local; honours DESTDIR
+#   make uninstall  removes what make install put there (same PREFIX, LIBDIR and DESTDIR)
 #   make clean
 #
 # CUDA and OpenCL are detected for the compile tests and later backends: CUDA_HOME (or
@@ -60,12 +66,12 @@ CUDA_H    := $(firstword $(wildcard $(CUDA_HOME)/include/cuda.h))
 # --- Debian packages ------------------------------------------------------------------------
 TEST_PACKAGES  := gcc g++ clang make libcriterion-dev \
                   pocl-opencl-icd ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-headers \
-                  python3 python3-venv
+                  python3 python3-venv cmake pkgconf
 CHECK_PACKAGES := $(TEST_PACKAGES) valgrind
 
 .PHONY: all demo test check bench install clean deps-test deps-check info compile-tests \
         run-tests run-asan run-tsan run-valgrind kernels kernels-check cuda-kernels \
-        compile-matrix install-check readme-blocks faults faults-slice fuzz fuzz-build fuzz-merge fuzz-replay soak soak-slice \
+        compile-matrix install-check install-check-consumers readme-blocks faults faults-slice fuzz fuzz-build fuzz-merge fuzz-replay soak soak-slice \
         bench-plots bench-smoke python-tests
 
 CU_EXAMPLES := $(if $(NVCC),$(basename $(notdir $(wildcard examples/*.cu))))
@@ -350,13 +356,27 @@ $(BUILD)/matrix/static-api: tests/compile/static_api.c $(HEADERS)
 readme-blocks: $(BUILD)/rel/gpuarr.o
 	@CC="$(CC)" LIBS="$(LIBS)" tools/readme-blocks.sh README.md $(BUILD)/readme $(BUILD)/rel/gpuarr.o
 
-# `make install` into a scratch DESTDIR, and a program built with only that include directory.
+# `make install` into a scratch DESTDIR (PREFIX=/usr), and programs built against that alone: one
+# with only its include directory, then tests/install/check.sh (pkg-config, CMake, libgpuarr
+# shared and static); then `make uninstall` must leave no file or link there.
 INSTALL_CHECK := $(BUILD)/install-check
+INSTALL_DEST  := $(abspath $(INSTALL_CHECK))/destdir
+INSTALL_VARS  := DESTDIR=$(INSTALL_DEST) PREFIX=/usr LIBDIR=/usr/lib
 install-check:
 	@rm -rf $(INSTALL_CHECK)
-	@$(MAKE) --no-print-directory install DESTDIR=$(abspath $(INSTALL_CHECK)) PREFIX=/usr >/dev/null
-	$(CC) -std=c11 $(WARN) -I$(INSTALL_CHECK)/usr/include tests/compile/installed.c -o $(INSTALL_CHECK)/installed $(LIBS)
+	@$(MAKE) --no-print-directory install $(INSTALL_VARS) >/dev/null
+	$(CC) -std=c11 $(WARN) -I$(INSTALL_DEST)/usr/include tests/compile/installed.c -o $(INSTALL_CHECK)/installed $(LIBS)
 	@$(INSTALL_CHECK)/installed
+	@$(MAKE) --no-print-directory install-check-consumers $(INSTALL_VARS)
+	@$(MAKE) --no-print-directory uninstall $(INSTALL_VARS) >/dev/null
+	@left=$$(find $(INSTALL_DEST) -type f -o -type l -o -name '*gpuarr*'); [ -z "$$left" ] || \
+	  { echo "install check: make uninstall left:"; echo "$$left"; exit 1; }
+	@echo "install check: make uninstall removed every file and link make install made, and its gpuarr directories"
+install-check-consumers:
+	@CC="$(CC)" CFLAGS="-std=c11 $(WARN)" LIBS="$(LIBS)" DESTDIR=$(DESTDIR) PREFIX=$(PREFIX) VERSION=$(VERSION) \
+	  LIBDIR=$(LIBDIR) PKGCONFIGDIR=$(PKGCONFIGDIR) LIBPKGCONFIGDIR=$(LIBPKGCONFIGDIR) CMAKEDIR=$(CMAKEDIR) LIB_OBJ=$(LIB_BUILD)/gpuarr.o \
+	  LIB_A=$(LIB_A) LIB_REAL=$(LIB_REAL) LIB_SONAME=$(LIB_SONAME) LIB_SO=$(LIB_SO) \
+	  tests/install/check.sh $(INSTALL_CHECK)
 
 # --- the fault matrix (tests/faults): a failure at every driver call --------------------------
 # tests/fault_opencl: an OpenCL library that forwards to the real loader and fails the Nth call
@@ -546,12 +566,68 @@ bench-compare:
 	@$(MAKE) --no-print-directory $(BUILD)/rel/tools/compare-boost-compute
 	$(BUILD)/rel/tools/compare-boost-compute
 
-# Under include/gpuarr/, not include/: "backends/" is too common a name to put at the top. The
-# header finds its backends/ next to itself, wherever that is.
-install:
-	install -d $(DESTDIR)$(PREFIX)/include/gpuarr/backends
-	install -m 644 gpuarr.h $(DESTDIR)$(PREFIX)/include/gpuarr/
-	install -m 644 backends/*.h $(DESTDIR)$(PREFIX)/include/gpuarr/backends/
+# --- the library and the install ---------------------------------------------------------
+# Every name and place `make lib`, `make install` and `make uninstall` use, in one place. The
+# version is read from gpuarr.h (GPUARR_VERSION_STRING); the soname carries its major number.
+VERSION      := $(shell sed -n 's/^.define GPUARR_VERSION_STRING "\([0-9.]*\)"$$/\1/p' gpuarr.h)
+SOVERSION    := $(firstword $(subst ., ,$(VERSION)))
+LIBDIR       ?= $(PREFIX)/lib
+HEADERDIR    := $(PREFIX)/include/gpuarr
+PKGCONFIGDIR := $(PREFIX)/share/pkgconfig
+LIBPKGCONFIGDIR := $(LIBDIR)/pkgconfig
+CMAKEDIR     := $(PREFIX)/share/cmake/gpuarr
+LIB_BUILD    := $(BUILD)/lib
+LIB_A        := libgpuarr.a
+LIB_SO       := libgpuarr.so
+LIB_SONAME   := $(LIB_SO).$(SOVERSION)
+LIB_REAL     := $(LIB_SO).$(VERSION)
+LIB_CFLAGS   := -std=c11 -O2 -fPIC $(WARN)
+LIB_FILES    := $(LIB_A) $(LIB_REAL) $(LIB_SONAME) $(LIB_SO)
+# gpuarr.pc (header-only) is architecture-independent: share/; gpuarr-lib.pc names LIBDIR: lib/
+PKG_FILES    := $(PKGCONFIGDIR)/gpuarr.pc $(LIBPKGCONFIGDIR)/gpuarr-lib.pc \
+                $(CMAKEDIR)/gpuarrConfig.cmake $(CMAKEDIR)/gpuarrConfigVersion.cmake
+# a template of tools/pkg/ filled in for this PREFIX and LIBDIR
+PKG_FILL      = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@VERSION@|$(VERSION)|g'
+
+# `make lib`: gpuarr.c as a static and a shared library. The shared one exports the gpuarr_
+# functions and nothing else (tools/pkg/libgpuarr.map), and has no undefined symbol the link
+# did not resolve (-z defs).
+.PHONY: lib uninstall
+lib: $(addprefix $(LIB_BUILD)/,$(LIB_FILES))
+$(LIB_BUILD)/gpuarr.o: gpuarr.c $(HEADERS)
+	@$(if $(SOVERSION),,echo "no GPUARR_VERSION_STRING found in gpuarr.h"; exit 1)
+	@mkdir -p $(@D)
+	$(CC) $(LIB_CFLAGS) -I. -c $< -o $@
+$(LIB_BUILD)/$(LIB_A): $(LIB_BUILD)/gpuarr.o
+	rm -f $@ && $(AR) rcs $@ $<
+$(LIB_BUILD)/$(LIB_REAL): $(LIB_BUILD)/gpuarr.o tools/pkg/libgpuarr.map
+	$(CC) -shared -Wl,-soname,$(LIB_SONAME) -Wl,--version-script=tools/pkg/libgpuarr.map -Wl,-z,defs $< -o $@ $(LIBS)
+$(LIB_BUILD)/$(LIB_SONAME): $(LIB_BUILD)/$(LIB_REAL)
+	ln -sfn $(LIB_REAL) $@
+$(LIB_BUILD)/$(LIB_SO): $(LIB_BUILD)/$(LIB_SONAME)
+	ln -sfn $(LIB_SONAME) $@
+
+# The headers go under include/gpuarr/, not include/: "backends/" is too common a name to put at
+# the top. The header finds its backends/ next to itself, wherever that is. Then the libraries,
+# the pkg-config files (gpuarr: header-only; gpuarr-lib: libgpuarr) and the CMake package.
+install: lib
+	install -d $(DESTDIR)$(HEADERDIR)/backends $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(LIBPKGCONFIGDIR) $(DESTDIR)$(CMAKEDIR) $(LIB_BUILD)/pkg
+	install -m 644 gpuarr.h $(DESTDIR)$(HEADERDIR)/
+	install -m 644 backends/*.h $(DESTDIR)$(HEADERDIR)/backends/
+	install -m 644 $(LIB_BUILD)/$(LIB_A) $(DESTDIR)$(LIBDIR)/
+	install -m 755 $(LIB_BUILD)/$(LIB_REAL) $(DESTDIR)$(LIBDIR)/
+	ln -sfn $(LIB_REAL) $(DESTDIR)$(LIBDIR)/$(LIB_SONAME)
+	ln -sfn $(LIB_SONAME) $(DESTDIR)$(LIBDIR)/$(LIB_SO)
+	@set -e; for f in $(PKG_FILES); do n=$$(basename $$f); \
+	  $(PKG_FILL) tools/pkg/$$n.in > $(LIB_BUILD)/pkg/$$n; \
+	  echo "install -m 644 $(LIB_BUILD)/pkg/$$n $(DESTDIR)$$f"; install -m 644 $(LIB_BUILD)/pkg/$$n $(DESTDIR)$$f; done
+
+# What install put there, and the gpuarr directories it made once they are empty; nothing else.
+uninstall:
+	rm -f $(DESTDIR)$(HEADERDIR)/gpuarr.h $(addprefix $(DESTDIR)$(HEADERDIR)/,$(wildcard backends/*.h))
+	rm -f $(addprefix $(DESTDIR)$(LIBDIR)/,$(LIB_FILES)) $(addprefix $(DESTDIR),$(PKG_FILES))
+	@for d in $(DESTDIR)$(HEADERDIR)/backends $(DESTDIR)$(HEADERDIR) $(DESTDIR)$(CMAKEDIR); do \
+	  if [ -d $$d ] && [ -z "$$(ls -A $$d)" ]; then echo "rmdir $$d"; rmdir $$d; fi; done
 
 clean:
 	rm -rf $(BUILD)

@@ -72,6 +72,11 @@
  * gpuarr_last_error() returns a message for the calling thread that names the function, the
  * argument and the reason, e.g. "gpuarr_empty: shape[1] = -3: dimensions must be >= 0".
  *
+ * The version of the header: GPUARR_VERSION_MAJOR, _MINOR, _PATCH, GPUARR_VERSION_STRING ("0.1.0")
+ * and GPUARR_VERSION_NUMBER, MAJOR * 10000 + MINOR * 100 + PATCH (100 for 0.1.0), for #if tests.
+ * gpuarr_version_string() is the version of the compiled implementation: the same string, unless
+ * a program built against one header links a library (`make lib`) built from another.
+ *
  * =============================================================================================
  * CONFIGURATION
  * =============================================================================================
@@ -459,6 +464,8 @@
 #define GPUARR_VERSION_MINOR 1
 #define GPUARR_VERSION_PATCH 0
 #define GPUARR_VERSION_STRING "0.1.0"
+#define GPUARR_VERSION_NUMBER \
+    (GPUARR_VERSION_MAJOR * 10000 + GPUARR_VERSION_MINOR * 100 + GPUARR_VERSION_PATCH)
 
 #define GPUARR_MAX_DIMS 8
 

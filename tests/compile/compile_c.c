@@ -7,6 +7,7 @@
 #include "gpuarr.h" /* a second implementation include in one unit is ignored */
 
 #include <stdio.h>
+#include <string.h>
 
 #define EXPECT(cond)                                                                           \
     do {                                                                                       \
@@ -31,12 +32,30 @@
         gpuarr_release(b);                                                                     \
     } while (0)
 
+/* GPUARR_VERSION_NUMBER: usable in #if, the formula of the three parts (which must stay below 100
+   each for it to order versions), 100 for 0.1.0; main checks the string against the parts. */
+#if !defined(GPUARR_VERSION_NUMBER) || \
+    GPUARR_VERSION_NUMBER != GPUARR_VERSION_MAJOR * 10000 + GPUARR_VERSION_MINOR * 100 + GPUARR_VERSION_PATCH
+#error "GPUARR_VERSION_NUMBER is not MAJOR * 10000 + MINOR * 100 + PATCH"
+#endif
+_Static_assert(GPUARR_VERSION_MINOR < 100 && GPUARR_VERSION_PATCH < 100,
+               "GPUARR_VERSION_NUMBER needs minor and patch below 100");
+_Static_assert(!(GPUARR_VERSION_MAJOR == 0 && GPUARR_VERSION_MINOR == 1 && GPUARR_VERSION_PATCH == 0) ||
+                   GPUARR_VERSION_NUMBER == 100,
+               "GPUARR_VERSION_NUMBER of 0.1.0 is 100");
+
 static int scoped_return(gpuarr_device d) {
     GPUARR_SCOPED_DEVICE(d);
     return gpuarr_current_device().id == d.id ? 0 : 1;
 }
 
 int main(void) {
+    {
+        char parts[32];
+        snprintf(parts, sizeof parts, "%d.%d.%d", GPUARR_VERSION_MAJOR, GPUARR_VERSION_MINOR, GPUARR_VERSION_PATCH);
+        EXPECT(strcmp(parts, GPUARR_VERSION_STRING) == 0);
+        EXPECT(strcmp(gpuarr_version_string(), GPUARR_VERSION_STRING) == 0);
+    }
     EXPECT(gpuarr_init(NULL) == GPUARR_OK);
     gpuarr_device host = gpuarr_host();
     int64_t shape[1] = {2};
