@@ -364,6 +364,8 @@ INSTALL_DEST  := $(abspath $(INSTALL_CHECK))/destdir
 INSTALL_VARS  := DESTDIR=$(INSTALL_DEST) PREFIX=/usr LIBDIR=/usr/lib
 install-check:
 	@rm -rf $(INSTALL_CHECK)
+	@# the version is typed once (GPUARR_VERSION_STRING); the manual's first line must agree
+	@grep -q '^ \* Version $(VERSION)\. ' gpuarr.h || { echo "install check: the top of gpuarr.h does not say 'Version $(VERSION).'"; exit 1; }
 	@$(MAKE) --no-print-directory install $(INSTALL_VARS) >/dev/null
 	$(CC) -std=c11 $(WARN) -I$(INSTALL_DEST)/usr/include tests/compile/installed.c -o $(INSTALL_CHECK)/installed $(LIBS)
 	@$(INSTALL_CHECK)/installed
