@@ -366,6 +366,16 @@
  * gpuarr_fill(_as) and gpuarr_copy(_async) into it fail with GPUARR_ERROR_INVALID_ARGUMENT
  * (gpuarr_host_data still returns its address: do not write through it).
  *
+ * From Python, with ctypes and no extension module (examples/numpy_interop.py): wrap an exported
+ * tensor in a capsule made by CPython's PyCapsule_New with the name
+ * gpuarr_dlpack_capsule_name(true, false) ("dltensor_versioned"; false, false: "dltensor" for a
+ * legacy one) and gpuarr_dlpack_capsule_destructor as its destructor, which calls the tensor's
+ * deleter unless a consumer took the capsule (renamed it "used_..."). To import, take the pointer
+ * out of a producer's capsule, rename the capsule gpuarr_dlpack_capsule_name(true, true) and pass
+ * the pointer to gpuarr_from_dlpack. The names are static strings, valid as long as the library
+ * is loaded; the destructor finds CPython's functions in the running process (dlsym) and does
+ * nothing outside Python.
+ *
  * =============================================================================================
  * MEMORY POOLS
  * =============================================================================================
