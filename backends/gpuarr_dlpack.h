@@ -335,15 +335,18 @@ static gpuarr_result gpuarr__dlpack_import(const DLTensor *t, bool read_only, vo
     return GPUARR_OK;
 }
 
+/* The checks both imports make before reading the tensor; the caller then gives t back on failure. */
+static gpuarr_result gpuarr__dlpack_import_begin(gpuarr_array *out) {
+    if (!gpuarr__initialized()) return gpuarr__fail(GPUARR_ERROR_NOT_INITIALIZED, "gpuarr is not initialized (call gpuarr_init first)");
+    if (!out) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "out is NULL");
+    return GPUARR_OK;
+}
+
 GPUARR_API gpuarr_result gpuarr_from_dlpack(DLManagedTensorVersioned *t, gpuarr_array *out) {
     gpuarr__tls.api = __func__;
     if (!t) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "t is NULL");
-    gpuarr_result r = GPUARR_OK;
-    if (!gpuarr__initialized())
-        r = gpuarr__fail(GPUARR_ERROR_NOT_INITIALIZED, "gpuarr is not initialized (call gpuarr_init first)");
-    else if (!out)
-        r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "out is NULL");
-    else if (t->version.major != DLPACK_MAJOR_VERSION) /* other fields may lie elsewhere: only the deleter is read */
+    gpuarr_result r = gpuarr__dlpack_import_begin(out);
+    if (r == GPUARR_OK && t->version.major != DLPACK_MAJOR_VERSION) /* other fields may lie elsewhere: only the deleter is read */
         r = gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "t is DLPack %u.%u: gpuarr reads major version %d", (unsigned)t->version.major,
                          (unsigned)t->version.minor, DLPACK_MAJOR_VERSION);
     if (r != GPUARR_OK) {
@@ -356,11 +359,7 @@ GPUARR_API gpuarr_result gpuarr_from_dlpack(DLManagedTensorVersioned *t, gpuarr_
 GPUARR_API gpuarr_result gpuarr_from_dlpack_legacy(DLManagedTensor *t, gpuarr_array *out) {
     gpuarr__tls.api = __func__;
     if (!t) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "t is NULL");
-    gpuarr_result r = GPUARR_OK;
-    if (!gpuarr__initialized())
-        r = gpuarr__fail(GPUARR_ERROR_NOT_INITIALIZED, "gpuarr is not initialized (call gpuarr_init first)");
-    else if (!out)
-        r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "out is NULL");
+    gpuarr_result r = gpuarr__dlpack_import_begin(out);
     if (r != GPUARR_OK) {
         gpuarr__dlpack_owner_legacy(t);
         return r;

@@ -103,6 +103,17 @@ static inline void test_teardown(void) { gpuarr_shutdown(); }
                      gpuarr_last_error());                                                         \
     } while (0)
 
+/* Expects a call to fail with `code` and a last error containing `substr`. */
+#define TEST_FAIL_WITH(call, code, substr)                                                         \
+    do {                                                                                           \
+        gpuarr_result test__r = (call);                                                            \
+        cr_expect_eq(test__r, (code), "%s = %s, want %s (%s)", #call, gpuarr_result_name(test__r), \
+                     gpuarr_result_name(code), gpuarr_last_error());                               \
+        cr_expect(strstr(gpuarr_last_error(), (substr)) != NULL,                                   \
+                  "%s: last error \"%s\" does not name the problem (\"%s\")", #call,               \
+                  gpuarr_last_error(), (substr));                                                  \
+    } while (0)
+
 /* ---------------------------------------------------------------------------------------------
  * Independent dtype facts (not read from the library)
  * ------------------------------------------------------------------------------------------- */

@@ -13,16 +13,6 @@
 
 TestSuite(dlpack, .init = test_setup, .fini = test_teardown);
 
-#define EXPECT_FAIL(call, code, substr)                                                            \
-    do {                                                                                           \
-        gpuarr_result test__r = (call);                                                            \
-        cr_expect_eq(test__r, (code), "%s = %s, want %s (%s)", #call, gpuarr_result_name(test__r), \
-                     gpuarr_result_name(code), gpuarr_last_error());                               \
-        cr_expect(strstr(gpuarr_last_error(), (substr)) != NULL,                                   \
-                  "%s: last error \"%s\" does not name the problem (\"%s\")", #call,               \
-                  gpuarr_last_error(), (substr));                                                  \
-    } while (0)
-
 /* The DLPack facts, written from the DLPack header's documentation, not read from gpuarr. */
 static void expect_dtype(gpuarr_dtype t, DLDataType d) {
     uint8_t code;
@@ -145,7 +135,7 @@ Test(dlpack, the_export_holds_a_reference_until_its_deleter_runs) {
     TEST_OK(gpuarr_to_host(a, out, 16));
     cr_expect_arr_eq(out, in, sizeof in);
     m->deleter(m);
-    EXPECT_FAIL(gpuarr_array_get_info(a, &info), GPUARR_ERROR_INVALID_HANDLE, "released");
+    TEST_FAIL_WITH(gpuarr_array_get_info(a, &info), GPUARR_ERROR_INVALID_HANDLE, "released");
 }
 
 Test(dlpack, export_refusals) {
@@ -155,12 +145,12 @@ Test(dlpack, export_refusals) {
     TEST_OK(gpuarr_zeros(d, GPUARR_U8, 1, &n, &a));
     DLManagedTensorVersioned *m = NULL;
     DLManagedTensor *l = NULL;
-    EXPECT_FAIL(gpuarr_to_dlpack(a, 0, NULL), GPUARR_ERROR_INVALID_ARGUMENT, "out is NULL");
-    EXPECT_FAIL(gpuarr_to_dlpack(a, 4, &m), GPUARR_ERROR_INVALID_ARGUMENT, "flags");
-    EXPECT_FAIL(gpuarr_to_dlpack(none, 0, &m), GPUARR_ERROR_INVALID_HANDLE, "zero");
-    EXPECT_FAIL(gpuarr_to_dlpack_legacy(none, &l), GPUARR_ERROR_INVALID_HANDLE, "zero");
+    TEST_FAIL_WITH(gpuarr_to_dlpack(a, 0, NULL), GPUARR_ERROR_INVALID_ARGUMENT, "out is NULL");
+    TEST_FAIL_WITH(gpuarr_to_dlpack(a, 4, &m), GPUARR_ERROR_INVALID_ARGUMENT, "flags");
+    TEST_FAIL_WITH(gpuarr_to_dlpack(none, 0, &m), GPUARR_ERROR_INVALID_HANDLE, "zero");
+    TEST_FAIL_WITH(gpuarr_to_dlpack_legacy(none, &l), GPUARR_ERROR_INVALID_HANDLE, "zero");
     gpuarr_stream bad = {a.id}; /* an array id given as a stream */
-    EXPECT_FAIL(gpuarr_to_dlpack_async(a, bad, 0, &m), GPUARR_ERROR_INVALID_HANDLE, "consumer");
+    TEST_FAIL_WITH(gpuarr_to_dlpack_async(a, bad, 0, &m), GPUARR_ERROR_INVALID_HANDLE, "consumer");
     cr_expect_null(m);
     cr_expect_null(l);
     gpuarr_array_info info;
@@ -305,7 +295,7 @@ static void producer_init(producer *p) {
         producer_init(&p);                                                                         \
         setup;                                                                                     \
         gpuarr_array out = {0};                                                                    \
-        EXPECT_FAIL(gpuarr_from_dlpack(&p.m, &out), code, substr);                                 \
+        TEST_FAIL_WITH(gpuarr_from_dlpack(&p.m, &out), code, substr);                                 \
         cr_expect_eq(p.deleted, 1, "%s: the deleter ran %d times, want once", #setup, p.deleted);  \
         cr_expect_eq(out.id, 0u, "%s: out is left alone", #setup);                                 \
         cr_expect_eq(p.data[5], 5.0, "the producer's data is untouched");                          \
@@ -333,16 +323,16 @@ Test(dlpack, import_refusals_call_the_deleter_exactly_once) {
     /* NULL out: gpuarr still took t, so it calls the deleter */
     producer p;
     producer_init(&p);
-    EXPECT_FAIL(gpuarr_from_dlpack(&p.m, NULL), GPUARR_ERROR_INVALID_ARGUMENT, "out is NULL");
+    TEST_FAIL_WITH(gpuarr_from_dlpack(&p.m, NULL), GPUARR_ERROR_INVALID_ARGUMENT, "out is NULL");
     cr_expect_eq(p.deleted, 1);
     gpuarr_array out = {0};
-    EXPECT_FAIL(gpuarr_from_dlpack(NULL, &out), GPUARR_ERROR_INVALID_ARGUMENT, "t is NULL");
-    EXPECT_FAIL(gpuarr_from_dlpack_legacy(NULL, &out), GPUARR_ERROR_INVALID_ARGUMENT, "t is NULL");
+    TEST_FAIL_WITH(gpuarr_from_dlpack(NULL, &out), GPUARR_ERROR_INVALID_ARGUMENT, "t is NULL");
+    TEST_FAIL_WITH(gpuarr_from_dlpack_legacy(NULL, &out), GPUARR_ERROR_INVALID_ARGUMENT, "t is NULL");
     /* a NULL deleter is allowed: nothing to call */
     producer_init(&p);
     p.m.deleter = NULL;
     p.m.version.major = 2;
-    EXPECT_FAIL(gpuarr_from_dlpack(&p.m, &out), GPUARR_ERROR_UNSUPPORTED, "major");
+    TEST_FAIL_WITH(gpuarr_from_dlpack(&p.m, &out), GPUARR_ERROR_UNSUPPORTED, "major");
     cr_expect_eq(out.id, 0u);
 }
 
@@ -401,15 +391,15 @@ Test(dlpack, a_read_only_import_refuses_writes) {
     int64_t n = 24;
     TEST_OK(gpuarr_zeros(d, GPUARR_F64, 1, &n, &other));
     double x = 1.0;
-    EXPECT_FAIL(gpuarr_write(a, 0, 1, GPUARR_F64, &x), GPUARR_ERROR_INVALID_ARGUMENT, "read-only");
-    EXPECT_FAIL(gpuarr_write(v, 0, 1, GPUARR_F64, &x), GPUARR_ERROR_INVALID_ARGUMENT, "read-only");
-    EXPECT_FAIL(gpuarr_fill(a, x), GPUARR_ERROR_INVALID_ARGUMENT, "read-only");
-    EXPECT_FAIL(gpuarr_fill_as(v, GPUARR_F64, &x), GPUARR_ERROR_INVALID_ARGUMENT, "read-only");
-    EXPECT_FAIL(gpuarr_copy(a, other), GPUARR_ERROR_INVALID_ARGUMENT, "dst is read-only");
+    TEST_FAIL_WITH(gpuarr_write(a, 0, 1, GPUARR_F64, &x), GPUARR_ERROR_INVALID_ARGUMENT, "read-only");
+    TEST_FAIL_WITH(gpuarr_write(v, 0, 1, GPUARR_F64, &x), GPUARR_ERROR_INVALID_ARGUMENT, "read-only");
+    TEST_FAIL_WITH(gpuarr_fill(a, x), GPUARR_ERROR_INVALID_ARGUMENT, "read-only");
+    TEST_FAIL_WITH(gpuarr_fill_as(v, GPUARR_F64, &x), GPUARR_ERROR_INVALID_ARGUMENT, "read-only");
+    TEST_FAIL_WITH(gpuarr_copy(a, other), GPUARR_ERROR_INVALID_ARGUMENT, "dst is read-only");
     gpuarr_stream s;
     TEST_OK(gpuarr_stream_create(d, 0, &s));
-    EXPECT_FAIL(gpuarr_copy_async(a, other, s), GPUARR_ERROR_INVALID_ARGUMENT, "dst is read-only");
-    EXPECT_FAIL(gpuarr_write_async(a, 0, 1, GPUARR_F64, &x, s), GPUARR_ERROR_INVALID_ARGUMENT, "read-only");
+    TEST_FAIL_WITH(gpuarr_copy_async(a, other, s), GPUARR_ERROR_INVALID_ARGUMENT, "dst is read-only");
+    TEST_FAIL_WITH(gpuarr_write_async(a, 0, 1, GPUARR_F64, &x, s), GPUARR_ERROR_INVALID_ARGUMENT, "read-only");
     TEST_OK(gpuarr_stream_destroy(s));
     cr_expect_eq(p.data[0], 0.0, "nothing was written");
     TEST_OK(gpuarr_copy(other, a)); /* reading it is fine */
@@ -421,7 +411,7 @@ Test(dlpack, a_read_only_import_refuses_writes) {
     cr_expect_eq(m->flags & DLPACK_FLAG_BITMASK_READ_ONLY, (uint64_t)DLPACK_FLAG_BITMASK_READ_ONLY, "it exports read-only");
     m->deleter(m);
     DLManagedTensor *l = NULL; /* a legacy tensor cannot carry the flag: refused, as NumPy refuses */
-    EXPECT_FAIL(gpuarr_to_dlpack_legacy(v, &l), GPUARR_ERROR_INVALID_ARGUMENT, "legacy DLManagedTensor cannot say so");
+    TEST_FAIL_WITH(gpuarr_to_dlpack_legacy(v, &l), GPUARR_ERROR_INVALID_ARGUMENT, "legacy DLManagedTensor cannot say so");
     cr_expect_null(l, "*out is set only on success");
     TEST_OK(gpuarr_release(v));
     TEST_OK(gpuarr_release(a));
