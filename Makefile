@@ -14,7 +14,7 @@
 #                 kept in build/logs/soak-crash-input)
 #   make faults   the fault matrix: every driver call of each scenario failed in turn, under
 #                 ASan+UBSan (tests/faults; a slice of it runs in make check)
-#   make fuzz     the libFuzzer targets of tests/fuzz (api, parse; clang), FUZZ_SECONDS each
+#   make fuzz     the libFuzzer targets of tests/fuzz (api, parse, dlpack; clang), FUZZ_SECONDS each
 #                 (default 60); new inputs go to build/fuzz/corpus/, `make fuzz-merge` minimizes
 #                 them into tests/fuzz/corpus/ (-merge=1)
 #   make fuzz-replay  the committed corpus through gcc ASan+UBSan builds (tests/fuzz/standalone.c)
@@ -463,15 +463,17 @@ run-valgrind: $(addprefix $(BUILD)/rel/examples/,$(EXAMPLES)) $(BUILD)/rel/tools
 # --- fuzzing (issue 13) ---------------------------------------------------------------------
 # tests/fuzz: fuzz_api.c (an op-code interpreter over every public call, on the host, PoCL's two
 # devices and the fake CUDA driver's two, with allocation faults) and fuzz_parse.c (the
-# configuration parsers, white-box). A third target, dlpack, comes with DLPack. The clang builds
+# configuration parsers, white-box) and fuzz_dlpack.c (malformed tensors given to the DLPack
+# imports). The clang builds
 # are libFuzzer's; the gcc builds (ASan+UBSan, tests/fuzz/standalone.c as main) replay the
 # committed corpus, and tests/fuzz/soak.c runs the api interpreter from 8 threads.
-FUZZ_TARGETS := api parse
+FUZZ_TARGETS := api parse dlpack
 FUZZ_SECONDS ?= 60
 SOAK_MINUTES ?= 30
 # api: an input is at most 96 ops of a few bytes each; len_control=0 lets it reach them at once
 FUZZ_FLAGS_api := -max_len=1024 -len_control=0
 FUZZ_FLAGS_parse := -max_len=602
+FUZZ_FLAGS_dlpack := -max_len=64
 FUZZ_CFLAGS := -std=c11 -O1 -g $(WARN) -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
 FUZZ_DEFS = -DFUZZ_FAKE_CUDA='"$(abspath $(BUILD))/fake-cuda/libcuda.so.1"' -DFUZZ_CACHE_DIR='"$(abspath $(BUILD))/fuzz/cache"'
 FUZZ_ENV := ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/fuzz/lsan.supp \
@@ -484,6 +486,11 @@ $(BUILD)/fuzz/fuzz_api: tests/fuzz/fuzz_api.c $(BUILD)/fuzz/gpuarr.o $(FAKE_CUDA
 $(BUILD)/fuzz/fuzz_parse: tests/fuzz/fuzz_parse.c $(HEADERS)
 	@mkdir -p $(@D)
 	$(CLANG) $(FUZZ_CFLAGS) -fsanitize=fuzzer -I. $< -o $@ $(LIBS)
+$(BUILD)/fuzz/fuzz_dlpack: tests/fuzz/fuzz_dlpack.c $(BUILD)/fuzz/gpuarr.o
+	$(CLANG) $(FUZZ_CFLAGS) -fsanitize=fuzzer -I. $< $(BUILD)/fuzz/gpuarr.o -o $@ $(LIBS)
+$(BUILD)/fuzz-replay/fuzz_dlpack: tests/fuzz/fuzz_dlpack.c tests/fuzz/standalone.c $(BUILD)/asan/gpuarr.o
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ASAN) -I. tests/fuzz/fuzz_dlpack.c tests/fuzz/standalone.c $(BUILD)/asan/gpuarr.o -o $@ $(LIBS)
 $(BUILD)/fuzz-replay/fuzz_api: tests/fuzz/fuzz_api.c tests/fuzz/standalone.c $(BUILD)/asan/gpuarr.o $(FAKE_CUDA)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ASAN) $(FUZZ_DEFS) -I. tests/fuzz/fuzz_api.c tests/fuzz/standalone.c $(BUILD)/asan/gpuarr.o -o $@ $(LIBS)

@@ -168,11 +168,14 @@ static gpuarr_result gpuarr__dlpack_export(gpuarr_array h, bool async, gpuarr_st
         c->allocator = gpuarr__g.allocator;
         t->ndim = a->ndim;
         t->dtype = gpuarr__dlpack_dtype(a->dtype);
-        int64_t stride = 1;
+        int64_t stride = 1; /* compact row-major; an empty array's extents need not multiply within
+                               int64 (only its count must), so its strides saturate: nothing is
+                               addressed through them */
         for (int i = a->ndim - 1; i >= 0; i--) {
             c->shape[i] = a->shape[i];
             c->strides[i] = stride;
-            stride *= a->shape[i] > 0 ? a->shape[i] : 1;
+            int64_t e = a->shape[i] > 0 ? a->shape[i] : 1;
+            stride = stride > INT64_MAX / e ? INT64_MAX : stride * e;
         }
         t->shape = c->shape;
         t->strides = c->strides;

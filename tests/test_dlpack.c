@@ -138,6 +138,28 @@ Test(dlpack, the_export_holds_a_reference_until_its_deleter_runs) {
     TEST_FAIL_WITH(gpuarr_array_get_info(a, &info), GPUARR_ERROR_INVALID_HANDLE, "released");
 }
 
+/* An empty array may have extents whose product overflows int64 (its count is 0): its strides
+   saturate at INT64_MAX instead of overflowing (found by fuzz_dlpack under UBSan). */
+Test(dlpack, an_empty_array_with_huge_extents_exports_saturated_strides) {
+    int64_t shape[3] = {0, 3037000500, 3037000500};
+    gpuarr_array a;
+    TEST_OK(gpuarr_empty(test_device(), GPUARR_F32, 3, shape, &a));
+    DLManagedTensorVersioned *m;
+    TEST_OK(gpuarr_to_dlpack(a, 0, &m));
+    cr_expect_eq(m->dl_tensor.strides[2], 1);
+    cr_expect_eq(m->dl_tensor.strides[1], 3037000500);
+    cr_expect_eq(m->dl_tensor.strides[0], INT64_MAX, "3037000500^2 does not fit: saturated");
+    cr_expect_null(m->dl_tensor.data, "an empty array exports data = NULL");
+    gpuarr_array b; /* and back: an import of an empty tensor ignores its strides */
+    TEST_OK(gpuarr_from_dlpack(m, &b));
+    gpuarr_array_info ai;
+    TEST_OK(gpuarr_array_get_info(b, &ai));
+    cr_expect_eq(ai.count, 0);
+    cr_expect_eq(ai.shape[2], 3037000500);
+    TEST_OK(gpuarr_release(b));
+    TEST_OK(gpuarr_release(a));
+}
+
 Test(dlpack, export_refusals) {
     gpuarr_device d = test_device();
     gpuarr_array a, none = {0};

@@ -9,7 +9,7 @@
  * leak; the global state an internal parser writes is put back after each call.
  *
  * The first input byte picks the parser, the rest (up to a NUL) is the text.
- * A third target, fuzz_dlpack.c, comes later with DLPack.
+ * The third target, fuzz_dlpack.c, gives malformed tensors to the DLPack imports.
  */
 #define GPUARR_IMPLEMENTATION
 #include "gpuarr.h"
