@@ -341,8 +341,9 @@
  *   ... the consumer uses t, then calls t->deleter(t) exactly once ...
  *   gpuarr_from_dlpack(t2, &b);          // b shares t2's memory; gpuarr now owns t2
  *
- * Export: the tensor holds a reference to the array (the handle may be released first) until
- * its deleter runs; the deleter may run on any thread, and after gpuarr_shutdown (then it only
+ * Export: the tensor holds the array's memory, as a view does, until its deleter runs: the
+ * handle may be released first, and is then gone (a release too many fails with
+ * GPUARR_ERROR_INVALID_HANDLE and takes nothing from the tensor); the deleter may run on any thread, and after gpuarr_shutdown (then it only
  * frees the tensor: the array went with the shutdown), but not during it. gpuarr_to_dlpack
  * returns when the array's contents are complete; gpuarr_to_dlpack_async(a, consumer, ...)
  * instead makes the `consumer` stream wait for them and returns at once. A read-only array
@@ -1155,8 +1156,9 @@ typedef struct DLManagedTensorVersioned DLManagedTensorVersioned;
 /* gpuarr_to_dlpack's flags: the consumer must not write (DLPACK_FLAG_BITMASK_READ_ONLY). */
 #define GPUARR_DLPACK_READ_ONLY ((uint64_t)1)
 
-/* Export: a DLManagedTensorVersioned sharing a's memory (no copy), holding a reference to a until
-   the consumer calls its deleter (exactly once, from any thread, also after gpuarr_shutdown).
+/* Export: a DLManagedTensorVersioned sharing a's memory (no copy), holding it (as a view of a
+   does, not through a's handle) until the consumer calls its deleter (exactly once, from any
+   thread, also after gpuarr_shutdown).
    Returns once a's contents are complete; _async instead orders `consumer` (a stream of any
    device, {0} = the current one) after the work producing a, without waiting. flags: 0 or
    GPUARR_DLPACK_READ_ONLY (always set for a read-only array). *out is set only on success. */

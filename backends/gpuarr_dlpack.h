@@ -49,7 +49,7 @@ typedef struct gpuarr__dlpack_ctx {
     DLManagedTensor legacy;             /* this one (gpuarr_to_dlpack_legacy) */
     int64_t shape[GPUARR_MAX_DIMS];
     int64_t strides[GPUARR_MAX_DIMS];
-    gpuarr_array array; /* the reference the tensor holds */
+    gpuarr_array array; /* the reference the tensor holds: a view of the array, its handle private */
     uint32_t epoch;     /* the init cycle it belongs to */
     gpuarr_allocator allocator; /* the one that allocated this record: it outlives gpuarr_shutdown */
 } gpuarr__dlpack_ctx;
@@ -161,9 +161,12 @@ static gpuarr_result gpuarr__dlpack_export(gpuarr_array h, bool async, gpuarr_st
             gpuarr__obj_release(&ready->obj);
         }
     }
-    if (r == GPUARR_OK) r = gpuarr__table_retain(&gpuarr__g.arrays, h.id, "a");
+    /* the tensor's reference is a view of its own, not one more count on h: a release of h too many
+       (the caller's bug) then fails with INVALID_HANDLE instead of freeing memory a consumer reads */
+    gpuarr_array held = {0};
+    if (r == GPUARR_OK) r = gpuarr__view_publish(a, a->ndim, a->shape, 0, &held);
     if (r == GPUARR_OK) {
-        c->array = h;
+        c->array = held;
         c->epoch = gpuarr__g.epoch;
         c->allocator = gpuarr__g.allocator;
         t->ndim = a->ndim;
