@@ -21,6 +21,7 @@
 #   make soak     the api interpreter's random sequences from 8 threads under ASan with faults
 #                 for SOAK_MINUTES (default 30)
 #   make bench    tools/gpuarr-bench; prints a table (see bench/results/)
+#   make bench-dlpack  DLPack hand-over to and from NumPy against numpy.copy (not in make test)
 #   make bench-plots  the size sweep (gpuarr-bench --csv) and its PNGs in bench/results/plots/
 #                 (needs gnuplot-nox: installed as root, else the apt-get line; not in make test)
 #   make bench-compare  gpuarr against Boost.Compute and raw OpenCL on opencl:0
@@ -240,6 +241,12 @@ python-tests: $(VENV)/numpy-installed $(BUILD)/lib/libgpuarr.so
 	@GPUARR_LIB=$(abspath $(BUILD))/lib/libgpuarr.so GPUARR_PY_DEVICE=opencl:0 $(VENV)/bin/python tests/python/test_numpy.py
 	@echo "== examples/numpy_interop.py on opencl:0"
 	@$(VENV)/bin/python examples/numpy_interop.py $(abspath $(BUILD))/lib/libgpuarr.so opencl:0
+
+# `make bench-dlpack`: the DLPack hand-over through ctypes against numpy.copy of the same bytes
+# (tools/bench-dlpack.py; bench/results/dlpack.md). Not part of make test.
+.PHONY: bench-dlpack
+bench-dlpack: $(VENV)/numpy-installed $(BUILD)/lib/libgpuarr.so
+	GPUARR_LIB=$(abspath $(BUILD))/lib/libgpuarr.so $(VENV)/bin/python tools/bench-dlpack.py
 
 # The device kernels are compiled from backends/gpuarr_kernels.h, embedded as text in
 # backends/gpuarr_kernels_source.h: regenerate with `make kernels`; the test fails when stale.
