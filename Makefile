@@ -48,7 +48,7 @@ HEADERS   := gpuarr.h $(wildcard backends/*.h)
 EXAMPLES  := $(basename $(notdir $(wildcard examples/*.c)))
 TESTS     := $(basename $(notdir $(wildcard tests/test_*.c)))
 THREADED_TESTS := test_threads test_streams test_pool test_dlpack
-WHITEBOX_TESTS := test_registry test_internals test_opencl_limits
+WHITEBOX_TESTS := test_registry test_internals test_opencl_limits test_telemetry_files
 TOOLS     := gpuarr-info gpuarr-bench
 
 # --- toolchains ---------------------------------------------------------------------------
@@ -170,11 +170,21 @@ FAKE_CUDA := $(if $(CUDA_H),$(BUILD)/fake-cuda/libcuda.so.1)
 $(BUILD)/fake-cuda/libcuda.so.1: tests/fake_cuda/fake_cuda.c tests/faults/fault_spec.h $(HEADERS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_REL) -fPIC -shared -fvisibility=hidden -I. -I$(CUDA_HOME)/include -Wl,-soname,libcuda.so.1 $< -o $@ -lpthread -lm
+# tests/fake_nvml: an NVML for the fake driver's devices (in reversed order, matched by UUID), for
+# telemetry; the -old build lacks NVML's newer entry points. Needs no NVIDIA header.
+FAKE_NVML := $(if $(FAKE_CUDA),$(BUILD)/fake-nvml/libnvidia-ml.so.1 $(BUILD)/fake-nvml-old/libnvidia-ml.so.1)
+$(BUILD)/fake-nvml/libnvidia-ml.so.1: tests/fake_nvml/fake_nvml.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_REL) -fPIC -shared -fvisibility=hidden -Wl,-soname,libnvidia-ml.so.1 $< -o $@
+$(BUILD)/fake-nvml-old/libnvidia-ml.so.1: tests/fake_nvml/fake_nvml.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_REL) -DFAKE_NVML_OLD -fPIC -shared -fvisibility=hidden -Wl,-soname,libnvidia-ml.so.1 $< -o $@
 # tests/fault_opencl (made below): an OpenCL library that fails chosen calls; test_opencl uses it too
 FAULT_OPENCL := $(BUILD)/fault-opencl/libfault_opencl.so
-FAKE_ENV := GPUARR_CUDA_LIBRARY=$(abspath $(BUILD))/fake-cuda/libcuda.so.1 GPUARR_CACHE_DIR=$(abspath $(BUILD))/fake-cuda/cache
+FAKE_ENV := GPUARR_CUDA_LIBRARY=$(abspath $(BUILD))/fake-cuda/libcuda.so.1 GPUARR_CACHE_DIR=$(abspath $(BUILD))/fake-cuda/cache \
+  GPUARR_NVML_LIBRARY=$(abspath $(BUILD))/fake-nvml/libnvidia-ml.so.1 GPUARR_TEST_FAKE_NVML_OLD=$(abspath $(BUILD))/fake-nvml-old/libnvidia-ml.so.1
 
-run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAULT_OPENCL) $(BUILD)/rel/plugin/plugin_driver $(BUILD)/rel/tools/gpuarr-info
+run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAKE_NVML) $(FAULT_OPENCL) $(BUILD)/rel/plugin/plugin_driver $(BUILD)/rel/tools/gpuarr-info
 	@set -e; for dev in $(TEST_DEVICES); do \
 	  for t in $(GENERIC_TESTS); do \
 	    echo "== $$t on $$dev"; \
@@ -198,6 +208,8 @@ run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAULT_OPENCL
 	    $(FAKE_ENV) GPUARR_TEST_DEVICE=cuda:0 $(BUILD)/rel/tests/$$t --jobs 2; done; \
 	  echo "== test_internals on the fake driver (the backend procs on cuda:0)"; \
 	  $(FAKE_ENV) $(BUILD)/rel/tests/test_internals --jobs 2; \
+	  echo "== test_telemetry_files on the fake driver and fake NVML (an OpenCL device linked to cuda:1)"; \
+	  $(FAKE_ENV) $(BUILD)/rel/tests/test_telemetry_files --jobs 2; \
 	  echo "== test_cuda on the fake driver: two GPUs with peer access, then without"; \
 	  $(FAKE_ENV) $(BUILD)/rel/tests/test_cuda --jobs 2; \
 	  $(FAKE_ENV) FAKE_CUDA_PEER=0 $(BUILD)/rel/tests/test_cuda --jobs 2; \
@@ -409,7 +421,7 @@ define run_sanitized
 	done; done
 endef
 
-run-asan: $(addprefix $(BUILD)/asan/tests/,$(TESTS)) $(FAKE_CUDA) $(FAULT_OPENCL) $(BUILD)/asan/plugin/plugin_driver
+run-asan: $(addprefix $(BUILD)/asan/tests/,$(TESTS)) $(FAKE_CUDA) $(FAKE_NVML) $(FAULT_OPENCL) $(BUILD)/asan/plugin/plugin_driver
 	$(call run_sanitized,asan,$(GENERIC_TESTS),ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,$(TEST_DEVICES))
 	$(call run_sanitized,asan,$(WHITEBOX_TESTS),ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,host)
 	$(call run_sanitized,asan,test_opencl,GPUARR_TEST_FAULT_OPENCL=$(abspath $(FAULT_OPENCL)) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,opencl:0)
@@ -423,7 +435,7 @@ run-asan: $(addprefix $(BUILD)/asan/tests/,$(TESTS)) $(FAKE_CUDA) $(FAULT_OPENCL
 	  $(BUILD)/asan/plugin/plugin_driver $(BUILD)/asan/plugin/libgpuarr-plugin.so >$(BUILD)/logs/asan-plugin.log 2>&1 || { cat $(BUILD)/logs/asan-plugin.log; exit 1; }
 	@if grep -qE $(SANITIZER_REPORT) $(BUILD)/logs/asan-plugin.log; then cat $(BUILD)/logs/asan-plugin.log; echo "asan: sanitizer report in the plugin test"; exit 1; fi
 
-run-tsan: $(addprefix $(BUILD)/tsan/tests/,$(THREADED_TESTS)) $(FAKE_CUDA)
+run-tsan: $(addprefix $(BUILD)/tsan/tests/,$(THREADED_TESTS)) $(FAKE_CUDA) $(FAKE_NVML)
 	$(call run_sanitized,tsan,$(THREADED_TESTS),GPUARR_STRESS_OPS=100000 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tools/tsan.supp",1,$(TEST_DEVICES))
 	$(if $(FAKE_CUDA),$(call run_sanitized,tsan,$(THREADED_TESTS),$(FAKE_ENV) TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tools/tsan.supp",1,cuda:0))
 
