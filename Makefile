@@ -220,6 +220,9 @@ run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAKE_NVML) $
 	@$(if $(FAKE_CUDA),$(FAKE_ENV)) $(BUILD)/rel/plugin/plugin_driver $(BUILD)/rel/plugin/libgpuarr-plugin.so
 	@echo "== gpuarr-info lists the OpenCL devices"
 	@$(BUILD)/rel/tools/gpuarr-info | grep -q "^opencl:1 " || { $(BUILD)/rel/tools/gpuarr-info; exit 1; }
+	@echo "== gpuarr-info --watch 0.1 --count 2 --json: a JSON line per device per tick (tools/check-watch-json.py)"
+	@$(PYTHON) tools/check-watch-json.py $(BUILD)/rel/tools/gpuarr-info
+	@$(if $(FAKE_CUDA),echo "== the same on the fake driver with the fake NVML" && $(FAKE_ENV) $(PYTHON) tools/check-watch-json.py $(BUILD)/rel/tools/gpuarr-info)
 	@echo "make test: all suites passed on: $(TEST_DEVICES), opencl:0 as a discrete device, two PoCL devices, the fake CUDA driver, and CUDA where present"
 
 # DLPack against NumPy (tests/python/test_numpy.py, examples/numpy_interop.py): libgpuarr.so
@@ -463,24 +466,24 @@ SOAK_MINUTES ?= 30
 FUZZ_FLAGS_api := -max_len=1024 -len_control=0
 FUZZ_FLAGS_parse := -max_len=602
 FUZZ_CFLAGS := -std=c11 -O1 -g $(WARN) -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
-FUZZ_DEFS = -DFUZZ_FAKE_CUDA='"$(abspath $(BUILD))/fake-cuda/libcuda.so.1"' -DFUZZ_CACHE_DIR='"$(abspath $(BUILD))/fuzz/cache"'
+FUZZ_DEFS = -DFUZZ_FAKE_CUDA='"$(abspath $(BUILD))/fake-cuda/libcuda.so.1"' -DFUZZ_FAKE_NVML='"$(abspath $(BUILD))/fake-nvml/libnvidia-ml.so.1"' -DFUZZ_CACHE_DIR='"$(abspath $(BUILD))/fuzz/cache"'
 FUZZ_ENV := ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/fuzz/lsan.supp \
             UBSAN_OPTIONS=print_stacktrace=1
 $(BUILD)/fuzz/gpuarr.o: gpuarr.c $(HEADERS)
 	@mkdir -p $(@D)
 	$(CLANG) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -I. -c $< -o $@
-$(BUILD)/fuzz/fuzz_api: tests/fuzz/fuzz_api.c $(BUILD)/fuzz/gpuarr.o $(FAKE_CUDA)
+$(BUILD)/fuzz/fuzz_api: tests/fuzz/fuzz_api.c $(BUILD)/fuzz/gpuarr.o $(FAKE_CUDA) $(FAKE_NVML)
 	$(CLANG) $(FUZZ_CFLAGS) -fsanitize=fuzzer $(FUZZ_DEFS) -I. $< $(BUILD)/fuzz/gpuarr.o -o $@ $(LIBS)
 $(BUILD)/fuzz/fuzz_parse: tests/fuzz/fuzz_parse.c $(HEADERS)
 	@mkdir -p $(@D)
 	$(CLANG) $(FUZZ_CFLAGS) -fsanitize=fuzzer -I. $< -o $@ $(LIBS)
-$(BUILD)/fuzz-replay/fuzz_api: tests/fuzz/fuzz_api.c tests/fuzz/standalone.c $(BUILD)/asan/gpuarr.o $(FAKE_CUDA)
+$(BUILD)/fuzz-replay/fuzz_api: tests/fuzz/fuzz_api.c tests/fuzz/standalone.c $(BUILD)/asan/gpuarr.o $(FAKE_CUDA) $(FAKE_NVML)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ASAN) $(FUZZ_DEFS) -I. tests/fuzz/fuzz_api.c tests/fuzz/standalone.c $(BUILD)/asan/gpuarr.o -o $@ $(LIBS)
 $(BUILD)/fuzz-replay/fuzz_parse: tests/fuzz/fuzz_parse.c tests/fuzz/standalone.c $(HEADERS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ASAN) -I. tests/fuzz/fuzz_parse.c tests/fuzz/standalone.c -o $@ $(LIBS)
-$(BUILD)/fuzz-replay/soak: tests/fuzz/soak.c tests/fuzz/fuzz_api.c $(BUILD)/asan/gpuarr.o $(FAKE_CUDA)
+$(BUILD)/fuzz-replay/soak: tests/fuzz/soak.c tests/fuzz/fuzz_api.c $(BUILD)/asan/gpuarr.o $(FAKE_CUDA) $(FAKE_NVML)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ASAN) $(FUZZ_DEFS) -I. tests/fuzz/soak.c $(BUILD)/asan/gpuarr.o -o $@ $(LIBS)
 
