@@ -146,11 +146,12 @@ static void require_fakes(void) {
     if (!nvml || !strstr(nvml, "fake-nvml/")) test_skip("GPUARR_NVML_LIBRARY is not tests/fake_nvml (make test sets both in its fake-driver runs)");
 }
 
-/* Starts gpuarr again with a variable set (NULL: none). */
+/* Starts gpuarr again with a variable set (NULL: none) while gpuarr_init reads it, unset after. */
 static void reinit_with(const char *key, const char *value) {
     gpuarr_shutdown();
     if (key) setenv_or_die(key, value);
     gpuarr_result r = gpuarr_init(NULL);
+    if (key) unsetenv(key);
     cr_assert_eq(r, GPUARR_OK, "gpuarr_init with %s=%s: %s", key ? key : "-", value ? value : "-", gpuarr_last_error());
 }
 
@@ -233,7 +234,10 @@ Test(telemetry, nvml_failing_to_start_leaves_the_driver_memory_figures) {
 
 Test(telemetry, a_missing_nvml_leaves_the_driver_memory_figures) {
     require_fakes();
+    char fake[512];
+    snprintf(fake, sizeof fake, "%s", getenv("GPUARR_NVML_LIBRARY"));
     reinit_with("GPUARR_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1");
+    setenv_or_die("GPUARR_NVML_LIBRARY", fake); /* too late: gpuarr_init read the variable */
     expect_driver_memory_only();
 }
 
