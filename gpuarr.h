@@ -115,6 +115,8 @@
  *   GPUARR_CUDA_KERNELS  auto | ptx | nvrtc: where CUDA cast kernels come from (see CUDA).
  *   GPUARR_NVRTC_LIBRARY  the NVRTC to open (default: libnvrtc.so.13, .12, .11.2, then
  *                         $CUDA_HOME/lib64/libnvrtc.so).
+ *   GPUARR_NVML_LIBRARY  the NVML to open for CUDA devices' telemetry (default libnvidia-ml.so.1;
+ *                        see TELEMETRY).
  *   GPUARR_PEER_COPIES  switch, default on. off sends device-to-device copies through pinned
  *                       host memory even where the devices could copy directly (P2P trouble,
  *                       testing).
@@ -421,6 +423,48 @@
  * the stream's order making reuse safe; a hop between two devices through the host uses one
  * pinned buffer of its size. OpenCL copies from and to pageable memory in queue order, so there
  * an upload or download without a host-side cast is one direct copy.
+ *
+ * =============================================================================================
+ * TELEMETRY
+ * =============================================================================================
+ * gpuarr_device_get_telemetry(dev, &t) reads what the device reports about itself now. Each group
+ * of fields it read sets its bit in t.valid (GPUARR_TELEMETRY_LIST: memory_total, memory_usage =
+ * memory_used and memory_free, gpu_utilization, memory_utilization, temperature, power,
+ * power_limit, sm_clock, memory_clock, throttle_reasons, pcie_generation, pcie_width;
+ * gpuarr_telemetry_name gives each bit's name); the fields of a clear bit are 0. A reading the
+ * device cannot give is never an error: the call fails only for a NULL out
+ * (GPUARR_ERROR_INVALID_ARGUMENT), a handle that is not a device (GPUARR_ERROR_INVALID_HANDLE) and
+ * before gpuarr_init. Every device reports its total memory. By kind of device:
+ *   - CUDA: NVML (libnvidia-ml.so.1, or GPUARR_NVML_LIBRARY; always loaded at run time), loaded
+ *     and started (nvmlInit_v2) by the first telemetry call on a CUDA device, stopped by the
+ *     last gpuarr_shutdown. The NVML device is found by the CUDA device's UUID (info.uuid written
+ *     "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", else "MIG-..." for a MIG instance), never by
+ *     index: NVML's order and CUDA_VISIBLE_DEVICES do not matter. It gives memory as NVML counts
+ *     it (nvmlDeviceGetMemoryInfo_v2, whose used leaves out what the driver reserves, else
+ *     nvmlDeviceGetMemoryInfo, whose used includes it), GPU and memory utilization (percent of
+ *     NVML's last sample period), the GPU's temperature, power draw and limit (the enforced limit,
+ *     else the management limit), SM and memory clocks, NVML's clock event (throttle) reasons bit
+ *     mask as it defines them, and the PCIe link's current generation and width. Each reading
+ *     comes from the newest entry point the NVML has (nvmlDeviceGetTemperatureV,
+ *     nvmlDeviceGetCurrentClocksEventReasons, ...), else from the older one; one that fails
+ *     leaves its bit clear. Without NVML (not loadable, nvmlInit_v2 failing, or no NVML device
+ *     with the UUID: logged at info level) a CUDA device reports the driver's figures: its total
+ *     memory, and free and used (cuMemGetInfo) once the device is open or its primary context is
+ *     active (none is made just for this).
+ *   - OpenCL: a device that is the same GPU as a CUDA device (info.same_as) reports what that
+ *     CUDA device does. Others report CL_DEVICE_GLOBAL_MEM_SIZE, and free and used memory where
+ *     the device has cl_amd_device_attribute_query (CL_DEVICE_GLOBAL_FREE_MEMORY_AMD). PoCL: the
+ *     total only.
+ *   - The host: total and free memory (MemTotal and MemAvailable of /proc/meminfo; used is the
+ *     difference), the CPUs' utilization in gpu_utilization_pct (from the first line of
+ *     /proc/stat: the share of time neither idle nor waiting for I/O since the host's previous
+ *     telemetry call in this gpuarr_init cycle; the first call gives the average since boot),
+ *     and the temperature of the first hwmon device named k10temp, coretemp, zenpower or
+ *     cpu_thermal (its first temp*_input that reads), where there is one.
+ * Thread-safe: NVML is started once, and the host's previous /proc/stat sample is kept under a
+ * lock. `gpuarr-info --watch [SECONDS] [--count N] [--json]` prints the readings of every device
+ * with its pool's allocated and reserved bytes every SECONDS (default 1), as a table or as one
+ * JSON object per device per tick.
  *
  * =============================================================================================
  * CALLBACKS

@@ -269,3 +269,24 @@ Test(telemetry, nvml_starts_at_the_first_call_and_stops_with_gpuarr) {
     cr_assert_eq(live(), 1, "NVML starts again after a new gpuarr_init");
     dlclose(lib);
 }
+
+static void capture_log(gpuarr_log_level level, const char *message, void *user) {
+    char *seen = user;
+    if (level == GPUARR_LOG_INFO && strstr(message, "telemetry:")) snprintf(seen, 512, "%s", message);
+}
+
+Test(telemetry, a_missing_nvml_is_logged_at_info_level_with_the_loader_reason) {
+    require_fakes();
+    gpuarr_shutdown();
+    static char seen[512];
+    gpuarr_desc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.logger.fn = capture_log;
+    desc.logger.user_data = seen;
+    desc.log_level = GPUARR_LOG_INFO;
+    setenv_or_die("GPUARR_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1");
+    TEST_OK(gpuarr_init(&desc));
+    cr_assert_eq(seen[0], '\0', "logged before any telemetry call: %s", seen);
+    read_telemetry(cuda(0));
+    cr_assert(strstr(seen, "cannot load /nonexistent/libnvidia-ml.so.1 (GPUARR_NVML_LIBRARY)") && strstr(seen, "No such file"), "%s", seen);
+}
