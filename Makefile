@@ -47,7 +47,7 @@ TEST_CFLAGS = -I. -Itests
 HEADERS   := gpuarr.h $(wildcard backends/*.h)
 EXAMPLES  := $(basename $(notdir $(wildcard examples/*.c)))
 TESTS     := $(basename $(notdir $(wildcard tests/test_*.c)))
-THREADED_TESTS := test_threads test_streams test_pool test_dlpack
+THREADED_TESTS := test_threads test_streams test_pool test_dlpack test_telemetry
 WHITEBOX_TESTS := test_registry test_internals test_opencl_limits test_telemetry_files
 TOOLS     := gpuarr-info gpuarr-bench
 
