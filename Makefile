@@ -56,6 +56,7 @@ CUDA_HOME ?= $(firstword $(wildcard /usr/local/cuda) $(patsubst %/bin/nvcc,%,$(s
 NVCC      := $(firstword $(wildcard $(CUDA_HOME)/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
 HAVE_CL_H := $(wildcard /usr/include/CL/cl.h)
 CUDA_H    := $(firstword $(wildcard $(CUDA_HOME)/include/cuda.h))
+NVML_H    ?= $(firstword $(wildcard $(CUDA_HOME)/include/nvml.h /usr/include/nvml.h))
 
 # --- Debian packages ------------------------------------------------------------------------
 TEST_PACKAGES  := gcc g++ clang make libcriterion-dev \
@@ -329,6 +330,14 @@ ifneq ($(NVCC),)
 	@echo "compile tests: CUDA declarations match <cuda.h> and <nvrtc.h>; -lcuda links"
 else
 	@echo "compile test: .cu and CUDA declarations skipped: nvcc not found (set CUDA_HOME)"
+endif
+	@# NVML's header is in neither Debian nor the toolkit's default install: NVML_H=path/to/nvml.h
+ifneq ($(NVML_H),)
+	$(CC) -std=c11 $(WARN) -I. -isystem $(dir $(NVML_H)) -c tests/compile/nvml_decls.c -o $(BUILD)/compile/nvml-decls.o
+	$(CLANG) -std=c11 $(WARN) -I. -isystem $(dir $(NVML_H)) -c tests/compile/nvml_decls.c -o $(BUILD)/compile/nvml-decls-clang.o
+	@echo "compile tests: NVML declarations match $(NVML_H)"
+else
+	@echo "compile test: NVML declarations not checked: no nvml.h (NVML_H=path/to/nvml.h to check them)"
 endif
 	@echo "compile tests passed"
 

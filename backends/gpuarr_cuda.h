@@ -161,6 +161,13 @@ typedef struct nvmlDevice_st *gpuarr__nvml_device;
 #define GPUARR__NVML_TEMPERATURE_GPU 0u
 #define GPUARR__NVML_CLOCK_SM 1u
 #define GPUARR__NVML_CLOCK_MEM 2u
+#if defined(NVML_API_VERSION) && !defined(__cplusplus) /* <nvml.h> came first, in C (tests/compile/nvml_decls.c
+                                                          checks the entry points on its types) */
+typedef nvmlMemory_t gpuarr__nvml_memory;
+typedef nvmlMemory_v2_t gpuarr__nvml_memory_v2;
+typedef nvmlTemperature_t gpuarr__nvml_temperature;
+typedef nvmlUtilization_t gpuarr__nvml_utilization;
+#else
 typedef struct gpuarr__nvml_memory { /* nvmlMemory_t */
     unsigned long long total, free, used;
 } gpuarr__nvml_memory;
@@ -170,12 +177,21 @@ typedef struct gpuarr__nvml_memory_v2 { /* nvmlMemory_v2_t */
 } gpuarr__nvml_memory_v2;
 typedef struct gpuarr__nvml_temperature { /* nvmlTemperature_v1_t */
     unsigned int version;
-    unsigned int sensor_type; /* nvmlTemperatureSensors_t */
+    unsigned int sensorType; /* nvmlTemperatureSensors_t */
     int temperature;
 } gpuarr__nvml_temperature;
 typedef struct gpuarr__nvml_utilization { /* nvmlUtilization_t */
     unsigned int gpu, memory;
 } gpuarr__nvml_utilization;
+#endif
+/* The layouts of nvml.h (tests/compile/nvml_decls.c asserts the same numbers of its types). */
+GPUARR__STATIC_ASSERT(sizeof(gpuarr__nvml_memory) == 24 && offsetof(gpuarr__nvml_memory, used) == 16, "nvmlMemory_t");
+GPUARR__STATIC_ASSERT(sizeof(gpuarr__nvml_memory_v2) == 40 && offsetof(gpuarr__nvml_memory_v2, total) == 8 &&
+                          offsetof(gpuarr__nvml_memory_v2, free) == 24 && offsetof(gpuarr__nvml_memory_v2, used) == 32,
+                      "nvmlMemory_v2_t");
+GPUARR__STATIC_ASSERT(sizeof(gpuarr__nvml_temperature) == 12 && offsetof(gpuarr__nvml_temperature, temperature) == 8,
+                      "nvmlTemperature_v1_t");
+GPUARR__STATIC_ASSERT(sizeof(gpuarr__nvml_utilization) == 8 && offsetof(gpuarr__nvml_utilization, memory) == 4, "nvmlUtilization_t");
 /* NVML_STRUCT_VERSION: the struct's size, its version in the top byte */
 #define GPUARR__NVML_STRUCT_VERSION(type, ver) ((unsigned int)(sizeof(type) | ((unsigned int)(ver) << 24)))
 
@@ -1420,7 +1436,7 @@ static void gpuarr__nvml_read(gpuarr__cu_state *cu, gpuarr__nvml_device h, gpuar
     gpuarr__nvml_temperature tv;
     memset(&tv, 0, sizeof tv);
     tv.version = GPUARR__NVML_STRUCT_VERSION(gpuarr__nvml_temperature, 1);
-    tv.sensor_type = GPUARR__NVML_TEMPERATURE_GPU;
+    tv.sensorType = GPUARR__NVML_TEMPERATURE_GPU;
     unsigned int v = 0;
     if (GPUARR__NVML_OK(nvmlDeviceGetTemperatureV, h, &tv)) {
         out->temperature_c = (double)tv.temperature;
