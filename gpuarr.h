@@ -434,7 +434,8 @@
  * gpuarr_telemetry_name gives each bit's name); the fields of a clear bit are 0. A reading the
  * device cannot give is never an error: the call fails only for a NULL out
  * (GPUARR_ERROR_INVALID_ARGUMENT), a handle that is not a device (GPUARR_ERROR_INVALID_HANDLE) and
- * before gpuarr_init. Every device reports its total memory. By kind of device:
+ * before gpuarr_init. Every device reports its total memory (the host where /proc/meminfo reads).
+ * By kind of device:
  *   - CUDA: NVML (libnvidia-ml.so.1, or GPUARR_NVML_LIBRARY; always loaded at run time), loaded
  *     and started (nvmlInit_v2) by the first telemetry call on a CUDA device, stopped by the
  *     last gpuarr_shutdown. The NVML device is found by the CUDA device's UUID (info.uuid written
