@@ -266,6 +266,10 @@ int main(int argc, char **argv) {
             return strcmp(argv[i], "--help") == 0 ? 0 : 2;
         }
     }
+    if (count && !watching) {
+        fprintf(stderr, "gpuarr-info: --count goes with --watch\n");
+        return 2;
+    }
     if (gpuarr_init(NULL) != GPUARR_OK) {
         fprintf(stderr, "gpuarr-info: %s\n", gpuarr_last_error());
         return 1;
