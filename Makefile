@@ -54,8 +54,8 @@ TEST_CFLAGS = -I. -Itests
 HEADERS   := gpuarr.h $(wildcard backends/*.h)
 EXAMPLES  := $(basename $(notdir $(wildcard examples/*.c)))
 TESTS     := $(basename $(notdir $(wildcard tests/test_*.c)))
-THREADED_TESTS := test_threads test_streams test_pool test_dlpack
-WHITEBOX_TESTS := test_registry test_internals test_opencl_limits
+THREADED_TESTS := test_threads test_streams test_pool test_dlpack test_telemetry
+WHITEBOX_TESTS := test_registry test_internals test_opencl_limits test_telemetry_files
 TOOLS     := gpuarr-info gpuarr-bench
 
 # --- toolchains ---------------------------------------------------------------------------
@@ -63,6 +63,7 @@ CUDA_HOME ?= $(firstword $(wildcard /usr/local/cuda) $(patsubst %/bin/nvcc,%,$(s
 NVCC      := $(firstword $(wildcard $(CUDA_HOME)/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
 HAVE_CL_H := $(wildcard /usr/include/CL/cl.h)
 CUDA_H    := $(firstword $(wildcard $(CUDA_HOME)/include/cuda.h))
+NVML_H    ?= $(firstword $(wildcard $(CUDA_HOME)/include/nvml.h /usr/include/nvml.h))
 
 # --- Debian packages ------------------------------------------------------------------------
 TEST_PACKAGES  := gcc g++ clang make libcriterion-dev \
@@ -177,11 +178,21 @@ FAKE_CUDA := $(if $(CUDA_H),$(BUILD)/fake-cuda/libcuda.so.1)
 $(BUILD)/fake-cuda/libcuda.so.1: tests/fake_cuda/fake_cuda.c tests/faults/fault_spec.h $(HEADERS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_REL) -fPIC -shared -fvisibility=hidden -I. -I$(CUDA_HOME)/include -Wl,-soname,libcuda.so.1 $< -o $@ -lpthread -lm
+# tests/fake_nvml: an NVML for the fake driver's devices (in reversed order, matched by UUID), for
+# telemetry; the -old build lacks NVML's newer entry points. Needs no NVIDIA header.
+FAKE_NVML := $(if $(FAKE_CUDA),$(BUILD)/fake-nvml/libnvidia-ml.so.1 $(BUILD)/fake-nvml-old/libnvidia-ml.so.1)
+$(BUILD)/fake-nvml/libnvidia-ml.so.1: tests/fake_nvml/fake_nvml.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_REL) -fPIC -shared -fvisibility=hidden -Wl,-soname,libnvidia-ml.so.1 $< -o $@
+$(BUILD)/fake-nvml-old/libnvidia-ml.so.1: tests/fake_nvml/fake_nvml.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_REL) -DFAKE_NVML_OLD -fPIC -shared -fvisibility=hidden -Wl,-soname,libnvidia-ml.so.1 $< -o $@
 # tests/fault_opencl (made below): an OpenCL library that fails chosen calls; test_opencl uses it too
 FAULT_OPENCL := $(BUILD)/fault-opencl/libfault_opencl.so
-FAKE_ENV := GPUARR_CUDA_LIBRARY=$(abspath $(BUILD))/fake-cuda/libcuda.so.1 GPUARR_CACHE_DIR=$(abspath $(BUILD))/fake-cuda/cache
+FAKE_ENV := GPUARR_CUDA_LIBRARY=$(abspath $(BUILD))/fake-cuda/libcuda.so.1 GPUARR_CACHE_DIR=$(abspath $(BUILD))/fake-cuda/cache \
+  GPUARR_NVML_LIBRARY=$(abspath $(BUILD))/fake-nvml/libnvidia-ml.so.1 GPUARR_TEST_FAKE_NVML_OLD=$(abspath $(BUILD))/fake-nvml-old/libnvidia-ml.so.1
 
-run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAULT_OPENCL) $(BUILD)/rel/plugin/plugin_driver $(BUILD)/rel/tools/gpuarr-info
+run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAKE_NVML) $(FAULT_OPENCL) $(BUILD)/rel/plugin/plugin_driver $(BUILD)/rel/tools/gpuarr-info
 	@set -e; for dev in $(TEST_DEVICES); do \
 	  for t in $(GENERIC_TESTS); do \
 	    echo "== $$t on $$dev"; \
@@ -205,6 +216,8 @@ run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAULT_OPENCL
 	    $(FAKE_ENV) GPUARR_TEST_DEVICE=cuda:0 $(BUILD)/rel/tests/$$t --jobs 2; done; \
 	  echo "== test_internals on the fake driver (the backend procs on cuda:0)"; \
 	  $(FAKE_ENV) $(BUILD)/rel/tests/test_internals --jobs 2; \
+	  echo "== test_telemetry_files on the fake driver and fake NVML (an OpenCL device linked to cuda:1)"; \
+	  $(FAKE_ENV) $(BUILD)/rel/tests/test_telemetry_files --jobs 2; \
 	  echo "== test_cuda on the fake driver: two GPUs with peer access, then without"; \
 	  $(FAKE_ENV) $(BUILD)/rel/tests/test_cuda --jobs 2; \
 	  $(FAKE_ENV) FAKE_CUDA_PEER=0 $(BUILD)/rel/tests/test_cuda --jobs 2; \
@@ -215,6 +228,9 @@ run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAULT_OPENCL
 	@$(if $(FAKE_CUDA),$(FAKE_ENV)) $(BUILD)/rel/plugin/plugin_driver $(BUILD)/rel/plugin/libgpuarr-plugin.so
 	@echo "== gpuarr-info lists the OpenCL devices"
 	@$(BUILD)/rel/tools/gpuarr-info | grep -q "^opencl:1 " || { $(BUILD)/rel/tools/gpuarr-info; exit 1; }
+	@echo "== gpuarr-info --watch 0.1 --count 2 --json: a JSON line per device per tick (tools/check-watch-json.py)"
+	@$(PYTHON) tools/check-watch-json.py $(BUILD)/rel/tools/gpuarr-info
+	@$(if $(FAKE_CUDA),echo "== the same on the fake driver with the fake NVML" && $(FAKE_ENV) $(PYTHON) tools/check-watch-json.py $(BUILD)/rel/tools/gpuarr-info)
 	@echo "make test: all suites passed on: $(TEST_DEVICES), opencl:0 as a discrete device, two PoCL devices, the fake CUDA driver, and CUDA where present"
 
 # DLPack against NumPy (tests/python/test_numpy.py, examples/numpy_interop.py): libgpuarr.so
@@ -328,6 +344,14 @@ ifneq ($(NVCC),)
 else
 	@echo "compile test: .cu and CUDA declarations skipped: nvcc not found (set CUDA_HOME)"
 endif
+	@# NVML's header is in neither Debian nor the toolkit's default install: NVML_H=path/to/nvml.h
+ifneq ($(NVML_H),)
+	$(CC) -std=c11 $(WARN) -I. -isystem $(dir $(NVML_H)) -c tests/compile/nvml_decls.c -o $(BUILD)/compile/nvml-decls.o
+	$(CLANG) -std=c11 $(WARN) -I. -isystem $(dir $(NVML_H)) -c tests/compile/nvml_decls.c -o $(BUILD)/compile/nvml-decls-clang.o
+	@echo "compile tests: NVML declarations match $(NVML_H)"
+else
+	@echo "compile test: NVML declarations not checked: no nvml.h (NVML_H=path/to/nvml.h to check them)"
+endif
 	@echo "compile tests passed"
 
 # The implementation under the optimizer and modes users build it with: warnings such as
@@ -438,7 +462,7 @@ define run_sanitized
 	done; done
 endef
 
-run-asan: $(addprefix $(BUILD)/asan/tests/,$(TESTS)) $(FAKE_CUDA) $(FAULT_OPENCL) $(BUILD)/asan/plugin/plugin_driver
+run-asan: $(addprefix $(BUILD)/asan/tests/,$(TESTS)) $(FAKE_CUDA) $(FAKE_NVML) $(FAULT_OPENCL) $(BUILD)/asan/plugin/plugin_driver
 	$(call run_sanitized,asan,$(GENERIC_TESTS),ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,$(TEST_DEVICES))
 	$(call run_sanitized,asan,$(WHITEBOX_TESTS),ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,host)
 	$(call run_sanitized,asan,test_opencl,GPUARR_TEST_FAULT_OPENCL=$(abspath $(FAULT_OPENCL)) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,opencl:0)
@@ -452,7 +476,7 @@ run-asan: $(addprefix $(BUILD)/asan/tests/,$(TESTS)) $(FAKE_CUDA) $(FAULT_OPENCL
 	  $(BUILD)/asan/plugin/plugin_driver $(BUILD)/asan/plugin/libgpuarr-plugin.so >$(BUILD)/logs/asan-plugin.log 2>&1 || { cat $(BUILD)/logs/asan-plugin.log; exit 1; }
 	@if grep -qE $(SANITIZER_REPORT) $(BUILD)/logs/asan-plugin.log; then cat $(BUILD)/logs/asan-plugin.log; echo "asan: sanitizer report in the plugin test"; exit 1; fi
 
-run-tsan: $(addprefix $(BUILD)/tsan/tests/,$(THREADED_TESTS)) $(FAKE_CUDA)
+run-tsan: $(addprefix $(BUILD)/tsan/tests/,$(THREADED_TESTS)) $(FAKE_CUDA) $(FAKE_NVML)
 	$(call run_sanitized,tsan,$(THREADED_TESTS),GPUARR_STRESS_OPS=100000 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tools/tsan.supp",1,$(TEST_DEVICES))
 	$(if $(FAKE_CUDA),$(call run_sanitized,tsan,$(THREADED_TESTS),$(FAKE_ENV) TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tools/tsan.supp",1,cuda:0))
 
@@ -482,13 +506,13 @@ FUZZ_FLAGS_api := -max_len=1024 -len_control=0
 FUZZ_FLAGS_parse := -max_len=602
 FUZZ_FLAGS_dlpack := -max_len=64
 FUZZ_CFLAGS := -std=c11 -O1 -g $(WARN) -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
-FUZZ_DEFS = -DFUZZ_FAKE_CUDA='"$(abspath $(BUILD))/fake-cuda/libcuda.so.1"' -DFUZZ_CACHE_DIR='"$(abspath $(BUILD))/fuzz/cache"'
+FUZZ_DEFS = -DFUZZ_FAKE_CUDA='"$(abspath $(BUILD))/fake-cuda/libcuda.so.1"' -DFUZZ_FAKE_NVML='"$(abspath $(BUILD))/fake-nvml/libnvidia-ml.so.1"' -DFUZZ_CACHE_DIR='"$(abspath $(BUILD))/fuzz/cache"'
 FUZZ_ENV := ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/fuzz/lsan.supp \
             UBSAN_OPTIONS=print_stacktrace=1
 $(BUILD)/fuzz/gpuarr.o: gpuarr.c $(HEADERS)
 	@mkdir -p $(@D)
 	$(CLANG) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -I. -c $< -o $@
-$(BUILD)/fuzz/fuzz_api: tests/fuzz/fuzz_api.c $(BUILD)/fuzz/gpuarr.o $(FAKE_CUDA)
+$(BUILD)/fuzz/fuzz_api: tests/fuzz/fuzz_api.c $(BUILD)/fuzz/gpuarr.o $(FAKE_CUDA) $(FAKE_NVML)
 	$(CLANG) $(FUZZ_CFLAGS) -fsanitize=fuzzer $(FUZZ_DEFS) -I. $< $(BUILD)/fuzz/gpuarr.o -o $@ $(LIBS)
 $(BUILD)/fuzz/fuzz_parse: tests/fuzz/fuzz_parse.c $(HEADERS)
 	@mkdir -p $(@D)
@@ -498,13 +522,13 @@ $(BUILD)/fuzz/fuzz_dlpack: tests/fuzz/fuzz_dlpack.c $(BUILD)/fuzz/gpuarr.o
 $(BUILD)/fuzz-replay/fuzz_dlpack: tests/fuzz/fuzz_dlpack.c tests/fuzz/standalone.c $(BUILD)/asan/gpuarr.o
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ASAN) -I. tests/fuzz/fuzz_dlpack.c tests/fuzz/standalone.c $(BUILD)/asan/gpuarr.o -o $@ $(LIBS)
-$(BUILD)/fuzz-replay/fuzz_api: tests/fuzz/fuzz_api.c tests/fuzz/standalone.c $(BUILD)/asan/gpuarr.o $(FAKE_CUDA)
+$(BUILD)/fuzz-replay/fuzz_api: tests/fuzz/fuzz_api.c tests/fuzz/standalone.c $(BUILD)/asan/gpuarr.o $(FAKE_CUDA) $(FAKE_NVML)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ASAN) $(FUZZ_DEFS) -I. tests/fuzz/fuzz_api.c tests/fuzz/standalone.c $(BUILD)/asan/gpuarr.o -o $@ $(LIBS)
 $(BUILD)/fuzz-replay/fuzz_parse: tests/fuzz/fuzz_parse.c tests/fuzz/standalone.c $(HEADERS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ASAN) -I. tests/fuzz/fuzz_parse.c tests/fuzz/standalone.c -o $@ $(LIBS)
-$(BUILD)/fuzz-replay/soak: tests/fuzz/soak.c tests/fuzz/fuzz_api.c $(BUILD)/asan/gpuarr.o $(FAKE_CUDA)
+$(BUILD)/fuzz-replay/soak: tests/fuzz/soak.c tests/fuzz/fuzz_api.c $(BUILD)/asan/gpuarr.o $(FAKE_CUDA) $(FAKE_NVML)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ASAN) $(FUZZ_DEFS) -I. tests/fuzz/soak.c $(BUILD)/asan/gpuarr.o -o $@ $(LIBS)
 

@@ -120,6 +120,8 @@
  *   GPUARR_CUDA_KERNELS  auto | ptx | nvrtc: where CUDA cast kernels come from (see CUDA).
  *   GPUARR_NVRTC_LIBRARY  the NVRTC to open (default: libnvrtc.so.13, .12, .11.2, then
  *                         $CUDA_HOME/lib64/libnvrtc.so).
+ *   GPUARR_NVML_LIBRARY  the NVML to open for CUDA devices' telemetry (default libnvidia-ml.so.1;
+ *                        see TELEMETRY).
  *   GPUARR_PEER_COPIES  switch, default on. off sends device-to-device copies through pinned
  *                       host memory even where the devices could copy directly (P2P trouble,
  *                       testing).
@@ -439,6 +441,49 @@
  * an upload or download without a host-side cast is one direct copy.
  *
  * =============================================================================================
+ * TELEMETRY
+ * =============================================================================================
+ * gpuarr_device_get_telemetry(dev, &t) reads what the device reports about itself now. Each group
+ * of fields it read sets its bit in t.valid (GPUARR_TELEMETRY_LIST: memory_total, memory_usage =
+ * memory_used and memory_free, gpu_utilization, memory_utilization, temperature, power,
+ * power_limit, sm_clock, memory_clock, throttle_reasons, pcie_generation, pcie_width;
+ * gpuarr_telemetry_name gives each bit's name); the fields of a clear bit are 0. A reading the
+ * device cannot give is never an error: the call fails only for a NULL out
+ * (GPUARR_ERROR_INVALID_ARGUMENT), a handle that is not a device (GPUARR_ERROR_INVALID_HANDLE) and
+ * before gpuarr_init. Every device reports its total memory (the host where /proc/meminfo reads).
+ * By kind of device:
+ *   - CUDA: NVML (libnvidia-ml.so.1, or GPUARR_NVML_LIBRARY; always loaded at run time), loaded
+ *     and started (nvmlInit_v2) by the first telemetry call on a CUDA device, stopped by the
+ *     last gpuarr_shutdown. The NVML device is found by the CUDA device's UUID (info.uuid written
+ *     "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", else "MIG-..." for a MIG instance), never by
+ *     index: NVML's order and CUDA_VISIBLE_DEVICES do not matter. It gives memory as NVML counts
+ *     it (nvmlDeviceGetMemoryInfo_v2, whose used leaves out what the driver reserves, else
+ *     nvmlDeviceGetMemoryInfo, whose used includes it), GPU and memory utilization (percent of
+ *     NVML's last sample period), the GPU's temperature, power draw and limit (the enforced limit,
+ *     else the management limit), SM and memory clocks, NVML's clock event (throttle) reasons bit
+ *     mask as it defines them, and the PCIe link's current generation and width. Each reading
+ *     comes from the newest entry point the NVML has (nvmlDeviceGetTemperatureV,
+ *     nvmlDeviceGetCurrentClocksEventReasons, ...), else from the older one; one that fails
+ *     leaves its bit clear. Without NVML (not loadable, nvmlInit_v2 failing, or no NVML device
+ *     with the UUID: logged at info level) a CUDA device reports the driver's figures: its total
+ *     memory, and free and used (cuMemGetInfo) once the device is open or its primary context is
+ *     active (none is made just for this).
+ *   - OpenCL: a device that is the same GPU as a CUDA device (info.same_as) reports what that
+ *     CUDA device does. Others report CL_DEVICE_GLOBAL_MEM_SIZE, and free and used memory where
+ *     the device has cl_amd_device_attribute_query (CL_DEVICE_GLOBAL_FREE_MEMORY_AMD). PoCL: the
+ *     total only.
+ *   - The host: total and free memory (MemTotal and MemAvailable of /proc/meminfo; used is the
+ *     difference), the CPUs' utilization in gpu_utilization_pct (from the first line of
+ *     /proc/stat: the share of time neither idle nor waiting for I/O since the host's previous
+ *     telemetry call in this gpuarr_init cycle; the first call gives the average since boot),
+ *     and the temperature of the first hwmon device named k10temp, coretemp, zenpower or
+ *     cpu_thermal (its first temp*_input that reads), where there is one.
+ * Thread-safe: NVML is started once, and the host's previous /proc/stat sample is kept under a
+ * lock. `gpuarr-info --watch [SECONDS] [--count N] [--json]` prints the readings of every device
+ * with its pool's allocated and reserved bytes every SECONDS (default 1), as a table or as one
+ * JSON object per device per tick.
+ *
+ * =============================================================================================
  * CALLBACKS
  * =============================================================================================
  * The allocator, the logger and release callbacks (gpuarr_wrap_host) can run on any thread,
@@ -716,6 +761,50 @@ GPUARR_API gpuarr_result gpuarr_device_find(const char *spec, gpuarr_device *out
 GPUARR_API gpuarr_result gpuarr_device_get_info(gpuarr_device d, gpuarr_device_info *out);
 /* Waits for all work gpuarr has queued on every stream of the device. */
 GPUARR_API gpuarr_result gpuarr_device_sync(gpuarr_device d);
+
+/* ---------------------------------------------------------------------------------------------
+ * Telemetry (see TELEMETRY). X(NAME, bit, "name", fields): one bit of gpuarr_telemetry.valid per
+ * group of fields read together; a clear bit means those fields were not read (left 0).
+ * ------------------------------------------------------------------------------------------- */
+#define GPUARR_TELEMETRY_LIST(X)                                                               \
+    X(MEMORY_TOTAL, 0, "memory_total", "memory_total")                                         \
+    X(MEMORY_USAGE, 1, "memory_usage", "memory_used, memory_free")                             \
+    X(GPU_UTILIZATION, 2, "gpu_utilization", "gpu_utilization_pct")                            \
+    X(MEMORY_UTILIZATION, 3, "memory_utilization", "memory_utilization_pct")                   \
+    X(TEMPERATURE, 4, "temperature", "temperature_c")                                          \
+    X(POWER, 5, "power", "power_w")                                                            \
+    X(POWER_LIMIT, 6, "power_limit", "power_limit_w")                                          \
+    X(SM_CLOCK, 7, "sm_clock", "sm_clock_mhz")                                                 \
+    X(MEMORY_CLOCK, 8, "memory_clock", "memory_clock_mhz")                                     \
+    X(THROTTLE_REASONS, 9, "throttle_reasons", "throttle_reasons")                             \
+    X(PCIE_GENERATION, 10, "pcie_generation", "pcie_generation")                               \
+    X(PCIE_WIDTH, 11, "pcie_width", "pcie_width")
+
+typedef enum gpuarr_telemetry_bit {
+#define GPUARR__TELEMETRY_ENUM(NAME, bit, name, fields) GPUARR_TELEMETRY_##NAME = 1 << (bit),
+    GPUARR_TELEMETRY_LIST(GPUARR__TELEMETRY_ENUM)
+#undef GPUARR__TELEMETRY_ENUM
+    GPUARR_TELEMETRY_COUNT = 12 /* number of bits; checked against the list in the implementation */
+} gpuarr_telemetry_bit;
+
+typedef struct gpuarr_telemetry {
+    uint32_t valid;                                  /* GPUARR_TELEMETRY_* bits: the fields read */
+    uint64_t memory_total, memory_used, memory_free; /* bytes, the device's own view */
+    int gpu_utilization_pct, memory_utilization_pct; /* 0..100 */
+    double temperature_c, power_w, power_limit_w;
+    int sm_clock_mhz, memory_clock_mhz;
+    uint64_t throttle_reasons; /* NVML's clock event reasons, as NVML defines them */
+    int pcie_generation, pcie_width;
+} gpuarr_telemetry;
+
+/* What the device reports about itself now (see TELEMETRY): *out is overwritten, out->valid says
+   which fields were read. A reading the device cannot give is never an error. Errors: out NULL
+   (GPUARR_ERROR_INVALID_ARGUMENT), d not a device (GPUARR_ERROR_INVALID_HANDLE), not initialized.
+   Thread-safe. */
+GPUARR_API gpuarr_result gpuarr_device_get_telemetry(gpuarr_device d, gpuarr_telemetry *out);
+/* "temperature" for GPUARR_TELEMETRY_TEMPERATURE; "unknown" for anything but one bit of the list.
+   Works without gpuarr_init. */
+GPUARR_API const char *gpuarr_telemetry_name(uint32_t bit);
 
 /* ---------------------------------------------------------------------------------------------
  * Arrays
@@ -1347,6 +1436,8 @@ GPUARR__STATIC_ASSERT(sizeof(void *) == 8, "gpuarr needs a 64-bit system");
 #define GPUARR__COUNT_ONE(...) +1
 GPUARR__STATIC_ASSERT(0 GPUARR_RESULT_LIST(GPUARR__COUNT_ONE) == GPUARR_RESULT_COUNT,
                       "GPUARR_RESULT_COUNT does not match GPUARR_RESULT_LIST");
+GPUARR__STATIC_ASSERT(0 GPUARR_TELEMETRY_LIST(GPUARR__COUNT_ONE) == GPUARR_TELEMETRY_COUNT,
+                      "GPUARR_TELEMETRY_COUNT does not match GPUARR_TELEMETRY_LIST");
 
 #define GPUARR__UNPACK(...) __VA_ARGS__
 
@@ -1386,7 +1477,9 @@ struct gpuarr__obj {
    completed, and s's later work waits for it (the host: at once); fn must not call s's backend
    (CUDA forbids driver calls there); on failure fn never runs. fill writes `bytes` bytes at
    dst + dst_off with the pattern repeated (pattern_size is 1, 2, 4 or 8; bytes and dst_off are
-   multiples of it), enqueued on s like a copy. */
+   multiples of it), enqueued on s like a copy. telemetry fills what the device reports now into a
+   zeroed *out, setting a valid bit for each group it read; it never fails (a reading it cannot
+   get leaves its bit clear) and works on a device that is not opened yet. */
 typedef void (*gpuarr__host_fn)(void *ctx);
 #define GPUARR__BACKEND_PROCS(X)                                                               \
     X(gpuarr_result, load, (void))                                                             \
@@ -1437,7 +1530,8 @@ typedef void (*gpuarr__host_fn)(void *ctx);
     X(gpuarr_result, event_elapsed, (gpuarr__dev * d, void *start, void *end, double *ms))     \
     X(gpuarr_result, stream_wait_event, (gpuarr__dev * d, void *stream, void *event))          \
     X(gpuarr_result, activate, (gpuarr__dev * d, void **previous))                             \
-    X(void, deactivate, (gpuarr__dev * d, void *previous))
+    X(void, deactivate, (gpuarr__dev * d, void *previous))                                     \
+    X(void, telemetry, (gpuarr__dev * d, gpuarr_telemetry *out))
 
 /* What sets a backend apart, for the core to ask instead of testing which backend it is. */
 struct gpuarr__backend {
@@ -1703,6 +1797,7 @@ typedef struct gpuarr__filter_item {
     X(CUDA_LIBRARY, gpuarr__check_text)                                                        \
     X(CUDA_KERNELS, gpuarr__check_cuda_kernels)                                                \
     X(NVRTC_LIBRARY, gpuarr__check_text)                                                       \
+    X(NVML_LIBRARY, gpuarr__check_text)                                                        \
     X(PEER_COPIES, gpuarr__check_flag)                                                         \
     X(ALLOC_CONF, gpuarr__check_text)                                                          \
     X(FAULTS, gpuarr__check_text)
@@ -1753,6 +1848,14 @@ typedef struct gpuarr__state {
     int oom_handler_count;
     pthread_mutex_t oom_lock;
     pthread_mutex_t use_locks[64]; /* guard arrays' use lists, striped by address */
+    struct {                       /* the host's telemetry (gpuarr_host.h) */
+        pthread_mutex_t lock;      /* guards the previous /proc/stat sample */
+        bool sampled;              /* busy and total hold a sample */
+        uint64_t busy, total;      /* CPU time in USER_HZ ticks: not idle, and all */
+        int last_pct;              /* the utilization last reported */
+        char fs_root[256];         /* prefix of /proc and /sys ("" = the real ones); white-box tests
+                                      point it at fixture files */
+    } host_telemetry;
     bool locks_ready;
     uint64_t event_seq;            /* atomic: numbers block events */
     uint64_t stream_serial;        /* atomic: numbers streams (kept across init cycles) */
@@ -5567,6 +5670,7 @@ static void gpuarr__teardown(void) {
     gpuarr__thread_key_delete();
     if (gpuarr__g.locks_ready) {
         pthread_mutex_destroy(&gpuarr__g.oom_lock);
+        pthread_mutex_destroy(&gpuarr__g.host_telemetry.lock);
         for (int i = 0; i < 64; i++) pthread_mutex_destroy(&gpuarr__g.use_locks[i]);
     }
     for (int i = 0; i < GPUARR__SETTING_COUNT; i++) gpuarr__free(gpuarr__g.config.text[i]);
@@ -5591,6 +5695,7 @@ static gpuarr_result gpuarr__startup(const gpuarr_desc *desc) {
     if (desc) d = *desc;
     gpuarr__g.epoch++;
     pthread_mutex_init(&gpuarr__g.oom_lock, NULL);
+    pthread_mutex_init(&gpuarr__g.host_telemetry.lock, NULL);
     for (int i = 0; i < 64; i++) pthread_mutex_init(&gpuarr__g.use_locks[i], NULL);
     gpuarr__g.locks_ready = true;
     gpuarr__thread_key_make();
@@ -5878,6 +5983,30 @@ GPUARR_API gpuarr_result gpuarr_device_get_info(gpuarr_device d, gpuarr_device_i
         if (total) out->total_memory = total;
     }
     return GPUARR_OK;
+}
+
+/* A device reached through two backends reports through the one that represents it (CUDA for an
+   OpenCL device that is the same GPU): the same NVML record, the same fields. */
+GPUARR_API gpuarr_result gpuarr_device_get_telemetry(gpuarr_device d, gpuarr_telemetry *out) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(out);
+    gpuarr__dev *dev;
+    GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
+    if (gpuarr__is_duplicate(dev)) dev = &gpuarr__g.devices[(dev->info.same_as.id & 0xffffu) - 1u];
+    gpuarr_telemetry t;
+    memset(&t, 0, sizeof t);
+    dev->backend->telemetry(dev, &t);
+    memcpy(out, &t, sizeof t); /* padding too: zero */
+    return GPUARR_OK;
+}
+
+GPUARR_API const char *gpuarr_telemetry_name(uint32_t bit) {
+    switch (bit) {
+#define GPUARR__TELEMETRY_NAME(NAME, b, name, fields) case (uint32_t)GPUARR_TELEMETRY_##NAME: return name;
+        GPUARR_TELEMETRY_LIST(GPUARR__TELEMETRY_NAME)
+#undef GPUARR__TELEMETRY_NAME
+    default: return "unknown";
+    }
 }
 
 /* Visits every public stream on d (with a reference held during the call). */

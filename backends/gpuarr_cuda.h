@@ -149,6 +149,73 @@ typedef struct _nvrtcProgram *gpuarr__nvrtc_program;
     X(gpuarr__nvrtc_result, nvrtcGetCUBINSize, (gpuarr__nvrtc_program, size_t *))              \
     X(gpuarr__nvrtc_result, nvrtcGetCUBIN, (gpuarr__nvrtc_program, char *))
 
+
+/* NVML (libnvidia-ml.so.1, or GPUARR_NVML_LIBRARY), for telemetry: loaded at the first
+   gpuarr_device_get_telemetry on a CUDA device (always at run time, also with
+   GPUARR_NO_RUNTIME_LINKING), shut down with the backend. Declared from NVML's nvml.h (API
+   version 13): nvmlReturn_t and the enums are plain C enums of non-negative values. A device is
+   found by its UUID, never by index (NVML ignores CUDA_VISIBLE_DEVICES and orders by PCI). */
+typedef unsigned int gpuarr__nvml_return;
+typedef struct nvmlDevice_st *gpuarr__nvml_device;
+#define GPUARR__NVML_SUCCESS 0u
+#define GPUARR__NVML_TEMPERATURE_GPU 0u
+#define GPUARR__NVML_CLOCK_SM 1u
+#define GPUARR__NVML_CLOCK_MEM 2u
+#if defined(NVML_API_VERSION) && !defined(__cplusplus) /* <nvml.h> came first, in C (tests/compile/nvml_decls.c
+                                                          checks the entry points on its types) */
+typedef nvmlMemory_t gpuarr__nvml_memory;
+typedef nvmlMemory_v2_t gpuarr__nvml_memory_v2;
+typedef nvmlTemperature_t gpuarr__nvml_temperature;
+typedef nvmlUtilization_t gpuarr__nvml_utilization;
+#else
+typedef struct gpuarr__nvml_memory { /* nvmlMemory_t */
+    unsigned long long total, free, used;
+} gpuarr__nvml_memory;
+typedef struct gpuarr__nvml_memory_v2 { /* nvmlMemory_v2_t */
+    unsigned int version;
+    unsigned long long total, reserved, free, used;
+} gpuarr__nvml_memory_v2;
+typedef struct gpuarr__nvml_temperature { /* nvmlTemperature_v1_t */
+    unsigned int version;
+    unsigned int sensorType; /* nvmlTemperatureSensors_t */
+    int temperature;
+} gpuarr__nvml_temperature;
+typedef struct gpuarr__nvml_utilization { /* nvmlUtilization_t */
+    unsigned int gpu, memory;
+} gpuarr__nvml_utilization;
+#endif
+/* The layouts of nvml.h (tests/compile/nvml_decls.c asserts the same numbers of its types). */
+GPUARR__STATIC_ASSERT(sizeof(gpuarr__nvml_memory) == 24 && offsetof(gpuarr__nvml_memory, used) == 16, "nvmlMemory_t");
+GPUARR__STATIC_ASSERT(sizeof(gpuarr__nvml_memory_v2) == 40 && offsetof(gpuarr__nvml_memory_v2, total) == 8 &&
+                          offsetof(gpuarr__nvml_memory_v2, free) == 24 && offsetof(gpuarr__nvml_memory_v2, used) == 32,
+                      "nvmlMemory_v2_t");
+GPUARR__STATIC_ASSERT(sizeof(gpuarr__nvml_temperature) == 12 && offsetof(gpuarr__nvml_temperature, temperature) == 8,
+                      "nvmlTemperature_v1_t");
+GPUARR__STATIC_ASSERT(sizeof(gpuarr__nvml_utilization) == 8 && offsetof(gpuarr__nvml_utilization, memory) == 4, "nvmlUtilization_t");
+/* NVML_STRUCT_VERSION: the struct's size, its version in the top byte */
+#define GPUARR__NVML_STRUCT_VERSION(type, ver) ((unsigned int)(sizeof(type) | ((unsigned int)(ver) << 24)))
+
+/* Required: without them no telemetry comes from NVML. */
+#define GPUARR__NVML_PROCS(X)                                                                  \
+    X(gpuarr__nvml_return, nvmlInit_v2, (void))                                                \
+    X(gpuarr__nvml_return, nvmlShutdown, (void))                                               \
+    X(gpuarr__nvml_return, nvmlDeviceGetHandleByUUID, (const char *, gpuarr__nvml_device *))
+/* Each reading's entry points, newest first: NULL where missing (an older NVML). */
+#define GPUARR__NVML_OPTIONAL_PROCS(X)                                                         \
+    X(gpuarr__nvml_return, nvmlDeviceGetMemoryInfo_v2, (gpuarr__nvml_device, gpuarr__nvml_memory_v2 *)) \
+    X(gpuarr__nvml_return, nvmlDeviceGetMemoryInfo, (gpuarr__nvml_device, gpuarr__nvml_memory *)) \
+    X(gpuarr__nvml_return, nvmlDeviceGetUtilizationRates, (gpuarr__nvml_device, gpuarr__nvml_utilization *)) \
+    X(gpuarr__nvml_return, nvmlDeviceGetTemperatureV, (gpuarr__nvml_device, gpuarr__nvml_temperature *)) \
+    X(gpuarr__nvml_return, nvmlDeviceGetTemperature, (gpuarr__nvml_device, unsigned int, unsigned int *)) \
+    X(gpuarr__nvml_return, nvmlDeviceGetPowerUsage, (gpuarr__nvml_device, unsigned int *))     \
+    X(gpuarr__nvml_return, nvmlDeviceGetEnforcedPowerLimit, (gpuarr__nvml_device, unsigned int *)) \
+    X(gpuarr__nvml_return, nvmlDeviceGetPowerManagementLimit, (gpuarr__nvml_device, unsigned int *)) \
+    X(gpuarr__nvml_return, nvmlDeviceGetClockInfo, (gpuarr__nvml_device, unsigned int, unsigned int *)) \
+    X(gpuarr__nvml_return, nvmlDeviceGetCurrentClocksEventReasons, (gpuarr__nvml_device, unsigned long long *)) \
+    X(gpuarr__nvml_return, nvmlDeviceGetCurrentClocksThrottleReasons, (gpuarr__nvml_device, unsigned long long *)) \
+    X(gpuarr__nvml_return, nvmlDeviceGetCurrPcieLinkGeneration, (gpuarr__nvml_device, unsigned int *)) \
+    X(gpuarr__nvml_return, nvmlDeviceGetCurrPcieLinkWidth, (gpuarr__nvml_device, unsigned int *))
+
 /* ---------------------------------------------------------------------------------------------
  * State
  * ------------------------------------------------------------------------------------------- */
@@ -164,6 +231,8 @@ typedef struct gpuarr__cu_device_state {
     gpuarr__cu_module modules[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT];
     gpuarr__cu_function casts[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT];
     signed char *peer; /* per other device: 0 not asked yet, 1 peer copies, -1 none */
+    int nvml_found;    /* 0 not looked up yet, 1 nvml_device is it, -1 NVML does not know it (cu->nvml.lock) */
+    gpuarr__nvml_device nvml_device;
     struct gpuarr__cu_host_call *host_calls; /* handed to the driver, not run yet (cu->host_lock) */
 } gpuarr__cu_device_state;
 
@@ -186,6 +255,13 @@ typedef struct gpuarr__cu_state {
     gpuarr__cu_device_state *devices;
     pthread_mutex_t peer_lock;
     pthread_mutex_t host_lock; /* the devices' host_calls lists */
+    struct {
+        pthread_mutex_t lock; /* the lazy load and init, and the devices' lookups */
+        int status;           /* 0 not tried yet, 1 initialized, -1 unavailable */
+        void *library;
+        GPUARR__NVML_PROCS(GPUARR__CU_PROC_MEMBER)
+        GPUARR__NVML_OPTIONAL_PROCS(GPUARR__CU_PROC_MEMBER)
+    } nvml;
 } gpuarr__cu_state;
 
 typedef struct gpuarr__nvrtc_state {
@@ -343,6 +419,9 @@ static void gpuarr__cu_unload(void) {
         pthread_mutex_destroy(&cu->devices[i].kernel_lock);
         gpuarr__free(cu->devices[i].peer);
     }
+    if (cu->nvml.status == 1) cu->nvml.p_nvmlShutdown();
+    if (cu->nvml.library) dlclose(cu->nvml.library);
+    pthread_mutex_destroy(&cu->nvml.lock);
     pthread_mutex_destroy(&cu->peer_lock);
     pthread_mutex_destroy(&cu->host_lock);
 #ifndef GPUARR_NO_RUNTIME_LINKING
@@ -379,6 +458,7 @@ static gpuarr_result gpuarr__cu_load(void) {
     if (!cu) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the CUDA backend");
     pthread_mutex_init(&cu->peer_lock, NULL);
     pthread_mutex_init(&cu->host_lock, NULL);
+    pthread_mutex_init(&cu->nvml.lock, NULL);
     gpuarr__g.backend_state[GPUARR_BACKEND_CUDA] = cu;
     gpuarr_result r = gpuarr__cu_bind(cu);
     if (r == GPUARR_OK) {
@@ -406,22 +486,25 @@ static int gpuarr__cu_attribute(gpuarr__cu_device dev, unsigned int what) {
 }
 
 /* Free memory needs a context. Where the primary context is already active (gpuarr's or the
-   user's runtime's) it is asked; otherwise none is created just for that, and free = total. */
-static void gpuarr__cu_free_memory(gpuarr__cu_device_state *ds, uint64_t *free_bytes, uint64_t total) {
+   user's runtime's) it is asked; otherwise none is created just for that, and free = total.
+   Returns whether the driver was asked. */
+static bool gpuarr__cu_free_memory(gpuarr__cu_device_state *ds, uint64_t *free_bytes, uint64_t total) {
     gpuarr__cu_state *cu = &GPUARR__CU;
     unsigned int flags = 0;
     int active = 0;
+    bool asked = false;
     *free_bytes = total;
-    if (cu->p_cuDevicePrimaryCtxGetState(ds->dev, &flags, &active) != GPUARR__CUDA_SUCCESS || !active) return;
+    if (cu->p_cuDevicePrimaryCtxGetState(ds->dev, &flags, &active) != GPUARR__CUDA_SUCCESS || !active) return false;
     gpuarr__cu_context ctx = NULL, prev = NULL;
-    if (cu->p_cuDevicePrimaryCtxRetain(&ctx, ds->dev) != GPUARR__CUDA_SUCCESS) return;
+    if (cu->p_cuDevicePrimaryCtxRetain(&ctx, ds->dev) != GPUARR__CUDA_SUCCESS) return false;
     size_t f = 0, t = 0;
     cu->p_cuCtxGetCurrent(&prev);
     if (cu->p_cuCtxSetCurrent(ctx) == GPUARR__CUDA_SUCCESS) {
-        if (cu->p_cuMemGetInfo_v2(&f, &t) == GPUARR__CUDA_SUCCESS) *free_bytes = f;
+        if (cu->p_cuMemGetInfo_v2(&f, &t) == GPUARR__CUDA_SUCCESS) *free_bytes = f, asked = true;
         cu->p_cuCtxSetCurrent(prev);
     }
     cu->p_cuDevicePrimaryCtxRelease_v2(ds->dev);
+    return asked;
 }
 
 static gpuarr_result gpuarr__cu_device_info(int index, gpuarr_device_info *info) {
@@ -535,6 +618,19 @@ static gpuarr_result gpuarr__cu_mem_info(gpuarr__dev *d, uint64_t *free_bytes, u
     GPUARR__CU_DO(d, "cuMemGetInfo", cuMemGetInfo_v2(&f, &t));
     *free_bytes = f;
     return GPUARR_OK;
+}
+
+/* Free memory as cuMemGetInfo gives it, for telemetry: false where it cannot be asked. */
+static bool gpuarr__cu_read_free_memory(gpuarr__dev *d, uint64_t *free_bytes) {
+    if (!__atomic_load_n(&d->opened, __ATOMIC_ACQUIRE)) return gpuarr__cu_free_memory(GPUARR__CU_DEV(d), free_bytes, d->info.total_memory);
+    size_t f = 0, t = 0;
+    gpuarr__cu_scope sc;
+    gpuarr__cu_result e = gpuarr__cu_enter(d, &sc);
+    if (e == GPUARR__CUDA_SUCCESS) e = GPUARR__CU.p_cuMemGetInfo_v2(&f, &t);
+    gpuarr__cu_leave(&sc);
+    if (e != GPUARR__CUDA_SUCCESS) return false;
+    *free_bytes = f;
+    return true;
 }
 
 static gpuarr_result gpuarr__cu_mem_alloc(gpuarr__dev *d, size_t bytes, void **mem) {
@@ -1236,6 +1332,166 @@ static gpuarr_result gpuarr__cuda_wrap_stream(gpuarr_device d, struct CUstream_s
     gpuarr__stream *s;
     GPUARR__CHECK(gpuarr__stream_adopt(dev, native, &s));
     return gpuarr__stream_publish(s, out);
+}
+
+
+/* ---------------------------------------------------------------------------------------------
+ * Telemetry: NVML's readings for the device's UUID; without NVML (missing, its init failing, the
+ * device unknown to it) the driver's memory figures alone.
+ * ------------------------------------------------------------------------------------------- */
+/* Loads and initializes NVML once; false (and logged once, at info) if it cannot. Under nvml.lock. */
+static bool gpuarr__nvml_ready(gpuarr__cu_state *cu) {
+    if (cu->nvml.status) return cu->nvml.status > 0;
+    cu->nvml.status = -1;
+    const char *path = gpuarr__setting(GPUARR__SET_NVML_LIBRARY);
+    const char *name = path ? path : "libnvidia-ml.so.1";
+#ifdef RTLD_NODELETE
+    cu->nvml.library = dlopen(name, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+#else
+    cu->nvml.library = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+#endif
+    if (!cu->nvml.library) {
+        gpuarr__log(GPUARR_LOG_INFO, "telemetry: cannot load %s%s: %s; CUDA devices report the driver's memory figures only", name,
+                    path ? " (GPUARR_NVML_LIBRARY)" : "", dlerror());
+        return false;
+    }
+    const char *missing = NULL;
+#define GPUARR__NVML_BIND(ret, fn, params)                                                     \
+    if (!gpuarr__dl_symbol(cu->nvml.library, #fn, &cu->nvml.p_##fn, sizeof cu->nvml.p_##fn) && !missing) missing = #fn;
+    GPUARR__NVML_PROCS(GPUARR__NVML_BIND)
+#undef GPUARR__NVML_BIND
+#define GPUARR__NVML_BIND_OPTIONAL(ret, fn, params) gpuarr__dl_symbol(cu->nvml.library, #fn, &cu->nvml.p_##fn, sizeof cu->nvml.p_##fn);
+    GPUARR__NVML_OPTIONAL_PROCS(GPUARR__NVML_BIND_OPTIONAL)
+#undef GPUARR__NVML_BIND_OPTIONAL
+    gpuarr__nvml_return e = missing ? 0u : cu->nvml.p_nvmlInit_v2();
+    if (missing || e != GPUARR__NVML_SUCCESS) {
+        if (missing) gpuarr__log(GPUARR_LOG_INFO, "telemetry: %s lacks %s; CUDA devices report the driver's memory figures only", name, missing);
+        else gpuarr__log(GPUARR_LOG_INFO, "telemetry: nvmlInit_v2 failed (%u); CUDA devices report the driver's memory figures only", e);
+        dlclose(cu->nvml.library);
+        cu->nvml.library = NULL;
+        return false;
+    }
+    cu->nvml.status = 1;
+    return true;
+}
+
+/* NVML's text form of a UUID: "GPU-" (or "MIG-") and 8-4-4-4-12 lowercase hex digits. */
+static void gpuarr__nvml_uuid_text(const uint8_t uuid[16], const char *prefix, char out[48]) {
+    static const char hex[] = "0123456789abcdef";
+    size_t n = strlen(prefix);
+    memcpy(out, prefix, n);
+    for (int i = 0; i < 16; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10) out[n++] = '-';
+        out[n++] = hex[uuid[i] >> 4];
+        out[n++] = hex[uuid[i] & 15u];
+    }
+    out[n] = '\0';
+}
+
+/* The device's NVML handle, looked up by its UUID once; NULL if there is none. */
+static gpuarr__nvml_device gpuarr__nvml_handle(gpuarr__dev *d) {
+    gpuarr__cu_state *cu = &GPUARR__CU;
+    gpuarr__cu_device_state *ds = GPUARR__CU_DEV(d);
+    pthread_mutex_lock(&cu->nvml.lock);
+    if (gpuarr__nvml_ready(cu) && !ds->nvml_found) {
+        ds->nvml_found = -1;
+        static const char *const prefixes[] = {"GPU-", "MIG-"}; /* a MIG instance's own UUID (cuDeviceGetUuid_v2) */
+        for (int i = 0; i < 2 && d->info.has_uuid && ds->nvml_found < 0; i++) {
+            char text[48];
+            gpuarr__nvml_uuid_text(d->info.uuid, prefixes[i], text);
+            if (cu->nvml.p_nvmlDeviceGetHandleByUUID(text, &ds->nvml_device) == GPUARR__NVML_SUCCESS && ds->nvml_device) ds->nvml_found = 1;
+        }
+        if (ds->nvml_found < 0)
+            gpuarr__log(GPUARR_LOG_INFO, "telemetry: NVML does not know %s by its UUID; it reports the driver's memory figures only",
+                        d->info.spec);
+    }
+    gpuarr__nvml_device h = ds->nvml_found > 0 ? ds->nvml_device : NULL;
+    pthread_mutex_unlock(&cu->nvml.lock);
+    return h;
+}
+
+/* Each reading from the newest entry point NVML has, else the older one; one that fails leaves
+   its bit clear. */
+static void gpuarr__nvml_read(gpuarr__cu_state *cu, gpuarr__nvml_device h, gpuarr_telemetry *out) {
+#define GPUARR__NVML_OK(fn, ...) (cu->nvml.p_##fn && cu->nvml.p_##fn(__VA_ARGS__) == GPUARR__NVML_SUCCESS)
+    gpuarr__nvml_memory_v2 m2;
+    gpuarr__nvml_memory m1;
+    memset(&m2, 0, sizeof m2);
+    memset(&m1, 0, sizeof m1);
+    m2.version = GPUARR__NVML_STRUCT_VERSION(gpuarr__nvml_memory_v2, 2);
+    if (GPUARR__NVML_OK(nvmlDeviceGetMemoryInfo_v2, h, &m2) && m2.total && m2.used + m2.free <= m2.total) {
+        m1.total = m2.total, m1.free = m2.free, m1.used = m2.used;
+    } else if (!GPUARR__NVML_OK(nvmlDeviceGetMemoryInfo, h, &m1) || !m1.total || m1.used + m1.free > m1.total) {
+        m1.total = 0;
+    }
+    if (m1.total) {
+        out->memory_total = m1.total, out->memory_free = m1.free, out->memory_used = m1.used;
+        out->valid |= (uint32_t)GPUARR_TELEMETRY_MEMORY_TOTAL | (uint32_t)GPUARR_TELEMETRY_MEMORY_USAGE;
+    }
+    gpuarr__nvml_utilization u = {0, 0};
+    if (GPUARR__NVML_OK(nvmlDeviceGetUtilizationRates, h, &u) && u.gpu <= 100u && u.memory <= 100u) {
+        out->gpu_utilization_pct = (int)u.gpu, out->memory_utilization_pct = (int)u.memory;
+        out->valid |= (uint32_t)GPUARR_TELEMETRY_GPU_UTILIZATION | (uint32_t)GPUARR_TELEMETRY_MEMORY_UTILIZATION;
+    }
+    gpuarr__nvml_temperature tv;
+    memset(&tv, 0, sizeof tv);
+    tv.version = GPUARR__NVML_STRUCT_VERSION(gpuarr__nvml_temperature, 1);
+    tv.sensorType = GPUARR__NVML_TEMPERATURE_GPU;
+    unsigned int v = 0;
+    if (GPUARR__NVML_OK(nvmlDeviceGetTemperatureV, h, &tv)) {
+        out->temperature_c = (double)tv.temperature;
+        out->valid |= (uint32_t)GPUARR_TELEMETRY_TEMPERATURE;
+    } else if (GPUARR__NVML_OK(nvmlDeviceGetTemperature, h, GPUARR__NVML_TEMPERATURE_GPU, &v)) {
+        out->temperature_c = (double)v;
+        out->valid |= (uint32_t)GPUARR_TELEMETRY_TEMPERATURE;
+    }
+    if (GPUARR__NVML_OK(nvmlDeviceGetPowerUsage, h, &v)) { /* milliwatts */
+        out->power_w = (double)v / 1000.0;
+        out->valid |= (uint32_t)GPUARR_TELEMETRY_POWER;
+    }
+    if (GPUARR__NVML_OK(nvmlDeviceGetEnforcedPowerLimit, h, &v) || GPUARR__NVML_OK(nvmlDeviceGetPowerManagementLimit, h, &v)) {
+        out->power_limit_w = (double)v / 1000.0;
+        out->valid |= (uint32_t)GPUARR_TELEMETRY_POWER_LIMIT;
+    }
+    if (GPUARR__NVML_OK(nvmlDeviceGetClockInfo, h, GPUARR__NVML_CLOCK_SM, &v) && v <= (unsigned int)INT_MAX) {
+        out->sm_clock_mhz = (int)v;
+        out->valid |= (uint32_t)GPUARR_TELEMETRY_SM_CLOCK;
+    }
+    if (GPUARR__NVML_OK(nvmlDeviceGetClockInfo, h, GPUARR__NVML_CLOCK_MEM, &v) && v <= (unsigned int)INT_MAX) {
+        out->memory_clock_mhz = (int)v;
+        out->valid |= (uint32_t)GPUARR_TELEMETRY_MEMORY_CLOCK;
+    }
+    unsigned long long reasons = 0;
+    if (GPUARR__NVML_OK(nvmlDeviceGetCurrentClocksEventReasons, h, &reasons) ||
+        GPUARR__NVML_OK(nvmlDeviceGetCurrentClocksThrottleReasons, h, &reasons)) {
+        out->throttle_reasons = reasons;
+        out->valid |= (uint32_t)GPUARR_TELEMETRY_THROTTLE_REASONS;
+    }
+    if (GPUARR__NVML_OK(nvmlDeviceGetCurrPcieLinkGeneration, h, &v) && v <= (unsigned int)INT_MAX) {
+        out->pcie_generation = (int)v;
+        out->valid |= (uint32_t)GPUARR_TELEMETRY_PCIE_GENERATION;
+    }
+    if (GPUARR__NVML_OK(nvmlDeviceGetCurrPcieLinkWidth, h, &v) && v <= (unsigned int)INT_MAX) {
+        out->pcie_width = (int)v;
+        out->valid |= (uint32_t)GPUARR_TELEMETRY_PCIE_WIDTH;
+    }
+#undef GPUARR__NVML_OK
+}
+
+/* Without NVML: the total always; free and used where cuMemGetInfo can be asked (the device is
+   open, or its primary context active: none is created just for this). */
+static void gpuarr__cu_telemetry(gpuarr__dev *d, gpuarr_telemetry *out) {
+    gpuarr__nvml_device h = gpuarr__nvml_handle(d);
+    if (h) gpuarr__nvml_read(&GPUARR__CU, h, out);
+    if (out->valid & (uint32_t)GPUARR_TELEMETRY_MEMORY_TOTAL) return;
+    out->memory_total = d->info.total_memory;
+    out->valid |= (uint32_t)GPUARR_TELEMETRY_MEMORY_TOTAL;
+    uint64_t free_bytes = 0;
+    if (gpuarr__cu_read_free_memory(d, &free_bytes) && free_bytes <= out->memory_total) {
+        out->memory_free = free_bytes;
+        out->memory_used = out->memory_total - free_bytes;
+        out->valid |= (uint32_t)GPUARR_TELEMETRY_MEMORY_USAGE;
+    }
 }
 
 static const gpuarr__interop_CUDA gpuarr__cu_interop = {GPUARR_BACKEND_CUDA, GPUARR__INTEROP_CUDA(GPUARR__INTEROP_IMPL)};

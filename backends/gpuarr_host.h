@@ -233,6 +233,168 @@ static gpuarr_result gpuarr__host_activate(gpuarr__dev *d, void **previous) {
 }
 static void gpuarr__host_deactivate(gpuarr__dev *d, void *previous) { GPUARR__UNUSED(d); GPUARR__UNUSED(previous); }
 
+/* ---------------------------------------------------------------------------------------------
+ * Telemetry: memory from /proc/meminfo, CPU utilization from /proc/stat, the CPU's temperature
+ * from hwmon. Every path is read under gpuarr__g.host_telemetry.fs_root ("" = the real /proc and
+ * /sys; white-box tests point it at fixture files).
+ * ------------------------------------------------------------------------------------------- */
+static FILE *gpuarr__host_open_fs(const char *path) {
+    char full[512];
+    int n = snprintf(full, sizeof full, "%s%s", gpuarr__g.host_telemetry.fs_root, path);
+    if (n < 0 || (size_t)n >= sizeof full) return NULL;
+    return fopen(full, "r");
+}
+
+/* An unsigned decimal at *p (after blanks), moving p past it; false if there is none or it
+   does not fit in 64 bits. */
+static bool gpuarr__host_parse_u64(const char **p, uint64_t *out) {
+    const char *s = *p;
+    while (*s == ' ' || *s == '\t') s++;
+    if (*s < '0' || *s > '9') return false;
+    uint64_t v = 0;
+    for (; *s >= '0' && *s <= '9'; s++) {
+        uint64_t digit = (uint64_t)(*s - '0');
+        if (v > (UINT64_MAX - digit) / 10u) return false;
+        v = v * 10u + digit;
+    }
+    *p = s;
+    *out = v;
+    return true;
+}
+
+/* "MemTotal:  16314080 kB": the bytes of one /proc/meminfo line; false if absent or malformed. */
+static bool gpuarr__host_meminfo_line(const char *line, const char *key, uint64_t *bytes) {
+    size_t n = strlen(key);
+    if (strncmp(line, key, n) != 0 || line[n] != ':') return false;
+    const char *p = line + n + 1;
+    uint64_t kb;
+    if (!gpuarr__host_parse_u64(&p, &kb) || kb > UINT64_MAX / 1024u) return false;
+    while (*p == ' ' || *p == '\t') p++;
+    if (strncmp(p, "kB", 2) != 0) return false;
+    *bytes = kb * 1024u;
+    return true;
+}
+
+static void gpuarr__host_telemetry_memory(gpuarr_telemetry *out) {
+    FILE *f = gpuarr__host_open_fs("/proc/meminfo");
+    if (!f) return;
+    char line[256];
+    uint64_t total = 0, avail = 0;
+    bool have_total = false, have_avail = false;
+    while (fgets(line, sizeof line, f)) {
+        if (!have_total) have_total = gpuarr__host_meminfo_line(line, "MemTotal", &total);
+        if (!have_avail) have_avail = gpuarr__host_meminfo_line(line, "MemAvailable", &avail);
+    }
+    fclose(f);
+    if (!have_total || total == 0) return;
+    out->memory_total = total;
+    out->valid |= (uint32_t)GPUARR_TELEMETRY_MEMORY_TOTAL;
+    if (!have_avail || avail > total) return;
+    out->memory_free = avail;
+    out->memory_used = total - avail;
+    out->valid |= (uint32_t)GPUARR_TELEMETRY_MEMORY_USAGE;
+}
+
+/* The first line of /proc/stat, "cpu  user nice system idle iowait irq softirq steal ...": the
+   ticks spent busy and in all (guest time is already in user and nice). At least user, nice,
+   system and idle; false if malformed. */
+static bool gpuarr__host_stat_sample(uint64_t *busy, uint64_t *total) {
+    FILE *f = gpuarr__host_open_fs("/proc/stat");
+    if (!f) return false;
+    char line[512];
+    bool ok = fgets(line, sizeof line, f) != NULL && strncmp(line, "cpu ", 4) == 0;
+    fclose(f);
+    if (!ok) return false;
+    const char *p = line + 4;
+    uint64_t v[8] = {0}, sum = 0;
+    int n = 0;
+    while (n < 8 && gpuarr__host_parse_u64(&p, &v[n])) {
+        if (sum > UINT64_MAX - v[n]) return false;
+        sum += v[n++];
+    }
+    if (n < 4 || (*p != '\n' && *p != '\0' && *p != ' ')) return false;
+    uint64_t idle = v[3] + v[4]; /* idle and iowait */
+    *busy = sum - idle;
+    *total = sum;
+    return true;
+}
+
+/* CPU utilization since the previous call in this gpuarr_init cycle (the first: since boot).
+   Two calls within one tick report the previous value again. */
+static void gpuarr__host_telemetry_cpu(gpuarr_telemetry *out) {
+    uint64_t busy, total;
+    if (!gpuarr__host_stat_sample(&busy, &total)) return;
+    pthread_mutex_lock(&gpuarr__g.host_telemetry.lock);
+    uint64_t busy0 = 0, total0 = 0;
+    if (gpuarr__g.host_telemetry.sampled && total >= gpuarr__g.host_telemetry.total && busy >= gpuarr__g.host_telemetry.busy) {
+        busy0 = gpuarr__g.host_telemetry.busy;
+        total0 = gpuarr__g.host_telemetry.total;
+    } /* else the first sample, or the counters went back (another fs_root): since boot */
+    int pct = gpuarr__g.host_telemetry.last_pct;
+    if (total > total0) {
+        uint64_t db = busy - busy0, dt = total - total0;
+        pct = (int)((db * 100u + dt / 2u) / dt);
+        if (pct > 100) pct = 100;
+    }
+    gpuarr__g.host_telemetry.sampled = true;
+    gpuarr__g.host_telemetry.busy = busy;
+    gpuarr__g.host_telemetry.total = total;
+    gpuarr__g.host_telemetry.last_pct = pct;
+    pthread_mutex_unlock(&gpuarr__g.host_telemetry.lock);
+    out->gpu_utilization_pct = pct;
+    out->valid |= (uint32_t)GPUARR_TELEMETRY_GPU_UTILIZATION;
+}
+
+/* One line holding a signed decimal (hwmon's millidegrees); false if malformed. */
+static bool gpuarr__host_read_long(const char *path, long *out) {
+    FILE *f = gpuarr__host_open_fs(path);
+    if (!f) return false;
+    char line[64];
+    bool ok = fgets(line, sizeof line, f) != NULL;
+    fclose(f);
+    if (!ok) return false;
+    char *end;
+    errno = 0;
+    long v = strtol(line, &end, 10);
+    if (end == line || errno || (*end != '\n' && *end != '\0')) return false;
+    *out = v;
+    return true;
+}
+
+/* The first hwmon device (by number) whose name is a CPU sensor gpuarr knows, and its first
+   temperature input (by number) that reads. */
+static void gpuarr__host_telemetry_temperature(gpuarr_telemetry *out) {
+    static const char *const sensors[] = {"k10temp", "coretemp", "zenpower", "cpu_thermal"};
+    char path[128], name[64];
+    for (int h = 0; h < 64; h++) {
+        snprintf(path, sizeof path, "/sys/class/hwmon/hwmon%d/name", h);
+        FILE *f = gpuarr__host_open_fs(path);
+        if (!f) continue;
+        bool got = fgets(name, sizeof name, f) != NULL;
+        fclose(f);
+        if (!got) continue;
+        name[strcspn(name, "\n")] = '\0';
+        bool cpu = false;
+        for (size_t i = 0; i < sizeof sensors / sizeof sensors[0]; i++) cpu = cpu || strcmp(name, sensors[i]) == 0;
+        if (!cpu) continue;
+        for (int t = 1; t <= 64; t++) {
+            long milli;
+            snprintf(path, sizeof path, "/sys/class/hwmon/hwmon%d/temp%d_input", h, t);
+            if (!gpuarr__host_read_long(path, &milli) || milli < -273150 || milli > 1000000) continue;
+            out->temperature_c = (double)milli / 1000.0;
+            out->valid |= (uint32_t)GPUARR_TELEMETRY_TEMPERATURE;
+            return;
+        }
+    }
+}
+
+static void gpuarr__host_telemetry(gpuarr__dev *d, gpuarr_telemetry *out) {
+    GPUARR__UNUSED(d);
+    gpuarr__host_telemetry_memory(out);
+    gpuarr__host_telemetry_cpu(out);
+    gpuarr__host_telemetry_temperature(out);
+}
+
 static const gpuarr__interop_HOST gpuarr__host_interop = {GPUARR_BACKEND_HOST, GPUARR__INTEROP_HOST(GPUARR__INTEROP_IMPL)};
 
 /* synchronous, builtin ("host", always kept), its memory is host memory, no allocation limit */

@@ -73,6 +73,7 @@ typedef void (*gpuarr__cl_event_fn)(gpuarr__cl_event, gpuarr__cl_int, void *);
 #define GPUARR__CL_DEVICE_UUID_KHR 0x106Au
 #define GPUARR__CL_DEVICE_PCI_BUS_INFO_KHR 0x410Fu
 #define GPUARR__CL_DEVICE_PCI_BUS_ID_NV 0x4008u
+#define GPUARR__CL_DEVICE_GLOBAL_FREE_MEMORY_AMD 0x4039u /* size_t[2] in KiB: free in all, largest free block */
 #define GPUARR__CL_DEVICE_PCI_SLOT_ID_NV 0x4009u
 #define GPUARR__CL_DEVICE_PCI_DOMAIN_ID_NV 0x400Au
 #define GPUARR__CL_DEVICE_TOPOLOGY_AMD 0x4037u
@@ -193,6 +194,7 @@ typedef struct gpuarr__cl_device {
     int platform;
     gpuarr__cl_bitfield type;
     bool fp64, host_unified;
+    bool amd_free_memory; /* cl_amd_device_attribute_query: CL_DEVICE_GLOBAL_FREE_MEMORY_AMD */
     size_t host_align; /* CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes: for CL_MEM_USE_HOST_PTR */
     uint64_t global_mem, max_alloc;
     size_t max_group; /* CL_DEVICE_MAX_WORK_GROUP_SIZE; 0 = not reported */
@@ -562,6 +564,7 @@ static gpuarr_result gpuarr__cl_device_info(int index, gpuarr_device_info *info)
         cl->clGetDeviceInfo(d->id, GPUARR__CL_DEVICE_UUID_KHR, sizeof info->uuid, info->uuid, NULL) == GPUARR__CL_SUCCESS)
         info->has_uuid = true;
     gpuarr__cl_pci_info(d->id, info);
+    d->amd_free_memory = gpuarr__cl_has_extension(cl, d->id, "cl_amd_device_attribute_query");
     return GPUARR_OK;
 }
 
@@ -1422,6 +1425,22 @@ static gpuarr_result gpuarr__cl_activate(gpuarr__dev *d, void **previous) {
 static void gpuarr__cl_deactivate(gpuarr__dev *d, void *previous) {
     GPUARR__UNUSED(d);
     GPUARR__UNUSED(previous);
+}
+
+/* Telemetry: what the platform offers. The device's global memory always; free memory where the
+   vendor has a query for it (AMD's). PoCL has none: the total alone. */
+static void gpuarr__cl_telemetry(gpuarr__dev *d, gpuarr_telemetry *out) {
+    gpuarr__cl_device *cd = GPUARR__CL_DEV(d);
+    out->memory_total = cd->global_mem;
+    out->valid |= (uint32_t)GPUARR_TELEMETRY_MEMORY_TOTAL;
+    size_t free_kib[2] = {0, 0};
+    if (cd->amd_free_memory &&
+        GPUARR__CL.clGetDeviceInfo(cd->id, GPUARR__CL_DEVICE_GLOBAL_FREE_MEMORY_AMD, sizeof free_kib, free_kib, NULL) == GPUARR__CL_SUCCESS &&
+        (uint64_t)free_kib[0] <= cd->global_mem / 1024u) {
+        out->memory_free = (uint64_t)free_kib[0] * 1024u;
+        out->memory_used = cd->global_mem - out->memory_free;
+        out->valid |= (uint32_t)GPUARR_TELEMETRY_MEMORY_USAGE;
+    }
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -57,6 +57,7 @@ Test(config_env, every_variable_rejects_a_bad_value_naming_it) {
     expect_rejected("GPUARR_CUDA_LIBRARY", longer);
     expect_rejected("GPUARR_CUDA_KERNELS", "bogus");
     expect_rejected("GPUARR_NVRTC_LIBRARY", longer);
+    expect_rejected("GPUARR_NVML_LIBRARY", longer);
     expect_rejected("GPUARR_PEER_COPIES", "sometimes");
     expect_rejected("GPUARR_ALLOC_CONF", "colour:blue");
     expect_rejected("GPUARR_FAULTS", "host:often=1");

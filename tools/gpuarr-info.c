@@ -5,13 +5,22 @@
  *   gpuarr-info --memory  each device's memory pool: allocated, reserved, peaks, the ladder
  *   gpuarr-info --find SPEC  the device SPEC ("gpu", "cuda:1", ...) names, or why there is none
  *                            (exit status 1)
+ *   gpuarr-info --watch [SECONDS] [--count N] [--json]
+ *                         every SECONDS (default 1) a line per device, like nvidia-smi dmon:
+ *                         memory used/total, utilization, temperature, power (the device's
+ *                         telemetry, "-" where it has none) and the pool's allocated/reserved
+ *                         bytes; --json: one JSON object per device per tick, a line each
+ *                         (null where a reading is missing); --count N: stop after N ticks
  *
  * GPUARR_DEVICES filters the list as it does for any program. */
 #define GPUARR_IMPLEMENTATION
 #include "gpuarr.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const char *type_name(gpuarr_device_type t) {
     static const char *const names[] = {"unknown", "cpu", "gpu", "accelerator"};
@@ -136,20 +145,130 @@ static int find(const char *spec) {
     return 0;
 }
 
+
+/* --watch: the readings of every device, each tick. */
+static void watch_sleep(double seconds) {
+    struct timespec ts, rest;
+    ts.tv_sec = (time_t)seconds;
+    ts.tv_nsec = (long)((seconds - (double)ts.tv_sec) * 1e9);
+    while (nanosleep(&ts, &rest) != 0 && errno == EINTR) ts = rest;
+}
+
+#define HAS(t, name) (((t).valid & (uint32_t)GPUARR_TELEMETRY_##name) != 0)
+
+static void json_u64(const char *key, bool valid, uint64_t v) {
+    if (valid) printf(", \"%s\": %llu", key, (unsigned long long)v);
+    else printf(", \"%s\": null", key);
+}
+static void json_int(const char *key, bool valid, int v) {
+    if (valid) printf(", \"%s\": %d", key, v);
+    else printf(", \"%s\": null", key);
+}
+static void json_double(const char *key, bool valid, double v) {
+    if (valid) printf(", \"%s\": %.3f", key, v);
+    else printf(", \"%s\": null", key);
+}
+
+static void watch_json_line(long tick, double now, const gpuarr_device_info *d, const gpuarr_telemetry *t, const gpuarr_pool_stats *p) {
+    printf("{\"tick\": %ld, \"time\": %.3f, \"spec\": ", tick, now);
+    json_string(d->spec);
+    printf(", \"valid\": [");
+    int n = 0;
+    for (int b = 0; b < GPUARR_TELEMETRY_COUNT; b++)
+        if (t->valid & (1u << b)) printf("%s\"%s\"", n++ ? ", " : "", gpuarr_telemetry_name(1u << b));
+    printf("]");
+    json_u64("memory_total", HAS(*t, MEMORY_TOTAL), t->memory_total);
+    json_u64("memory_used", HAS(*t, MEMORY_USAGE), t->memory_used);
+    json_u64("memory_free", HAS(*t, MEMORY_USAGE), t->memory_free);
+    json_int("gpu_utilization_pct", HAS(*t, GPU_UTILIZATION), t->gpu_utilization_pct);
+    json_int("memory_utilization_pct", HAS(*t, MEMORY_UTILIZATION), t->memory_utilization_pct);
+    json_double("temperature_c", HAS(*t, TEMPERATURE), t->temperature_c);
+    json_double("power_w", HAS(*t, POWER), t->power_w);
+    json_double("power_limit_w", HAS(*t, POWER_LIMIT), t->power_limit_w);
+    json_int("sm_clock_mhz", HAS(*t, SM_CLOCK), t->sm_clock_mhz);
+    json_int("memory_clock_mhz", HAS(*t, MEMORY_CLOCK), t->memory_clock_mhz);
+    json_u64("throttle_reasons", HAS(*t, THROTTLE_REASONS), t->throttle_reasons);
+    json_int("pcie_generation", HAS(*t, PCIE_GENERATION), t->pcie_generation);
+    json_int("pcie_width", HAS(*t, PCIE_WIDTH), t->pcie_width);
+    printf(", \"pool_allocated_bytes\": %llu, \"pool_reserved_bytes\": %llu}\n", (unsigned long long)p->allocated_bytes,
+           (unsigned long long)p->reserved_bytes);
+}
+
+static void watch_table_line(long tick, const gpuarr_device_info *d, const gpuarr_telemetry *t, const gpuarr_pool_stats *p) {
+    char mem[32] = "-", util[16] = "-", temp[16] = "-", power[16] = "-";
+    if (HAS(*t, MEMORY_USAGE)) snprintf(mem, sizeof mem, "%.2f/%.2f", (double)t->memory_used / 1e9, (double)t->memory_total / 1e9);
+    else if (HAS(*t, MEMORY_TOTAL)) snprintf(mem, sizeof mem, "-/%.2f", (double)t->memory_total / 1e9);
+    if (HAS(*t, GPU_UTILIZATION)) snprintf(util, sizeof util, "%d", t->gpu_utilization_pct);
+    if (HAS(*t, TEMPERATURE)) snprintf(temp, sizeof temp, "%.0f", t->temperature_c);
+    if (HAS(*t, POWER)) snprintf(power, sizeof power, "%.1f", t->power_w);
+    printf("%6ld %-10s %17s %5s %5s %7s %10.1f %10.1f\n", tick, d->spec, mem, util, temp, power, (double)p->allocated_bytes / 1e6,
+           (double)p->reserved_bytes / 1e6);
+}
+
+static int watch(double seconds, long count, bool json) {
+    if (!json)
+        printf("%6s %-10s %17s %5s %5s %7s %10s %10s\n%6s %-10s %17s %5s %5s %7s %10s %10s\n", "#tick", "device", "mem used/total",
+               "util", "temp", "power", "pool alloc", "reserved", "#", "", "GB", "%", "C", "W", "MB", "MB");
+    int status = 0;
+    for (long tick = 1; count <= 0 || tick <= count; tick++) {
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        for (int i = 0; i < gpuarr_device_count(); i++) {
+            gpuarr_device dev = gpuarr_device_at(i);
+            gpuarr_device_info d;
+            gpuarr_telemetry t;
+            gpuarr_pool_stats p;
+            if (gpuarr_device_get_info(dev, &d) != GPUARR_OK || gpuarr_device_get_telemetry(dev, &t) != GPUARR_OK ||
+                gpuarr_pool_get_stats(dev, &p) != GPUARR_OK) {
+                fprintf(stderr, "gpuarr-info: %s\n", gpuarr_last_error());
+                status = 1;
+                continue;
+            }
+            if (json) watch_json_line(tick, (double)now.tv_sec + (double)now.tv_nsec / 1e9, &d, &t, &p);
+            else watch_table_line(tick, &d, &t, &p);
+        }
+        fflush(stdout);
+        if (count <= 0 || tick < count) watch_sleep(seconds);
+    }
+    return status;
+}
+
 int main(int argc, char **argv) {
-    bool json = false, memory = false;
+    bool json = false, memory = false, watching = false;
+    double seconds = 1.0;
+    long count = 0;
     const char *spec = NULL;
     for (int i = 1; i < argc; i++) {
+        char *end;
         if (strcmp(argv[i], "--json") == 0) {
             json = true;
+        } else if (strcmp(argv[i], "--watch") == 0) {
+            watching = true;
+            if (i + 1 < argc && argv[i + 1][0] != '-') { /* SECONDS, if given */
+                seconds = strtod(argv[++i], &end);
+                if (*end || !(seconds >= 0 && seconds <= 86400)) {
+                    fprintf(stderr, "gpuarr-info: --watch %s: expected seconds from 0 to 86400\n", argv[i]);
+                    return 2;
+                }
+            }
+        } else if (strcmp(argv[i], "--count") == 0 && i + 1 < argc) {
+            count = strtol(argv[++i], &end, 10);
+            if (*end || count < 1) {
+                fprintf(stderr, "gpuarr-info: --count %s: expected a number of ticks, 1 or more\n", argv[i]);
+                return 2;
+            }
         } else if (strcmp(argv[i], "--memory") == 0) {
             memory = true;
         } else if (strcmp(argv[i], "--find") == 0 && i + 1 < argc) {
             spec = argv[++i];
         } else {
-            fprintf(stderr, "usage: %s [--json | --memory | --find SPEC]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--json | --memory | --find SPEC | --watch [SECONDS] [--count N] [--json]]\n", argv[0]);
             return strcmp(argv[i], "--help") == 0 ? 0 : 2;
         }
+    }
+    if (count && !watching) {
+        fprintf(stderr, "gpuarr-info: --count goes with --watch\n");
+        return 2;
     }
     if (gpuarr_init(NULL) != GPUARR_OK) {
         fprintf(stderr, "gpuarr-info: %s\n", gpuarr_last_error());
@@ -157,6 +276,7 @@ int main(int argc, char **argv) {
     }
     int status = 0;
     if (spec) status = find(spec);
+    else if (watching) status = watch(seconds, count, json);
     else if (json) print_json();
     else if (memory) print_memory();
     else print_table();

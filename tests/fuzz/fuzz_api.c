@@ -2,7 +2,7 @@
  * fuzz_api.c -- the API fuzz target (issue 13): an op-code interpreter over a small table of live
  * handles (arrays and views, streams, events, scopes), calling every public function of gpuarr.h
  * with arguments taken from the input, on the host, PoCL's opencl:0/opencl:1 and the fake CUDA
- * driver's cuda:0/cuda:1, while allocations fail as the input says (gpuarr_pool_inject_faults).
+ * driver's cuda:0/cuda:1 (telemetry through the fake NVML), while allocations fail as the input says (gpuarr_pool_inject_faults).
  *
  * What it asserts (abort() on a violation, so that the fuzzer reports it):
  *   - a failing call returns a known negative gpuarr_result and gpuarr_last_error() names the
@@ -37,6 +37,9 @@
 
 #ifndef FUZZ_FAKE_CUDA
 #define FUZZ_FAKE_CUDA "build/fake-cuda/libcuda.so.1"
+#endif
+#ifndef FUZZ_FAKE_NVML
+#define FUZZ_FAKE_NVML "build/fake-nvml/libnvidia-ml.so.1"
 #endif
 #ifndef FUZZ_CACHE_DIR
 #define FUZZ_CACHE_DIR "off"
@@ -828,6 +831,22 @@ static void op_device(fz *z) {
         break;
     }
     case 1: {
+        if (how & 0x40) { /* telemetry: never an error on a live device; the valid bits agree with the values */
+            gpuarr_telemetry t, before;
+            memset(&t, 0x5a, sizeof t);
+            before = t;
+            FZ_CALL(r, "gpuarr_device_get_telemetry", gpuarr_device_get_telemetry(fz_dev(z), (how & 0x80) ? NULL : &t));
+            if (r != GPUARR_OK && memcmp(&t, &before, sizeof t) != 0) fz_die("gpuarr_device_get_telemetry failed but wrote *out");
+            if (r == GPUARR_OK) {
+                if (t.valid >> GPUARR_TELEMETRY_COUNT) fz_die("telemetry: unknown valid bits 0x%x", t.valid);
+                if (!(t.valid & (uint32_t)GPUARR_TELEMETRY_MEMORY_TOTAL) || !t.memory_total) fz_die("telemetry: no total memory");
+                if ((t.valid & (uint32_t)GPUARR_TELEMETRY_MEMORY_USAGE) && t.memory_used > t.memory_total - (t.memory_free < t.memory_total ? t.memory_free : t.memory_total))
+                    fz_die("telemetry: used + free > total");
+            }
+            const char *name = gpuarr_telemetry_name((uint32_t)1u << (u8(z) % 16));
+            if (!name || !*name) fz_die("gpuarr_telemetry_name gave nothing");
+            break;
+        }
         gpuarr_device_info info;
         FZ_CALL(r, "gpuarr_device_get_info", gpuarr_device_get_info(fz_dev(z), (how & 0x80) ? NULL : &info));
         if (r == GPUARR_OK && !memchr(info.spec, '\0', sizeof info.spec)) fz_die("device_get_info: spec not terminated");
@@ -1214,6 +1233,7 @@ static void fz_start(void) {
     if (getenv("FUZZ_API_SOAK")) fz_soak = 1; /* replaying a soak's input as the soak ran it */
     setenv("POCL_DEVICES", "pthread pthread", 0);
     setenv("GPUARR_CUDA_LIBRARY", FUZZ_FAKE_CUDA, 0);
+    setenv("GPUARR_NVML_LIBRARY", FUZZ_FAKE_NVML, 0);
     setenv("GPUARR_CACHE_DIR", FUZZ_CACHE_DIR, 0);
     setenv("FAKE_CUDA_MEMORY", "268435456", 0);
     if (gpuarr_init(fz_default_desc()) != GPUARR_OK) fz_die("gpuarr_init: %s", gpuarr_last_error());
