@@ -511,13 +511,14 @@ extern "C" {
     X(ERROR_NOT_INITIALIZED, -7, "gpuarr is not initialized")                                  \
     X(ERROR_OVERFLOW, -8, "size or count overflow")                                            \
     X(ERROR_TIMEOUT, -9, "timed out")                                                          \
-    X(ERROR_NOT_READY, -10, "work has not completed yet")
+    X(ERROR_NOT_READY, -10, "work has not completed yet")                                    \
+    X(ERROR_DEVICE_LOST, -11, "the device failed earlier; gpuarr_device_reset brings it back")
 
 typedef enum gpuarr_result {
 #define GPUARR__RESULT_ENUM(name, value, text) GPUARR_##name = value,
     GPUARR_RESULT_LIST(GPUARR__RESULT_ENUM)
 #undef GPUARR__RESULT_ENUM
-    GPUARR_RESULT_COUNT = 11 /* number of codes; checked against the list in the implementation */
+    GPUARR_RESULT_COUNT = 12 /* number of codes; checked against the list in the implementation */
 } gpuarr_result;
 
 /* ---------------------------------------------------------------------------------------------
@@ -683,6 +684,13 @@ GPUARR_API float gpuarr_bf16_to_float(gpuarr_bf16 h);
 /* ---------------------------------------------------------------------------------------------
  * Devices
  * ------------------------------------------------------------------------------------------- */
+/* OK until a sticky error makes the device FAILED; gpuarr_device_reset makes it OK again. */
+typedef enum gpuarr_device_state {
+    GPUARR_DEVICE_OK = 0,
+    GPUARR_DEVICE_FAILED = 1,
+    GPUARR_DEVICE_STATE_COUNT
+} gpuarr_device_state;
+
 typedef struct gpuarr_device_info {
     gpuarr_device device;
     gpuarr_backend backend;
@@ -706,6 +714,8 @@ typedef struct gpuarr_device_info {
     bool has_uuid;
     uint8_t uuid[16];
     gpuarr_device same_as;     /* the same physical device through another backend, or {0} */
+    gpuarr_device_state state; /* GPUARR_DEVICE_FAILED after a sticky error (see FAILURES) */
+    char failure[256];         /* the first error that failed it ("" while OK) */
 } gpuarr_device_info;
 
 GPUARR_API int gpuarr_device_count(void);           /* the host included; 0 if not initialized */
@@ -715,6 +725,12 @@ GPUARR_API gpuarr_result gpuarr_device_find(const char *spec, gpuarr_device *out
 GPUARR_API gpuarr_result gpuarr_device_get_info(gpuarr_device d, gpuarr_device_info *out);
 /* Waits for all work gpuarr has queued on every stream of the device. */
 GPUARR_API gpuarr_result gpuarr_device_sync(gpuarr_device d);
+/* Brings a device back after a failure (see FAILURES), or resets a healthy one: its context,
+   queues, pools and kernels are made anew (CUDA: cuDevicePrimaryCtxReset, which also ends the
+   CUDA runtime's use of the primary context). Every array, stream and event of d must have been
+   released: otherwise GPUARR_ERROR_INVALID_ARGUMENT saying how many are alive. No other thread may
+   use d during the call. The host has nothing to reset (GPUARR_OK). */
+GPUARR_API gpuarr_result gpuarr_device_reset(gpuarr_device d);
 
 /* ---------------------------------------------------------------------------------------------
  * Arrays
@@ -1385,6 +1401,8 @@ struct gpuarr__obj {
    (CUDA forbids driver calls there); on failure fn never runs. fill writes `bytes` bytes at
    dst + dst_off with the pattern repeated (pattern_size is 1, 2, 4 or 8; bytes and dst_off are
    multiples of it), enqueued on s like a copy. */
+/* device_reset runs between device_close and the next device_open of gpuarr_device_reset: it
+   discards what the driver still keeps for the device (CUDA: cuDevicePrimaryCtxReset). */
 typedef void (*gpuarr__host_fn)(void *ctx);
 #define GPUARR__BACKEND_PROCS(X)                                                               \
     X(gpuarr_result, load, (void))                                                             \
@@ -1393,6 +1411,7 @@ typedef void (*gpuarr__host_fn)(void *ctx);
     X(gpuarr_result, device_info, (int index, gpuarr_device_info *info))                       \
     X(gpuarr_result, device_open, (gpuarr__dev * d))                                           \
     X(void, device_close, (gpuarr__dev * d))                                                   \
+    X(gpuarr_result, device_reset, (gpuarr__dev * d))                                          \
     X(gpuarr_result, mem_info, (gpuarr__dev * d, uint64_t *free_bytes, uint64_t *total_bytes)) \
     X(gpuarr_result, mem_alloc, (gpuarr__dev * d, size_t bytes, void **mem))                   \
     X(void, mem_free, (gpuarr__dev * d, void *mem))                                            \
@@ -1543,6 +1562,9 @@ struct gpuarr__dev {
     void *native;            /* backend's per-device state, made by device_open */
     pthread_mutex_t lock;    /* guards the lazy open */
     bool opened;
+    uint32_t failed;         /* atomic: 0 healthy, 1 being marked, 2 failed (see FAILURES) */
+    char failure[256];       /* the first error, written before failed becomes 2 */
+    uint32_t resets;         /* atomic: gpuarr_device_reset calls (threads' cached default streams) */
     gpuarr__stream *thread_streams; /* each thread's default stream here; gpuarr__g.defaults_lock */
     gpuarr__pool pool;   /* the device's memory */
     gpuarr__pool pinned; /* pinned host memory for its staging pipelines (if the backend has it) */
@@ -1814,6 +1836,7 @@ typedef struct gpuarr__thread_state {
     } activation;
     struct {               /* the thread's default streams, by device index mod 8 */
         uint32_t epoch;    /* the init cycle they belong to */
+        uint32_t resets;   /* the device's gpuarr_device_reset count then */
         struct gpuarr__dev *dev;
         struct gpuarr__stream *stream; /* borrowed: the device's list holds the reference */
     } defaults[8];
@@ -2862,6 +2885,39 @@ GPUARR_BACKEND_LIST(GPUARR__INTEROP_TABLE)
 #undef GPUARR__INTEROP_MEMBER
 #define GPUARR__INTEROP_IMPL(B, name, params, args) gpuarr__##name,
 
+/* ---------------------------------------------------------------------------------------------
+ * Failed devices (see FAILURES). A backend that meets an error after which its context is
+ * unusable (a sticky error) marks the device failed once, with that first error; from then on
+ * every call on the device, its arrays, streams and events fails with GPUARR_ERROR_DEVICE_LOST
+ * before reaching the driver, and releases drop their objects without asking it, until
+ * gpuarr_device_reset.
+ * ------------------------------------------------------------------------------------------- */
+static bool gpuarr__dev_failed(gpuarr__dev *d) { return __atomic_load_n(&d->failed, __ATOMIC_ACQUIRE) == 2u; }
+
+/* The first caller records its error; later ones (other threads meeting the same failure) keep it. */
+GPUARR__FOR_BACKENDS static void gpuarr__dev_mark_failed(gpuarr__dev *d, const char *error, const char *call) {
+    uint32_t healthy = 0;
+    if (!__atomic_compare_exchange_n(&d->failed, &healthy, 1u, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return;
+    snprintf(d->failure, sizeof d->failure, "%s in %s", error, call);
+    __atomic_store_n(&d->failed, 2u, __ATOMIC_RELEASE);
+    gpuarr__log(GPUARR_LOG_ERROR, "%s failed: %s; its arrays, streams and events are lost until gpuarr_device_reset", d->info.spec,
+                d->failure);
+}
+
+/* The device named by spec (a backend's messages name devices by it), or NULL. */
+GPUARR__FOR_BACKENDS static gpuarr__dev *gpuarr__dev_by_spec(const char *spec) {
+    for (int i = 0; spec && i < gpuarr__g.device_count; i++)
+        if (strcmp(gpuarr__g.devices[i].info.spec, spec) == 0) return &gpuarr__g.devices[i];
+    return NULL;
+}
+
+/* GPUARR_OK, or GPUARR_ERROR_DEVICE_LOST naming the first error when d has failed. */
+static gpuarr_result gpuarr__dev_alive(gpuarr__dev *d) {
+    if (!gpuarr__dev_failed(d)) return GPUARR_OK;
+    return gpuarr__fail(GPUARR_ERROR_DEVICE_LOST, "%s failed earlier: %s (gpuarr_device_reset brings it back once its arrays, "
+                        "streams and events are released)", d->info.spec, d->failure);
+}
+
 /* The backends. Each header defines its table and GPUARR__BACKEND_PTR_<NAME> pointing to it. */
 #include "backends/gpuarr_host.h"
 #ifndef GPUARR_NO_CUDA
@@ -2902,7 +2958,8 @@ static gpuarr_device gpuarr__device_handle(int index) {
 
 static gpuarr__dev *gpuarr__host_dev(void) { return &gpuarr__g.devices[0]; }
 
-static gpuarr_result gpuarr__get_dev(gpuarr_device d, const char *arg, gpuarr__dev **out) {
+/* A live device handle, failed or not (gpuarr_device_get_info, gpuarr_device_reset). */
+static gpuarr_result gpuarr__get_dev_any(gpuarr_device d, const char *arg, gpuarr__dev **out) {
     uint32_t index = (d.id & 0xffffu), epoch = d.id >> 16;
     if (d.id == 0) return gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s is a zero device handle", arg);
     if (epoch != gpuarr__epoch16())
@@ -2912,6 +2969,15 @@ static gpuarr_result gpuarr__get_dev(gpuarr_device d, const char *arg, gpuarr__d
         return gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s (id 0x%08x): there is no device %u (%d devices)", arg,
                             d.id, index - 1u, gpuarr__g.device_count);
     *out = &gpuarr__g.devices[index - 1];
+    return GPUARR_OK;
+}
+
+/* A live device handle whose device has not failed. */
+static gpuarr_result gpuarr__get_dev(gpuarr_device d, const char *arg, gpuarr__dev **out) {
+    gpuarr__dev *dev;
+    GPUARR__CHECK(gpuarr__get_dev_any(d, arg, &dev));
+    GPUARR__CHECK(gpuarr__dev_alive(dev));
+    *out = dev;
     return GPUARR_OK;
 }
 
@@ -3144,8 +3210,10 @@ static void gpuarr__thread_key_delete(void) {
 
 /* The thread's default stream on d, made at first use; returned with a reference. */
 static gpuarr_result gpuarr__default_stream(gpuarr__dev *d, gpuarr__stream **out) {
+    GPUARR__CHECK(gpuarr__dev_alive(d));
     size_t slot = (size_t)(d - gpuarr__g.devices) & 7u;
-    if (gpuarr__tls.defaults[slot].dev == d && gpuarr__tls.defaults[slot].epoch == gpuarr__g.epoch) {
+    if (gpuarr__tls.defaults[slot].dev == d && gpuarr__tls.defaults[slot].epoch == gpuarr__g.epoch &&
+        gpuarr__tls.defaults[slot].resets == __atomic_load_n(&d->resets, __ATOMIC_ACQUIRE)) {
         gpuarr__obj_retain(&gpuarr__tls.defaults[slot].stream->obj);
         *out = gpuarr__tls.defaults[slot].stream;
         return GPUARR_OK;
@@ -3170,6 +3238,7 @@ static gpuarr_result gpuarr__default_stream(gpuarr__dev *d, gpuarr__stream **out
     }
     gpuarr__tls.defaults[slot].dev = d;
     gpuarr__tls.defaults[slot].epoch = gpuarr__g.epoch;
+    gpuarr__tls.defaults[slot].resets = __atomic_load_n(&d->resets, __ATOMIC_ACQUIRE);
     gpuarr__tls.defaults[slot].stream = s;
     gpuarr__obj_retain(&s->obj);
     *out = s;
@@ -3218,9 +3287,15 @@ static gpuarr_result gpuarr__visit_thread_streams(gpuarr__dev *d, bool sync) {
     return r;
 }
 
+/* With a reference; GPUARR_ERROR_DEVICE_LOST (and none) when its device has failed. */
 static gpuarr_result gpuarr__get_stream(gpuarr_stream s, const char *arg, gpuarr__stream **out) {
     gpuarr__obj *o;
     GPUARR__CHECK(gpuarr__table_get(&gpuarr__g.streams, s.id, arg, &o));
+    gpuarr_result r = gpuarr__dev_alive(((gpuarr__stream *)o)->dev);
+    if (r != GPUARR_OK) {
+        gpuarr__obj_release(o);
+        return r;
+    }
     *out = (gpuarr__stream *)o;
     return GPUARR_OK;
 }
@@ -4285,9 +4360,15 @@ static gpuarr_result gpuarr__array_publish(gpuarr__array *a, uint32_t *id) {
     return r;
 }
 
+/* With a reference; GPUARR_ERROR_DEVICE_LOST (and none) when its device has failed. */
 static gpuarr_result gpuarr__get_array(gpuarr_array a, const char *arg, gpuarr__array **out) {
     gpuarr__obj *o;
     GPUARR__CHECK(gpuarr__table_get(&gpuarr__g.arrays, a.id, arg, &o));
+    gpuarr_result r = gpuarr__dev_alive(((gpuarr__array *)o)->dev);
+    if (r != GPUARR_OK) {
+        gpuarr__obj_release(o);
+        return r;
+    }
     *out = (gpuarr__array *)o;
     return GPUARR_OK;
 }
@@ -5868,8 +5949,12 @@ GPUARR_API gpuarr_result gpuarr_device_get_info(gpuarr_device d, gpuarr_device_i
     GPUARR__BEGIN();
     GPUARR__REQUIRE_PTR(out);
     gpuarr__dev *dev;
-    GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
+    GPUARR__CHECK(gpuarr__get_dev_any(d, "d", &dev)); /* a failed device too: its state says so */
     *out = dev->info;
+    if (gpuarr__dev_failed(dev)) {
+        out->state = GPUARR_DEVICE_FAILED;
+        gpuarr__copy_string(out->failure, sizeof out->failure, dev->failure);
+    }
     uint64_t free_bytes, total;
     if (dev->backend->mem_info(dev, &free_bytes, &total) == GPUARR_OK) {
         out->free_memory = free_bytes;
@@ -5906,6 +5991,82 @@ GPUARR_API gpuarr_result gpuarr_device_sync(gpuarr_device d) {
     gpuarr_result r = gpuarr__visit_thread_streams(dev, true);
     gpuarr_result pr = gpuarr__sync_public_streams(dev);
     return r != GPUARR_OK ? r : pr;
+}
+
+/* The arrays (pinned ones from its pool included), public streams and events of d still alive. */
+static void gpuarr__count_alive(gpuarr__dev *d, uint32_t *arrays, uint32_t *streams, uint32_t *events) {
+    gpuarr__table *tables[3] = {&gpuarr__g.arrays, &gpuarr__g.streams, &gpuarr__g.events};
+    uint32_t *counts[3] = {arrays, streams, events};
+    gpuarr__handles_lock();
+    for (int k = 0; k < 3; k++) {
+        *counts[k] = 0;
+        for (uint32_t i = 0; i < tables[k]->used; i++) {
+            gpuarr__obj *o = gpuarr__table_at(tables[k], i)->obj;
+            if (!o) continue;
+            bool mine = k == 0   ? ((gpuarr__array *)o)->dev == d || ((gpuarr__array *)o)->pinned_for == d
+                        : k == 1 ? ((gpuarr__stream *)o)->dev == d
+                                 : ((gpuarr__event *)o)->dev == d;
+            if (mine) (*counts[k])++;
+        }
+    }
+    gpuarr__handles_unlock();
+}
+
+/* Every cached segment of p back (to the driver, or only dropped on a failed device); the number
+   of segments still holding something. */
+static uint32_t gpuarr__pool_empty(gpuarr__pool *p) {
+    pthread_mutex_lock(&p->lock);
+    gpuarr__pool_release_cached(p, 0, 0);
+    uint32_t left = 0;
+    for (gpuarr__segment *seg = p->segments; seg; seg = seg->next) left++;
+    pthread_mutex_unlock(&p->lock);
+    return left;
+}
+
+GPUARR_API gpuarr_result gpuarr_device_reset(gpuarr_device d) {
+    GPUARR__BEGIN();
+    gpuarr__dev *dev;
+    GPUARR__CHECK(gpuarr__get_dev_any(d, "d", &dev));
+    if (dev->backend->builtin) return GPUARR_OK; /* the host never fails */
+    uint32_t arrays, streams, events;
+    gpuarr__count_alive(dev, &arrays, &streams, &events);
+    if (arrays || streams || events)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT,
+                            "%s still has %u arrays, %u streams and %u events alive: release them before gpuarr_device_reset",
+                            dev->info.spec, arrays, streams, events);
+    bool failed = gpuarr__dev_failed(dev);
+    /* The threads' default streams here go (their queued work first, where the device still runs
+       it); a thread makes a new one at its next use (the reset count tells its cache). */
+    if (!failed) (void)gpuarr__visit_thread_streams(dev, true);
+    pthread_mutex_lock(&gpuarr__g.defaults_lock);
+    gpuarr__stream *mine = NULL, **link = &dev->thread_streams;
+    while (*link) {
+        gpuarr__stream *s = *link;
+        *link = s->next_default;
+        s->next_default = mine;
+        mine = s;
+    }
+    __atomic_add_fetch(&dev->resets, 1u, __ATOMIC_ACQ_REL);
+    pthread_mutex_unlock(&gpuarr__g.defaults_lock);
+    gpuarr__release_stream_list(mine);
+    gpuarr__collect_device(dev);
+    (void)gpuarr__pool_empty(&dev->pool); /* while the context is there to free through */
+    (void)gpuarr__pool_empty(&dev->pinned);
+    pthread_mutex_lock(&dev->lock);
+    if (dev->opened) dev->backend->device_close(dev); /* what work was still holding goes here */
+    __atomic_store_n(&dev->opened, false, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&dev->lock);
+    uint32_t left = gpuarr__pool_empty(&dev->pool) + gpuarr__pool_empty(&dev->pinned);
+    if (left) gpuarr__log(GPUARR_LOG_WARN, "%s: %u pool segments still in use at gpuarr_device_reset (held by DLPack exports?)",
+                          dev->info.spec, left);
+    gpuarr_result r = dev->backend->device_reset(dev);
+    if (r == GPUARR_OK) {
+        dev->failure[0] = 0;
+        __atomic_store_n(&dev->failed, 0u, __ATOMIC_RELEASE);
+        r = gpuarr__dev_open(dev);
+    }
+    if (r == GPUARR_OK) gpuarr__log(GPUARR_LOG_INFO, "%s reset%s", dev->info.spec, failed ? " after its failure" : "");
+    return r;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -6843,6 +7004,11 @@ static gpuarr_result gpuarr__resolve_stream(gpuarr_stream s, const char *arg, gp
     GPUARR__CHECK(gpuarr__check_scope());
     gpuarr__stream *cur = gpuarr__current_stream_obj();
     if (cur) {
+        gpuarr_result r = gpuarr__dev_alive(cur->dev);
+        if (r != GPUARR_OK) {
+            gpuarr__obj_release(&cur->obj);
+            return r;
+        }
         *out = cur;
         return GPUARR_OK;
     }
@@ -6877,7 +7043,9 @@ GPUARR_API gpuarr_result gpuarr_stream_destroy(gpuarr_stream s) {
     gpuarr__stream *st;
     /* Wait here: arrays that were used on s (their use lists, kept for later writers) hold
        references to it, so the wait in its destructor may come long after this returns. */
-    GPUARR__CHECK(gpuarr__get_stream(s, "s", &st));
+    gpuarr__obj *o;
+    GPUARR__CHECK(gpuarr__table_get(&gpuarr__g.streams, s.id, "s", &o)); /* a failed device's too */
+    st = (gpuarr__stream *)o;
     (void)gpuarr__stream_sync_raw(st); /* as the destructor: the stream goes either way */
     gpuarr__obj_release(&st->obj);
     GPUARR__CHECK(gpuarr__table_release(&gpuarr__g.streams, s.id, "s", &dropped));
@@ -6918,9 +7086,15 @@ GPUARR_API gpuarr_result gpuarr_stream_get_device(gpuarr_stream s, gpuarr_device
     return GPUARR_OK;
 }
 
+/* With a reference; GPUARR_ERROR_DEVICE_LOST (and none) when its device has failed. */
 static gpuarr_result gpuarr__get_event(gpuarr_event e, const char *arg, gpuarr__event **out) {
     gpuarr__obj *o;
     GPUARR__CHECK(gpuarr__table_get(&gpuarr__g.events, e.id, arg, &o));
+    gpuarr_result r = gpuarr__dev_alive(((gpuarr__event *)o)->dev);
+    if (r != GPUARR_OK) {
+        gpuarr__obj_release(o);
+        return r;
+    }
     *out = (gpuarr__event *)o;
     return GPUARR_OK;
 }
