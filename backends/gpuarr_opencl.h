@@ -269,8 +269,11 @@ static const char *gpuarr__cl_error_name(gpuarr__cl_int e) {
    (GPUARR_ERROR_DEVICE_LOST). Running out of resources does not. */
 static gpuarr_result gpuarr__cl_fail(gpuarr__cl_int e, const char *call, const char *where) {
     gpuarr__dev *lost = e == -2 ? gpuarr__dev_by_spec(where) : NULL;
-    if (lost) {
-        gpuarr__dev_mark_failed(lost, "CL_DEVICE_NOT_AVAILABLE", call);
+    if (lost) { /* the entry point's name, out of "cl->clFinish(q)" too */
+        const char *arrow = strstr(call, "->"), *name = arrow ? arrow + 2 : call;
+        char entry[64];
+        snprintf(entry, sizeof entry, "%.*s", (int)strcspn(name, "("), name);
+        gpuarr__dev_mark_failed(lost, "CL_DEVICE_NOT_AVAILABLE", entry);
         return gpuarr__fail(GPUARR_ERROR_DEVICE_LOST, "%s: %s failed: CL_DEVICE_NOT_AVAILABLE (-2); %s is lost (failed: %s) until gpuarr_device_reset",
                             where, call, where, lost->failure);
     }
