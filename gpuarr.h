@@ -438,6 +438,46 @@
  * an upload or download without a host-side cast is one direct copy.
  *
  * =============================================================================================
+ * FAILURES
+ * =============================================================================================
+ * Some errors leave a device's context unusable: every later call in it would fail the same way.
+ * gpuarr calls them sticky, and the first one a call meets marks the device FAILED:
+ *   CUDA    CUDA_ERROR_ILLEGAL_ADDRESS (700), LAUNCH_TIMEOUT (702), ASSERT (710),
+ *           HARDWARE_STACK_ERROR (714), ILLEGAL_INSTRUCTION (715), MISALIGNED_ADDRESS (716),
+ *           INVALID_ADDRESS_SPACE (717), INVALID_PC (718), LAUNCH_FAILED (719) and EXTERNAL_DEVICE
+ *           (911): the errors the driver documents as leaving "an inconsistent state". A kernel's
+ *           or a copy's usually shows at a later synchronize or query of its stream.
+ *   OpenCL  CL_DEVICE_NOT_AVAILABLE from a call on the device; or the context's error callback
+ *           (pfn_notify of clCreateContext), which does not say which device: every open device
+ *           of that platform's context fails.
+ * The call that meets the error returns GPUARR_ERROR_DEVICE_LOST with the driver's words. From
+ * then on every call on the device, or on one of its arrays, streams or events, returns
+ * GPUARR_ERROR_DEVICE_LOST at once, without calling the driver, and gpuarr_last_error() names
+ * the first error: "cuda:0 failed earlier: CUDA_ERROR_ILLEGAL_ADDRESS in cuStreamSynchronize".
+ * A copy between the failed device and another fails the same way; other devices are not
+ * affected. gpuarr_device_get_info still answers: state is GPUARR_DEVICE_FAILED, and failure
+ * holds the first error ("CUDA_ERROR_ILLEGAL_ADDRESS in cuStreamSynchronize"). gpuarr_release,
+ * gpuarr_stream_destroy and gpuarr_event_destroy work as ever and free what gpuarr holds on the
+ * host; memory, streams and events in a dead CUDA context are not handed to the driver (they go
+ * with the context).
+ *
+ * Other errors never fail a device: out of memory (the driver's, or injected with GPUARR_FAULTS),
+ * an invalid value (GPUARR_ERROR_BACKEND), CL_OUT_OF_RESOURCES, a refused argument.
+ *
+ * gpuarr_device_reset(d) brings a device back, or resets a healthy one. Every array, stream and
+ * event of d must have been released first (else GPUARR_ERROR_INVALID_ARGUMENT, saying how many
+ * of each are alive); the threads' default streams on d go, the pools give their memory back,
+ * and the device is closed and opened anew. CUDA: cuDevicePrimaryCtxReset destroys the primary
+ * context (as cudaDeviceReset, for the program's own runtime code in it too) and a fresh one is
+ * made; gpuarr's kernels load again at their next use and peer access is enabled again. NVIDIA
+ * documents the sticky errors as needing a new process: whether a real GPU works again after
+ * the reset is up to its driver (gpuarr's tests run on the fake driver of tests/fake_cuda). OpenCL:
+ * the platform's context is shared by its devices and stays; the device's queues and kernels
+ * are made anew, and while the device is still gone the reset fails with
+ * GPUARR_ERROR_DEVICE_LOST and the device stays FAILED. The host never fails; its reset does
+ * nothing. No other thread may use d during gpuarr_device_reset.
+ *
+ * =============================================================================================
  * CALLBACKS
  * =============================================================================================
  * The allocator, the logger and release callbacks (gpuarr_wrap_host) can run on any thread,
