@@ -1605,6 +1605,7 @@ struct gpuarr__dev {
     uint32_t failed;         /* atomic: 0 healthy, 1 being marked, 2 failed (see FAILURES) */
     char failure[256];       /* the first error, written before failed becomes 2 */
     uint32_t resets;         /* atomic: gpuarr_device_reset calls (threads' cached default streams) */
+    uint32_t live_streams, live_events; /* atomic: stream and event objects, with a handle or held inside */
     gpuarr__stream *thread_streams; /* each thread's default stream here; gpuarr__g.defaults_lock */
     gpuarr__pool pool;   /* the device's memory */
     gpuarr__pool pinned; /* pinned host memory for its staging pipelines (if the backend has it) */
@@ -3143,6 +3144,7 @@ static void gpuarr__stream_destroy_obj(gpuarr__obj *o) {
     gpuarr__stream_collect(s, UINT64_MAX); /* the last reference: nobody can add entries */
     s->dev->backend->stream_destroy(s->dev, s->native);
     pthread_mutex_destroy(&s->lock);
+    __atomic_sub_fetch(&s->dev->live_streams, 1u, __ATOMIC_ACQ_REL);
     gpuarr__free(s);
 }
 
@@ -3160,6 +3162,7 @@ static gpuarr_result gpuarr__stream_adopt(gpuarr__dev *d, void *native, gpuarr__
     s->serial = __atomic_add_fetch(&gpuarr__g.stream_serial, 1, __ATOMIC_RELAXED);
     s->native = native;
     pthread_mutex_init(&s->lock, NULL);
+    __atomic_add_fetch(&d->live_streams, 1u, __ATOMIC_ACQ_REL);
     *out = s;
     return GPUARR_OK;
 }
@@ -3402,6 +3405,7 @@ static gpuarr_result gpuarr__stream_for(gpuarr__dev *d, gpuarr__stream *explicit
 static void gpuarr__event_destroy_obj(gpuarr__obj *o) {
     gpuarr__event *e = (gpuarr__event *)o;
     e->dev->backend->event_destroy(e->dev, e->native);
+    __atomic_sub_fetch(&e->dev->live_events, 1u, __ATOMIC_ACQ_REL);
     gpuarr__free(e);
 }
 
@@ -3418,6 +3422,7 @@ static gpuarr_result gpuarr__event_new(gpuarr__dev *d, bool timing, gpuarr__even
     e->obj.destroy = gpuarr__event_destroy_obj;
     e->dev = d;
     e->timing = timing;
+    __atomic_add_fetch(&d->live_events, 1u, __ATOMIC_ACQ_REL);
     *out = e;
     return GPUARR_OK;
 }
@@ -6092,6 +6097,19 @@ GPUARR_API gpuarr_result gpuarr_device_reset(gpuarr_device d) {
     gpuarr__collect_device(dev);
     (void)gpuarr__pool_empty(&dev->pool); /* while the context is there to free through */
     (void)gpuarr__pool_empty(&dev->pinned);
+    /* Streams and events of d held inside: by arrays of other devices that work on d ordered (or
+       by their free memory), until that work is collected or the memory trimmed. */
+    uint32_t held = __atomic_load_n(&dev->live_streams, __ATOMIC_ACQUIRE) + __atomic_load_n(&dev->live_events, __ATOMIC_ACQUIRE);
+    for (int i = 0; held && i < gpuarr__g.device_count; i++) {
+        gpuarr__collect_device(&gpuarr__g.devices[i]);
+        (void)gpuarr__pool_empty(&gpuarr__g.devices[i].pool);
+        (void)gpuarr__pool_empty(&gpuarr__g.devices[i].pinned);
+        held = __atomic_load_n(&dev->live_streams, __ATOMIC_ACQUIRE) + __atomic_load_n(&dev->live_events, __ATOMIC_ACQUIRE);
+    }
+    if (held)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT,
+                            "%u streams and events of %s are still held by arrays of other devices that work on it ordered: "
+                            "release those arrays before gpuarr_device_reset", held, dev->info.spec);
     pthread_mutex_lock(&dev->lock);
     if (dev->opened) dev->backend->device_close(dev); /* what work was still holding goes here */
     __atomic_store_n(&dev->opened, false, __ATOMIC_RELEASE);

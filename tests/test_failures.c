@@ -220,6 +220,23 @@ Test(failures, a_healthy_device_resets_too_and_the_host_has_nothing_to_reset) {
     TEST_OK(gpuarr_stream_destroy(s));
     TEST_OK(gpuarr_device_reset(d0));
     round_trip(d0);
+    /* an array of cuda:1 made through cuda:0 (a peer copy each way) outlives cuda:0's reset */
+    gpuarr_device d1 = find("cuda:1");
+    static float in[N], back[N];
+    for (int i = 0; i < N; i++) in[i] = (float)(3 * i);
+    int64_t shape[1] = {N};
+    gpuarr_array x, p, q;
+    TEST_OK(gpuarr_from_host(d1, in, 1, shape, &x));
+    TEST_OK(gpuarr_convert(x, d0, GPUARR_F64, &p));
+    TEST_OK(gpuarr_convert(p, d1, GPUARR_F32, &q));
+    TEST_OK(gpuarr_release(p));
+    TEST_OK(gpuarr_device_reset(d0));
+    TEST_OK(gpuarr_to_host(q, back, N));
+    cr_assert_eq(memcmp(in, back, sizeof in), 0);
+    TEST_OK(gpuarr_release(q));
+    TEST_OK(gpuarr_release(x));
+    TEST_OK(gpuarr_device_reset(d0));
+    round_trip(d0);
     TEST_OK(gpuarr_device_reset(gpuarr_host()));
     round_trip(gpuarr_host());
     TEST_FAIL_WITH(gpuarr_device_reset((gpuarr_device){0}), GPUARR_ERROR_INVALID_HANDLE, "d");
