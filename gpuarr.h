@@ -467,7 +467,10 @@
  * gpuarr_device_reset(d) brings a device back, or resets a healthy one. Every array, stream and
  * event of d must have been released first (else GPUARR_ERROR_INVALID_ARGUMENT, saying how many
  * of each are alive); the threads' default streams on d go, the pools give their memory back,
- * and the device is closed and opened anew. CUDA: cuDevicePrimaryCtxReset destroys the primary
+ * and the device is closed and opened anew. Streams and events of d that other devices' arrays
+ * or cached blocks still hold inside (work ordered across devices) are collected first, trimming
+ * the other pools if need be; any left make the reset fail with GPUARR_ERROR_INVALID_ARGUMENT
+ * saying so. CUDA: cuDevicePrimaryCtxReset destroys the primary
  * context (as cudaDeviceReset, for the program's own runtime code in it too) and a fresh one is
  * made; gpuarr's kernels load again at their next use and peer access is enabled again. NVIDIA
  * documents the sticky errors as needing a new process: whether a real GPU works again after
