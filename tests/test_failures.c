@@ -13,6 +13,7 @@
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <criterion/criterion.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include "test_common.h"
 
@@ -240,6 +241,55 @@ Test(failures, a_healthy_device_resets_too_and_the_host_has_nothing_to_reset) {
     TEST_OK(gpuarr_device_reset(gpuarr_host()));
     round_trip(gpuarr_host());
     TEST_FAIL_WITH(gpuarr_device_reset((gpuarr_device){0}), GPUARR_ERROR_INVALID_HANDLE, "d");
+}
+
+/* A thread that worked on d before another thread's reset works on after it: its default stream
+   there (cached per thread) is made anew, not used from the old context. */
+typedef struct reset_worker {
+    gpuarr_device d;
+    pthread_barrier_t *barrier;
+    gpuarr_result before, after;
+    bool same;
+} reset_worker;
+
+static gpuarr_result small_round_trip(gpuarr_device d, bool *same) {
+    float in[64], back[64];
+    for (int i = 0; i < 64; i++) in[i] = (float)i;
+    int64_t shape[1] = {64};
+    gpuarr_array a;
+    gpuarr_result r = gpuarr_from_host(d, in, 1, shape, &a);
+    if (r != GPUARR_OK) return r;
+    r = gpuarr_to_host(a, back, 64);
+    *same = r == GPUARR_OK && memcmp(in, back, sizeof in) == 0;
+    gpuarr_release(a);
+    return r;
+}
+
+static void *reset_worker_main(void *p) {
+    reset_worker *w = (reset_worker *)p;
+    bool same = false;
+    w->before = small_round_trip(w->d, &same); /* this thread's default stream on d */
+    pthread_barrier_wait(w->barrier);          /* the main thread resets d */
+    pthread_barrier_wait(w->barrier);
+    w->after = small_round_trip(w->d, &w->same);
+    return NULL;
+}
+
+Test(failures, a_thread_works_on_after_another_thread_reset_the_device) {
+    gpuarr_device d0 = find("cuda:0");
+    pthread_barrier_t barrier;
+    cr_assert_eq(pthread_barrier_init(&barrier, NULL, 2), 0);
+    reset_worker w = {d0, &barrier, GPUARR_ERROR_BACKEND, GPUARR_ERROR_BACKEND, false};
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, reset_worker_main, &w), 0);
+    pthread_barrier_wait(&barrier);
+    TEST_OK(gpuarr_device_reset(d0));
+    pthread_barrier_wait(&barrier);
+    cr_assert_eq(pthread_join(t, NULL), 0);
+    pthread_barrier_destroy(&barrier);
+    cr_assert_eq(w.before, GPUARR_OK);
+    cr_assert_eq(w.after, GPUARR_OK, "the other thread after the reset: %s", gpuarr_result_name(w.after));
+    cr_assert(w.same);
 }
 
 /* ---------------------------------------------------------------------------------------------
