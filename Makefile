@@ -161,7 +161,7 @@ $(eval $(call flavour_rules,tsan,$(CFLAGS_TSAN)))
 # One suite, run on each device class: the host, and OpenCL on PoCL (installed above, so its
 # absence is a failure: GPUARR_TEST_REQUIRE=1). The OpenCL-specific tests use two PoCL devices.
 TEST_DEVICES ?= host opencl:0
-GENERIC_TESTS := $(filter-out test_opencl test_cuda $(WHITEBOX_TESTS),$(TESTS))
+GENERIC_TESTS := $(filter-out test_opencl test_cuda test_failures $(WHITEBOX_TESTS),$(TESTS))
 # ... and again on opencl:0 handled as a discrete GPU (own memory, pinned staging): the paths a
 # CUDA or discrete OpenCL device takes, on PoCL. The cast tables are the same there: not rerun.
 DISCRETE_TESTS := $(filter-out test_casts,$(GENERIC_TESTS))
@@ -224,6 +224,8 @@ run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAKE_NVML) $
 	  echo "== test_roundtrip on the fake driver, its PTX refused as too new: kernels from NVRTC"; \
 	  $(FAKE_ENV) FAKE_CUDA_PTX_MAX_ISA=6.0 GPUARR_TEST_DEVICE=cuda:0 $(BUILD)/rel/tests/test_roundtrip --jobs 2; \
 	else echo "== the fake CUDA driver skipped: no cuda.h (CUDA_HOME=$(CUDA_HOME))"; fi
+	@echo "== test_failures: sticky errors on the fake driver's two GPUs (its tests skip, saying why, without it), a lost device on PoCL's two (tests/fault_opencl)"
+	@$(if $(FAKE_CUDA),$(FAKE_ENV)) GPUARR_TEST_FAULT_OPENCL=$(abspath $(FAULT_OPENCL)) $(BUILD)/rel/tests/test_failures --jobs 2
 	@echo "== the library in a dlopen'ed plugin, unloaded before its worker thread exits"
 	@$(if $(FAKE_CUDA),$(FAKE_ENV)) $(BUILD)/rel/plugin/plugin_driver $(BUILD)/rel/plugin/libgpuarr-plugin.so
 	@echo "== gpuarr-info lists the OpenCL devices"
@@ -469,6 +471,7 @@ run-asan: $(addprefix $(BUILD)/asan/tests/,$(TESTS)) $(FAKE_CUDA) $(FAKE_NVML) $
 	$(call run_sanitized,asan,test_cuda,ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,host)
 	$(call run_sanitized,asan,$(DISCRETE_TESTS),GPUARR_OPENCL_UNIFIED=off ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,opencl:0)
 	$(if $(FAKE_CUDA),$(call run_sanitized,asan,$(GENERIC_TESTS) test_cuda,$(FAKE_ENV) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,cuda:0))
+	$(call run_sanitized,asan,test_failures,$(if $(FAKE_CUDA),$(FAKE_ENV)) GPUARR_TEST_FAULT_OPENCL=$(abspath $(FAULT_OPENCL)) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,cuda:0)
 	@# use_sigaltstack=0: ASan's own thread teardown cannot unmap its signal stack once an
 	@# instrumented library has been dlclose'd (an ASan CHECK failure, not a report about gpuarr)
 	@echo "== asan: the library in a dlopen'ed plugin, unloaded before its worker thread exits"

@@ -442,6 +442,7 @@
  *
  * =============================================================================================
  * TELEMETRY
+ * ====================================================================================== *
  * =============================================================================================
  * gpuarr_device_get_telemetry(dev, &t) reads what the device reports about itself now. Each group
  * of fields it read sets its bit in t.valid (GPUARR_TELEMETRY_LIST: memory_total, memory_usage =
@@ -482,6 +483,48 @@
  * lock. `gpuarr-info --watch [SECONDS] [--count N] [--json]` prints the readings of every device
  * with its pool's allocated and reserved bytes every SECONDS (default 1), as a table or as one
  * JSON object per device per tick.
+=======
+ * FAILURES
+ * =============================================================================================
+ * Some errors leave a device's context unusable: every later call in it would fail the same way.
+ * gpuarr calls them sticky, and the first one a call meets marks the device FAILED:
+ *   CUDA    CUDA_ERROR_ILLEGAL_ADDRESS (700), LAUNCH_TIMEOUT (702), ASSERT (710),
+ *           HARDWARE_STACK_ERROR (714), ILLEGAL_INSTRUCTION (715), MISALIGNED_ADDRESS (716),
+ *           INVALID_ADDRESS_SPACE (717), INVALID_PC (718), LAUNCH_FAILED (719) and EXTERNAL_DEVICE
+ *           (911): the errors the driver documents as leaving "an inconsistent state". A kernel's
+ *           or a copy's usually shows at a later synchronize or query of its stream.
+ *   OpenCL  CL_DEVICE_NOT_AVAILABLE from a call on the device; or the context's error callback
+ *           (pfn_notify of clCreateContext), which does not say which device: every open device
+ *           of that platform's context fails.
+ * The call that meets the error returns GPUARR_ERROR_DEVICE_LOST with the driver's words. From
+ * then on every call on the device, or on one of its arrays, streams or events, returns
+ * GPUARR_ERROR_DEVICE_LOST at once, without calling the driver, and gpuarr_last_error() names
+ * the first error: "cuda:0 failed earlier: CUDA_ERROR_ILLEGAL_ADDRESS in cuStreamSynchronize".
+ * A copy between the failed device and another fails the same way; other devices are not
+ * affected. gpuarr_device_get_info still answers: state is GPUARR_DEVICE_FAILED, and failure
+ * holds the first error ("CUDA_ERROR_ILLEGAL_ADDRESS in cuStreamSynchronize"). gpuarr_release,
+ * gpuarr_stream_destroy and gpuarr_event_destroy work as ever and free what gpuarr holds on the
+ * host; memory, streams and events in a dead CUDA context are not handed to the driver (they go
+ * with the context).
+ *
+ * Other errors never fail a device: out of memory (the driver's, or injected with GPUARR_FAULTS),
+ * an invalid value (GPUARR_ERROR_BACKEND), CL_OUT_OF_RESOURCES, a refused argument.
+ *
+ * gpuarr_device_reset(d) brings a device back, or resets a healthy one. Every array, stream and
+ * event of d must have been released first (else GPUARR_ERROR_INVALID_ARGUMENT, saying how many
+ * of each are alive); the threads' default streams on d go, the pools give their memory back,
+ * and the device is closed and opened anew. Streams and events of d that other devices' arrays
+ * or cached blocks still hold inside (work ordered across devices) are collected first, trimming
+ * the other pools if need be; any left make the reset fail with GPUARR_ERROR_INVALID_ARGUMENT
+ * saying so. CUDA: cuDevicePrimaryCtxReset destroys the primary
+ * context (as cudaDeviceReset, for the program's own runtime code in it too) and a fresh one is
+ * made; gpuarr's kernels load again at their next use and peer access is enabled again. NVIDIA
+ * documents the sticky errors as needing a new process: whether a real GPU works again after
+ * the reset is up to its driver (gpuarr's tests run on the fake driver of tests/fake_cuda). OpenCL:
+ * the platform's context is shared by its devices and stays; the device's queues and kernels
+ * are made anew, and while the device is still gone the reset fails with
+ * GPUARR_ERROR_DEVICE_LOST and the device stays FAILED. The host never fails; its reset does
+ * nothing. No other thread may use d during gpuarr_device_reset.
  *
  * =============================================================================================
  * CALLBACKS
@@ -557,13 +600,14 @@ extern "C" {
     X(ERROR_NOT_INITIALIZED, -7, "gpuarr is not initialized")                                  \
     X(ERROR_OVERFLOW, -8, "size or count overflow")                                            \
     X(ERROR_TIMEOUT, -9, "timed out")                                                          \
-    X(ERROR_NOT_READY, -10, "work has not completed yet")
+    X(ERROR_NOT_READY, -10, "work has not completed yet")                                    \
+    X(ERROR_DEVICE_LOST, -11, "the device failed earlier; gpuarr_device_reset brings it back")
 
 typedef enum gpuarr_result {
 #define GPUARR__RESULT_ENUM(name, value, text) GPUARR_##name = value,
     GPUARR_RESULT_LIST(GPUARR__RESULT_ENUM)
 #undef GPUARR__RESULT_ENUM
-    GPUARR_RESULT_COUNT = 11 /* number of codes; checked against the list in the implementation */
+    GPUARR_RESULT_COUNT = 12 /* number of codes; checked against the list in the implementation */
 } gpuarr_result;
 
 /* ---------------------------------------------------------------------------------------------
@@ -729,6 +773,13 @@ GPUARR_API float gpuarr_bf16_to_float(gpuarr_bf16 h);
 /* ---------------------------------------------------------------------------------------------
  * Devices
  * ------------------------------------------------------------------------------------------- */
+/* OK until a sticky error makes the device FAILED; gpuarr_device_reset makes it OK again. */
+typedef enum gpuarr_device_state {
+    GPUARR_DEVICE_OK = 0,
+    GPUARR_DEVICE_FAILED = 1,
+    GPUARR_DEVICE_STATE_COUNT
+} gpuarr_device_state;
+
 typedef struct gpuarr_device_info {
     gpuarr_device device;
     gpuarr_backend backend;
@@ -752,6 +803,8 @@ typedef struct gpuarr_device_info {
     bool has_uuid;
     uint8_t uuid[16];
     gpuarr_device same_as;     /* the same physical device through another backend, or {0} */
+    gpuarr_device_state state; /* GPUARR_DEVICE_FAILED after a sticky error (see FAILURES) */
+    char failure[256];         /* the first error that failed it ("" while OK) */
 } gpuarr_device_info;
 
 GPUARR_API int gpuarr_device_count(void);           /* the host included; 0 if not initialized */
@@ -761,6 +814,12 @@ GPUARR_API gpuarr_result gpuarr_device_find(const char *spec, gpuarr_device *out
 GPUARR_API gpuarr_result gpuarr_device_get_info(gpuarr_device d, gpuarr_device_info *out);
 /* Waits for all work gpuarr has queued on every stream of the device. */
 GPUARR_API gpuarr_result gpuarr_device_sync(gpuarr_device d);
+/* Brings a device back after a failure (see FAILURES), or resets a healthy one: its context,
+   queues, pools and kernels are made anew (CUDA: cuDevicePrimaryCtxReset, which also ends the
+   CUDA runtime's use of the primary context). Every array, stream and event of d must have been
+   released: otherwise GPUARR_ERROR_INVALID_ARGUMENT saying how many are alive. No other thread may
+   use d during the call. The host has nothing to reset (GPUARR_OK). */
+GPUARR_API gpuarr_result gpuarr_device_reset(gpuarr_device d);
 
 /* ---------------------------------------------------------------------------------------------
  * Telemetry (see TELEMETRY). X(NAME, bit, "name", fields): one bit of gpuarr_telemetry.valid per
@@ -1480,6 +1539,8 @@ struct gpuarr__obj {
    multiples of it), enqueued on s like a copy. telemetry fills what the device reports now into a
    zeroed *out, setting a valid bit for each group it read; it never fails (a reading it cannot
    get leaves its bit clear) and works on a device that is not opened yet. */
+/* device_reset runs between device_close and the next device_open of gpuarr_device_reset: it
+   discards what the driver still keeps for the device (CUDA: cuDevicePrimaryCtxReset). */
 typedef void (*gpuarr__host_fn)(void *ctx);
 #define GPUARR__BACKEND_PROCS(X)                                                               \
     X(gpuarr_result, load, (void))                                                             \
@@ -1488,6 +1549,7 @@ typedef void (*gpuarr__host_fn)(void *ctx);
     X(gpuarr_result, device_info, (int index, gpuarr_device_info *info))                       \
     X(gpuarr_result, device_open, (gpuarr__dev * d))                                           \
     X(void, device_close, (gpuarr__dev * d))                                                   \
+    X(gpuarr_result, device_reset, (gpuarr__dev * d))                                          \
     X(gpuarr_result, mem_info, (gpuarr__dev * d, uint64_t *free_bytes, uint64_t *total_bytes)) \
     X(gpuarr_result, mem_alloc, (gpuarr__dev * d, size_t bytes, void **mem))                   \
     X(void, mem_free, (gpuarr__dev * d, void *mem))                                            \
@@ -1639,6 +1701,10 @@ struct gpuarr__dev {
     void *native;            /* backend's per-device state, made by device_open */
     pthread_mutex_t lock;    /* guards the lazy open */
     bool opened;
+    uint32_t failed;         /* atomic: 0 healthy, 1 being marked, 2 failed (see FAILURES) */
+    char failure[256];       /* the first error, written before failed becomes 2 */
+    uint32_t resets;         /* atomic: gpuarr_device_reset calls (threads' cached default streams) */
+    uint32_t live_streams, live_events; /* atomic: stream and event objects, with a handle or held inside */
     gpuarr__stream *thread_streams; /* each thread's default stream here; gpuarr__g.defaults_lock */
     gpuarr__pool pool;   /* the device's memory */
     gpuarr__pool pinned; /* pinned host memory for its staging pipelines (if the backend has it) */
@@ -1919,6 +1985,7 @@ typedef struct gpuarr__thread_state {
     } activation;
     struct {               /* the thread's default streams, by device index mod 8 */
         uint32_t epoch;    /* the init cycle they belong to */
+        uint32_t resets;   /* the device's gpuarr_device_reset count then */
         struct gpuarr__dev *dev;
         struct gpuarr__stream *stream; /* borrowed: the device's list holds the reference */
     } defaults[8];
@@ -2967,6 +3034,39 @@ GPUARR_BACKEND_LIST(GPUARR__INTEROP_TABLE)
 #undef GPUARR__INTEROP_MEMBER
 #define GPUARR__INTEROP_IMPL(B, name, params, args) gpuarr__##name,
 
+/* ---------------------------------------------------------------------------------------------
+ * Failed devices (see FAILURES). A backend that meets an error after which its context is
+ * unusable (a sticky error) marks the device failed once, with that first error; from then on
+ * every call on the device, its arrays, streams and events fails with GPUARR_ERROR_DEVICE_LOST
+ * before reaching the driver, and releases drop their objects without asking it, until
+ * gpuarr_device_reset.
+ * ------------------------------------------------------------------------------------------- */
+static bool gpuarr__dev_failed(gpuarr__dev *d) { return __atomic_load_n(&d->failed, __ATOMIC_ACQUIRE) == 2u; }
+
+/* The first caller records its error; later ones (other threads meeting the same failure) keep it. */
+GPUARR__FOR_BACKENDS static void gpuarr__dev_mark_failed(gpuarr__dev *d, const char *error, const char *call) {
+    uint32_t healthy = 0;
+    if (!__atomic_compare_exchange_n(&d->failed, &healthy, 1u, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return;
+    snprintf(d->failure, sizeof d->failure, "%s in %s", error, call);
+    __atomic_store_n(&d->failed, 2u, __ATOMIC_RELEASE);
+    gpuarr__log(GPUARR_LOG_ERROR, "%s failed: %s; its arrays, streams and events are lost until gpuarr_device_reset", d->info.spec,
+                d->failure);
+}
+
+/* The device named by spec (a backend's messages name devices by it), or NULL. */
+GPUARR__FOR_BACKENDS static gpuarr__dev *gpuarr__dev_by_spec(const char *spec) {
+    for (int i = 0; spec && i < gpuarr__g.device_count; i++)
+        if (strcmp(gpuarr__g.devices[i].info.spec, spec) == 0) return &gpuarr__g.devices[i];
+    return NULL;
+}
+
+/* GPUARR_OK, or GPUARR_ERROR_DEVICE_LOST naming the first error when d has failed. */
+static gpuarr_result gpuarr__dev_alive(gpuarr__dev *d) {
+    if (!gpuarr__dev_failed(d)) return GPUARR_OK;
+    return gpuarr__fail(GPUARR_ERROR_DEVICE_LOST, "%s failed earlier: %s (gpuarr_device_reset brings it back once its arrays, "
+                        "streams and events are released)", d->info.spec, d->failure);
+}
+
 /* The backends. Each header defines its table and GPUARR__BACKEND_PTR_<NAME> pointing to it. */
 #include "backends/gpuarr_host.h"
 #ifndef GPUARR_NO_CUDA
@@ -3007,7 +3107,8 @@ static gpuarr_device gpuarr__device_handle(int index) {
 
 static gpuarr__dev *gpuarr__host_dev(void) { return &gpuarr__g.devices[0]; }
 
-static gpuarr_result gpuarr__get_dev(gpuarr_device d, const char *arg, gpuarr__dev **out) {
+/* A live device handle, failed or not (gpuarr_device_get_info, gpuarr_device_reset). */
+static gpuarr_result gpuarr__get_dev_any(gpuarr_device d, const char *arg, gpuarr__dev **out) {
     uint32_t index = (d.id & 0xffffu), epoch = d.id >> 16;
     if (d.id == 0) return gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s is a zero device handle", arg);
     if (epoch != gpuarr__epoch16())
@@ -3017,6 +3118,15 @@ static gpuarr_result gpuarr__get_dev(gpuarr_device d, const char *arg, gpuarr__d
         return gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s (id 0x%08x): there is no device %u (%d devices)", arg,
                             d.id, index - 1u, gpuarr__g.device_count);
     *out = &gpuarr__g.devices[index - 1];
+    return GPUARR_OK;
+}
+
+/* A live device handle whose device has not failed. */
+static gpuarr_result gpuarr__get_dev(gpuarr_device d, const char *arg, gpuarr__dev **out) {
+    gpuarr__dev *dev;
+    GPUARR__CHECK(gpuarr__get_dev_any(d, arg, &dev));
+    GPUARR__CHECK(gpuarr__dev_alive(dev));
+    *out = dev;
     return GPUARR_OK;
 }
 
@@ -3142,6 +3252,7 @@ static void gpuarr__stream_destroy_obj(gpuarr__obj *o) {
     gpuarr__stream_collect(s, UINT64_MAX); /* the last reference: nobody can add entries */
     s->dev->backend->stream_destroy(s->dev, s->native);
     pthread_mutex_destroy(&s->lock);
+    __atomic_sub_fetch(&s->dev->live_streams, 1u, __ATOMIC_ACQ_REL);
     gpuarr__free(s);
 }
 
@@ -3159,6 +3270,7 @@ static gpuarr_result gpuarr__stream_adopt(gpuarr__dev *d, void *native, gpuarr__
     s->serial = __atomic_add_fetch(&gpuarr__g.stream_serial, 1, __ATOMIC_RELAXED);
     s->native = native;
     pthread_mutex_init(&s->lock, NULL);
+    __atomic_add_fetch(&d->live_streams, 1u, __ATOMIC_ACQ_REL);
     *out = s;
     return GPUARR_OK;
 }
@@ -3249,8 +3361,10 @@ static void gpuarr__thread_key_delete(void) {
 
 /* The thread's default stream on d, made at first use; returned with a reference. */
 static gpuarr_result gpuarr__default_stream(gpuarr__dev *d, gpuarr__stream **out) {
+    GPUARR__CHECK(gpuarr__dev_alive(d));
     size_t slot = (size_t)(d - gpuarr__g.devices) & 7u;
-    if (gpuarr__tls.defaults[slot].dev == d && gpuarr__tls.defaults[slot].epoch == gpuarr__g.epoch) {
+    if (gpuarr__tls.defaults[slot].dev == d && gpuarr__tls.defaults[slot].epoch == gpuarr__g.epoch &&
+        gpuarr__tls.defaults[slot].resets == __atomic_load_n(&d->resets, __ATOMIC_ACQUIRE)) {
         gpuarr__obj_retain(&gpuarr__tls.defaults[slot].stream->obj);
         *out = gpuarr__tls.defaults[slot].stream;
         return GPUARR_OK;
@@ -3275,6 +3389,7 @@ static gpuarr_result gpuarr__default_stream(gpuarr__dev *d, gpuarr__stream **out
     }
     gpuarr__tls.defaults[slot].dev = d;
     gpuarr__tls.defaults[slot].epoch = gpuarr__g.epoch;
+    gpuarr__tls.defaults[slot].resets = __atomic_load_n(&d->resets, __ATOMIC_ACQUIRE);
     gpuarr__tls.defaults[slot].stream = s;
     gpuarr__obj_retain(&s->obj);
     *out = s;
@@ -3323,9 +3438,15 @@ static gpuarr_result gpuarr__visit_thread_streams(gpuarr__dev *d, bool sync) {
     return r;
 }
 
+/* With a reference; GPUARR_ERROR_DEVICE_LOST (and none) when its device has failed. */
 static gpuarr_result gpuarr__get_stream(gpuarr_stream s, const char *arg, gpuarr__stream **out) {
     gpuarr__obj *o;
     GPUARR__CHECK(gpuarr__table_get(&gpuarr__g.streams, s.id, arg, &o));
+    gpuarr_result r = gpuarr__dev_alive(((gpuarr__stream *)o)->dev);
+    if (r != GPUARR_OK) {
+        gpuarr__obj_release(o);
+        return r;
+    }
     *out = (gpuarr__stream *)o;
     return GPUARR_OK;
 }
@@ -3392,6 +3513,7 @@ static gpuarr_result gpuarr__stream_for(gpuarr__dev *d, gpuarr__stream *explicit
 static void gpuarr__event_destroy_obj(gpuarr__obj *o) {
     gpuarr__event *e = (gpuarr__event *)o;
     e->dev->backend->event_destroy(e->dev, e->native);
+    __atomic_sub_fetch(&e->dev->live_events, 1u, __ATOMIC_ACQ_REL);
     gpuarr__free(e);
 }
 
@@ -3408,6 +3530,7 @@ static gpuarr_result gpuarr__event_new(gpuarr__dev *d, bool timing, gpuarr__even
     e->obj.destroy = gpuarr__event_destroy_obj;
     e->dev = d;
     e->timing = timing;
+    __atomic_add_fetch(&d->live_events, 1u, __ATOMIC_ACQ_REL);
     *out = e;
     return GPUARR_OK;
 }
@@ -4390,9 +4513,15 @@ static gpuarr_result gpuarr__array_publish(gpuarr__array *a, uint32_t *id) {
     return r;
 }
 
+/* With a reference; GPUARR_ERROR_DEVICE_LOST (and none) when its device has failed. */
 static gpuarr_result gpuarr__get_array(gpuarr_array a, const char *arg, gpuarr__array **out) {
     gpuarr__obj *o;
     GPUARR__CHECK(gpuarr__table_get(&gpuarr__g.arrays, a.id, arg, &o));
+    gpuarr_result r = gpuarr__dev_alive(((gpuarr__array *)o)->dev);
+    if (r != GPUARR_OK) {
+        gpuarr__obj_release(o);
+        return r;
+    }
     *out = (gpuarr__array *)o;
     return GPUARR_OK;
 }
@@ -5975,8 +6104,12 @@ GPUARR_API gpuarr_result gpuarr_device_get_info(gpuarr_device d, gpuarr_device_i
     GPUARR__BEGIN();
     GPUARR__REQUIRE_PTR(out);
     gpuarr__dev *dev;
-    GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
+    GPUARR__CHECK(gpuarr__get_dev_any(d, "d", &dev)); /* a failed device too: its state says so */
     *out = dev->info;
+    if (gpuarr__dev_failed(dev)) {
+        out->state = GPUARR_DEVICE_FAILED;
+        gpuarr__copy_string(out->failure, sizeof out->failure, dev->failure);
+    }
     uint64_t free_bytes, total;
     if (dev->backend->mem_info(dev, &free_bytes, &total) == GPUARR_OK) {
         out->free_memory = free_bytes;
@@ -6037,6 +6170,95 @@ GPUARR_API gpuarr_result gpuarr_device_sync(gpuarr_device d) {
     gpuarr_result r = gpuarr__visit_thread_streams(dev, true);
     gpuarr_result pr = gpuarr__sync_public_streams(dev);
     return r != GPUARR_OK ? r : pr;
+}
+
+/* The arrays (pinned ones from its pool included), public streams and events of d still alive. */
+static void gpuarr__count_alive(gpuarr__dev *d, uint32_t *arrays, uint32_t *streams, uint32_t *events) {
+    gpuarr__table *tables[3] = {&gpuarr__g.arrays, &gpuarr__g.streams, &gpuarr__g.events};
+    uint32_t *counts[3] = {arrays, streams, events};
+    gpuarr__handles_lock();
+    for (int k = 0; k < 3; k++) {
+        *counts[k] = 0;
+        for (uint32_t i = 0; i < tables[k]->used; i++) {
+            gpuarr__obj *o = gpuarr__table_at(tables[k], i)->obj;
+            if (!o) continue;
+            bool mine = k == 0   ? ((gpuarr__array *)o)->dev == d || ((gpuarr__array *)o)->pinned_for == d
+                        : k == 1 ? ((gpuarr__stream *)o)->dev == d
+                                 : ((gpuarr__event *)o)->dev == d;
+            if (mine) (*counts[k])++;
+        }
+    }
+    gpuarr__handles_unlock();
+}
+
+/* Every cached segment of p back (to the driver, or only dropped on a failed device); the number
+   of segments still holding something. */
+static uint32_t gpuarr__pool_empty(gpuarr__pool *p) {
+    pthread_mutex_lock(&p->lock);
+    gpuarr__pool_release_cached(p, 0, 0);
+    uint32_t left = 0;
+    for (gpuarr__segment *seg = p->segments; seg; seg = seg->next) left++;
+    pthread_mutex_unlock(&p->lock);
+    return left;
+}
+
+GPUARR_API gpuarr_result gpuarr_device_reset(gpuarr_device d) {
+    GPUARR__BEGIN();
+    gpuarr__dev *dev;
+    GPUARR__CHECK(gpuarr__get_dev_any(d, "d", &dev));
+    if (dev->backend->builtin) return GPUARR_OK; /* the host never fails */
+    uint32_t arrays, streams, events;
+    gpuarr__count_alive(dev, &arrays, &streams, &events);
+    if (arrays || streams || events)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT,
+                            "%s still has %u arrays, %u streams and %u events alive: release them before gpuarr_device_reset",
+                            dev->info.spec, arrays, streams, events);
+    bool failed = gpuarr__dev_failed(dev);
+    /* The threads' default streams here go (their queued work first, where the device still runs
+       it); a thread makes a new one at its next use (the reset count tells its cache). */
+    if (!failed) (void)gpuarr__visit_thread_streams(dev, true);
+    pthread_mutex_lock(&gpuarr__g.defaults_lock);
+    gpuarr__stream *mine = NULL, **link = &dev->thread_streams;
+    while (*link) {
+        gpuarr__stream *s = *link;
+        *link = s->next_default;
+        s->next_default = mine;
+        mine = s;
+    }
+    __atomic_add_fetch(&dev->resets, 1u, __ATOMIC_ACQ_REL);
+    pthread_mutex_unlock(&gpuarr__g.defaults_lock);
+    gpuarr__release_stream_list(mine);
+    gpuarr__collect_device(dev);
+    (void)gpuarr__pool_empty(&dev->pool); /* while the context is there to free through */
+    (void)gpuarr__pool_empty(&dev->pinned);
+    /* Streams and events of d held inside: by arrays of other devices that work on d ordered (or
+       by their free memory), until that work is collected or the memory trimmed. */
+    uint32_t held = __atomic_load_n(&dev->live_streams, __ATOMIC_ACQUIRE) + __atomic_load_n(&dev->live_events, __ATOMIC_ACQUIRE);
+    for (int i = 0; held && i < gpuarr__g.device_count; i++) {
+        gpuarr__collect_device(&gpuarr__g.devices[i]);
+        (void)gpuarr__pool_empty(&gpuarr__g.devices[i].pool);
+        (void)gpuarr__pool_empty(&gpuarr__g.devices[i].pinned);
+        held = __atomic_load_n(&dev->live_streams, __ATOMIC_ACQUIRE) + __atomic_load_n(&dev->live_events, __ATOMIC_ACQUIRE);
+    }
+    if (held)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT,
+                            "%u streams and events of %s are still held by arrays of other devices that work on it ordered: "
+                            "release those arrays before gpuarr_device_reset", held, dev->info.spec);
+    pthread_mutex_lock(&dev->lock);
+    if (dev->opened) dev->backend->device_close(dev); /* what work was still holding goes here */
+    __atomic_store_n(&dev->opened, false, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&dev->lock);
+    uint32_t left = gpuarr__pool_empty(&dev->pool) + gpuarr__pool_empty(&dev->pinned);
+    if (left) gpuarr__log(GPUARR_LOG_WARN, "%s: %u pool segments still in use at gpuarr_device_reset (held by DLPack exports?)",
+                          dev->info.spec, left);
+    gpuarr_result r = dev->backend->device_reset(dev);
+    if (r == GPUARR_OK) {
+        dev->failure[0] = 0;
+        __atomic_store_n(&dev->failed, 0u, __ATOMIC_RELEASE);
+        r = gpuarr__dev_open(dev);
+    }
+    if (r == GPUARR_OK) gpuarr__log(GPUARR_LOG_INFO, "%s reset%s", dev->info.spec, failed ? " after its failure" : "");
+    return r;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -6974,6 +7196,11 @@ static gpuarr_result gpuarr__resolve_stream(gpuarr_stream s, const char *arg, gp
     GPUARR__CHECK(gpuarr__check_scope());
     gpuarr__stream *cur = gpuarr__current_stream_obj();
     if (cur) {
+        gpuarr_result r = gpuarr__dev_alive(cur->dev);
+        if (r != GPUARR_OK) {
+            gpuarr__obj_release(&cur->obj);
+            return r;
+        }
         *out = cur;
         return GPUARR_OK;
     }
@@ -7008,7 +7235,9 @@ GPUARR_API gpuarr_result gpuarr_stream_destroy(gpuarr_stream s) {
     gpuarr__stream *st;
     /* Wait here: arrays that were used on s (their use lists, kept for later writers) hold
        references to it, so the wait in its destructor may come long after this returns. */
-    GPUARR__CHECK(gpuarr__get_stream(s, "s", &st));
+    gpuarr__obj *o;
+    GPUARR__CHECK(gpuarr__table_get(&gpuarr__g.streams, s.id, "s", &o)); /* a failed device's too */
+    st = (gpuarr__stream *)o;
     (void)gpuarr__stream_sync_raw(st); /* as the destructor: the stream goes either way */
     gpuarr__obj_release(&st->obj);
     GPUARR__CHECK(gpuarr__table_release(&gpuarr__g.streams, s.id, "s", &dropped));
@@ -7049,9 +7278,15 @@ GPUARR_API gpuarr_result gpuarr_stream_get_device(gpuarr_stream s, gpuarr_device
     return GPUARR_OK;
 }
 
+/* With a reference; GPUARR_ERROR_DEVICE_LOST (and none) when its device has failed. */
 static gpuarr_result gpuarr__get_event(gpuarr_event e, const char *arg, gpuarr__event **out) {
     gpuarr__obj *o;
     GPUARR__CHECK(gpuarr__table_get(&gpuarr__g.events, e.id, arg, &o));
+    gpuarr_result r = gpuarr__dev_alive(((gpuarr__event *)o)->dev);
+    if (r != GPUARR_OK) {
+        gpuarr__obj_release(o);
+        return r;
+    }
     *out = (gpuarr__event *)o;
     return GPUARR_OK;
 }

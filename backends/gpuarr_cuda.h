@@ -77,6 +77,7 @@ struct CUuuid_st; /* 16 bytes */
     X(gpuarr__cu_result, cuDevicePrimaryCtxRetain, (gpuarr__cu_context *, gpuarr__cu_device))  \
     X(gpuarr__cu_result, cuDevicePrimaryCtxRelease_v2, (gpuarr__cu_device))                    \
     X(gpuarr__cu_result, cuDevicePrimaryCtxGetState, (gpuarr__cu_device, unsigned int *, int *)) \
+    X(gpuarr__cu_result, cuDevicePrimaryCtxReset_v2, (gpuarr__cu_device))                      \
     X(gpuarr__cu_result, cuCtxGetCurrent, (gpuarr__cu_context *))                              \
     X(gpuarr__cu_result, cuCtxSetCurrent, (gpuarr__cu_context))                                \
     X(gpuarr__cu_result, cuCtxEnablePeerAccess, (gpuarr__cu_context, unsigned int))            \
@@ -309,12 +310,28 @@ static const char *gpuarr__cu_error_name(gpuarr__cu_state *cu, gpuarr__cu_result
     }
 }
 
-/* Maps a driver error to a result, naming the call and the driver's words. */
+/* What gpuarr__cu_enter answers for a failed device, without calling the driver (no CUresult). */
+#define GPUARR__CU_LOST 0x7fffffffu
+
+/* The errors after which, in the driver's words, "the process is in an inconsistent state and any
+   further CUDA work will return the same error": 700 ILLEGAL_ADDRESS, 702 LAUNCH_TIMEOUT, 710
+   ASSERT, 714..719 HARDWARE_STACK_ERROR .. LAUNCH_FAILED, 911 EXTERNAL_DEVICE. They fail the device. */
+static bool gpuarr__cu_sticky(gpuarr__cu_result e) { return e == 700 || e == 702 || e == 710 || (e >= 714 && e <= 719) || e == 911; }
+
+/* Maps a driver error to a result, naming the call and the driver's words. A sticky error on a
+   device (where names it) fails the device: GPUARR_ERROR_DEVICE_LOST. */
 static gpuarr_result gpuarr__cu_fail(gpuarr__cu_result e, const char *call, const char *where) {
     const char *name, *text = NULL;
     gpuarr__cu_state *cu = (gpuarr__cu_state *)gpuarr__g.backend_state[GPUARR_BACKEND_CUDA];
     name = gpuarr__cu_error_name(cu, e);
     if (cu && cu->p_cuGetErrorString) cu->p_cuGetErrorString(e, &text);
+    gpuarr__dev *lost = gpuarr__cu_sticky(e) || e == GPUARR__CU_LOST ? gpuarr__dev_by_spec(where) : NULL;
+    if (lost && e == GPUARR__CU_LOST) return gpuarr__dev_alive(lost);
+    if (lost) {
+        gpuarr__dev_mark_failed(lost, name, call);
+        return gpuarr__fail(GPUARR_ERROR_DEVICE_LOST, "%s: %s failed: %s (%u): %s; %s is lost (failed: %s) until gpuarr_device_reset", where,
+                            call, name, e, text ? text : "no description", where, lost->failure);
+    }
     return gpuarr__fail(e == GPUARR__CUDA_ERROR_OUT_OF_MEMORY ? GPUARR_ERROR_OUT_OF_MEMORY : GPUARR_ERROR_BACKEND, "%s: %s failed: %s (%u): %s",
                         where, call, name, e, text ? text : "no description");
 }
@@ -332,6 +349,9 @@ typedef struct gpuarr__cu_scope {
 static gpuarr__cu_result gpuarr__cu_enter(gpuarr__dev *d, gpuarr__cu_scope *sc) {
     gpuarr__cu_context want = GPUARR__CU_DEV(d)->ctx, cur = NULL;
     sc->switched = false;
+    sc->previous = NULL;
+    sc->failed = "a failed device";
+    if (gpuarr__dev_failed(d)) return GPUARR__CU_LOST; /* its context is unusable: not even entered */
     sc->failed = "cuCtxGetCurrent";
     gpuarr__cu_result e = GPUARR__CU.p_cuCtxGetCurrent(&cur);
     sc->previous = cur;
@@ -571,10 +591,7 @@ static void gpuarr__cu_device_close(gpuarr__dev *d) {
     gpuarr__cu_result health = gpuarr__cu_enter(d, &sc);
     if (health == GPUARR__CUDA_SUCCESS) health = cu->p_cuMemGetInfo_v2(&free_bytes, &total_bytes);
     gpuarr__cu_leave(&sc);
-    /* the errors after which "the process is in an inconsistent state and any further CUDA work
-       will return the same error": 700 ILLEGAL_ADDRESS, 702 LAUNCH_TIMEOUT, 710 ASSERT,
-       714..719 HARDWARE_STACK_ERROR .. LAUNCH_FAILED */
-    if (health == 700 || health == 702 || health == 710 || (health >= 714 && health <= 719)) {
+    if (gpuarr__cu_sticky(health) || health == GPUARR__CU_LOST) {
         pthread_mutex_lock(&cu->host_lock);
         left = ds->host_calls;
         ds->host_calls = NULL;
@@ -591,7 +608,21 @@ static void gpuarr__cu_device_close(gpuarr__dev *d) {
     ds->ctx = NULL;
 }
 
+/* After device_close: the primary context goes, with everything in it (the CUDA runtime's use of
+   it too); device_open makes a fresh one. Peer access was enabled to the old one: asked anew. */
+static gpuarr_result gpuarr__cu_device_reset(gpuarr__dev *d) {
+    gpuarr__cu_state *cu = &GPUARR__CU;
+    gpuarr__cu_device_state *ds = GPUARR__CU_DEV(d);
+    pthread_mutex_lock(&cu->peer_lock);
+    for (int i = 0; i < cu->device_count; i++) ds->peer[i] = cu->devices[i].peer[d->info.index] = 0;
+    pthread_mutex_unlock(&cu->peer_lock);
+    gpuarr__cu_result e = cu->p_cuDevicePrimaryCtxReset_v2(ds->dev);
+    if (e != GPUARR__CUDA_SUCCESS) return gpuarr__cu_fail(e, "cuDevicePrimaryCtxReset", d->info.spec);
+    return GPUARR_OK;
+}
+
 static gpuarr_result gpuarr__cu_activate(gpuarr__dev *d, void **previous) {
+    GPUARR__CHECK(gpuarr__dev_alive(d));
     gpuarr__cu_context cur = NULL;
     gpuarr__cu_result e = GPUARR__CU.p_cuCtxGetCurrent(&cur);
     if (e == GPUARR__CUDA_SUCCESS) e = GPUARR__CU.p_cuCtxSetCurrent(GPUARR__CU_DEV(d)->ctx);
@@ -724,7 +755,7 @@ static gpuarr_result gpuarr__cu_copy_d2d(gpuarr__stream *s, void *dst, size_t ds
 static bool gpuarr__cu_can_copy_peer(gpuarr__dev *dst, gpuarr__dev *src) {
     gpuarr__cu_state *cu = &GPUARR__CU;
     gpuarr__cu_device_state *a = GPUARR__CU_DEV(dst), *b = GPUARR__CU_DEV(src);
-    if (!dst->opened || !src->opened) return false;
+    if (!dst->opened || !src->opened || gpuarr__dev_failed(dst) || gpuarr__dev_failed(src)) return false;
     pthread_mutex_lock(&cu->peer_lock);
     signed char known = a->peer[src->info.index];
     if (!known) {

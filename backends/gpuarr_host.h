@@ -84,6 +84,10 @@ static gpuarr_result gpuarr__host_device_info(int index, gpuarr_device_info *inf
 
 static gpuarr_result gpuarr__host_device_open(gpuarr__dev *d) { GPUARR__UNUSED(d); return GPUARR_OK; }
 static void gpuarr__host_device_close(gpuarr__dev *d) { GPUARR__UNUSED(d); }
+static gpuarr_result gpuarr__host_device_reset(gpuarr__dev *d) { /* nothing to discard */
+    GPUARR__UNUSED(d);
+    return GPUARR_OK;
+}
 
 static gpuarr_result gpuarr__host_mem_alloc(gpuarr__dev *d, size_t bytes, void **mem) {
     GPUARR__UNUSED(d);

@@ -266,8 +266,19 @@ static const char *gpuarr__cl_error_name(gpuarr__cl_int e) {
     }
 }
 
-/* Maps an OpenCL error to a result, with the call named in the message. */
+/* Maps an OpenCL error to a result, with the call named in the message. CL_DEVICE_NOT_AVAILABLE
+   from a call on a device (where names it) means the device is gone: it fails the device
+   (GPUARR_ERROR_DEVICE_LOST). Running out of resources does not. */
 static gpuarr_result gpuarr__cl_fail(gpuarr__cl_int e, const char *call, const char *where) {
+    gpuarr__dev *lost = e == -2 ? gpuarr__dev_by_spec(where) : NULL;
+    if (lost) { /* the entry point's name, out of "cl->clFinish(q)" too */
+        const char *arrow = strstr(call, "->"), *name = arrow ? arrow + 2 : call;
+        char entry[64];
+        snprintf(entry, sizeof entry, "%.*s", (int)strcspn(name, "("), name);
+        gpuarr__dev_mark_failed(lost, "CL_DEVICE_NOT_AVAILABLE", entry);
+        return gpuarr__fail(GPUARR_ERROR_DEVICE_LOST, "%s: %s failed: CL_DEVICE_NOT_AVAILABLE (-2); %s is lost (failed: %s) until gpuarr_device_reset",
+                            where, call, where, lost->failure);
+    }
     gpuarr_result r = (e == GPUARR__CL_MEM_OBJECT_ALLOCATION_FAILURE || e == GPUARR__CL_OUT_OF_HOST_MEMORY ||
                        e == GPUARR__CL_OUT_OF_RESOURCES || e == GPUARR__CL_INVALID_BUFFER_SIZE)
                           ? GPUARR_ERROR_OUT_OF_MEMORY
@@ -571,6 +582,22 @@ static gpuarr_result gpuarr__cl_device_info(int index, gpuarr_device_info *info)
 /* ---------------------------------------------------------------------------------------------
  * Contexts and queues
  * ------------------------------------------------------------------------------------------- */
+/* The context's error callback (pfn_notify): OpenCL does not say which of the context's devices
+   the error is about, so every open device of the platform fails, with the driver's words. May run
+   on a driver thread. */
+static void gpuarr__cl_context_error(const char *errinfo, const void *private_info, size_t cb, void *user) {
+    GPUARR__UNUSED(private_info);
+    GPUARR__UNUSED(cb);
+    int platform = (int)(intptr_t)user;
+    char what[200];
+    snprintf(what, sizeof what, "the OpenCL context reported \"%s\"", errinfo ? errinfo : "");
+    for (int i = 0; i < gpuarr__g.device_count; i++) {
+        gpuarr__dev *d = &gpuarr__g.devices[i];
+        if (d->backend->id == GPUARR_BACKEND_OPENCL && GPUARR__CL_DEV(d)->platform == platform && __atomic_load_n(&d->opened, __ATOMIC_ACQUIRE))
+            gpuarr__dev_mark_failed(d, what, "its context error callback");
+    }
+}
+
 /* One context per platform with all of its devices that GPUARR_DEVICES lets in. */
 static gpuarr_result gpuarr__cl_platform_context(int platform, gpuarr__cl_context *out) {
     gpuarr__cl_state *cl = &GPUARR__CL;
@@ -584,7 +611,7 @@ static gpuarr_result gpuarr__cl_platform_context(int platform, gpuarr__cl_contex
             if (cl->devices[i].platform == platform && gpuarr__filter_allows(GPUARR_BACKEND_OPENCL, i)) ids[n++] = cl->devices[i].id;
         gpuarr__cl_context_properties props[3] = {GPUARR__CL_CONTEXT_PLATFORM, (gpuarr__cl_context_properties)pl->id, 0};
         gpuarr__cl_int e = GPUARR__CL_SUCCESS;
-        pl->context = cl->clCreateContext(props, n, ids, NULL, NULL, &e);
+        pl->context = cl->clCreateContext(props, n, ids, gpuarr__cl_context_error, (void *)(intptr_t)platform, &e);
         if (!pl->context) r = gpuarr__cl_fail(e, "clCreateContext", "opening an OpenCL device");
     }
     *out = pl->context;
@@ -623,6 +650,13 @@ static void gpuarr__cl_device_close(gpuarr__dev *d) {
     memset(cd->programs, 0, sizeof cd->programs);
     cd->internal_queue = NULL;
     cd->build_result = GPUARR_OK;
+}
+
+/* The context is the platform's, shared with its other devices: it stays. device_close and
+   device_open around this make the device's queues and kernels anew. */
+static gpuarr_result gpuarr__cl_device_reset(gpuarr__dev *d) {
+    GPUARR__UNUSED(d);
+    return GPUARR_OK;
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -989,7 +989,7 @@ Test(errors_uninit, result_names_and_strings_are_distinct_and_complete) {
         }
     }
     /* unknown codes never crash and never pose as a known one */
-    static const int unknown[] = {2, -11, -99, 12345, INT32_MIN};
+    static const int unknown[] = {2, -(int)GPUARR_RESULT_COUNT, -99, 12345, INT32_MIN}; /* -COUNT: just past the list */
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
         const char *name = gpuarr_result_name((gpuarr_result)unknown[i]);
         const char *str = gpuarr_result_string((gpuarr_result)unknown[i]);

@@ -42,10 +42,15 @@
  * cuCtxGetCurrent/cuCtxSetCurrent) returns that error, its queued work never runs (host
  * functions included: the driver does not call them after a context error), until the primary
  * context is released to zero retains (destroyed), which also drops its streams' queued work.
+ * FAKE_CUDA_STICKY=N: the Nth copy, memset or kernel that runs on a stream (not at its call: when
+ * the stream runs it) faults with CUDA_ERROR_ILLEGAL_ADDRESS, a sticky error found mid-stream as
+ * on a GPU: it does not run, its context is corrupted as above, and the synchronize or query that
+ * ran it returns the error; cuDevicePrimaryCtxReset destroys the context (and the error) at once.
  * FAKE_CUDA_COUNT=path writes "calls N" (the calls counted) to path at exit. For tests, through
  * dlsym: fake_cuda_calls_made() (calls counted so far), fake_cuda_fail_set(spec) (sets the rules
  * as FAKE_CUDA_FAIL does and restarts the count: 0, or -1 for a spec it cannot read, which
- * clears the rules), fake_cuda_fault_hit(name, len, &code) (the call number at which a rule
+ * clears the rules), fake_cuda_sticky_set(n) (FAKE_CUDA_STICKY from now: the nth op run faults; 0
+ * none), fake_cuda_fault_hit(name, len, &code) (the call number at which a rule
  * fired and the entry point's name, 0 if none has), fake_cuda_live_objects() (allocations, pinned
  * blocks, streams, events and modules alive).
  */
@@ -143,6 +148,8 @@ struct CUevent_st {
 
 static bool fake_event_done(CUevent e) { return !e->stream || e->stream->ran >= e->seq; }
 static void fake_event_free(CUevent e);
+struct CUmod_st;
+static void fake_module_free(struct CUmod_st *m);
 
 typedef struct fake_kernel {
     char name[96];
@@ -222,6 +229,7 @@ static struct {
     char hit_name[48];
     CUresult hit_code;
     char count_path[4096];
+    unsigned long long sticky_at, sticky_ops; /* FAKE_CUDA_STICKY: the op that faults, the ops run so far */
 } fault;
 
 static bool fake_error_code(const char *text, CUresult *out);
@@ -275,6 +283,8 @@ static void fake_fault_setup(void) {
         fprintf(stderr, "fake-cuda: FAKE_CUDA_FAIL=\"%s\": expected nth=N[:CODE] or ENTRY:N[:CODE], comma-separated\n", spec);
         abort();
     }
+    const char *sticky = getenv("FAKE_CUDA_STICKY");
+    if (sticky && *sticky) fault.sticky_at = strtoull(sticky, NULL, 10);
     const char *count = getenv("FAKE_CUDA_COUNT");
     if (count && *count && strlen(count) < sizeof fault.count_path) {
         strcpy(fault.count_path, count);
@@ -343,6 +353,19 @@ FAKE_API int fake_cuda_fail_set(const char *spec) {
 
 /* Driver objects alive now: allocations, pinned blocks, streams, events, modules (after the
    program's last gpuarr_shutdown: what it left behind). */
+/* FAKE_CUDA_STICKY at run time: the nth copy, memset or kernel run on a stream from now faults
+   (0: none); returns the ops run since the last call. */
+FAKE_API unsigned long long fake_cuda_sticky_set(unsigned long long nth);
+FAKE_API unsigned long long fake_cuda_sticky_set(unsigned long long nth) {
+    pthread_mutex_lock(&fake.lock);
+    fake_fault_setup();
+    unsigned long long ran = fault.sticky_ops;
+    fault.sticky_at = nth;
+    fault.sticky_ops = 0;
+    pthread_mutex_unlock(&fake.lock);
+    return ran;
+}
+
 FAKE_API unsigned long long fake_cuda_live_objects(void);
 FAKE_API unsigned long long fake_cuda_live_objects(void) {
     pthread_mutex_lock(&fake.lock);
@@ -502,6 +525,16 @@ static void fake_drain(CUstream s, uint64_t through) {
         fake_op *op = s->head;
         s->head = op->next;
         if (!s->head) s->tail = NULL;
+        if ((op->kind == OP_COPY || op->kind == OP_SET || op->kind == OP_CAST) && fault.sticky_at && ++fault.sticky_ops == fault.sticky_at) {
+            /* FAKE_CUDA_STICKY: this op faults on the "GPU", as a kernel reading a bad address does:
+               it does not run, and its context is corrupted (the sync that waited for it says so) */
+            if (fake.trace) fprintf(stderr, "fake-cuda: op #%llu on %p faults as FAKE_CUDA_STICKY asks\n", (unsigned long long)op->seq, (void *)s);
+            s->ctx->sticky = CUDA_ERROR_ILLEGAL_ADDRESS;
+            s->ran = op->seq;
+            free(op->owned);
+            free(op);
+            break;
+        }
         s->running = true;
         fake_run(s, op);
         s->ran = op->seq;
@@ -694,6 +727,50 @@ FAKE_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
         }
         fake.contexts[dev].sticky = CUDA_SUCCESS;
     }
+    FAKE_RETURN(CUDA_SUCCESS);
+}
+
+/* Destroys the primary context whatever its retains (cudaDeviceReset): its memory, pinned blocks,
+   events and modules go, its streams with their queued work (host functions are not called), and
+   a sticky error with it; the next cuDevicePrimaryCtxRetain gets a fresh one. */
+FAKE_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+    FAKE_ENTER();
+    FAKE_CHECK_DEVICE(dev);
+    CUcontext ctx = &fake.contexts[dev];
+    for (CUstream s = fake.streams; s; s = s->next_stream) {
+        if (s->ctx != ctx) continue;
+        while (s->head) {
+            fake_op *op = s->head;
+            s->head = op->next;
+            free(op->owned);
+            free(op);
+        }
+        s->tail = NULL;
+        s->destroyed = true;
+    }
+    for (size_t i = fake.alloc_count; i-- > 0;) {
+        if (fake.allocs[i].device != dev) continue;
+        free(fake.allocs[i].data);
+        fake.allocs[i] = fake.allocs[--fake.alloc_count];
+    }
+    fake.used[dev] = 0;
+    for (size_t i = fake.pinned_count; i-- > 0;) {
+        if (fake.pinned[i].ctx != ctx) continue;
+        if (!fake.pinned[i].registered) free(fake.pinned[i].base);
+        fake.pinned[i] = fake.pinned[--fake.pinned_count];
+    }
+    for (CUevent e = fake.events, next; e; e = next) {
+        next = e->next_event;
+        if (e->ctx == ctx) fake_event_free(e);
+    }
+    for (CUmodule m = fake.modules, next; m; m = next) {
+        next = m->next_module;
+        if (m->ctx == ctx) fake_module_free(m);
+    }
+    for (int i = 0; i < FAKE_MAX_DEVICES; i++) fake.contexts[i].peer_enabled[dev] = 0;
+    memset(ctx->peer_enabled, 0, sizeof ctx->peer_enabled);
+    ctx->sticky = CUDA_SUCCESS;
+    ctx->retains = 0;
     FAKE_RETURN(CUDA_SUCCESS);
 }
 
@@ -1046,10 +1123,13 @@ FAKE_API CUresult cuStreamDestroy_v2(CUstream s) {
     FAKE_RETURN(CUDA_SUCCESS);
 }
 
+/* CUDA_SUCCESS, or the sticky error that corrupted s's context while its work ran. */
+static CUresult fake_stream_status(CUstream s) { return !fake_immediate(s) && s->ctx && s->ctx->sticky ? s->ctx->sticky : CUDA_SUCCESS; }
+
 FAKE_API CUresult cuStreamSynchronize(CUstream s) {
     FAKE_ENTER();
     if (!fake_immediate(s)) fake_drain(s, UINT64_MAX);
-    FAKE_RETURN(CUDA_SUCCESS);
+    FAKE_RETURN(fake_stream_status(s));
 }
 
 FAKE_API CUresult cuStreamQuery(CUstream s) {
@@ -1060,7 +1140,7 @@ FAKE_API CUresult cuStreamQuery(CUstream s) {
         FAKE_RETURN(CUDA_ERROR_NOT_READY);
     }
     fake_drain(s, UINT64_MAX);
-    FAKE_RETURN(CUDA_SUCCESS);
+    FAKE_RETURN(fake_stream_status(s));
 }
 
 /* Runs in stream order when the stream runs (on the waiting thread here, the driver's own on a GPU). */
@@ -1160,7 +1240,7 @@ FAKE_API CUresult cuEventSynchronize(CUevent e) {
         fprintf(stderr, "fake-cuda: cuEventSynchronize %p: stream %p, record #%llu, ran %llu\n", (void *)e, (void *)e->stream, (unsigned long long)e->seq,
                 e->stream ? (unsigned long long)e->stream->ran : 0ull);
     if (!fake_event_done(e)) fake_drain(e->stream, e->seq);
-    FAKE_RETURN(CUDA_SUCCESS);
+    FAKE_RETURN(e->stream ? fake_stream_status(e->stream) : CUDA_SUCCESS);
 }
 
 FAKE_API CUresult cuEventQuery(CUevent e) {

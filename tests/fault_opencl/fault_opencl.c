@@ -16,9 +16,16 @@
  * failed stays alive, as it would in the driver (and a buffer whose clEnqueueUnmapMemObject failed:
  * still mapped): the library keeps its handle (so LeakSanitizer
  * sees the driver's memory held, not lost).
+ * FAULT_OPENCL_LOST=D:N[:notify] loses a device: opencl:D (every platform's devices in order, as
+ * gpuarr numbers them) from the Nth call on one of its command queues (counted from the library's
+ * first call): from then on every clEnqueue*, clFlush and clFinish on its queues, and every
+ * clCreateCommandQueue for it, fail with CL_DEVICE_NOT_AVAILABLE without reaching the driver;
+ * releases still work (the driver's objects are freed as on a real lost device). With notify,
+ * the first such failure also calls the callback (pfn_notify) of the queue's context.
  * FAULT_OPENCL_COUNT=path writes "calls N" to path at exit. For tests, through dlsym:
  * fault_opencl_calls_made(), fault_opencl_fail_set(spec) (new rules, the count restarted; -1 for
- * a spec it cannot read), fault_opencl_fault_hit(name, len, &code) (the call number at which a
+ * a spec it cannot read), fault_opencl_lose(D, N, notify) (FAULT_OPENCL_LOST from now; D = -1:
+ * none), fault_opencl_fault_hit(name, len, &code) (the call number at which a
  * rule fired, 0 if none has).
  */
 #define _GNU_SOURCE
@@ -43,11 +50,11 @@
     X(I, cl_int, clGetPlatformInfo, (cl_platform_id a, cl_platform_info b, size_t c, void *d, size_t *e), (a, b, c, d, e)) \
     X(I, cl_int, clGetDeviceIDs, (cl_platform_id a, cl_device_type b, cl_uint c, cl_device_id *d, cl_uint *e), (a, b, c, d, e)) \
     X(I, cl_int, clGetDeviceInfo, (cl_device_id a, cl_device_info b, size_t c, void *d, size_t *e), (a, b, c, d, e)) \
-    X(O, cl_context, clCreateContext,                                                              \
+    X(OC, cl_context, clCreateContext,                                                              \
       (const cl_context_properties *a, cl_uint b, const cl_device_id *c,                           \
        void(CL_CALLBACK *d)(const char *, const void *, size_t, void *), void *e, cl_int *errcode_ret), (a, b, c, d, e, errcode_ret)) \
     X(I, cl_int, clReleaseContext, (cl_context a), (a))                                            \
-    X(O, cl_command_queue, clCreateCommandQueue, (cl_context a, cl_device_id b, cl_command_queue_properties c, cl_int *errcode_ret), \
+    X(OC, cl_command_queue, clCreateCommandQueue, (cl_context a, cl_device_id b, cl_command_queue_properties c, cl_int *errcode_ret), \
       (a, b, c, errcode_ret))                                                                      \
     X(I, cl_int, clRetainCommandQueue, (cl_command_queue a), (a))                                  \
     X(I, cl_int, clReleaseCommandQueue, (cl_command_queue a), (a))                                 \
@@ -158,7 +165,16 @@ static struct {
     char count_path[4096];
     const void *kept[4096]; /* objects whose release failed: still the driver's */
     int kept_count;
-} fault = {.lock = PTHREAD_MUTEX_INITIALIZER};
+    /* FAULT_OPENCL_LOST: a lost device */
+    int lost_index;                    /* the device (opencl:N numbering); -1: none */
+    cl_device_id lost_device;
+    unsigned long long lost_nth, lost_calls; /* from its nth queue call on, it is gone */
+    bool lost, lost_notify, notified;
+    struct { cl_command_queue queue; cl_device_id device; } queues[1024]; /* every queue made, newest last */
+    int queue_count;
+    struct { cl_context context; void(CL_CALLBACK *notify)(const char *, const void *, size_t, void *); void *user; } contexts[64];
+    int context_count;
+} fault = {.lock = PTHREAD_MUTEX_INITIALIZER, .lost_index = -1};
 
 /* A failed clRelease*(object): the object lives on in the driver; so does a buffer whose
    clEnqueueUnmapMemObject failed (still mapped). */
@@ -226,6 +242,8 @@ static void fault_write_count(void) {
     pthread_mutex_unlock(&fault.lock);
 }
 
+static void fault_lost_arm(int index, unsigned long long nth, bool notify);
+
 /* Under the lock. Aborts when the real loader or one of its entry points is missing: a test
    setup error, not a fault to inject. */
 static void fault_setup(void) {
@@ -252,6 +270,17 @@ static void fault_setup(void) {
     if (!fault_parse(spec)) {
         fprintf(stderr, "fault-opencl: FAULT_OPENCL_FAIL=\"%s\": expected nth=N[:CODE] or ENTRY:N[:CODE], comma-separated\n", spec);
         abort();
+    }
+    const char *lost = getenv("FAULT_OPENCL_LOST");
+    if (lost && *lost) {
+        int index = -1;
+        unsigned long long nth = 0;
+        char how[16] = "";
+        if (sscanf(lost, "%d:%llu:%15s", &index, &nth, how) < 2 || (how[0] && strcmp(how, "notify") != 0)) {
+            fprintf(stderr, "fault-opencl: FAULT_OPENCL_LOST=\"%s\": expected DEVICE:N or DEVICE:N:notify\n", lost);
+            abort();
+        }
+        fault_lost_arm(index, nth, how[0] != 0);
     }
     const char *count = getenv("FAULT_OPENCL_COUNT");
     if (count && *count && strlen(count) < sizeof fault.count_path) {
@@ -281,6 +310,69 @@ static cl_int fault_enter(int entry) {
     return e;
 }
 
+/* ---- FAULT_OPENCL_LOST: calls on one device's queues fail with CL_DEVICE_NOT_AVAILABLE ---- */
+static bool fault_is_queue_call(int entry) {
+    const char *n = fault_names[entry];
+    return strncmp(n, "clEnqueue", 9) == 0 || strcmp(n, "clFlush") == 0 || strcmp(n, "clFinish") == 0;
+}
+
+/* The lost device's id: the lost_index-th device of every platform's devices, in order (gpuarr's
+   opencl:N). Under the lock. */
+static void fault_find_lost_device(void) {
+    fault.lost_device = NULL;
+    cl_platform_id platforms[16];
+    cl_uint np = 0;
+    if (fault.lost_index < 0 || fault.clGetPlatformIDs(16, platforms, &np) != CL_SUCCESS) return;
+    int k = 0;
+    for (cl_uint p = 0; p < np && p < 16; p++) {
+        cl_device_id ids[64];
+        cl_uint nd = 0;
+        if (fault.clGetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, 64, ids, &nd) != CL_SUCCESS) continue;
+        for (cl_uint i = 0; i < nd && i < 64; i++, k++)
+            if (k == fault.lost_index) fault.lost_device = ids[i];
+    }
+}
+
+static cl_device_id fault_queue_device(const void *queue) {
+    for (int i = fault.queue_count; i-- > 0;)
+        if ((const void *)fault.queues[i].queue == queue) return fault.queues[i].device;
+    return NULL;
+}
+
+/* A call's fate under FAULT_OPENCL_LOST: CL_SUCCESS, or CL_DEVICE_NOT_AVAILABLE; *notify is set
+   when the context's callback must be called now (the first failure, with notify asked). */
+static cl_int fault_lost_check(int entry, const void *first, const void *second, void (CL_CALLBACK **notify)(const char *, const void *, size_t, void *),
+                               void **user) {
+    *notify = NULL;
+    pthread_mutex_lock(&fault.lock);
+    cl_int e = CL_SUCCESS;
+    cl_device_id dev = NULL;
+    if (fault.lost_device && fault_is_queue_call(entry)) dev = fault_queue_device(first);
+    else if (fault.lost_device && entry == FAULT_clCreateCommandQueue) dev = (cl_device_id)(uintptr_t)second;
+    if (dev && dev == fault.lost_device) {
+        if (entry != FAULT_clCreateCommandQueue && ++fault.lost_calls >= fault.lost_nth) fault.lost = true;
+        if (fault.lost) e = CL_DEVICE_NOT_AVAILABLE;
+        if (fault.lost && fault.lost_notify && !fault.notified) {
+            fault.notified = true;
+            cl_context ctx = NULL;
+            if (entry != FAULT_clCreateCommandQueue) fault.clGetCommandQueueInfo((cl_command_queue)(uintptr_t)first, CL_QUEUE_CONTEXT, sizeof ctx, &ctx, NULL);
+            for (int i = 0; i < fault.context_count; i++)
+                if (fault.contexts[i].context == ctx) *notify = fault.contexts[i].notify, *user = fault.contexts[i].user;
+        }
+    }
+    pthread_mutex_unlock(&fault.lock);
+    return e;
+}
+
+static void fault_lost_arm(int index, unsigned long long nth, bool notify) {
+    fault.lost_index = index;
+    fault.lost_nth = nth ? nth : 1;
+    fault.lost_calls = 0;
+    fault.lost = fault.notified = false;
+    fault.lost_notify = notify;
+    fault_find_lost_device();
+}
+
 #define FAULT_FAIL_I(ret) return e_
 #define FAULT_SECOND_(a, b, ...) b
 #define FAULT_SECOND_ARG(...) FAULT_SECOND_(__VA_ARGS__, 0, 0)
@@ -291,19 +383,76 @@ static cl_int fault_enter(int entry) {
 #define FAULT_FAIL_O(ret)                                                                          \
     if (errcode_ret) *errcode_ret = e_;                                                            \
     return (ret)NULL
-#define FAULT_FORWARD(kind, ret, name, params, args)                                               \
+#define FAULT_FORWARD_GEN(kind, ret, name, params, args)                                           \
     FAULT_API CL_API_ENTRY ret CL_API_CALL name params {                                           \
         cl_int e_ = fault_enter(FAULT_##name);                                                     \
+        void(CL_CALLBACK * notify_)(const char *, const void *, size_t, void *) = NULL;            \
+        void *user_ = NULL;                                                                        \
+        if (e_ == CL_SUCCESS)                                                                      \
+            e_ = fault_lost_check(FAULT_##name, (const void *)(uintptr_t)(FAULT_FIRST_ARG args),  \
+                                  (const void *)(uintptr_t)(FAULT_SECOND_ARG args), &notify_, &user_); \
+        if (notify_) notify_("fault-opencl: the device was lost (FAULT_OPENCL_LOST)", NULL, 0, user_); \
         if (e_ != CL_SUCCESS) {                                                                    \
             FAULT_KEEP_##kind(name, args);                                                         \
             FAULT_FAIL_##kind(ret);                                                                \
         }                                                                                          \
         return fault.name args;                                                                    \
     }
+#define FAULT_FORWARD_I FAULT_FORWARD_GEN
+#define FAULT_FORWARD_O FAULT_FORWARD_GEN
+#define FAULT_FORWARD_OC(kind, ret, name, params, args) /* written out below */
+#define FAULT_FORWARD(kind, ret, name, params, args) FAULT_FORWARD_##kind(kind, ret, name, params, args)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 FAULT_PROCS(FAULT_FORWARD)
 #pragma GCC diagnostic pop
+
+/* Contexts and queues are remembered: whose callback to call, which device a queue is on. */
+FAULT_API CL_API_ENTRY cl_context CL_API_CALL clCreateContext(const cl_context_properties *a, cl_uint b, const cl_device_id *c,
+                                                              void(CL_CALLBACK *d)(const char *, const void *, size_t, void *), void *e,
+                                                              cl_int *errcode_ret) {
+    cl_int e_ = fault_enter(FAULT_clCreateContext);
+    if (e_ != CL_SUCCESS) {
+        if (errcode_ret) *errcode_ret = e_;
+        return NULL;
+    }
+    cl_context ctx = fault.clCreateContext(a, b, c, d, e, errcode_ret);
+    pthread_mutex_lock(&fault.lock);
+    if (ctx && fault.context_count < 64) {
+        fault.contexts[fault.context_count].context = ctx;
+        fault.contexts[fault.context_count].notify = d;
+        fault.contexts[fault.context_count++].user = e;
+    }
+    pthread_mutex_unlock(&fault.lock);
+    return ctx;
+}
+
+FAULT_API CL_API_ENTRY cl_command_queue CL_API_CALL clCreateCommandQueue(cl_context a, cl_device_id b, cl_command_queue_properties c,
+                                                                         cl_int *errcode_ret) {
+    cl_int e_ = fault_enter(FAULT_clCreateCommandQueue);
+    void(CL_CALLBACK * notify)(const char *, const void *, size_t, void *) = NULL;
+    void *user = NULL;
+    if (e_ == CL_SUCCESS) e_ = fault_lost_check(FAULT_clCreateCommandQueue, a, b, &notify, &user);
+    if (e_ != CL_SUCCESS) {
+        if (errcode_ret) *errcode_ret = e_;
+        return NULL;
+    }
+    cl_command_queue q = fault.clCreateCommandQueue(a, b, c, errcode_ret);
+    pthread_mutex_lock(&fault.lock);
+    if (q) {
+        int i = fault.queue_count;
+        while (i-- > 0 && fault.queues[i].queue != q) {}
+        if (i < 0 && fault.queue_count == 1024) { /* full: the oldest go */
+            memmove(fault.queues, fault.queues + 512, 512 * sizeof fault.queues[0]);
+            fault.queue_count = 512;
+        }
+        if (i < 0) i = fault.queue_count++;
+        fault.queues[i].queue = q;
+        fault.queues[i].device = b;
+    }
+    pthread_mutex_unlock(&fault.lock);
+    return q;
+}
 
 FAULT_API unsigned long long fault_opencl_calls_made(void);
 FAULT_API unsigned long long fault_opencl_calls_made(void) {
@@ -325,6 +474,16 @@ FAULT_API int fault_opencl_fail_set(const char *spec) {
     fault.hit_code = CL_SUCCESS;
     pthread_mutex_unlock(&fault.lock);
     return ok ? 0 : -1;
+}
+
+/* FAULT_OPENCL_LOST at run time: device `index` (opencl:N numbering; -1: none) is lost from its
+   nth queue call from now; with notify, its context's callback is called at the first failure. */
+FAULT_API void fault_opencl_lose(int index, unsigned long long nth, int notify);
+FAULT_API void fault_opencl_lose(int index, unsigned long long nth, int notify) {
+    pthread_mutex_lock(&fault.lock);
+    fault_setup();
+    fault_lost_arm(index, nth, notify != 0);
+    pthread_mutex_unlock(&fault.lock);
 }
 
 FAULT_API unsigned long long fault_opencl_fault_hit(char *name, size_t len, int *code);

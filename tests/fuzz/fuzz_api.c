@@ -742,6 +742,10 @@ static void op_stream(fz *z) {
     case 10: (void)gpuarr_current_stream(); break;
     case 11: FZ_CALL(r, "gpuarr_set_current_device", gpuarr_set_current_device(fz_dev(z))); break;
     case 12: (void)gpuarr_current_device(); break;
+    case 13: /* refused while the device has live handles; no other thread may use it meanwhile */
+        if (fz_soak) break;
+        FZ_CALL(r, "gpuarr_device_reset", gpuarr_device_reset(fz_dev(z)));
+        break;
     default: FZ_CALL(r, "gpuarr_device_sync", gpuarr_device_sync(fz_dev(z))); break;
     }
 }
