@@ -932,6 +932,7 @@ static gpuarr_result gpuarr__cl_fill_range(gpuarr__stream *s, void *dst, size_t 
 
 static gpuarr_result gpuarr__cl_fill(gpuarr__stream *s, void *dst, size_t dst_off, const void *pattern, size_t pattern_size,
                                      size_t bytes) {
+    GPUARR__TRACE_SCOPE(gpuarr__trace_fill, s, bytes, pattern_size);
     gpuarr__cl_state *cl = &GPUARR__CL;
     gpuarr__cl_event ev = NULL;
     if (bytes == 0) return GPUARR_OK;
@@ -1064,6 +1065,7 @@ static gpuarr_result gpuarr__cl_local_size(gpuarr__dev *d, gpuarr__cl_kernel k, 
 /* Builds the cast kernel for one pair: from the on-disk binary when it is there and loads, else
    from source (then saved). Called with the device's kernel lock held. */
 static gpuarr_result gpuarr__cl_build_pair(gpuarr__dev *d, int s, int t) {
+    GPUARR__TRACE_SCOPE(gpuarr__trace_kernel, d, s, t);
     gpuarr__cl_state *cl = &GPUARR__CL;
     gpuarr__cl_device *cd = GPUARR__CL_DEV(d);
     gpuarr__cl_context ctx = cl->platforms[cd->platform].context;
@@ -1090,6 +1092,7 @@ static gpuarr_result gpuarr__cl_build_pair(gpuarr__dev *d, int s, int t) {
         gpuarr__free(bin);
     }
     bool from_source = !prog;
+    if (!from_source) { GPUARR__TRACE_SET(s1, "disk cache"); GPUARR__TRACE_SET(s2, "true"); }
     if (!prog) {
         prog = cl->clCreateProgramWithSource(ctx, (gpuarr__cl_uint)src.count, src.pieces, NULL, &e);
         if (!prog) return gpuarr__cl_fail(e, "clCreateProgramWithSource", d->info.spec);
@@ -1143,6 +1146,7 @@ static gpuarr_result gpuarr__cl_cast_supported(gpuarr__dev *d, gpuarr_dtype dst_
 
 static gpuarr_result gpuarr__cl_cast(gpuarr__stream *s, void *dst, size_t dst_off, gpuarr_dtype dst_t, const void *src,
                                      size_t src_off, gpuarr_dtype src_t, size_t count) {
+    GPUARR__TRACE_SCOPE(gpuarr__trace_cast, s, dst_t, src_t, count);
     gpuarr__cl_state *cl = &GPUARR__CL;
     gpuarr__dev *d = s->dev;
     gpuarr__cl_device *cd = GPUARR__CL_DEV(d);
