@@ -5880,7 +5880,7 @@ static void gpuarr__trace_fill(gpuarr__trace_scope *sc, gpuarr__stream *s, size_
 
 /* s1: where the code came from (the backend sets it: GPUARR__TRACE_SET(s1, ...)), s2: "true"
    when a cached binary was loaded instead of compiling. */
-static void gpuarr__trace_kernel(gpuarr__trace_scope *sc, gpuarr__dev *d, int from, int to) {
+static GPUARR__FOR_BACKENDS void gpuarr__trace_kernel(gpuarr__trace_scope *sc, gpuarr__dev *d, int from, int to) {
     gpuarr__trace_open(sc, GPUARR__TRACE_KERNEL, "kernel build", d, NULL);
     sc->ev.a = (uint64_t)from;
     sc->ev.b = (uint64_t)to;
