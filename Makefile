@@ -53,7 +53,7 @@ TEST_CFLAGS = -I. -Itests
 HEADERS   := gpuarr.h $(wildcard backends/*.h)
 EXAMPLES  := $(basename $(notdir $(wildcard examples/*.c)))
 TESTS     := $(basename $(notdir $(wildcard tests/test_*.c)))
-THREADED_TESTS := test_threads test_streams test_pool test_dlpack
+THREADED_TESTS := test_threads test_streams test_pool test_dlpack test_trace
 WHITEBOX_TESTS := test_registry test_internals test_opencl_limits
 TOOLS     := gpuarr-info gpuarr-bench
 
@@ -180,7 +180,8 @@ $(BUILD)/fake-cuda/libcuda.so.1: tests/fake_cuda/fake_cuda.c tests/faults/fault_
 FAULT_OPENCL := $(BUILD)/fault-opencl/libfault_opencl.so
 FAKE_ENV := GPUARR_CUDA_LIBRARY=$(abspath $(BUILD))/fake-cuda/libcuda.so.1 GPUARR_CACHE_DIR=$(abspath $(BUILD))/fake-cuda/cache
 
-run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAULT_OPENCL) $(BUILD)/rel/plugin/plugin_driver $(BUILD)/rel/tools/gpuarr-info
+run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAULT_OPENCL) $(BUILD)/rel/plugin/plugin_driver $(BUILD)/rel/tools/gpuarr-info \
+           $(BUILD)/rel/examples/quickstart
 	@set -e; for dev in $(TEST_DEVICES); do \
 	  for t in $(GENERIC_TESTS); do \
 	    echo "== $$t on $$dev"; \
@@ -214,6 +215,9 @@ run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAULT_OPENCL
 	@$(if $(FAKE_CUDA),$(FAKE_ENV)) $(BUILD)/rel/plugin/plugin_driver $(BUILD)/rel/plugin/libgpuarr-plugin.so
 	@echo "== gpuarr-info lists the OpenCL devices"
 	@$(BUILD)/rel/tools/gpuarr-info | grep -q "^opencl:1 " || { $(BUILD)/rel/tools/gpuarr-info; exit 1; }
+	@echo "== GPUARR_TRACE on examples/quickstart: tests/python/check_trace.py validates the file"
+	@mkdir -p $(BUILD)/logs && GPUARR_TRACE=$(abspath $(BUILD))/logs/quickstart-trace.json $(BUILD)/rel/examples/quickstart >/dev/null
+	@$(PYTHON) tests/python/check_trace.py $(BUILD)/logs/quickstart-trace.json --expect alloc --expect free
 	@echo "make test: all suites passed on: $(TEST_DEVICES), opencl:0 as a discrete device, two PoCL devices, the fake CUDA driver, and CUDA where present"
 
 # DLPack against NumPy (tests/python/test_numpy.py, examples/numpy_interop.py): libgpuarr.so
