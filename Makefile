@@ -547,6 +547,12 @@ soak-slice:
 bench: $(BUILD)/rel/tools/gpuarr-bench
 	$(BUILD)/rel/tools/gpuarr-bench
 
+# gpuarr-bench with the trace's hooks compiled out (GPUARR_NO_TRACE): the baseline of
+# `gpuarr-bench --trace-overhead` (bench/results/trace-overhead.md)
+$(BUILD)/rel/tools/gpuarr-bench-notrace: tools/gpuarr-bench.c $(HEADERS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_REL) -DGPUARR_NO_TRACE -I. $< -o $@ $(LIBS)
+
 # make bench-plots: gpuarr-bench --csv, rate against size from 4 KiB to 256 MiB for every path and
 # its baselines (host casts with both kernel sets; transfers and casts on the first OpenCL and the
 # first CUDA device, where there is one), into

@@ -90,6 +90,8 @@
  *                            (plain GPUARR_API=static warns about each one not called)
  *   GPUARR_NO_CUDA           leave the CUDA backend out
  *   GPUARR_NO_OPENCL         leave the OpenCL backend out
+ *   GPUARR_NO_TRACE          leave the trace's hooks out (see TRACING; gpuarr_trace_start then
+ *                            fails with GPUARR_ERROR_UNSUPPORTED)
  *   GPUARR_NO_RUNTIME_LINKING  link the backends' libraries (-lcuda, -lOpenCL) instead of loading
  *                            them at run time; <cuda.h> and <CL/cl.h> must then be on the
  *                            include path (define GPUARR_NO_CUDA or GPUARR_NO_OPENCL for one)
@@ -1939,7 +1941,11 @@ static bool gpuarr__initialized(void) { return GPUARR__ATOMIC_LOAD(&gpuarr__g.va
  * ------------------------------------------------------------------------------------------- */
 #define GPUARR__UNLIKELY(x) __builtin_expect(!!(x), 0)
 static uint32_t gpuarr__trace_on; /* atomic (relaxed): 1 while a trace records */
+#ifdef GPUARR_NO_TRACE /* compiled out: every hook is dead code, removed by the compiler */
+#define GPUARR__TRACE_ON() 0
+#else
 #define GPUARR__TRACE_ON() GPUARR__UNLIKELY(__atomic_load_n(&gpuarr__trace_on, __ATOMIC_RELAXED))
+#endif
 
 typedef enum gpuarr__trace_kind {
     GPUARR__TRACE_NONE,
@@ -6167,6 +6173,10 @@ static gpuarr_result gpuarr__trace_start_locked(const char *path, bool from_env)
     if (__atomic_load_n(&gpuarr__trace_on, __ATOMIC_RELAXED))
         return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "a trace is already being recorded to %s (one at a time: gpuarr_trace_stop it first)",
                             gpuarr__trace.path);
+#ifdef GPUARR_NO_TRACE
+    GPUARR__UNUSED(from_env);
+    return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "tracing is compiled out of this build (GPUARR_NO_TRACE)");
+#else
     /* the capacity: GPUARR_TRACE_EVENTS as gpuarr_init read it, else (not initialized) as it is now */
     int capacity = GPUARR__TRACE_EVENTS_DEFAULT;
     const char *events = gpuarr__initialized() ? gpuarr__setting(GPUARR__SET_TRACE_EVENTS) : getenv("GPUARR_TRACE_EVENTS");
@@ -6182,6 +6192,7 @@ static gpuarr_result gpuarr__trace_start_locked(const char *path, bool from_env)
     __atomic_store_n(&gpuarr__trace.session, session, __ATOMIC_RELEASE);
     __atomic_store_n(&gpuarr__trace_on, 1u, __ATOMIC_RELEASE);
     return GPUARR_OK;
+#endif
 }
 
 GPUARR_API gpuarr_result gpuarr_trace_start(const char *path) {
