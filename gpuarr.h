@@ -126,6 +126,7 @@
  *                       host memory even where the devices could copy directly (P2P trouble,
  *                       testing).
  *   GPUARR_ALLOC_CONF, GPUARR_FAULTS  memory pools: see MEMORY POOLS.
+ *   GPUARR_TRACE, GPUARR_TRACE_EVENTS  the trace: see TRACING.
  * A malformed value makes gpuarr_init fail with GPUARR_ERROR_INVALID_ARGUMENT naming it. A
  * library that cannot be loaded is not an error: its backend has no devices, and
  * gpuarr_device_find's error for them gives the path and the loader's reason.
@@ -438,6 +439,65 @@
  * the stream's order making reuse safe; a hop between two devices through the host uses one
  * pinned buffer of its size. OpenCL copies from and to pageable memory in queue order, so there
  * an upload or download without a host-side cast is one direct copy.
+ *
+ * =============================================================================================
+ * TRACING
+ * =============================================================================================
+ * gpuarr_trace_start(path) ... gpuarr_trace_stop(), or GPUARR_TRACE=path (started by gpuarr_init,
+ * written at the last gpuarr_shutdown), records what the library does into a Chrome trace-event
+ * JSON file that Perfetto (ui.perfetto.dev) and chrome://tracing open. The file is created when
+ * the trace starts and written when it stops. One trace at a time. The two calls work with or
+ * without gpuarr_init, and a trace they start runs across gpuarr_shutdown and a later
+ * gpuarr_init (its events join the same file); stop it before the program ends, or nothing is
+ * written. Errors: a second start, or a stop with no trace running, GPUARR_ERROR_UNSUPPORTED; a
+ * path that is NULL, empty or cannot be written (the message gives the system's reason),
+ * GPUARR_ERROR_INVALID_ARGUMENT; gpuarr_init fails the same way for a bad GPUARR_TRACE. When
+ * GPUARR_TRACE is set but a trace is already running, that one goes on (a warning says so).
+ *
+ * What is recorded, each a complete event ("ph":"X", ts and dur in microseconds, with ns digits):
+ *   transfer h2d | d2h | d2d | h2h   args bytes, count, direction, path: direct, mapped (the
+ *                    device shares host memory), staged (pinned chunks), host-temp (a host cast
+ *                    through a temporary), queued (async, through a host buffer), local (within
+ *                    one device), peer (device to device), bounce (device to device through the
+ *                    host) -- the transfer engine's own choice
+ *   cast             from, to (dtypes), count, device
+ *   fill             bytes, pattern_size, device
+ *   kernel build     kernel ("cast f32->i32"), origin (OpenCL: source or disk cache; CUDA:
+ *                    committed ptx or nvrtc), cached (a binary from the disk cache was loaded)
+ *   alloc            pool (device or pinned), bytes, cache: thread (this thread's cached array),
+ *                    hit (the pool's cache), miss (new memory from the backend)
+ *   free             pool, bytes, to: thread (kept in this thread's cache) or pool
+ *   oom: <step>      each rung of the out-of-memory ladder (handler, release oversize cached,
+ *                    wait for pending frees, trim cache; shed staging cache for pinned pools):
+ *                    requested, outcome (served or still out of memory)
+ *   stream wait      a stream made to wait for another stream's work or an event (the waits
+ *                    between streams that conversions, allocations and frees add)
+ *   gpuarr_convert, gpuarr_from_host, ...  each conversion on the calling thread (the public
+ *                    function's name): src, dst, count, mode (sync or async)
+ * Tracks: one per thread (tid 1, 2, ... named "thread N") holds the calls, allocations, frees,
+ * kernel builds and the OOM ladder; one per gpuarr stream (tid 100000 + the stream's serial,
+ * named "stream opencl:0#3") holds the transfers, casts, fills and waits enqueued on it. Events
+ * on a track nest (a cast inside the transfer that needed it).
+ *
+ * Times are host-side for now: begin and end are read on the calling thread around each enqueue
+ * (args "timing":"host"), so a synchronous call shows the device's time and an async one the cost
+ * of queueing it (device-side times from OpenCL profiling or CUDA events are for later). Where
+ * threads enqueue on one stream at once, an event that would overlap an earlier one on that
+ * stream without fitting inside it is shown starting when that one ends (a stream runs in order).
+ * Leases are not recorded yet.
+ *
+ * Bounds: each thread records into a buffer of its own of GPUARR_TRACE_EVENTS events (1..2^24,
+ * default 65536, 72 bytes each; read at gpuarr_init, or at gpuarr_trace_start when not
+ * initialized); when it is full, that thread's further events are dropped and counted (its
+ * earlier ones, the outer events among them, stay whole). The file gives the total in
+ * otherData.dropped_events and each thread's in its thread_name args. A thread that exits during
+ * a trace hands its buffer to the writer. A buffer is kept by its thread for the next trace.
+ *
+ * Cost: off, each hook is one relaxed load and a predicted branch (bench/results/
+ * trace-overhead.md measures it against a build with the hooks compiled out, GPUARR_NO_TRACE);
+ * on, each event costs two clock reads and an uncontended lock of the thread's buffer (that file
+ * gives the figure), and gpuarr_trace_stop sorts and writes everything.
+ * tests/python/check_trace.py validates a trace file against the format.
  *
  * =============================================================================================
  * CALLBACKS
@@ -5678,6 +5738,7 @@ typedef struct gpuarr__trace_ring {
     pthread_mutex_t lock; /* the owner appends, the writer reads: contended only at a stop */
     struct gpuarr__trace_ring *next;
     uint32_t tid;         /* the thread's track */
+    uint32_t key_epoch;   /* the thread key that holds it (gpuarr__trace.key_epoch) */
     uint32_t session;     /* the trace its events belong to */
     uint32_t capacity, count;
     uint64_t dropped;
@@ -5685,10 +5746,10 @@ typedef struct gpuarr__trace_ring {
 } gpuarr__trace_ring;
 
 typedef struct gpuarr__trace_state {
-    pthread_mutex_t lock;        /* start, stop and the two lists */
-    pthread_once_t key_once;
+    pthread_mutex_t lock;        /* start, stop, the two lists and the key */
     pthread_key_t key;           /* its destructor hands an exiting thread's buffer over */
     bool key_ok;
+    uint32_t key_epoch;          /* counts keys made: one is deleted when tracing ends with the library */
     bool from_env;               /* started by GPUARR_TRACE: the last gpuarr_shutdown stops it */
     uint32_t session;            /* atomic: the running trace's number, 0 before the first */
     uint32_t capacity;           /* events per thread in this trace */
@@ -5703,7 +5764,7 @@ typedef struct gpuarr__trace_state {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 #endif
-static gpuarr__trace_state gpuarr__trace = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_ONCE_INIT};
+static gpuarr__trace_state gpuarr__trace = {PTHREAD_MUTEX_INITIALIZER};
 #if defined(__GNUC__) || defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
@@ -5752,29 +5813,44 @@ static void gpuarr__trace_thread_exit(void *p) {
         gpuarr__trace.retired = r;
     }
     pthread_mutex_unlock(&gpuarr__trace.lock);
-    if (!keep) gpuarr__trace_ring_free(r);
     if (gpuarr__trace_mine == r) gpuarr__trace_mine = NULL;
+    if (!keep) gpuarr__trace_ring_free(r);
 }
 
+/* The thread key exists while tracing may happen: made by the first event after none, deleted
+   when the library is shut down with no trace running (gpuarr__trace_at_shutdown), so that a
+   library unloaded after that (a plugin's dlclose) leaves no destructor behind. Lock held. */
 static void gpuarr__trace_key_make(void) {
+    if (gpuarr__trace.key_ok) return;
     gpuarr__trace.key_ok = pthread_key_create(&gpuarr__trace.key, gpuarr__trace_thread_exit) == 0;
+    if (gpuarr__trace.key_ok) __atomic_store_n(&gpuarr__trace.key_epoch, gpuarr__trace.key_epoch + 1, __ATOMIC_RELAXED);
+}
+static void gpuarr__trace_key_delete(void) {
+    if (!gpuarr__trace.key_ok) return;
+    pthread_key_delete(gpuarr__trace.key); /* threads' buffers stay on the live list, reused */
+    gpuarr__trace.key_ok = false;
 }
 
-/* This thread's buffer, made at its first event. */
+/* This thread's buffer, made at its first event (and put under the current key). */
 static gpuarr__trace_ring *gpuarr__trace_ring_mine(void) {
     gpuarr__trace_ring *r = gpuarr__trace_mine;
-    if (r) return r;
-    r = (gpuarr__trace_ring *)gpuarr__trace_malloc(sizeof *r);
-    if (!r) return NULL;
-    memset(r, 0, sizeof *r);
-    pthread_mutex_init(&r->lock, NULL);
-    pthread_once(&gpuarr__trace.key_once, gpuarr__trace_key_make);
+    if (r && r->key_epoch == __atomic_load_n(&gpuarr__trace.key_epoch, __ATOMIC_RELAXED)) return r;
+    if (!r) {
+        r = (gpuarr__trace_ring *)gpuarr__trace_malloc(sizeof *r);
+        if (!r) return NULL;
+        memset(r, 0, sizeof *r);
+        pthread_mutex_init(&r->lock, NULL);
+    }
     pthread_mutex_lock(&gpuarr__trace.lock);
-    r->tid = ++gpuarr__trace.next_tid;
-    r->next = gpuarr__trace.live;
-    gpuarr__trace.live = r;
-    pthread_mutex_unlock(&gpuarr__trace.lock);
+    if (!r->tid) {
+        r->tid = ++gpuarr__trace.next_tid;
+        r->next = gpuarr__trace.live;
+        gpuarr__trace.live = r;
+    }
+    gpuarr__trace_key_make();
     if (gpuarr__trace.key_ok) pthread_setspecific(gpuarr__trace.key, r);
+    __atomic_store_n(&r->key_epoch, gpuarr__trace.key_epoch, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&gpuarr__trace.lock);
     gpuarr__trace_mine = r;
     return r;
 }
@@ -6209,6 +6285,7 @@ GPUARR_API gpuarr_result gpuarr_trace_stop(void) {
     gpuarr_result r = __atomic_load_n(&gpuarr__trace_on, __ATOMIC_RELAXED)
                           ? gpuarr__trace_stop_locked()
                           : gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "no trace is being recorded (gpuarr_trace_start, or GPUARR_TRACE)");
+    if (!gpuarr__initialized()) gpuarr__trace_key_delete(); /* see gpuarr__trace_key_make */
     pthread_mutex_unlock(&gpuarr__trace.lock);
     return r;
 }
@@ -6230,11 +6307,13 @@ static gpuarr_result gpuarr__trace_at_init(void) {
     return r;
 }
 
-/* The last gpuarr_shutdown: a trace GPUARR_TRACE started is written now. */
+/* The last gpuarr_shutdown: a trace GPUARR_TRACE started is written now; with no trace running,
+   the thread key goes. */
 static void gpuarr__trace_at_shutdown(void) {
     pthread_mutex_lock(&gpuarr__trace.lock);
     if (gpuarr__trace.from_env && __atomic_load_n(&gpuarr__trace_on, __ATOMIC_RELAXED) && gpuarr__trace_stop_locked() != GPUARR_OK)
         gpuarr__log(GPUARR_LOG_ERROR, "GPUARR_TRACE: %s", gpuarr__tls.error_detail);
+    if (!__atomic_load_n(&gpuarr__trace_on, __ATOMIC_RELAXED)) gpuarr__trace_key_delete();
     pthread_mutex_unlock(&gpuarr__trace.lock);
 }
 
