@@ -37,11 +37,16 @@ def problems_of(doc, expect, min_events):
         if not isinstance(e, dict):
             out.append(where + ": not an object")
             continue
+        complete = True
         for key, types in (("ph", str), ("name", str), ("pid", int), ("tid", int), ("ts", (int, float))):
             if key not in e:
                 out.append("%s: no %s" % (where, key))
+                complete = False
             elif not isinstance(e[key], types) or isinstance(e[key], bool):
                 out.append("%s: %s has the wrong type" % (where, key))
+                complete = False
+        if not complete:
+            continue
         ph = e.get("ph")
         if ph not in KNOWN_PHASES:
             out.append("%s: phase %r is not one gpuarr writes" % (where, ph))
