@@ -481,3 +481,30 @@ Test(trace, the_oom_ladder_records_each_step) {
     free(t.ev);
     unlink(path);
 }
+
+/* ---------------------------------------------------------------------------------------------
+ * Before gpuarr_init: the calls work, and GPUARR_TRACE_EVENTS is read by the start itself
+ * ------------------------------------------------------------------------------------------- */
+Test(trace_env, a_trace_may_start_before_gpuarr_init) {
+    char path[256];
+    temp_path(path, sizeof path, "preinit");
+    setenv("GPUARR_TRACE_EVENTS", "none", 1);
+    TEST_FAIL_WITH(gpuarr_trace_start(path), GPUARR_ERROR_INVALID_ARGUMENT, "GPUARR_TRACE_EVENTS=\"none\"");
+    setenv("GPUARR_TRACE_EVENTS", "3", 1);
+    TEST_OK(gpuarr_trace_start(path));
+    unsetenv("GPUARR_TRACE_EVENTS");
+    TEST_OK(gpuarr_init(NULL));
+    run_sequence(test_device());
+    gpuarr_shutdown();
+    TEST_OK(gpuarr_trace_stop());
+    trace_file t;
+    trace_read(path, &t);
+    /* a thread's buffer holds its events for every track: 3 per recording thread in all */
+    int threads = 0;
+    for (int i = 0; i < t.ntracks; i++) threads += strncmp(t.track_name[i], "thread ", 7) == 0;
+    cr_expect(t.n >= 3 && t.n <= 3 * threads, "%d events from %d threads with GPUARR_TRACE_EVENTS=3 when the trace started", t.n, threads);
+    cr_expect_gt(t.dropped, 0, "nothing dropped with 3 events per thread");
+    check_with_python(path, NULL);
+    free(t.ev);
+    unlink(path);
+}
