@@ -488,8 +488,9 @@
  *
  * Bounds: each thread records into a buffer of its own of GPUARR_TRACE_EVENTS events (every
  * event it records, whichever track it is drawn on; 1..2^24, default 65536, 72 bytes each; read
- * at gpuarr_init, or at gpuarr_trace_start when not initialized); when it is full, that thread's further events are dropped and counted (its
- * earlier ones, the outer events among them, stay whole). The file gives the total in
+ * at gpuarr_init, or at gpuarr_trace_start when not initialized); when it is full, that
+ * thread's further events are dropped and counted. An event is recorded when it ends, so an outer
+ * event may be the one dropped while the events inside it were kept. The file gives the total in
  * otherData.dropped_events and each thread's in its thread_name args. A thread that exits during
  * a trace hands its buffer to the writer. A buffer is kept by its thread for the next trace.
  *
