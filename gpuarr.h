@@ -460,10 +460,12 @@
  *                    through a temporary), queued (async, through a host buffer), local (within
  *                    one device), peer (device to device), bounce (device to device through the
  *                    host) -- the transfer engine's own choice
- *   cast             from, to (dtypes), count, device
+ *   cast             from, to (dtypes; equal ones for the host's chunk copies of a staged
+ *                    transfer, which go through the host backend's cast), count, device
  *   fill             bytes, pattern_size, device
  *   kernel build     kernel ("cast f32->i32"), origin (OpenCL: source or disk cache; CUDA:
- *                    committed ptx or nvrtc), cached (a binary from the disk cache was loaded)
+ *                    committed ptx or nvrtc), cached (OpenCL: a binary from the disk cache was
+ *                    loaded; CUDA: always false for now, NVRTC cubins from the cache included)
  *   alloc            pool (device or pinned), bytes, cache: thread (this thread's cached array),
  *                    hit (the pool's cache), miss (new memory from the backend)
  *   free             pool, bytes, to: thread (kept in this thread's cache) or pool
