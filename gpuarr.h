@@ -2023,6 +2023,16 @@ typedef enum gpuarr__trace_kind {
     GPUARR__TRACE_WAIT      /* a stream made to wait for another's work, on the waiting stream */
 } gpuarr__trace_kind;
 
+/* A backend whose commands have timing events (OpenCL's profiling): how to keep one, let it go,
+   and read a completed one's queued, start and end times on the device's clock (ns; false: not
+   complete, or no times). */
+typedef struct gpuarr__trace_clock {
+    gpuarr_backend backend;
+    void (*retain)(void *command);
+    void (*release)(void *command);
+    bool (*times)(void *command, uint64_t *queued, uint64_t *start, uint64_t *end);
+} gpuarr__trace_clock;
+
 /* One recorded event. Strings are static (names, dtype names, public function names): a trace
    outlives devices and init cycles, so devices are kept as backend and index. */
 typedef struct gpuarr__trace_event {
@@ -2032,13 +2042,19 @@ typedef struct gpuarr__trace_event {
     uint64_t track;       /* 0: the thread's track; else the serial of the stream it ran on */
     uint8_t kind, backend;
     int16_t index;        /* the device: backend and index */
-    uint32_t unused;
+    uint32_t device_timed; /* ts and dur also cover its commands' run on the device */
+    void *first, *last;   /* its first and last device commands (retained), until resolved */
+    uint64_t first_host, last_host; /* when each was enqueued, host clock */
+    const gpuarr__trace_clock *clock;
 } gpuarr__trace_event;
 
-/* An event open on this thread, recorded when its scope ends (GPUARR__TRACE_SCOPE). */
+/* An event open on this thread, recorded when its scope ends (GPUARR__TRACE_SCOPE). Those on a
+   stream's track form a stack: a device command enqueued goes to the innermost one, and a scope
+   that ends hands its commands to the one around it (on the same device). */
 typedef struct gpuarr__trace_scope {
     gpuarr__trace_event ev;
-    bool on;
+    bool on, stacked;
+    struct gpuarr__trace_scope *outer;
 } gpuarr__trace_scope;
 static void gpuarr__trace_finish(gpuarr__trace_scope *sc);
 static inline void gpuarr__trace_scope_close(gpuarr__trace_scope *sc) {
@@ -2072,6 +2088,12 @@ static void gpuarr__trace_free(gpuarr__trace_scope *sc, gpuarr__dev *d, bool pin
 static void gpuarr__trace_wait(gpuarr__trace_scope *sc, gpuarr__stream *s, gpuarr__stream *after, gpuarr__event *e);
 static void gpuarr__trace_oom(uint64_t t0, gpuarr__dev *d, const char *step, size_t requested, gpuarr_result r);
 static gpuarr_result gpuarr__check_trace_events(const char *name, const char *value, int *out); /* GPUARR_TRACE_EVENTS */
+/* A backend enqueued `command` (a timing event of `clock`) on behalf of the innermost open scope. */
+static void gpuarr__trace_command(void *command, const gpuarr__trace_clock *clock);
+#define GPUARR__TRACE_COMMAND(command, clock)                                                  \
+    do {                                                                                       \
+        if (GPUARR__TRACE_ON() && (command)) gpuarr__trace_command((command), (clock));        \
+    } while (0)
 #define GPUARR__TRACE_OOM(t0, d, step, requested, r)                                           \
     do {                                                                                       \
         if (GPUARR__UNLIKELY(t0)) gpuarr__trace_oom(t0, d, step, requested, r);                \
@@ -5758,6 +5780,8 @@ typedef struct gpuarr__trace_state {
     uint32_t capacity;           /* events per thread in this trace */
     uint32_t next_tid;
     uint64_t t0;                 /* the start, CLOCK_MONOTONIC ns */
+    int64_t offset;              /* host clock - device clock (gpuarr__trace_resolve); one for all */
+    bool offset_known;
     gpuarr__trace_ring *live;    /* buffers of running threads */
     gpuarr__trace_ring *retired; /* buffers of threads that exited during this trace */
     FILE *file;
@@ -5795,7 +5819,15 @@ static uint64_t gpuarr__trace_now(void) {
     return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec + 1u; /* never 0: 0 means off */
 }
 
+/* An event's commands let go unread (a resolve has read every one by then: there should be none). */
+static void gpuarr__trace_discard(gpuarr__trace_event *e) {
+    if (!e->first || !gpuarr__initialized()) return; /* without the backend: kept, not called */
+    e->clock->release(e->first);
+    e->clock->release(e->last);
+    e->first = e->last = NULL;
+}
 static void gpuarr__trace_ring_free(gpuarr__trace_ring *r) {
+    for (uint32_t i = 0; i < r->count; i++) gpuarr__trace_discard(&r->events[i]);
     pthread_mutex_destroy(&r->lock);
     gpuarr__trace_free_mem(r->events);
     gpuarr__trace_free_mem(r);
@@ -5858,14 +5890,16 @@ static gpuarr__trace_ring *gpuarr__trace_ring_mine(void) {
     return r;
 }
 
-static void gpuarr__trace_append(const gpuarr__trace_event *ev) {
+/* false: dropped (the buffer is full, or there is none). */
+static bool gpuarr__trace_append(const gpuarr__trace_event *ev) {
     gpuarr__trace_ring *r = gpuarr__trace_ring_mine();
-    if (!r) return;
+    if (!r) return false;
     uint32_t session = __atomic_load_n(&gpuarr__trace.session, __ATOMIC_ACQUIRE);
     uint32_t capacity = __atomic_load_n(&gpuarr__trace.capacity, __ATOMIC_RELAXED);
     pthread_mutex_lock(&r->lock);
     if (r->session != session) { /* the first event of a new trace: start over */
         r->session = session;
+        for (uint32_t i = 0; i < r->count; i++) gpuarr__trace_discard(&r->events[i]); /* none: read at the stop */
         r->count = 0;
         r->dropped = 0;
         if (r->capacity != capacity) {
@@ -5874,15 +5908,106 @@ static void gpuarr__trace_append(const gpuarr__trace_event *ev) {
             r->capacity = r->events ? capacity : 0;
         }
     }
-    if (r->count < r->capacity) r->events[r->count++] = *ev;
+    bool kept = r->count < r->capacity;
+    if (kept) r->events[r->count++] = *ev;
     else r->dropped++;
     pthread_mutex_unlock(&r->lock);
+    return kept;
+}
+
+static GPUARR__THREAD_LOCAL gpuarr__trace_scope *gpuarr__trace_top; /* innermost open scope on a stream track */
+
+static void gpuarr__trace_command(void *command, const gpuarr__trace_clock *clock) {
+    gpuarr__trace_scope *sc = gpuarr__trace_top;
+    if (!sc || sc->ev.backend != (uint8_t)clock->backend || (sc->ev.clock && sc->ev.clock != clock)) return;
+    clock->retain(command);
+    uint64_t now = gpuarr__trace_now();
+    if (!sc->ev.first) {
+        sc->ev.first = command;
+        sc->ev.first_host = now;
+        clock->retain(command);
+    }
+    if (sc->ev.last) clock->release(sc->ev.last);
+    sc->ev.last = command;
+    sc->ev.last_host = now;
+    sc->ev.clock = clock;
+}
+
+/* Reads a recorded event's commands' device times and lets them go. The device's clock is put on
+   the host's through an offset: each command was queued (device time Q) before the host read its
+   clock after the enqueue (H), so H - Q is the offset plus that call's duration; the smallest over
+   the trace (gpuarr__trace.offset) is the best estimate. Here the event keeps its last command's
+   end in device time (device_timed 2); gpuarr__trace_apply converts it once all are read. */
+static void gpuarr__trace_resolve(gpuarr__trace_event *e) {
+    if (!e->first) return;
+    const gpuarr__trace_clock *c = e->clock;
+    uint64_t q0 = 0, s0 = 0, e0 = 0, q1 = 0, s1 = 0, e1 = 0;
+    if (c->times(e->first, &q0, &s0, &e0) && c->times(e->last, &q1, &s1, &e1) && e1 >= q1) {
+        int64_t o0 = (int64_t)(e->first_host - q0), o1 = (int64_t)(e->last_host - q1), o = o0 < o1 ? o0 : o1;
+        if (!gpuarr__trace.offset_known || o < gpuarr__trace.offset) gpuarr__trace.offset = o;
+        gpuarr__trace.offset_known = true;
+        e->last_host = e1;
+        e->device_timed = 2;
+    }
+    c->release(e->first);
+    c->release(e->last);
+    e->first = e->last = NULL;
+}
+
+/* The event spans its call and, once converted, its commands' run on the device (the device
+   starts after the enqueue, itself after the event began: only the end moves). */
+static void gpuarr__trace_apply(gpuarr__trace_event *e) {
+    if (e->device_timed != 2) return;
+    uint64_t end = (uint64_t)((int64_t)e->last_host + gpuarr__trace.offset);
+    if (end > e->ts + e->dur) e->dur = end - e->ts;
+    e->device_timed = 1;
+}
+
+/* A scope's commands go on to the one around it on the same device. */
+static void gpuarr__trace_hand_out(gpuarr__trace_scope *sc) {
+    gpuarr__trace_scope *o = sc->outer;
+    const gpuarr__trace_clock *c = sc->ev.clock;
+    if (!o || !sc->ev.first || o->ev.backend != sc->ev.backend || o->ev.index != sc->ev.index || (o->ev.clock && o->ev.clock != c)) return;
+    if (!o->ev.first) {
+        c->retain(sc->ev.first);
+        o->ev.first = sc->ev.first;
+        o->ev.first_host = sc->ev.first_host;
+    }
+    c->retain(sc->ev.last);
+    if (o->ev.last) c->release(o->ev.last);
+    o->ev.last = sc->ev.last;
+    o->ev.last_host = sc->ev.last_host;
+    o->ev.clock = c;
 }
 
 static void gpuarr__trace_finish(gpuarr__trace_scope *sc) {
     uint64_t end = gpuarr__trace_now();
     sc->ev.dur = end > sc->ev.ts ? end - sc->ev.ts : 0;
-    gpuarr__trace_append(&sc->ev);
+    if (sc->stacked) {
+        gpuarr__trace_top = sc->outer;
+        gpuarr__trace_hand_out(sc);
+    }
+    if (!gpuarr__trace_append(&sc->ev) && sc->ev.first) { /* dropped: its commands go now */
+        sc->ev.clock->release(sc->ev.first);
+        sc->ev.clock->release(sc->ev.last);
+    }
+}
+
+/* Every recorded command's times, read while its backend is loaded (trace lock held): at a stop,
+   and at the last gpuarr_shutdown before the backends unload. A command not complete by then
+   leaves its event with host times only. */
+static void gpuarr__trace_resolve_all(void) {
+    gpuarr__trace_ring *lists[2] = {gpuarr__trace.live, gpuarr__trace.retired};
+    for (int pass = 0; pass < 2; pass++)
+        for (int l = 0; l < 2; l++)
+            for (gpuarr__trace_ring *r = lists[l]; r; r = r->next) {
+                pthread_mutex_lock(&r->lock);
+                for (uint32_t i = 0; i < r->count; i++) {
+                    if (pass == 0) gpuarr__trace_resolve(&r->events[i]);
+                    else gpuarr__trace_apply(&r->events[i]);
+                }
+                pthread_mutex_unlock(&r->lock);
+            }
 }
 
 /* ---- the hooks' halves that run while a trace records ---- */
@@ -5897,6 +6022,11 @@ static void gpuarr__trace_open(gpuarr__trace_scope *sc, gpuarr__trace_kind kind,
     }
     sc->ev.track = s ? s->serial : 0;
     sc->on = true;
+    sc->stacked = s != NULL;
+    if (sc->stacked) {
+        sc->outer = gpuarr__trace_top;
+        gpuarr__trace_top = sc;
+    }
     sc->ev.ts = gpuarr__trace_now();
 }
 
@@ -6047,7 +6177,7 @@ static void gpuarr__trace_put_dev(FILE *f, const char *key, uint64_t packed) {
 static void gpuarr__trace_put_args(FILE *f, const gpuarr__trace_event *e) {
     uint64_t dev = (uint64_t)e->backend << 16 | (uint16_t)e->index;
     unsigned long long a = (unsigned long long)e->a, b = (unsigned long long)e->b;
-    fprintf(f, "\"args\":{\"timing\":\"host\"");
+    fprintf(f, "\"args\":{\"timing\":\"%s\"", e->device_timed ? "host+device" : "host");
     switch ((gpuarr__trace_kind)e->kind) {
     case GPUARR__TRACE_CALL:
         gpuarr__trace_put_dev(f, "src", e->b);
@@ -6178,6 +6308,7 @@ static void gpuarr__trace_write_events(FILE *f, const gpuarr__trace_event *ev, s
 /* Stops the running trace and writes its file (gpuarr__trace.lock held). */
 static gpuarr_result gpuarr__trace_stop_locked(void) {
     __atomic_store_n(&gpuarr__trace_on, 0u, __ATOMIC_RELAXED);
+    if (gpuarr__initialized()) gpuarr__trace_resolve_all();
     uint32_t session = gpuarr__trace.session;
     size_t nthreads = 0, n = 0, cap = 0;
     for (gpuarr__trace_ring *r = gpuarr__trace.live; r; r = r->next) nthreads++;
@@ -6266,6 +6397,7 @@ static gpuarr_result gpuarr__trace_start_locked(const char *path, bool from_env)
     gpuarr__copy_string(gpuarr__trace.path, sizeof gpuarr__trace.path, path);
     gpuarr__trace.from_env = from_env;
     gpuarr__trace.t0 = gpuarr__trace_now();
+    gpuarr__trace.offset_known = false;
     __atomic_store_n(&gpuarr__trace.capacity, (uint32_t)capacity, __ATOMIC_RELAXED);
     uint32_t session = gpuarr__trace.session + 1 ? gpuarr__trace.session + 1 : 1;
     __atomic_store_n(&gpuarr__trace.session, session, __ATOMIC_RELEASE);
@@ -6308,6 +6440,13 @@ static gpuarr_result gpuarr__trace_at_init(void) {
     }
     pthread_mutex_unlock(&gpuarr__trace.lock);
     return r;
+}
+
+/* The last gpuarr_shutdown, before the backends unload: the recorded commands' device times. */
+static void gpuarr__trace_before_teardown(void) {
+    pthread_mutex_lock(&gpuarr__trace.lock);
+    gpuarr__trace_resolve_all();
+    pthread_mutex_unlock(&gpuarr__trace.lock);
 }
 
 /* The last gpuarr_shutdown: a trace GPUARR_TRACE started is written now; with no trace running,
@@ -6440,6 +6579,7 @@ GPUARR_API void gpuarr_shutdown(void) {
     pthread_mutex_lock(&gpuarr__g.init_lock);
     if (gpuarr__g.refs > 0 && --gpuarr__g.refs == 0) {
         gpuarr__activation_end(); /* the calling thread's context, as it was before gpuarr */
+        gpuarr__trace_before_teardown();
         GPUARR__ATOMIC_STORE(&gpuarr__g.valid, 0u);
         gpuarr__teardown();
         gpuarr__trace_at_shutdown();

@@ -96,6 +96,8 @@ typedef void (*gpuarr__cl_event_fn)(gpuarr__cl_event, gpuarr__cl_int, void *);
 #define GPUARR__CL_EVENT_COMMAND_EXECUTION_STATUS 0x11D3u
 #define GPUARR__CL_EVENT_CONTEXT 0x11D4u
 #define GPUARR__CL_COMPLETE 0
+#define GPUARR__CL_PROFILING_COMMAND_QUEUED 0x1280u
+#define GPUARR__CL_PROFILING_COMMAND_START 0x1282u
 #define GPUARR__CL_PROFILING_COMMAND_END 0x1283u
 
 /* ---------------------------------------------------------------------------------------------
@@ -1180,7 +1182,28 @@ static gpuarr_result gpuarr__cl_cast(gpuarr__stream *s, void *dst, size_t dst_of
 /* ---------------------------------------------------------------------------------------------
  * Streams (in-order queues) and events (markers)
  * ------------------------------------------------------------------------------------------- */
+/* The trace's device times: the queue has profiling on, so every command's event has them. */
+static void gpuarr__cl_trace_retain(void *ev) { GPUARR__CL.clRetainEvent((gpuarr__cl_event)ev); }
+static void gpuarr__cl_trace_release(void *ev) { GPUARR__CL.clReleaseEvent((gpuarr__cl_event)ev); }
+static bool gpuarr__cl_trace_times(void *command, uint64_t *queued, uint64_t *start, uint64_t *end) {
+    gpuarr__cl_event ev = (gpuarr__cl_event)command;
+    gpuarr__cl_int status = -1;
+    gpuarr__cl_ulong t[3] = {0, 0, 0};
+    static const gpuarr__cl_uint what[3] = {GPUARR__CL_PROFILING_COMMAND_QUEUED, GPUARR__CL_PROFILING_COMMAND_START,
+                                            GPUARR__CL_PROFILING_COMMAND_END};
+    if (GPUARR__CL.clGetEventInfo(ev, GPUARR__CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL) != GPUARR__CL_SUCCESS ||
+        status != GPUARR__CL_COMPLETE)
+        return false;
+    for (int i = 0; i < 3; i++)
+        if (GPUARR__CL.clGetEventProfilingInfo(ev, what[i], sizeof t[i], &t[i], NULL) != GPUARR__CL_SUCCESS) return false;
+    *queued = t[0], *start = t[1], *end = t[2];
+    return true;
+}
+static const gpuarr__trace_clock gpuarr__cl_trace_clock = {GPUARR_BACKEND_OPENCL, gpuarr__cl_trace_retain, gpuarr__cl_trace_release,
+                                                           gpuarr__cl_trace_times};
+
 static void gpuarr__cl_track(gpuarr__cl_stream *st, gpuarr__cl_event ev) {
+    GPUARR__TRACE_COMMAND(ev, &gpuarr__cl_trace_clock);
     pthread_mutex_lock(&st->lock);
     gpuarr__cl_event old = st->last;
     st->last = ev;

@@ -78,9 +78,10 @@ def problems_of(doc, expect, min_events):
         stack = []
         for ts, dur, name, i in xs:
             end = ts + dur
-            while stack and stack[-1][0] <= ts:
+            # times are exact to the nanosecond (3 decimals of a microsecond); sums of floats are not
+            while stack and stack[-1][0] <= ts + 5e-4:
                 stack.pop()
-            if stack and end > stack[-1][0] + 1e-9:
+            if stack and end > stack[-1][0] + 5e-4:
                 out.append("tid %s: %s (event %d, %.3f..%.3f) overlaps %s (..%.3f) without nesting in it"
                            % (track[1], name, i, ts, end, stack[-1][1], stack[-1][0]))
             stack.append((end, name))
