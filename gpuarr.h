@@ -481,15 +481,21 @@
  * named "stream opencl:0#3") holds the transfers, casts, fills and waits enqueued on it. Events
  * on a track nest (a cast inside the transfer that needed it).
  *
- * Times are host-side for now: begin and end are read on the calling thread around each enqueue
- * (args "timing":"host"), so a synchronous call shows the device's time and an async one the cost
- * of queueing it (device-side times from OpenCL profiling or CUDA events are for later). Where
+ * Times: begin and end are read on the calling thread around each call (args "timing":"host"),
+ * so a synchronous call shows the device's time and an async one the cost of queueing it. On
+ * OpenCL, whose queues have profiling on, an event on a stream's track also ends no earlier than
+ * its commands' run on the device ("timing":"host+device"): their timing events are read when the
+ * trace stops, or at the last gpuarr_shutdown before the backend unloads (a command not complete
+ * by then leaves host times), and the device's clock is put on the host's by the smallest offset
+ * seen between a command's queued time and the host's clock right after its enqueue (accurate to
+ * about the cost of one enqueue). CUDA events here are made without timing: CUDA is host-timed
+ * for now. Where
  * threads enqueue on one stream at once, an event that would overlap an earlier one on that
  * stream without fitting inside it is shown starting when that one ends (a stream runs in order).
  * Leases are not recorded yet.
  *
  * Bounds: each thread records into a buffer of its own of GPUARR_TRACE_EVENTS events (every
- * event it records, whichever track it is drawn on; 1..2^24, default 65536, 72 bytes each; read
+ * event it records, whichever track it is drawn on; 1..2^24, default 65536, 112 bytes each; read
  * at gpuarr_init, or at gpuarr_trace_start when not initialized); when it is full, that
  * thread's further events are dropped and counted. An event is recorded when it ends, so an outer
  * event may be the one dropped while the events inside it were kept. The file gives the total in
@@ -499,7 +505,8 @@
  * Cost: off, each hook is one relaxed load and a predicted branch (bench/results/
  * trace-overhead.md measures it against a build with the hooks compiled out, GPUARR_NO_TRACE);
  * on, each event costs two clock reads and an uncontended lock of the thread's buffer (that file
- * gives the figure), and gpuarr_trace_stop sorts and writes everything.
+ * gives the figure), an OpenCL command a retain of its event, and gpuarr_trace_stop reads the
+ * device times, sorts and writes everything.
  * tests/python/check_trace.py validates a trace file against the format.
  *
  * =============================================================================================
@@ -6278,7 +6285,7 @@ static void gpuarr__trace_write_events(FILE *f, const gpuarr__trace_event *ev, s
                                        size_t nthreads, uint64_t dropped) {
     long pid = (long)getpid();
     fprintf(f, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"library\":\"gpuarr %s\",\"dropped_events\":%llu,\"events_per_thread\":%u,"
-               "\"timing\":\"host: begin and end read on the calling thread around each enqueue\",\"file\":",
+               "\"timing\":\"host: read on the calling thread around each call; host+device: until its OpenCL commands ended on the device\",\"file\":",
             GPUARR_VERSION_STRING, (unsigned long long)dropped, gpuarr__trace.capacity);
     gpuarr__trace_put_json_string(f, gpuarr__trace.path);
     fprintf(f, "},\n\"traceEvents\":[\n");
