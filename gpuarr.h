@@ -6147,6 +6147,7 @@ static int gpuarr__trace_order(const void *pa, const void *pb) {
     if (a->track != b->track) return a->track < b->track ? -1 : 1;
     if (a->ts != b->ts) return a->ts < b->ts ? -1 : 1;
     if (a->dur != b->dur) return a->dur > b->dur ? -1 : 1; /* a parent before the children it starts with */
+    if (a->kind != b->kind) return a->kind < b->kind ? -1 : 1; /* the same span: a transfer around its cast */
     return 0;
 }
 
