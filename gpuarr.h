@@ -5924,7 +5924,7 @@ static bool gpuarr__trace_append(const gpuarr__trace_event *ev) {
 
 static GPUARR__THREAD_LOCAL gpuarr__trace_scope *gpuarr__trace_top; /* innermost open scope on a stream track */
 
-static void gpuarr__trace_command(void *command, const gpuarr__trace_clock *clock) {
+static GPUARR__FOR_BACKENDS void gpuarr__trace_command(void *command, const gpuarr__trace_clock *clock) {
     gpuarr__trace_scope *sc = gpuarr__trace_top;
     if (!sc || sc->ev.backend != (uint8_t)clock->backend || (sc->ev.clock && sc->ev.clock != clock)) return;
     clock->retain(command);
