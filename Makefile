@@ -54,7 +54,7 @@ TEST_CFLAGS = -I. -Itests
 HEADERS   := gpuarr.h $(wildcard backends/*.h)
 EXAMPLES  := $(basename $(notdir $(wildcard examples/*.c)))
 TESTS     := $(basename $(notdir $(wildcard tests/test_*.c)))
-THREADED_TESTS := test_threads test_streams test_pool test_dlpack test_telemetry
+THREADED_TESTS := test_threads test_streams test_pool test_dlpack test_telemetry test_trace
 WHITEBOX_TESTS := test_registry test_internals test_opencl_limits test_telemetry_files
 TOOLS     := gpuarr-info gpuarr-bench
 
@@ -192,7 +192,8 @@ FAULT_OPENCL := $(BUILD)/fault-opencl/libfault_opencl.so
 FAKE_ENV := GPUARR_CUDA_LIBRARY=$(abspath $(BUILD))/fake-cuda/libcuda.so.1 GPUARR_CACHE_DIR=$(abspath $(BUILD))/fake-cuda/cache \
   GPUARR_NVML_LIBRARY=$(abspath $(BUILD))/fake-nvml/libnvidia-ml.so.1 GPUARR_TEST_FAKE_NVML_OLD=$(abspath $(BUILD))/fake-nvml-old/libnvidia-ml.so.1
 
-run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAKE_NVML) $(FAULT_OPENCL) $(BUILD)/rel/plugin/plugin_driver $(BUILD)/rel/tools/gpuarr-info
+run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAKE_NVML) $(FAULT_OPENCL) $(BUILD)/rel/plugin/plugin_driver $(BUILD)/rel/tools/gpuarr-info \
+           $(BUILD)/rel/examples/quickstart
 	@set -e; for dev in $(TEST_DEVICES); do \
 	  for t in $(GENERIC_TESTS); do \
 	    echo "== $$t on $$dev"; \
@@ -233,6 +234,9 @@ run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAKE_NVML) $
 	@echo "== gpuarr-info --watch 0.1 --count 2 --json: a JSON line per device per tick (tools/check-watch-json.py)"
 	@$(PYTHON) tools/check-watch-json.py $(BUILD)/rel/tools/gpuarr-info
 	@$(if $(FAKE_CUDA),echo "== the same on the fake driver with the fake NVML" && $(FAKE_ENV) $(PYTHON) tools/check-watch-json.py $(BUILD)/rel/tools/gpuarr-info)
+	@echo "== GPUARR_TRACE on examples/quickstart: tests/python/check_trace.py validates the file"
+	@mkdir -p $(BUILD)/logs && GPUARR_TRACE=$(abspath $(BUILD))/logs/quickstart-trace.json $(BUILD)/rel/examples/quickstart >/dev/null
+	@$(PYTHON) tests/python/check_trace.py $(BUILD)/logs/quickstart-trace.json --expect alloc --expect free
 	@echo "make test: all suites passed on: $(TEST_DEVICES), opencl:0 as a discrete device, two PoCL devices, the fake CUDA driver, and CUDA where present"
 
 # DLPack against NumPy (tests/python/test_numpy.py, examples/numpy_interop.py): libgpuarr.so
@@ -576,6 +580,12 @@ soak-slice:
 # --- benchmarks -----------------------------------------------------------------------------
 bench: $(BUILD)/rel/tools/gpuarr-bench
 	$(BUILD)/rel/tools/gpuarr-bench
+
+# gpuarr-bench with the trace's hooks compiled out (GPUARR_NO_TRACE): the baseline of
+# `gpuarr-bench --trace-overhead` (bench/results/trace-overhead.md)
+$(BUILD)/rel/tools/gpuarr-bench-notrace: tools/gpuarr-bench.c $(HEADERS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_REL) -DGPUARR_NO_TRACE -I. $< -o $@ $(LIBS)
 
 # make bench-plots: gpuarr-bench --csv, rate against size from 4 KiB to 256 MiB for every path and
 # its baselines (host casts with both kernel sets; transfers and casts on the first OpenCL and the

@@ -793,6 +793,7 @@ static gpuarr_result gpuarr__cu_copy_peer(gpuarr__stream *s, gpuarr__dev *dst_de
    at each element's first 4 bytes and the high word at the next 4 (little-endian). */
 static gpuarr_result gpuarr__cu_fill(gpuarr__stream *s, void *dst, size_t dst_off, const void *pattern, size_t pattern_size,
                                      size_t bytes) {
+    GPUARR__TRACE_SCOPE(gpuarr__trace_fill, s, bytes, pattern_size);
     gpuarr__cu_ptr p = GPUARR__CU_PTR(dst, dst_off);
     gpuarr__cu_stream cs = GPUARR__CU_STREAM(s->native);
     unsigned short u16;
@@ -1006,6 +1007,7 @@ static gpuarr_result gpuarr__cu_nvrtc_module(gpuarr__dev *d, int s, int t, gpuar
 }
 
 static gpuarr_result gpuarr__cu_build_pair(gpuarr__dev *d, int s, int t) {
+    GPUARR__TRACE_SCOPE(gpuarr__trace_kernel, d, s, t);
     gpuarr__cu_device_state *ds = GPUARR__CU_DEV(d);
     int mode = gpuarr__setting_value(GPUARR__SET_CUDA_KERNELS, GPUARR__KERNELS_AUTO);
     bool try_ptx = mode != GPUARR__KERNELS_NVRTC, try_nvrtc = mode != GPUARR__KERNELS_PTX;
@@ -1030,6 +1032,7 @@ static gpuarr_result gpuarr__cu_build_pair(gpuarr__dev *d, int s, int t) {
         }
         gpuarr__free(ptx);
     }
+    GPUARR__TRACE_SET(s1, r == GPUARR_OK ? "committed ptx" : "nvrtc");
     if (r == GPUARR_ERROR_BACKEND && try_nvrtc) r = gpuarr__cu_nvrtc_module(d, s, t, &mod, nvrtc_why, sizeof nvrtc_why);
     if (r != GPUARR_OK)
         return gpuarr__fail(r == GPUARR_ERROR_OUT_OF_MEMORY ? r : GPUARR_ERROR_BACKEND, "%s: no %s->%s cast kernel: PTX: %s; NVRTC: %s", d->info.spec,
@@ -1074,6 +1077,7 @@ static gpuarr_result gpuarr__cu_kernel(gpuarr__dev *d, int s, int t, gpuarr__cu_
 
 static gpuarr_result gpuarr__cu_cast(gpuarr__stream *s, void *dst, size_t dst_off, gpuarr_dtype dst_t, const void *src, size_t src_off,
                                      gpuarr_dtype src_t, size_t count) {
+    GPUARR__TRACE_SCOPE(gpuarr__trace_cast, s, dst_t, src_t, count);
     gpuarr__dev *d = s->dev;
     gpuarr__cu_function fn;
     GPUARR__CHECK(gpuarr__cu_kernel(d, (int)src_t, (int)dst_t, &fn));

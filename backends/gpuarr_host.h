@@ -158,7 +158,7 @@ static gpuarr_result gpuarr__host_copy_peer(gpuarr__stream *s, gpuarr__dev *dst_
 
 static gpuarr_result gpuarr__host_cast(gpuarr__stream *s, void *dst, size_t dst_off, gpuarr_dtype dst_t,
                                        const void *src, size_t src_off, gpuarr_dtype src_t, size_t count) {
-    GPUARR__UNUSED(s);
+    GPUARR__TRACE_SCOPE(gpuarr__trace_cast, s, dst_t, src_t, count);
     gpuarr__cpu_cast((unsigned char *)dst + dst_off, dst_t, (const unsigned char *)src + src_off, src_t, count);
     return GPUARR_OK;
 }
@@ -177,7 +177,7 @@ static gpuarr_result gpuarr__host_launch_host_fn(gpuarr__stream *s, gpuarr__host
 
 static gpuarr_result gpuarr__host_fill(gpuarr__stream *s, void *dst, size_t dst_off, const void *pattern, size_t pattern_size,
                                        size_t bytes) {
-    GPUARR__UNUSED(s);
+    GPUARR__TRACE_SCOPE(gpuarr__trace_fill, s, bytes, pattern_size);
     gpuarr__cpu_fill((unsigned char *)dst + dst_off, pattern, pattern_size, bytes);
     return GPUARR_OK;
 }

@@ -97,6 +97,8 @@ typedef void (*gpuarr__cl_event_fn)(gpuarr__cl_event, gpuarr__cl_int, void *);
 #define GPUARR__CL_EVENT_COMMAND_EXECUTION_STATUS 0x11D3u
 #define GPUARR__CL_EVENT_CONTEXT 0x11D4u
 #define GPUARR__CL_COMPLETE 0
+#define GPUARR__CL_PROFILING_COMMAND_QUEUED 0x1280u
+#define GPUARR__CL_PROFILING_COMMAND_START 0x1282u
 #define GPUARR__CL_PROFILING_COMMAND_END 0x1283u
 
 /* ---------------------------------------------------------------------------------------------
@@ -969,6 +971,7 @@ static gpuarr_result gpuarr__cl_fill_range(gpuarr__stream *s, void *dst, size_t 
 
 static gpuarr_result gpuarr__cl_fill(gpuarr__stream *s, void *dst, size_t dst_off, const void *pattern, size_t pattern_size,
                                      size_t bytes) {
+    GPUARR__TRACE_SCOPE(gpuarr__trace_fill, s, bytes, pattern_size);
     gpuarr__cl_state *cl = &GPUARR__CL;
     gpuarr__cl_event ev = NULL;
     if (bytes == 0) return GPUARR_OK;
@@ -1101,6 +1104,7 @@ static gpuarr_result gpuarr__cl_local_size(gpuarr__dev *d, gpuarr__cl_kernel k, 
 /* Builds the cast kernel for one pair: from the on-disk binary when it is there and loads, else
    from source (then saved). Called with the device's kernel lock held. */
 static gpuarr_result gpuarr__cl_build_pair(gpuarr__dev *d, int s, int t) {
+    GPUARR__TRACE_SCOPE(gpuarr__trace_kernel, d, s, t);
     gpuarr__cl_state *cl = &GPUARR__CL;
     gpuarr__cl_device *cd = GPUARR__CL_DEV(d);
     gpuarr__cl_context ctx = cl->platforms[cd->platform].context;
@@ -1127,6 +1131,7 @@ static gpuarr_result gpuarr__cl_build_pair(gpuarr__dev *d, int s, int t) {
         gpuarr__free(bin);
     }
     bool from_source = !prog;
+    if (!from_source) { GPUARR__TRACE_SET(s1, "disk cache"); GPUARR__TRACE_SET(s2, "true"); }
     if (!prog) {
         prog = cl->clCreateProgramWithSource(ctx, (gpuarr__cl_uint)src.count, src.pieces, NULL, &e);
         if (!prog) return gpuarr__cl_fail(e, "clCreateProgramWithSource", d->info.spec);
@@ -1180,6 +1185,7 @@ static gpuarr_result gpuarr__cl_cast_supported(gpuarr__dev *d, gpuarr_dtype dst_
 
 static gpuarr_result gpuarr__cl_cast(gpuarr__stream *s, void *dst, size_t dst_off, gpuarr_dtype dst_t, const void *src,
                                      size_t src_off, gpuarr_dtype src_t, size_t count) {
+    GPUARR__TRACE_SCOPE(gpuarr__trace_cast, s, dst_t, src_t, count);
     gpuarr__cl_state *cl = &GPUARR__CL;
     gpuarr__dev *d = s->dev;
     gpuarr__cl_device *cd = GPUARR__CL_DEV(d);
@@ -1213,7 +1219,28 @@ static gpuarr_result gpuarr__cl_cast(gpuarr__stream *s, void *dst, size_t dst_of
 /* ---------------------------------------------------------------------------------------------
  * Streams (in-order queues) and events (markers)
  * ------------------------------------------------------------------------------------------- */
+/* The trace's device times: the queue has profiling on, so every command's event has them. */
+static void gpuarr__cl_trace_retain(void *ev) { GPUARR__CL.clRetainEvent((gpuarr__cl_event)ev); }
+static void gpuarr__cl_trace_release(void *ev) { GPUARR__CL.clReleaseEvent((gpuarr__cl_event)ev); }
+static bool gpuarr__cl_trace_times(void *command, uint64_t *queued, uint64_t *start, uint64_t *end) {
+    gpuarr__cl_event ev = (gpuarr__cl_event)command;
+    gpuarr__cl_int status = -1;
+    gpuarr__cl_ulong t[3] = {0, 0, 0};
+    static const gpuarr__cl_uint what[3] = {GPUARR__CL_PROFILING_COMMAND_QUEUED, GPUARR__CL_PROFILING_COMMAND_START,
+                                            GPUARR__CL_PROFILING_COMMAND_END};
+    if (GPUARR__CL.clGetEventInfo(ev, GPUARR__CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL) != GPUARR__CL_SUCCESS ||
+        status != GPUARR__CL_COMPLETE)
+        return false;
+    for (int i = 0; i < 3; i++)
+        if (GPUARR__CL.clGetEventProfilingInfo(ev, what[i], sizeof t[i], &t[i], NULL) != GPUARR__CL_SUCCESS) return false;
+    *queued = t[0], *start = t[1], *end = t[2];
+    return true;
+}
+static const gpuarr__trace_clock gpuarr__cl_trace_clock = {GPUARR_BACKEND_OPENCL, gpuarr__cl_trace_retain, gpuarr__cl_trace_release,
+                                                           gpuarr__cl_trace_times};
+
 static void gpuarr__cl_track(gpuarr__cl_stream *st, gpuarr__cl_event ev) {
+    GPUARR__TRACE_COMMAND(ev, &gpuarr__cl_trace_clock);
     pthread_mutex_lock(&st->lock);
     gpuarr__cl_event old = st->last;
     st->last = ev;

@@ -3,6 +3,7 @@
  *   gpuarr-bench [--mib N] [--cuda-mib N] [--reps N] [--host-only | --opencl-only | --pool-only |
  *                --cuda-only | --mutable-only | --batch-only] [--device SPEC]
  *                [--host-isa auto|baseline|avx2|both[,...]] [--csv FILE|- [--sweep-min SIZE] [--sweep-max SIZE]]
+ *                [--trace-overhead]
  *
  * Every run starts with the machine: the CPU's name, vendor, family, model and stepping, the ISA
  * flags that matter (sse4_2 avx avx2 fma f16c bmi2 avx512*), a machine tag made of them for
@@ -69,6 +70,15 @@
  * NVRTC, each with its cache empty and filled); the pool against cuMemAlloc + cuMemFree and
  * against cuMemAllocAsync + cuMemFreeAsync with the release threshold at its maximum, pairs and
  * the replay.
+ *
+ * --trace-overhead (alone): what the trace costs (see TRACING in gpuarr.h), in one run: the cached
+ * 4 KiB host allocate+free pair (gpuarr_empty + gpuarr_release) and a 4 KiB upload into an
+ * existing array on opencl:0 (or --device; gpuarr_write, synchronous), each timed with tracing
+ * off (the hooks compiled in) and on (recording into a file in /tmp, written after each timed
+ * batch, outside the timing), interleaved and alternating which goes first, in --reps
+ * repetitions (default 21) of batches; medians per op, the median of the per-repetition ratios
+ * on/off, and the spread of the off times across repetitions. Built with -DGPUARR_NO_TRACE
+ * (`make build/rel/tools/gpuarr-bench-notrace`), the same rows with the hooks compiled out.
  * Output is a Markdown table, ready for bench/results/. */
 #define GPUARR_IMPLEMENTATION
 #include "gpuarr.h"
@@ -406,6 +416,71 @@ static void bench_small_alloc(void) {
     double tm = median(t, BATCHES), bm = median(base, BATCHES);
     printf("\n| operation | median per call | baseline (malloc+free 4 KiB, same run) | ratio |\n|---|---|---|---|\n");
     printf("| gpuarr_empty + gpuarr_release, 4 KiB host array | %.0f ns | %.0f ns | %.2f |\n", tm * 1e9, bm * 1e9, tm / bm);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * --trace-overhead: the trace off (hooks compiled in) and on, interleaved
+ * ------------------------------------------------------------------------------------------- */
+/* One timed batch: n host 4 KiB allocate+free pairs (kind 0) or n 4 KiB uploads into up (kind 1). */
+static double trace_batch(int kind, int n, gpuarr_array up, const float *src) {
+    int64_t shape[1] = {1024};
+    double t0 = now_s();
+    for (int i = 0; i < n; i++) {
+        if (kind == 0) {
+            gpuarr_array a;
+            if (gpuarr_empty(gpuarr_host(), GPUARR_F32, 1, shape, &a) != GPUARR_OK) die("gpuarr_empty");
+            gpuarr_release(a);
+        } else if (gpuarr_write(up, 0, 1024, GPUARR_F32, src) != GPUARR_OK) {
+            die("gpuarr_write");
+        }
+    }
+    return (now_s() - t0) / n;
+}
+
+static void bench_trace_overhead(int reps, const char *only) {
+    gpuarr_device dev;
+    const char *spec = only ? only : "opencl:0";
+    if (gpuarr_device_find(spec, &dev) != GPUARR_OK) die(spec);
+    int64_t shape[1] = {1024};
+    static float src[1024];
+    for (int i = 0; i < 1024; i++) src[i] = (float)i;
+    gpuarr_array up;
+    if (gpuarr_empty(dev, GPUARR_F32, 1, shape, &up) != GPUARR_OK) die("gpuarr_empty");
+    char path[96];
+    snprintf(path, sizeof path, "/tmp/gpuarr-bench-trace-%ld.json", (long)getpid());
+    bool can_trace = gpuarr_trace_start(path) == GPUARR_OK && gpuarr_trace_stop() == GPUARR_OK;
+    static const char *const what[2] = {"cached host allocate + free, 4 KiB (gpuarr_empty + gpuarr_release)", "4 KiB upload (gpuarr_write)"};
+    static const int batch[2] = {2000, 200};
+    printf("Tracing %s; the on runs record into %s (written after each batch, outside the timing). %d repetitions, each one "
+           "batch off and one on (alternating which first); ns per operation.\n\n",
+           can_trace ? "compiled in" : "compiled out (GPUARR_NO_TRACE): the off column only", path, reps);
+    printf("| operation | device | batch | tracing off, median | off, min..max of reps | tracing on, median | on / off (median of per-rep ratios) |\n"
+           "|---|---|---|---|---|---|---|\n");
+    for (int kind = 0; kind < 2; kind++) {
+        double off[64], on[64], ratio[64];
+        gpuarr_array dst = kind ? up : (gpuarr_array){0};
+        trace_batch(kind, batch[kind], dst, src); /* warm: caches, kernel-free paths, page faults */
+        for (int r = 0; r < reps; r++) {
+            for (int k = 0; k < 2; k++) {
+                bool tracing = ((r + k) & 1) && can_trace;
+                if (!can_trace && ((r + k) & 1)) continue;
+                if (tracing && gpuarr_trace_start(path) != GPUARR_OK) die("gpuarr_trace_start");
+                double t = trace_batch(kind, batch[kind], dst, src);
+                if (tracing && gpuarr_trace_stop() != GPUARR_OK) die("gpuarr_trace_stop");
+                if (tracing) on[r] = t;
+                else off[r] = t;
+            }
+            ratio[r] = can_trace ? on[r] / off[r] : 0;
+        }
+        double lo = off[0], hi = off[0];
+        for (int r = 1; r < reps; r++) lo = off[r] < lo ? off[r] : lo, hi = off[r] > hi ? off[r] : hi;
+        double mon = can_trace ? median(on, reps) : 0, mratio = can_trace ? median(ratio, reps) : 0, moff = median(off, reps);
+        printf("| %s | %s | %d | %.0f ns | %.0f..%.0f ns |", what[kind], kind ? spec : "host", batch[kind], moff * 1e9, lo * 1e9, hi * 1e9);
+        if (can_trace) printf(" %.0f ns | %.3f |\n", mon * 1e9, mratio);
+        else printf(" - | - |\n");
+    }
+    gpuarr_release(up);
+    remove(path);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -1917,7 +1992,7 @@ int main(int argc, char **argv) {
     bool host = true, opencl = true, pools = true, cuda = true, mutable_arrays = true;
     size_t cuda_mib = 256, sweep_min = 4096, sweep_max = (size_t)256 << 20;
     const char *csv = NULL;
-    bool reps_given = false;
+    bool reps_given = false, trace_overhead = false;
     saved_isa_env = getenv("GPUARR_HOST_ISA") ? strdup(getenv("GPUARR_HOST_ISA")) : NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--mib") == 0 && i + 1 < argc) mib = (size_t)strtoul(argv[++i], NULL, 10);
@@ -1938,11 +2013,12 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--batch-only") == 0) { host = pools = cuda = mutable_arrays = false; batch_only = true; }
 #endif
         else if (strcmp(argv[i], "--probe-build") == 0 && i + 1 < argc) return probe_build_time(argv[i + 1]);
+        else if (strcmp(argv[i], "--trace-overhead") == 0) trace_overhead = true;
         else {
             fprintf(stderr,
                     "usage: %s [--mib N] [--cuda-mib N] [--reps N (1..63)] [--host-only | --opencl-only | --pool-only | --cuda-only | "
                     "--mutable-only | --batch-only] [--device SPEC] [--host-isa auto|baseline|avx2|both[,...]] "
-                    "[--csv FILE|- [--sweep-min SIZE] [--sweep-max SIZE]]\n",
+                    "[--csv FILE|- [--sweep-min SIZE] [--sweep-max SIZE]] [--trace-overhead]\n",
                     argv[0]);
             return 2;
         }
@@ -1967,6 +2043,12 @@ int main(int argc, char **argv) {
     printf("## Run\n\n");
     print_machine(stdout, "- ", &cpu);
     printf("\n");
+    if (trace_overhead) {
+        bench_trace_overhead(reps_given ? reps : 21, only);
+        gpuarr_shutdown();
+        free(saved_isa_env);
+        return 0;
+    }
     printf("memcpy: glibc, one thread, %zu MiB, interleaved with the measured calls in every repetition; %d repetitions.\n\n", mib, reps);
     if (host) {
         bench_host_casts(mib, reps);

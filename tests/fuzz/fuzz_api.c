@@ -106,6 +106,7 @@ typedef struct fz {
     int nstale;
     int handlers; /* OOM handlers added (fz_oom with user data z + k) */
     bool faults, limits, reinit;
+    bool tracing; /* this input started a trace (gpuarr_trace_start): stopped at its end */
     fz_buf *bufs;
 } fz;
 
@@ -1087,6 +1088,19 @@ static void op_dlpack(fz *z) {
     if (r == GPUARR_OK) fz_adopt(z, out);
 }
 
+/* The trace: started into /dev/null (or refused: NULL, empty, unwritable), stopped; one trace
+   per process, so under the soak another thread's start or stop makes these fail, as they should. */
+static void op_trace(fz *z) {
+    gpuarr_result r;
+    uint8_t how = u8(z);
+    static const char *const paths[] = {"/dev/null", NULL, "", "/nonexistent-gpuarr-fuzz/trace.json"};
+    if (how & 1) {
+        if (FZ_CALL(r, "gpuarr_trace_start", gpuarr_trace_start(paths[(how >> 1) & 3])) == GPUARR_OK) z->tracing = true;
+    } else if (FZ_CALL(r, "gpuarr_trace_stop", gpuarr_trace_stop()) == GPUARR_OK) {
+        z->tracing = false;
+    }
+}
+
 static void op_misc(fz *z) {
     uint8_t how = u8(z);
     switch (how % 4) {
@@ -1137,6 +1151,7 @@ static void op_misc(fz *z) {
     default:
         if (how & 0x40) op_dlpack(z);
         else if (!fz_soak && (how & 0x80)) z->reinit = true; /* at the end of this input (needs everything released) */
+        else if (how & 0x20) op_trace(z);
         break;
     }
 }
@@ -1144,6 +1159,8 @@ static void op_misc(fz *z) {
 /* ---- the end of an input ---- */
 static void fz_cleanup(fz *z) {
     gpuarr_result r;
+    if (z->tracing) FZ_CALL(r, "gpuarr_trace_stop", gpuarr_trace_stop()); /* the soak: maybe another thread's */
+    z->tracing = false;
     while (z->nscope) gpuarr_scope_leave(&z->scope[--z->nscope]);
     gpuarr_stream none = {0};
     gpuarr_device nodev = {0};
