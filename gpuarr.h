@@ -481,6 +481,8 @@
  *     telemetry call in this gpuarr_init cycle; the first call gives the average since boot),
  *     and the temperature of the first hwmon device named k10temp, coretemp, zenpower or
  *     cpu_thermal (its first temp*_input that reads), where there is one.
+ * A failed device (see FAILURES) still answers: NVML's readings, and the total memory, without a
+ * call into its dead context.
  * Thread-safe: NVML is started once, and the host's previous /proc/stat sample is kept under a
  * lock. `gpuarr-info --watch [SECONDS] [--count N] [--json]` prints the readings of every device
  * with its pool's allocated and reserved bytes every SECONDS (default 1), as a table or as one
@@ -7055,8 +7057,8 @@ GPUARR_API gpuarr_result gpuarr_device_get_info(gpuarr_device d, gpuarr_device_i
 GPUARR_API gpuarr_result gpuarr_device_get_telemetry(gpuarr_device d, gpuarr_telemetry *out) {
     GPUARR__BEGIN();
     GPUARR__REQUIRE_PTR(out);
-    gpuarr__dev *dev;
-    GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
+    gpuarr__dev *dev; /* a failed device too: what NVML says of it is what one wants to see then */
+    GPUARR__CHECK(gpuarr__get_dev_any(d, "d", &dev));
     if (gpuarr__is_duplicate(dev)) dev = &gpuarr__g.devices[(dev->info.same_as.id & 0xffffu) - 1u];
     gpuarr_telemetry t;
     memset(&t, 0, sizeof t);

@@ -135,6 +135,11 @@ Test(failures, a_sticky_cuda_error_mid_stream_loses_the_device_its_arrays_stream
     cr_expect_eq(s2.id, 0xA5A5A5A5u);
     cr_expect_eq(out.id, 0xA5A5A5A5u, "an out handle was written on an error");
     cr_expect_eq(calls(), before, "calls on the failed device reached the driver (%llu calls)", calls() - before);
+    /* telemetry still answers (NVML does not go through the dead context), without the driver */
+    gpuarr_telemetry t;
+    TEST_OK(gpuarr_device_get_telemetry(d0, &t));
+    cr_expect(t.valid & GPUARR_TELEMETRY_MEMORY_TOTAL, "valid = 0x%x", t.valid);
+    cr_expect_eq(calls(), before, "telemetry of the failed device reached the driver");
 
     /* cuda:1 is unaffected: a conversion on it, and to the host */
     gpuarr_array b2, bh;

@@ -708,23 +708,30 @@ FAKE_API CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev) {
     FAKE_RETURN(CUDA_SUCCESS);
 }
 
+
+/* The streams of a destroyed context: their queued work dropped (host functions not called), and
+   marked destroyed. */
+static void fake_drop_streams(CUcontext ctx) {
+    for (CUstream s = fake.streams; s; s = s->next_stream) {
+        if (s->ctx != ctx) continue;
+        while (s->head) {
+            fake_op *op = s->head;
+            s->head = op->next;
+            free(op->owned);
+            free(op);
+        }
+        s->tail = NULL;
+        s->destroyed = true;
+    }
+}
+
 FAKE_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
     FAKE_ENTER();
     FAKE_CHECK_DEVICE(dev);
     if (fake.contexts[dev].retains == 0)
         FAKE_RETURN(fake_refuse(CUDA_ERROR_INVALID_CONTEXT, "cuDevicePrimaryCtxRelease of device %d, not retained", (int)dev));
     if (--fake.contexts[dev].retains == 0 && fake.contexts[dev].sticky) { /* destroyed: the error goes with it */
-        for (CUstream s = fake.streams; s; s = s->next_stream) {
-            if (s->ctx != &fake.contexts[dev]) continue;
-            while (s->head) {
-                fake_op *op = s->head;
-                s->head = op->next;
-                free(op->owned);
-                free(op);
-            }
-            s->tail = NULL;
-            s->destroyed = true;
-        }
+        fake_drop_streams(&fake.contexts[dev]);
         fake.contexts[dev].sticky = CUDA_SUCCESS;
     }
     FAKE_RETURN(CUDA_SUCCESS);
@@ -737,17 +744,7 @@ FAKE_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
     FAKE_ENTER();
     FAKE_CHECK_DEVICE(dev);
     CUcontext ctx = &fake.contexts[dev];
-    for (CUstream s = fake.streams; s; s = s->next_stream) {
-        if (s->ctx != ctx) continue;
-        while (s->head) {
-            fake_op *op = s->head;
-            s->head = op->next;
-            free(op->owned);
-            free(op);
-        }
-        s->tail = NULL;
-        s->destroyed = true;
-    }
+    fake_drop_streams(ctx);
     for (size_t i = fake.alloc_count; i-- > 0;) {
         if (fake.allocs[i].device != dev) continue;
         free(fake.allocs[i].data);
