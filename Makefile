@@ -54,7 +54,7 @@ TEST_CFLAGS = -I. -Itests
 HEADERS   := gpuarr.h $(wildcard backends/*.h)
 EXAMPLES  := $(basename $(notdir $(wildcard examples/*.c)))
 TESTS     := $(basename $(notdir $(wildcard tests/test_*.c)))
-THREADED_TESTS := test_threads test_streams test_pool test_dlpack test_telemetry test_trace
+THREADED_TESTS := test_threads test_streams test_pool test_dlpack test_telemetry test_trace test_leases
 WHITEBOX_TESTS := test_registry test_internals test_opencl_limits test_telemetry_files
 TOOLS     := gpuarr-info gpuarr-bench
 

@@ -803,6 +803,8 @@ typedef struct gpuarr_desc {
     const char *alloc_conf;     /* NULL = GPUARR_ALLOC_CONF: "key:value,..." (see MEMORY POOLS) */
     bool oom_host_fallback;     /* out of device memory: place new arrays on the host instead
                                    (alloc_conf host_fallback:0 or :1 overrides it) */
+    const char *slots;          /* NULL = GPUARR_SLOTS: lease slots per device, "cuda:0=4,opencl:*=2"
+                                   (see LEASES; copied by init) */
 } gpuarr_desc;
 
 /* Starts the library, or adds a reference when it is already running. A later call's desc (when
@@ -816,8 +818,8 @@ GPUARR_API gpuarr_result gpuarr_init(const gpuarr_desc *desc);
 GPUARR_API void gpuarr_shutdown(void);
 GPUARR_API bool gpuarr_is_initialized(void);
 /* The desc in effect, with every default resolved: the desc's fields, else the environment's,
-   else the defaults; devices and alloc_conf are NULL when neither gave one. out->devices and
-   out->alloc_conf stay valid until shutdown. */
+   else the defaults; devices, alloc_conf and slots are NULL when neither gave one. out->devices,
+   out->alloc_conf and out->slots stay valid until shutdown. */
 GPUARR_API gpuarr_result gpuarr_query_desc(gpuarr_desc *out);
 
 /* ---------------------------------------------------------------------------------------------
@@ -894,6 +896,42 @@ GPUARR_API gpuarr_result gpuarr_device_sync(gpuarr_device d);
    released: otherwise GPUARR_ERROR_INVALID_ARGUMENT saying how many are alive. No other thread may
    use d during the call. The host has nothing to reset (GPUARR_OK). */
 GPUARR_API gpuarr_result gpuarr_device_reset(gpuarr_device d);
+
+/* ---------------------------------------------------------------------------------------------
+ * Leases (see LEASES): a slot on a device, taken for a piece of work and given back after it.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct gpuarr_lease { uint32_t id; } gpuarr_lease; /* id 0 = invalid */
+typedef enum gpuarr_placement {
+    GPUARR_PLACE_DEFAULT = 0,  /* least leased (share of slots in use), ties by most free memory */
+    GPUARR_PLACE_LEAST_LEASED, /* the same */
+    GPUARR_PLACE_MOST_FREE,    /* most free memory, ties by least leased */
+    GPUARR_PLACE_ROUND_ROBIN,  /* the candidate after the one this process leased last */
+    GPUARR_PLACEMENT_COUNT
+} gpuarr_placement;
+typedef struct gpuarr_lease_desc {
+    const char *devices;        /* candidates, comma separated: "gpu" (every GPU; the default), "any"
+                                   (every GPU, else the host), host, cuda, cuda:*, cuda:N, opencl... */
+    gpuarr_placement placement;
+    const char *affinity;       /* leases with the same key go to the same physical device while it
+                                   has free slots; NULL = none (at most 127 characters) */
+    int slots;                  /* slots this lease takes on its device; 0 = 1 */
+    uint64_t memory_bytes;      /* free device memory the work needs (0 = no condition) */
+    int64_t timeout_ms;         /* 0 = try once, < 0 = wait forever */
+} gpuarr_lease_desc;
+/* Takes desc->slots slots on one candidate device (NULL desc = defaults), waiting for them in
+   FIFO order up to desc->timeout_ms; writes *out only on success. A FAILED device is never
+   leased. Errors: INVALID_ARGUMENT (a desc field or out, named), NO_DEVICE (no candidate
+   present), DEVICE_LOST (every candidate failed), TIMEOUT (no slot in time; the message says who
+   holds them). Thread-safe. */
+GPUARR_API gpuarr_result gpuarr_lease_acquire(const gpuarr_lease_desc *desc, gpuarr_lease *out);
+/* Gives the slots back and wakes waiters. A released or unknown lease: INVALID_HANDLE. */
+GPUARR_API gpuarr_result gpuarr_lease_release(gpuarr_lease l);
+/* The device the lease is on (the view its candidates named: "opencl:0" stays opencl:0). */
+GPUARR_API gpuarr_result gpuarr_lease_device(gpuarr_lease l, gpuarr_device *out);
+/* The slots of d's physical device (shared by its views through other backends): at least 1, and
+   not below the slots in use. Raising them wakes waiters. */
+GPUARR_API gpuarr_result gpuarr_device_set_slots(gpuarr_device d, int slots);
+GPUARR_API gpuarr_result gpuarr_device_get_slots(gpuarr_device d, int *total, int *in_use);
 
 /* ---------------------------------------------------------------------------------------------
  * Telemetry (see TELEMETRY). X(NAME, bit, "name", fields): one bit of gpuarr_telemetry.valid per
@@ -1225,11 +1263,14 @@ typedef struct gpuarr_scope {
     gpuarr_result previous_failure; /* the thread's failed-scope state before this scope */
     gpuarr_device device;  /* the scope's device */
     void *native_previous; /* the backend's previous native context (CUDA), restored on leave */
+    gpuarr_lease lease;    /* GPUARR_WITH_LEASE: released on leave; {0} otherwise */
 } gpuarr_scope;
 /* Enter: save the thread's current device and stream and set the new ones (a stream scope also
    makes the stream's device current). Leave: restore them; a second leave does nothing. */
 GPUARR_API gpuarr_scope gpuarr_scope_enter_device(gpuarr_device d);
 GPUARR_API gpuarr_scope gpuarr_scope_enter_stream(gpuarr_stream s);
+/* Acquires a lease (gpuarr_lease_acquire) and makes its device current; leave releases it. */
+GPUARR_API gpuarr_scope gpuarr_scope_enter_lease(const gpuarr_lease_desc *desc);
 /* Returns s. If s failed to start, the thread is left with no current device or stream until
    gpuarr_scope_leave(&s): every call that would use them (a {0} stream, work placed on the
    current stream, gpuarr_current_device) fails with s.result, saying that the scope did not
@@ -1258,6 +1299,18 @@ static inline gpuarr_scope gpuarr__scope_report(gpuarr_scope s, gpuarr_result *r
    the error that made it skip the block. */
 #define GPUARR_WITH_DEVICE_R(dev, result) GPUARR__WITH(gpuarr__scope_report(gpuarr_scope_enter_device(dev), result))
 #define GPUARR_WITH_STREAM_R(stream, result) GPUARR__WITH(gpuarr__scope_report(gpuarr_scope_enter_stream(stream), result))
+/* GPUARR_WITH_LEASE(desc_ptr, dev) { ... }: leases a device, declares `gpuarr_device dev` for the
+   block and makes it current, and releases the lease when the block ends (normally, by break or
+   by continue; as GPUARR_WITH_DEVICE, return and goto skip the release). No slot in time (or a bad
+   desc): the block is skipped and gpuarr_last_error() says why; the _R form writes the result. */
+#define GPUARR__WITH_LEASE(enter, dev)                                                         \
+    for (gpuarr_scope GPUARR__ID(scope) = enter; GPUARR__ID(scope).active;                     \
+         gpuarr_scope_leave(&GPUARR__ID(scope)))                                               \
+        for (int GPUARR__ID(once) = 1; GPUARR__ID(once); GPUARR__ID(once) = 0)                 \
+            for (gpuarr_device dev = GPUARR__ID(scope).device; GPUARR__ID(once); GPUARR__ID(once) = 0)
+#define GPUARR_WITH_LEASE(desc, dev) GPUARR__WITH_LEASE(gpuarr_scope_enter_lease(desc), dev)
+#define GPUARR_WITH_LEASE_R(desc, dev, result)                                                 \
+    GPUARR__WITH_LEASE(gpuarr__scope_report(gpuarr_scope_enter_lease(desc), result), dev)
 
 /* ---------------------------------------------------------------------------------------------
  * OpenCL interop. Native handles travel as void * here; with <CL/cl.h> included, the typed
@@ -1956,7 +2009,11 @@ typedef struct gpuarr__filter_item {
     X(ALLOC_CONF, gpuarr__check_text)                                                          \
     X(FAULTS, gpuarr__check_text)                                                              \
     X(TRACE, gpuarr__check_text)                                                               \
-    X(TRACE_EVENTS, gpuarr__check_trace_events)
+    X(TRACE_EVENTS, gpuarr__check_trace_events)                                                \
+    X(SLOTS, gpuarr__check_slots)
+
+/* GPUARR_SLOTS and desc.slots (backends/gpuarr_lease.h) */
+static gpuarr_result gpuarr__check_slots(const char *name, const char *value, int *out);
 
 typedef enum gpuarr__setting_id {
 #define GPUARR__SETTING_ENUM(NAME, check) GPUARR__SET_##NAME,
@@ -2037,6 +2094,7 @@ typedef struct gpuarr__state {
     bool backend_loaded[GPUARR_BACKEND_COUNT];
     char backend_error[GPUARR_BACKEND_COUNT][256]; /* why a backend is not available */
     void *backend_state[GPUARR_BACKEND_COUNT];
+    struct gpuarr__lease_state *leases; /* slots and leases (backends/gpuarr_lease.h) */
 } gpuarr__state;
 
 /* Zero but for the locks; the rest is left to zero initialization (designated initializers
@@ -2201,7 +2259,8 @@ typedef enum gpuarr__trace_kind {
     GPUARR__TRACE_ALLOC,
     GPUARR__TRACE_FREE,
     GPUARR__TRACE_OOM,      /* one step of the out-of-memory ladder */
-    GPUARR__TRACE_WAIT      /* a stream made to wait for another's work, on the waiting stream */
+    GPUARR__TRACE_WAIT,     /* a stream made to wait for another's work, on the waiting stream */
+    GPUARR__TRACE_LEASE     /* a lease acquired (or not), waiting included, on the thread */
 } gpuarr__trace_kind;
 
 /* A backend whose commands have timing events (OpenCL's profiling): how to keep one, let it go,
@@ -2268,6 +2327,8 @@ static void gpuarr__trace_alloc(gpuarr__trace_scope *sc, gpuarr__dev *d, bool pi
 static void gpuarr__trace_free(gpuarr__trace_scope *sc, gpuarr__dev *d, bool pinned, size_t bytes, const char *to);
 static void gpuarr__trace_wait(gpuarr__trace_scope *sc, gpuarr__stream *s, gpuarr__stream *after, gpuarr__event *e);
 static void gpuarr__trace_oom(uint64_t t0, gpuarr__dev *d, const char *step, size_t requested, gpuarr_result r);
+static void gpuarr__trace_lease(gpuarr__trace_scope *sc, int slots);
+static void gpuarr__trace_lease_end(gpuarr__trace_scope *sc, gpuarr__dev *d, gpuarr_result r, bool waited);
 static gpuarr_result gpuarr__check_trace_events(const char *name, const char *value, int *out); /* GPUARR_TRACE_EVENTS */
 /* A backend enqueued `command` (a timing event of `clock`) on behalf of the innermost open scope. */
 static void gpuarr__trace_command(void *command, const gpuarr__trace_clock *clock);
@@ -5648,7 +5709,7 @@ static int gpuarr__setting_value(gpuarr__setting_id id, int unset) {
 /* A desc field that is set takes the place of its variable, which is then not read at all. */
 static bool gpuarr__desc_replaces(const gpuarr_desc *d, gpuarr__setting_id id) {
     return (id == GPUARR__SET_DEVICES && d->devices) || (id == GPUARR__SET_LOG && d->log_level) ||
-           (id == GPUARR__SET_THREADS && d->host_threads) || (id == GPUARR__SET_ALLOC_CONF && d->alloc_conf);
+           (id == GPUARR__SET_THREADS && d->host_threads) || (id == GPUARR__SET_ALLOC_CONF && d->alloc_conf) || (id == GPUARR__SET_SLOTS && d->slots);
 }
 
 /* Reads, checks and keeps every GPUARR_* variable (an empty one counts as unset). */
@@ -5879,6 +5940,11 @@ static gpuarr_result gpuarr__resolve_config(const gpuarr_desc *d) {
         return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a copy of desc->alloc_conf");
     const char *conf = gpuarr__setting(GPUARR__SET_ALLOC_CONF); /* the desc's, else the variable's */
     if (conf) GPUARR__CHECK(gpuarr__parse_alloc_conf(conf));
+    if (d->slots) {
+        GPUARR__CHECK(gpuarr__check_slots("desc->slots", d->slots, &gpuarr__g.config.value[GPUARR__SET_SLOTS]));
+        if (!(gpuarr__g.config.text[GPUARR__SET_SLOTS] = gpuarr__strdup(d->slots)))
+            return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a copy of desc->slots");
+    }
     return GPUARR_OK;
 }
 
@@ -6377,6 +6443,23 @@ static void gpuarr__trace_oom(uint64_t t0, gpuarr__dev *d, const char *step, siz
     gpuarr__trace_finish(&sc);
 }
 
+/* s1: the outcome ("granted" or the result's name); a: slots, b: 1 when the call waited. The
+   device is set when the lease is granted. */
+static void gpuarr__trace_lease(gpuarr__trace_scope *sc, int slots) {
+    gpuarr__trace_open(sc, GPUARR__TRACE_LEASE, "lease acquire", NULL, NULL);
+    sc->ev.a = (uint64_t)slots;
+}
+
+static void gpuarr__trace_lease_end(gpuarr__trace_scope *sc, gpuarr__dev *d, gpuarr_result r, bool waited) {
+    if (!sc->on) return;
+    if (d) {
+        sc->ev.backend = (uint8_t)d->info.backend;
+        sc->ev.index = (int16_t)d->info.index;
+    }
+    sc->ev.b = waited;
+    sc->ev.s1 = r == GPUARR_OK ? "granted" : gpuarr_result_name(r);
+}
+
 /* ---- writing the file ---- */
 static int gpuarr__trace_order(const void *pa, const void *pb) {
     const gpuarr__trace_event *a = (const gpuarr__trace_event *)pa, *b = (const gpuarr__trace_event *)pb;
@@ -6462,6 +6545,10 @@ static void gpuarr__trace_put_args(FILE *f, const gpuarr__trace_event *e) {
         } else {
             gpuarr__trace_put_dev(f, "event_device", e->b);
         }
+        break;
+    case GPUARR__TRACE_LEASE:
+        if (e->backend) gpuarr__trace_put_dev(f, "device", dev);
+        fprintf(f, ",\"slots\":%llu,\"waited\":%s,\"outcome\":\"%s\"", a, b ? "true" : "false", e->s1 ? e->s1 : "?");
         break;
     default: break;
     }
@@ -6706,6 +6793,8 @@ static void gpuarr__trace_at_shutdown(void) {
 /* ---------------------------------------------------------------------------------------------
  * Lifecycle
  * ------------------------------------------------------------------------------------------- */
+static void gpuarr__leases_stop(void); /* backends/gpuarr_lease.h */
+
 static void gpuarr__teardown(void) {
     uint32_t arrays = gpuarr__g.arrays.capacity ? gpuarr__table_destroy(&gpuarr__g.arrays) : 0;
     uint32_t events = gpuarr__g.events.capacity ? gpuarr__table_destroy(&gpuarr__g.events) : 0;
@@ -6717,6 +6806,7 @@ static void gpuarr__teardown(void) {
     gpuarr__stream *defaults = gpuarr__detach_thread_streams(0);
     pthread_mutex_unlock(&gpuarr__g.defaults_lock);
     gpuarr__release_stream_list(defaults);
+    gpuarr__leases_stop();
     for (int i = 0; i < gpuarr__g.device_count; i++) {
         gpuarr__dev *d = &gpuarr__g.devices[i];
         gpuarr__pool_destroy(&d->pinned);
@@ -6748,6 +6838,7 @@ static void gpuarr__teardown(void) {
 }
 
 static gpuarr_result gpuarr__apply_faults(const char *text);
+static gpuarr_result gpuarr__leases_start(void); /* backends/gpuarr_lease.h */
 
 static gpuarr_result gpuarr__startup(const gpuarr_desc *desc) {
     gpuarr_desc d;
@@ -6765,6 +6856,7 @@ static gpuarr_result gpuarr__startup(const gpuarr_desc *desc) {
         gpuarr__workers_init(&gpuarr__g.workers, gpuarr__g.host_threads);
         r = gpuarr__registry_build();
     }
+    if (r == GPUARR_OK) r = gpuarr__leases_start();
     const char *faults = gpuarr__setting(GPUARR__SET_FAULTS);
     if (r == GPUARR_OK && faults) r = gpuarr__apply_faults(faults);
     if (r == GPUARR_OK) r = gpuarr__trace_at_init();
@@ -6795,6 +6887,7 @@ static gpuarr_result gpuarr__desc_agrees(const gpuarr_desc *d) {
     else if (d->host_threads && d->host_threads != g->host_threads) field = "host_threads";
     else if (d->alloc_conf && !gpuarr__same_text(d->alloc_conf, g->config.text[GPUARR__SET_ALLOC_CONF])) field = "alloc_conf";
     else if (d->oom_host_fallback && !g->alloc_conf.host_fallback) field = "oom_host_fallback";
+    else if (d->slots && !gpuarr__same_text(d->slots, g->config.text[GPUARR__SET_SLOTS])) field = "slots";
     if (!field) return GPUARR_OK;
     return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT,
                         "desc->%s differs from the running configuration (gpuarr is already initialized; pass NULL, or the "
@@ -6846,6 +6939,7 @@ GPUARR_API gpuarr_result gpuarr_query_desc(gpuarr_desc *out) {
     out->host_threads = gpuarr__g.host_threads;
     out->alloc_conf = gpuarr__g.config.text[GPUARR__SET_ALLOC_CONF];
     out->oom_host_fallback = gpuarr__g.alloc_conf.host_fallback;
+    out->slots = gpuarr__g.config.text[GPUARR__SET_SLOTS];
     return GPUARR_OK;
 }
 
@@ -8672,6 +8766,8 @@ GPUARR_API gpuarr_result gpuarr_set_current_stream(gpuarr_stream s) {
     return GPUARR_OK;
 }
 
+static void gpuarr__lease_release_quiet(gpuarr_lease l); /* backends/gpuarr_lease.h */
+
 static gpuarr_scope gpuarr__scope_enter(gpuarr__dev *dev, uint32_t stream_id) {
     gpuarr_scope sc;
     memset(&sc, 0, sizeof sc);
@@ -8747,6 +8843,8 @@ GPUARR_API void gpuarr_scope_leave(gpuarr_scope *scope) {
     gpuarr__tls.device_id = scope->previous_device.id;
     gpuarr__tls.stream_id = scope->previous_stream.id;
     gpuarr__tls.scope_failure = scope->previous_failure;
+    if (scope->lease.id && gpuarr__initialized()) gpuarr__lease_release_quiet(scope->lease);
+    scope->lease.id = 0;
 }
 
 /* The public interop functions, generated from each backend's GPUARR__INTEROP_<NAME> list: a call
@@ -8767,6 +8865,8 @@ GPUARR_BACKEND_LIST(GPUARR__INTEROP_CALLS)
 
 /* DLPack export and import (the manual's DLPACK section). */
 #include "backends/gpuarr_dlpack.h"
+/* Leases: slots per device, FIFO waits, placement, affinity (the manual's LEASES section). */
+#include "backends/gpuarr_lease.h"
 
 #endif /* GPUARR_IMPLEMENTATION */
 
