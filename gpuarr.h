@@ -129,6 +129,7 @@
  *                       testing).
  *   GPUARR_ALLOC_CONF, GPUARR_FAULTS  memory pools: see MEMORY POOLS.
  *   GPUARR_TRACE, GPUARR_TRACE_EVENTS  the trace: see TRACING.
+ *   GPUARR_SLOTS     lease slots per device, "cuda:0=4,opencl:*=2": see LEASES.
  * A malformed value makes gpuarr_init fail with GPUARR_ERROR_INVALID_ARGUMENT naming it. A
  * library that cannot be loaded is not an error: its backend has no devices, and
  * gpuarr_device_find's error for them gives the path and the loader's reason.
@@ -532,6 +533,72 @@
  * nothing. No other thread may use d during gpuarr_device_reset.
  *
  * =============================================================================================
+ * LEASES
+ * =============================================================================================
+ * A lease is a slot on a device, taken for a piece of work and given back after it, so that
+ * threads sharing a few devices spread over them and never crowd one. Each device has a number
+ * of slots; gpuarr_lease_acquire(&desc, &lease) takes desc.slots of them (0 = 1) on one device
+ * among desc.devices, gpuarr_lease_device(lease, &dev) says which, and gpuarr_lease_release
+ * gives them back. A lease says where work runs, not how much memory it may use: nothing stops
+ * the holder from allocating more than its share. Pair it with a pool limit for that:
+ *
+ *     gpuarr_lease_desc ld = {0};
+ *     ld.devices = "opencl:*"; ld.timeout_ms = 5000;
+ *     GPUARR_WITH_LEASE(&ld, dev) {                       // dev: the leased device, current here
+ *         gpuarr_pool_set_limit(dev, 2ull << 30);         // and its pool capped (per device)
+ *         gpuarr_zeros(dev, GPUARR_F32, 1, shape, &a); ...
+ *     }                                                   // released here
+ *
+ * Slots count per physical device: a GPU seen through CUDA and OpenCL (info.same_as) has one count,
+ * whichever view is leased. Defaults: the host has one slot per online CPU; every other device
+ * ceil(online CPUs / devices other than the host) (OpenHCS's rule; a GPU seen through two backends
+ * counts once). GPUARR_SLOTS (or desc.slots, which takes its place) sets them at gpuarr_init:
+ * comma separated <device>=<slots>, device host, cpu, cuda, cuda:*, cuda:N, opencl, opencl:*,
+ * opencl:N, slots 1..65536, later items over earlier ones; an item naming no present device is
+ * ignored (logged at info level); a malformed one fails gpuarr_init with
+ * GPUARR_ERROR_INVALID_ARGUMENT naming the variable. A second gpuarr_init whose desc.slots
+ * differs fails like any other differing field. gpuarr_device_set_slots(d, n) changes them at
+ * run time (n from 1, not below the slots in use: else GPUARR_ERROR_INVALID_ARGUMENT);
+ * gpuarr_device_get_slots(d, &total, &in_use) reads them.
+ *
+ * desc.devices lists the candidates (NULL = "gpu"): "gpu" is every GPU (GPUARR_ERROR_NO_DEVICE
+ * when there is none), "any" every GPU, else the host; "cuda" or "cuda:*" every CUDA device,
+ * "cuda:N" one, the same for opencl; "host". A malformed item is GPUARR_ERROR_INVALID_ARGUMENT, a
+ * device not present (or left out by GPUARR_DEVICES) GPUARR_ERROR_NO_DEVICE. A device that has
+ * FAILED (see FAILURES) is never leased; when every candidate has failed the call returns
+ * GPUARR_ERROR_DEVICE_LOST at once. Among the candidates with enough free slots (and, when
+ * desc.memory_bytes is set, at least that much free memory: the device's, less what its pool's
+ * limit leaves), desc.placement chooses: DEFAULT and LEAST_LEASED the smallest share of slots in
+ * use, ties by most free memory, then list order; MOST_FREE the most free memory, ties by least
+ * leased; ROUND_ROBIN the next candidate in list order after the one this process leased last.
+ * Before that, desc.affinity: a lease whose key matches a live lease goes to that lease's
+ * physical device while it has free slots (and is a candidate), through whichever view the
+ * candidates name, so a "cuda:0" lease and an "opencl:*" lease with one key share the GPU when
+ * the registry links the two.
+ *
+ * With no slot free, the call waits up to desc.timeout_ms (0 = try once, < 0 = forever), first
+ * come, first served: a waiter takes a slot of a device only when no waiter that came before it
+ * also wants that device (so one waiting for a busy device never holds up one for a free device).
+ * Releases and gpuarr_device_set_slots wake waiters; a wait for memory also looks again every
+ * 50 ms. When the time is up: GPUARR_ERROR_TIMEOUT, and gpuarr_last_error() says, per candidate,
+ * how many slots are in use and by whom (pid, thread id, slots, for how long), or that it failed.
+ * *out is written only on success.
+ *
+ * GPUARR_WITH_LEASE(&desc, dev) { ... } acquires a lease, declares gpuarr_device dev for the
+ * block and makes it the current device, and releases the lease when the block ends normally,
+ * by break or by continue (return and goto skip the release, as in GPUARR_WITH_DEVICE); when no
+ * lease can be had the block is skipped, and GPUARR_WITH_LEASE_R(&desc, dev, &result) says why.
+ * The lower level: gpuarr_scope_enter_lease(&desc) / gpuarr_scope_leave.
+ *
+ * Errors: out NULL, desc.placement not a gpuarr_placement, desc.slots < 0 or more than any
+ * candidate has, desc.affinity "" or longer than 127 characters, desc.devices "" or malformed:
+ * GPUARR_ERROR_INVALID_ARGUMENT naming the field. A zero, released (the message says "released
+ * already"), stale or forged lease, also one from an earlier gpuarr_init: GPUARR_ERROR_INVALID_HANDLE.
+ * gpuarr_shutdown drops the leases still held (with a warning); no call may wait in
+ * gpuarr_lease_acquire when the last gpuarr_shutdown runs. Leases are per process for now: two
+ * processes do not see each other's. All lease calls are thread-safe.
+ *
+ * =============================================================================================
  * TRACING
  * =============================================================================================
  * gpuarr_trace_start(path) ... gpuarr_trace_stop(), or GPUARR_TRACE=path (started by gpuarr_init,
@@ -583,7 +650,9 @@
  * for now. Where
  * threads enqueue on one stream at once, an event that would overlap an earlier one on that
  * stream without fitting inside it is shown starting when that one ends (a stream runs in order).
- * Leases are not recorded yet.
+ *   lease acquire    each gpuarr_lease_acquire (and GPUARR_WITH_LEASE), its wait included, on the
+ *                    calling thread: args device (when granted), slots, waited (whether it had to
+ *                    wait), outcome (granted, or the result's name: GPUARR_ERROR_TIMEOUT, ...)
  *
  * Bounds: each thread records into a buffer of its own of GPUARR_TRACE_EVENTS events (every
  * event it records, whichever track it is drawn on; 1..2^24, default 65536, 112 bytes each; read

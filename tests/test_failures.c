@@ -357,6 +357,40 @@ Test(failures, a_lost_opencl_device_fails_alone_and_comes_back_after_a_reset) {
     TEST_OK(gpuarr_release(b2));
 }
 
+/* Leases (LEASES): a FAILED device is never leased; with no other candidate, DEVICE_LOST at once. */
+Test(failures, a_failed_device_is_never_leased) {
+    lose_fn lose = opencl_through_fault_library();
+    gpuarr_device d0 = find("opencl:0"), d1 = find("opencl:1");
+    static float in[N], back[N];
+    int64_t shape[1] = {N};
+    gpuarr_array a;
+    TEST_OK(gpuarr_from_host(d0, in, 1, shape, &a));
+    lose(0, 1, 0);
+    TEST_FAIL_WITH(gpuarr_to_host(a, back, N), GPUARR_ERROR_DEVICE_LOST, "CL_DEVICE_NOT_AVAILABLE");
+    cr_assert_eq(state_of(d0, NULL, 0), GPUARR_DEVICE_FAILED);
+    TEST_OK(gpuarr_device_set_slots(d0, 4));
+    TEST_OK(gpuarr_device_set_slots(d1, 4));
+    gpuarr_lease_desc ld;
+    memset(&ld, 0, sizeof ld);
+    ld.devices = "opencl:*"; /* opencl:0 listed first, with as many free slots */
+    gpuarr_lease l[4];
+    for (int i = 0; i < 4; i++) {
+        gpuarr_device on;
+        TEST_OK(gpuarr_lease_acquire(&ld, &l[i]));
+        TEST_OK(gpuarr_lease_device(l[i], &on));
+        cr_assert_eq(on.id, d1.id, "lease %d", i);
+    }
+    TEST_FAIL_WITH(gpuarr_lease_acquire(&ld, &l[0]), GPUARR_ERROR_TIMEOUT, "opencl:0: failed (CL_DEVICE_NOT_AVAILABLE");
+    ld.devices = "opencl:0";
+    TEST_FAIL_WITH(gpuarr_lease_acquire(&ld, &l[0]), GPUARR_ERROR_DEVICE_LOST, "every candidate has failed");
+    for (int i = 0; i < 4; i++) TEST_OK(gpuarr_lease_release(l[i]));
+    TEST_OK(gpuarr_release(a));
+    lose(-1, 0, 0);
+    TEST_OK(gpuarr_device_reset(d0));
+    TEST_OK(gpuarr_lease_acquire(&ld, &l[0]));
+    TEST_OK(gpuarr_lease_release(l[0]));
+}
+
 /* The context's error callback cannot say which of its devices failed: all of them do. */
 Test(failures, an_opencl_context_error_callback_fails_every_device_of_the_context) {
     lose_fn lose = opencl_through_fault_library();

@@ -116,7 +116,7 @@ Test(leases, gpuarr_slots_sets_them_per_device) {
     expect_slots(gpuarr_host(), 3, 0);
     gpuarr_device d;
     for (int i = 0; i < 8; i++) {
-        char spec[16];
+        char spec[32];
         snprintf(spec, sizeof spec, "opencl:%d", i);
         if (gpuarr_device_find(spec, &d) == GPUARR_OK) expect_slots(d, 2, 0);
     }

@@ -49,6 +49,7 @@
 #define FZ_STREAMS 4
 #define FZ_EVENTS 4
 #define FZ_SCOPES 4
+#define FZ_LEASES 4
 #define FZ_STALE 8
 #define FZ_DEVICES 5
 #define FZ_MAX_ELEMS 8192 /* 64 KiB of f64 */
@@ -102,6 +103,8 @@ typedef struct fz {
     gpuarr_event ev[FZ_EVENTS];
     gpuarr_scope scope[FZ_SCOPES];
     int nscope;
+    gpuarr_lease lease[FZ_LEASES]; /* live leases; released at the end of the input */
+    int slots_saved[FZ_DEVICES];   /* a device's slots before this input changed them, 0 = unchanged */
     uint32_t stale[FZ_STALE]; /* ids released or destroyed, of any kind */
     int nstale;
     int handlers; /* OOM handlers added (fz_oom with user data z + k) */
@@ -1101,8 +1104,81 @@ static void op_trace(fz *z) {
     }
 }
 
+/* Leases: acquire (never waiting: timeout 0), release, device, slots, and the lease scope. */
+static void op_lease(fz *z) {
+    uint8_t how = u8(z);
+    gpuarr_result r;
+    int k = u8(z) % FZ_LEASES;
+    switch (how % 6) {
+    case 0:
+    case 1: {
+        static const char *const lists[] = {NULL, "host", "opencl:*", "cuda:*", "host,opencl:0", "gpu", "any", "opencl:9", "gpu0", "",
+                                            "cuda,opencl", "host,,cuda:1"};
+        static const char *const keys[] = {NULL, "a", "b", ""};
+        gpuarr_lease_desc d;
+        memset(&d, 0, sizeof d);
+        d.devices = lists[u8(z) % 12];
+        d.placement = (gpuarr_placement)((int)(u8(z) % 6) - 1);
+        d.slots = (int)(u8(z) % 5) - 1;
+        d.affinity = keys[u8(z) % 4];
+        d.memory_bytes = (how & 0x40) ? u64(z) : 0;
+        if (how & 0x80) { /* the scope form: left at the end of the input or by op_scope */
+            if (z->nscope == FZ_SCOPES) return;
+            gpuarr_scope s = gpuarr_scope_enter_lease(&d);
+            fz_ok_or_error(s.result, "gpuarr_scope_enter_lease");
+            if (s.active) z->scope[z->nscope++] = s;
+            return;
+        }
+        if (z->lease[k].id) return;
+        gpuarr_lease l = {FZ_SENTINEL};
+        FZ_CALL(r, "gpuarr_lease_acquire", gpuarr_lease_acquire(&d, (how & 0x20) ? NULL : &l));
+        FZ_KEEP_OUT(r, "gpuarr_lease_acquire", l);
+        if (r == GPUARR_OK) z->lease[k] = l;
+        break;
+    }
+    case 2: {
+        uint32_t ids[FZ_LEASES];
+        for (int i = 0; i < FZ_LEASES; i++) ids[i] = z->lease[i].id;
+        gpuarr_lease l = {fz_pick_id(z, ids, FZ_LEASES)};
+        FZ_CALL(r, "gpuarr_lease_release", gpuarr_lease_release(l));
+        for (int i = 0; r == GPUARR_OK && i < FZ_LEASES; i++)
+            if (z->lease[i].id == l.id) z->lease[i].id = 0;
+        if (r == GPUARR_OK) fz_stale_add(z, l.id);
+        break;
+    }
+    case 3: {
+        uint32_t ids[FZ_LEASES];
+        for (int i = 0; i < FZ_LEASES; i++) ids[i] = z->lease[i].id;
+        gpuarr_lease l = {fz_pick_id(z, ids, FZ_LEASES)};
+        gpuarr_device d = {FZ_SENTINEL};
+        FZ_CALL(r, "gpuarr_lease_device", gpuarr_lease_device(l, (how & 0x80) ? NULL : &d));
+        FZ_KEEP_OUT(r, "gpuarr_lease_device", d);
+        break;
+    }
+    case 4: {
+        int total = -7, in_use = -7;
+        FZ_CALL(r, "gpuarr_device_get_slots",
+                gpuarr_device_get_slots(fz_dev(z), (how & 0x80) ? NULL : &total, (how & 0x40) ? NULL : &in_use));
+        if (r == GPUARR_OK && (total < 1 || in_use < 0 || in_use > total)) fz_die("gpuarr_device_get_slots: %d of %d in use", in_use, total);
+        break;
+    }
+    default: {
+        if (fz_soak) break; /* process-wide: not from the soak's threads */
+        int i = u8(z) % FZ_DEVICES, slots = (int)(u8(z) % 6) - 1, total, in_use;
+        if (!z->dev[i].id) break;
+        if (!z->slots_saved[i] && gpuarr_device_get_slots(z->dev[i], &total, &in_use) == GPUARR_OK) z->slots_saved[i] = total;
+        FZ_CALL(r, "gpuarr_device_set_slots", gpuarr_device_set_slots(z->dev[i], slots));
+        break;
+    }
+    }
+}
+
 static void op_misc(fz *z) {
     uint8_t how = u8(z);
+    if (how >= 0xf0) { /* leases (bytes 0xf0..0xff; committed inputs with them ran op_misc's other cases before) */
+        op_lease(z);
+        return;
+    }
     switch (how % 4) {
     case 0: {
         gpuarr_result r = (gpuarr_result)(int8_t)u8(z);
@@ -1162,6 +1238,19 @@ static void fz_cleanup(fz *z) {
     if (z->tracing) FZ_CALL(r, "gpuarr_trace_stop", gpuarr_trace_stop()); /* the soak: maybe another thread's */
     z->tracing = false;
     while (z->nscope) gpuarr_scope_leave(&z->scope[--z->nscope]);
+    for (int i = 0; i < FZ_LEASES; i++)
+        if (z->lease[i].id) {
+            if (FZ_CALL(r, "gpuarr_lease_release", gpuarr_lease_release(z->lease[i])) != GPUARR_OK) fz_die("releasing lease %d failed", i);
+            z->lease[i].id = 0;
+        }
+    for (int i = 0; i < FZ_DEVICES; i++) {
+        int total, in_use;
+        if (!z->dev[i].id || gpuarr_device_get_slots(z->dev[i], &total, &in_use) != GPUARR_OK) continue;
+        if (!fz_soak && in_use) fz_die("%s: %d slots still in use after every lease was released", fz_specs[i], in_use);
+        if (z->slots_saved[i] && gpuarr_device_set_slots(z->dev[i], z->slots_saved[i]) != GPUARR_OK)
+            fz_die("restoring the slots of %s: %s", fz_specs[i], gpuarr_last_error());
+        z->slots_saved[i] = 0;
+    }
     gpuarr_stream none = {0};
     gpuarr_device nodev = {0};
     if (gpuarr_set_current_stream(none) != GPUARR_OK) fz_die("gpuarr_set_current_stream({0}): %s", gpuarr_last_error());
