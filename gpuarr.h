@@ -2079,10 +2079,12 @@ typedef struct gpuarr__filter_item {
     X(FAULTS, gpuarr__check_text)                                                              \
     X(TRACE, gpuarr__check_text)                                                               \
     X(TRACE_EVENTS, gpuarr__check_trace_events)                                                \
-    X(SLOTS, gpuarr__check_slots)
+    X(SLOTS, gpuarr__check_slots)                                                              \
+    X(LEASE_DIR, gpuarr__check_lease_dir)
 
 /* GPUARR_SLOTS and desc.slots (backends/gpuarr_lease.h) */
 static gpuarr_result gpuarr__check_slots(const char *name, const char *value, int *out);
+static gpuarr_result gpuarr__check_lease_dir(const char *name, const char *value, int *out); /* GPUARR_LEASE_DIR */
 
 typedef enum gpuarr__setting_id {
 #define GPUARR__SETTING_ENUM(NAME, check) GPUARR__SET_##NAME,
@@ -2107,6 +2109,7 @@ typedef struct gpuarr__state {
        (gpuarr__handles_lock): every hold is short. */
     uint32_t handles_lock;
     uint32_t handle_key[4]; /* the handle permutation's round keys, one set for all three tables */
+    bool lease_atfork;    /* the leases' fork handler is registered (once per process, under init_lock) */
     int refs;             /* gpuarr_init references, under init_lock */
     uint32_t valid;       /* atomic: 1 while initialized */
     uint32_t epoch;       /* counts init cycles; part of device ids */

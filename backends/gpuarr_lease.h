@@ -12,11 +12,20 @@
  * order: a waiter may take a slot of device p only when no waiter ahead of it also wants p, so
  * slots of each device are handed out first come, first served, and a waiter for a busy device
  * never holds up one for a free device.
+ *
+ * Across processes (GPUARR_LEASE_DIR, unless off): slot k of a physical device is the file
+ * <dir>/<key>.<k>.slot, key = its UUID, else its PCI address, else host name and spec. A lease
+ * holds an flock on one file per slot (opened O_CLOEXEC; a fork handler closes them in the child),
+ * so the kernel frees the slot the moment its holder dies. The file says who holds it. Other
+ * processes' releases are not announced: a waiter looks again every 25 ms.
  */
 #ifndef GPUARR_LEASE_INCLUDED
 #define GPUARR_LEASE_INCLUDED
 
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
+#include <fcntl.h>
 
 #define GPUARR__LEASE_MAX_SLOTS 65536
 #define GPUARR__LEASE_MAX_RECS 65535u /* index + 1 fits the id's low 16 bits */
@@ -30,6 +39,8 @@ typedef struct gpuarr__lease_rec {
     char affinity[GPUARR__LEASE_KEY_MAX + 1]; /* "" = none */
     long pid, tid;  /* the holder, for messages */
     double since_ms;
+    int *fds;       /* the locked slot files (across processes), nfds of them; -1 = closed */
+    int nfds;
 } gpuarr__lease_rec;
 
 typedef struct gpuarr__lease_waiter {
@@ -45,6 +56,9 @@ typedef struct gpuarr__lease_state {
     uint32_t rec_count, rec_cap;
     gpuarr__lease_waiter *head, *tail;
     int last_view; /* round robin: the registry index leased last, -1 = none */
+    char dir[512];           /* GPUARR_LEASE_DIR resolved; "" = leases are per process */
+    bool dir_made;           /* dir exists (made at the first acquire) */
+    char (*keys)[128];       /* by registry index: the slot files' name stem */
 } gpuarr__lease_state;
 
 /* ---------------------------------------------------------------------------------------------
@@ -128,6 +142,163 @@ static void gpuarr__slots_defaults(void) {
     for (int i = 0; i < gpuarr__g.device_count; i++) gpuarr__g.leases->total[i] = i == 0 ? (int)cpus : per_device;
 }
 
+static long gpuarr__lease_tid(void) {
+#ifdef SYS_gettid
+    return (long)syscall(SYS_gettid);
+#else
+    return 0;
+#endif
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Slot files (across processes)
+ * ------------------------------------------------------------------------------------------- */
+static gpuarr_result gpuarr__check_lease_dir(const char *name, const char *value, int *out) {
+    *out = !gpuarr__streq_nocase(value, "off");
+    if (!*out || value[0] == '/') return GPUARR_OK;
+    return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "%s=\"%s\": an absolute path, or off", name, value);
+}
+
+/* A forked child must not keep its parent's slots alive: it closes its copies of their files
+   (the parent's locks stay: they belong to the parent's open files as well). No lock is taken: the
+   child has one thread, and a lock another thread held at the fork would stay held. */
+static void gpuarr__lease_atfork_child(void) {
+    gpuarr__lease_state *ls = gpuarr__g.leases;
+    if (!ls) return;
+    for (uint32_t i = 0; i < ls->rec_count; i++) {
+        gpuarr__lease_rec *r = &ls->recs[i];
+        for (int k = 0; k < r->nfds; k++)
+            if (r->fds[k] >= 0) close(r->fds[k]), r->fds[k] = -1;
+    }
+}
+
+/* The name stem of a device's slot files: its UUID, else its PCI address, else host and spec. */
+static void gpuarr__lease_key(const gpuarr_device_info *in, char *out, size_t cap) {
+    if (in->has_uuid) {
+        const uint8_t *u = in->uuid;
+        snprintf(out, cap, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2], u[3], u[4], u[5],
+                 u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+        return;
+    }
+    if (in->has_pci) {
+        snprintf(out, cap, "pci-%04x:%02x:%02x.%x", (unsigned)in->pci_domain, (unsigned)in->pci_bus, (unsigned)in->pci_device,
+                 (unsigned)in->pci_function);
+        return;
+    }
+    char host[64] = "localhost";
+    if (gethostname(host, sizeof host - 1) != 0) gpuarr__copy_string(host, sizeof host, "localhost");
+    host[sizeof host - 1] = '\0';
+    snprintf(out, cap, "%s-%s", host, in->spec);
+    for (char *c = out; *c; c++)
+        if (*c == ':' || *c == '/') *c = '-';
+}
+
+static gpuarr_result gpuarr__lease_files_start(void) {
+    gpuarr__lease_state *ls = gpuarr__g.leases;
+    const char *dir = gpuarr__setting(GPUARR__SET_LEASE_DIR), *xdg = getenv("XDG_RUNTIME_DIR");
+    if (dir && !gpuarr__setting_value(GPUARR__SET_LEASE_DIR, 1)) return GPUARR_OK; /* off */
+    if (dir) gpuarr__copy_string(ls->dir, sizeof ls->dir, dir);
+    else if (xdg && xdg[0] == '/') snprintf(ls->dir, sizeof ls->dir, "%.480s/gpuarr", xdg);
+    else snprintf(ls->dir, sizeof ls->dir, "/tmp/gpuarr-%lu", (unsigned long)getuid());
+    ls->keys = (char (*)[128])gpuarr__calloc(sizeof *ls->keys * (size_t)gpuarr__g.device_count);
+    if (!ls->keys) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the lease files' names");
+    for (int i = 0; i < gpuarr__g.device_count; i++) gpuarr__lease_key(&gpuarr__g.devices[i].info, ls->keys[i], sizeof ls->keys[i]);
+    if (!gpuarr__g.lease_atfork && pthread_atfork(NULL, NULL, gpuarr__lease_atfork_child) == 0) gpuarr__g.lease_atfork = true;
+    return GPUARR_OK;
+}
+
+static void gpuarr__lease_path(int phys, int k, char *out, size_t cap) {
+    gpuarr__lease_state *ls = gpuarr__g.leases;
+    snprintf(out, cap, "%s/%s.%d.slot", ls->dir, ls->keys[phys], k);
+}
+
+/* Makes the folder at the first acquire (lock held). */
+static gpuarr_result gpuarr__lease_dir_make(void) {
+    gpuarr__lease_state *ls = gpuarr__g.leases;
+    if (ls->dir_made) return GPUARR_OK;
+    if (mkdir(ls->dir, 0700) != 0 && errno != EEXIST)
+        return gpuarr__fail(GPUARR_ERROR_BACKEND, "the lease folder %s cannot be made: %s (GPUARR_LEASE_DIR sets another, off none)",
+                            ls->dir, strerror(errno));
+    ls->dir_made = true;
+    return GPUARR_OK;
+}
+
+/* What a slot file says of its holder. */
+static void gpuarr__lease_file_write(int fd) {
+    char host[64] = "?", comm[64] = "?", line[256];
+    if (gethostname(host, sizeof host - 1) != 0) host[0] = '?', host[1] = '\0';
+    host[sizeof host - 1] = '\0';
+    FILE *f = fopen("/proc/self/comm", "r");
+    if (f) {
+        if (fgets(comm, sizeof comm, f)) comm[strcspn(comm, "\n")] = '\0';
+        fclose(f);
+    }
+    int n = snprintf(line, sizeof line, "pid %ld thread %ld host %s program %s since %lld\n", (long)getpid(), gpuarr__lease_tid(), host,
+                     comm, (long long)time(NULL));
+    if (ftruncate(fd, 0) == 0 && n > 0 && pwrite(fd, line, (size_t)n, 0) < 0) {} /* best effort: only for messages */
+}
+
+/* Locks `slots` free slot files of phys into fds: 1, or 0 when too few are free, or -1 (error
+   set). The files this process holds are busy to it too (flock is per open file). */
+static int gpuarr__lease_files_take(int phys, int slots, int *fds) {
+    int got = 0;
+    char path[700];
+    for (int k = 0; k < gpuarr__g.leases->total[phys] && got < slots; k++) {
+        gpuarr__lease_path(phys, k, path, sizeof path);
+        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        if (fd < 0) {
+            for (int j = 0; j < got; j++) close(fds[j]);
+            gpuarr__fail(GPUARR_ERROR_BACKEND, "the slot file %s cannot be opened: %s", path, strerror(errno));
+            return -1;
+        }
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            close(fd);
+            continue;
+        }
+        gpuarr__lease_file_write(fd);
+        fds[got++] = fd;
+    }
+    if (got == slots) return 1;
+    for (int j = 0; j < got; j++) {
+        if (ftruncate(fds[j], 0) != 0) {}
+        close(fds[j]);
+    }
+    return 0;
+}
+
+static void gpuarr__lease_files_put(gpuarr__lease_rec *r) {
+    for (int k = 0; k < r->nfds; k++)
+        if (r->fds[k] >= 0) {
+            if (ftruncate(r->fds[k], 0) != 0) {} /* no holder to show; the close drops the lock */
+            close(r->fds[k]);
+        }
+    gpuarr__free(r->fds);
+    r->fds = NULL;
+    r->nfds = 0;
+}
+
+/* Calls fn for each slot of phys: whether it is held (by anyone, this process too) and what its
+   file says of the holder ("" when free or unreadable). */
+static void gpuarr__lease_files_each(int phys, void (*fn)(int k, bool held, const char *holder, void *user), void *user) {
+    char path[700], text[256];
+    for (int k = 0; k < gpuarr__g.leases->total[phys]; k++) {
+        gpuarr__lease_path(phys, k, path, sizeof path);
+        text[0] = '\0';
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        bool held = false;
+        if (fd >= 0) {
+            held = flock(fd, LOCK_SH | LOCK_NB) != 0;
+            if (held) {
+                ssize_t n = pread(fd, text, sizeof text - 1, 0);
+                text[n > 0 ? n : 0] = '\0';
+                text[strcspn(text, "\n")] = '\0';
+            }
+            close(fd); /* drops the shared lock taken when it was free */
+        }
+        fn(k, held, text, user);
+    }
+}
+
 static gpuarr_result gpuarr__leases_start(void) {
     gpuarr__lease_state *ls = (gpuarr__lease_state *)gpuarr__calloc(sizeof *ls);
     size_t n = (size_t)gpuarr__g.device_count;
@@ -152,19 +323,23 @@ static gpuarr_result gpuarr__leases_start(void) {
     const char *bad;
     size_t bad_len;
     if (text) gpuarr__slots_each(text, gpuarr__slots_apply, &bad, &bad_len);
-    return GPUARR_OK;
+    return gpuarr__lease_files_start();
 }
 
 static void gpuarr__leases_stop(void) {
     gpuarr__lease_state *ls = gpuarr__g.leases;
     if (!ls) return;
     uint32_t live = 0;
-    for (uint32_t i = 0; i < ls->rec_count; i++) live += ls->recs[i].live;
+    for (uint32_t i = 0; i < ls->rec_count; i++) {
+        live += ls->recs[i].live;
+        gpuarr__lease_files_put(&ls->recs[i]);
+    }
     if (live) gpuarr__log(GPUARR_LOG_WARN, "gpuarr_shutdown dropped %u leases that were never released", live);
     pthread_cond_destroy(&ls->freed);
     pthread_mutex_destroy(&ls->lock);
     gpuarr__free(ls->recs);
     gpuarr__free(ls->total);
+    gpuarr__free(ls->keys);
     gpuarr__free(ls);
     gpuarr__g.leases = NULL;
 }
@@ -343,9 +518,10 @@ static int gpuarr__lease_cmp_share(int a, int b) {
     return x < y ? -1 : x > y ? 1 : 0;
 }
 
-/* The view to lease, or -1. mem[i]: candidate i's free memory, read here when needed. */
+/* The candidate to lease (its index in c), or -1; excluded[i]: its slot files are taken by other
+   processes. mem[i]: candidate i's free memory, read here when needed. */
 static int gpuarr__lease_pick(const gpuarr__lease_waiter *me, const gpuarr__lease_cands *c, const gpuarr_lease_desc *d, int slots,
-                              uint64_t *mem, bool *memory_short) {
+                              const bool *excluded, uint64_t *mem, bool *memory_short) {
     gpuarr__lease_state *ls = gpuarr__g.leases;
     bool need_mem = d->memory_bytes || d->placement == GPUARR_PLACE_MOST_FREE || d->placement == GPUARR_PLACE_DEFAULT ||
                     d->placement == GPUARR_PLACE_LEAST_LEASED;
@@ -353,7 +529,7 @@ static int gpuarr__lease_pick(const gpuarr__lease_waiter *me, const gpuarr__leas
     if (!ok) return -1;
     *memory_short = false;
     for (int i = 0; i < n; i++) {
-        if (!gpuarr__lease_open(me, c->view[i], slots)) continue;
+        if (excluded[i] || !gpuarr__lease_open(me, c->view[i], slots)) continue;
         mem[i] = need_mem ? gpuarr__lease_free_memory(&gpuarr__g.devices[c->view[i]]) : 0;
         if (d->memory_bytes && mem[i] < d->memory_bytes) {
             *memory_short = true;
@@ -388,7 +564,7 @@ static int gpuarr__lease_pick(const gpuarr__lease_waiter *me, const gpuarr__leas
         }
     }
     if (ok != open) gpuarr__free(ok);
-    return best < 0 ? -1 : c->view[best];
+    return best;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -402,6 +578,20 @@ static void gpuarr__lease_append(char *buf, size_t cap, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(buf + used, cap - used, fmt, ap);
     va_end(ap);
+}
+
+typedef struct gpuarr__lease_holders_out {
+    char *buf;
+    size_t cap;
+    int others;
+} gpuarr__lease_holders_out;
+
+/* A slot another process holds, as its file tells. */
+static void gpuarr__lease_holder_other(int k, bool held, const char *holder, void *user) {
+    gpuarr__lease_holders_out *o = (gpuarr__lease_holders_out *)user;
+    long pid = 0;
+    if (!held || (sscanf(holder, "pid %ld", &pid) == 1 && pid == (long)getpid())) return;
+    gpuarr__lease_append(o->buf, o->cap, "%sslot %d %s", o->others++ ? ", " : "; in other processes (", k, holder[0] ? holder : "held");
 }
 
 /* Who holds the candidates' slots: "opencl:0: 1 of 1 slots in use (pid 12 thread 13 for 5 ms)". */
@@ -424,6 +614,11 @@ static void gpuarr__lease_holders(const gpuarr__lease_cands *c, char *buf, size_
             gpuarr__lease_append(buf, cap, "%spid %ld thread %ld (%d slot%s, %.0f ms)", sep, rec->pid, rec->tid, rec->slots,
                                  rec->slots == 1 ? "" : "s", now - rec->since_ms);
             sep = ", ";
+        }
+        if (ls->dir[0]) {
+            gpuarr__lease_holders_out out = {buf, cap, 0};
+            gpuarr__lease_files_each(p, gpuarr__lease_holder_other, &out);
+            if (out.others) gpuarr__lease_append(buf, cap, ")");
         }
     }
 }
@@ -457,16 +652,8 @@ static bool gpuarr__lease_before(const struct timespec *a, const struct timespec
     return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
 }
 
-static long gpuarr__lease_tid(void) {
-#ifdef SYS_gettid
-    return (long)syscall(SYS_gettid);
-#else
-    return 0;
-#endif
-}
-
 /* The slots of `view` for this lease (lock held). */
-static gpuarr_lease gpuarr__lease_grant(uint32_t index, int view, int slots, const char *affinity) {
+static gpuarr_lease gpuarr__lease_grant(uint32_t index, int view, int slots, const char *affinity, int *fds) {
     gpuarr__lease_state *ls = gpuarr__g.leases;
     gpuarr__lease_rec *rec = &ls->recs[index];
     rec->live = true;
@@ -477,6 +664,8 @@ static gpuarr_lease gpuarr__lease_grant(uint32_t index, int view, int slots, con
     rec->pid = (long)getpid();
     rec->tid = gpuarr__lease_tid();
     rec->since_ms = gpuarr__now_ms();
+    rec->fds = fds;
+    rec->nfds = fds ? slots : 0;
     ls->in_use[rec->phys] += slots;
     ls->last_view = view;
     return gpuarr__lease_handle(index);
@@ -497,7 +686,12 @@ static gpuarr_result gpuarr__lease_wait(const gpuarr_lease_desc *d, const char *
                                         gpuarr_lease *out, int *view_out, bool *waited) {
     gpuarr__lease_state *ls = gpuarr__g.leases;
     uint64_t *mem = (uint64_t *)gpuarr__calloc(sizeof(uint64_t) * (size_t)c->count);
-    if (!mem) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for placement");
+    bool *excluded = (bool *)gpuarr__calloc(sizeof(bool) * (size_t)c->count);
+    if (!mem || !excluded) {
+        gpuarr__free(mem);
+        gpuarr__free(excluded);
+        return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for placement");
+    }
     gpuarr__lease_waiter me = {NULL, c->wants};
     bool queued = false, memory_short = false;
     struct timespec deadline;
@@ -517,9 +711,27 @@ static gpuarr_result gpuarr__lease_wait(const gpuarr_lease_desc *d, const char *
             r = gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no room for another lease (%u live at most)", GPUARR__LEASE_MAX_RECS);
             break;
         }
-        int view = gpuarr__lease_pick(queued ? &me : NULL, c, d, slots, mem, &memory_short);
-        if (view >= 0) {
-            *out = gpuarr__lease_grant(index, view, slots, d->affinity);
+        int ci = gpuarr__lease_pick(queued ? &me : NULL, c, d, slots, excluded, mem, &memory_short);
+        if (ci >= 0) {
+            int view = c->view[ci], *fds = NULL;
+            if (ls->dir[0]) { /* and the slots' files, against other processes */
+                if ((r = gpuarr__lease_dir_make()) != GPUARR_OK) break;
+                if (!(fds = (int *)gpuarr__malloc(sizeof(int) * (size_t)slots))) {
+                    r = gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a lease");
+                    break;
+                }
+                int got = gpuarr__lease_files_take(gpuarr__lease_phys(view), slots, fds);
+                if (got <= 0) {
+                    gpuarr__free(fds);
+                    if (got < 0) {
+                        r = GPUARR_ERROR_BACKEND;
+                        break;
+                    }
+                    excluded[ci] = true; /* other processes hold them: look at the others */
+                    continue;
+                }
+            }
+            *out = gpuarr__lease_grant(index, view, slots, d->affinity, fds);
             *view_out = view;
             break;
         }
@@ -540,14 +752,17 @@ static gpuarr_result gpuarr__lease_wait(const gpuarr_lease_desc *d, const char *
             queued = true;
         }
         *waited = true;
-        /* memory is not announced: a wait for it looks again every 50 ms */
-        if (d->memory_bytes) gpuarr__lease_deadline(50, &until);
-        if (d->timeout_ms > 0 && (!d->memory_bytes || gpuarr__lease_before(&deadline, &until))) until = deadline;
-        if (d->timeout_ms < 0 && !d->memory_bytes) pthread_cond_wait(&ls->freed, &ls->lock);
+        /* memory and other processes' releases are not announced: look again every 50 / 25 ms */
+        bool poll = d->memory_bytes || ls->dir[0];
+        if (poll) gpuarr__lease_deadline(ls->dir[0] ? 25 : 50, &until);
+        if (d->timeout_ms > 0 && (!poll || gpuarr__lease_before(&deadline, &until))) until = deadline;
+        if (d->timeout_ms < 0 && !poll) pthread_cond_wait(&ls->freed, &ls->lock);
         else pthread_cond_timedwait(&ls->freed, &ls->lock, &until);
+        memset(excluded, 0, sizeof(bool) * (size_t)c->count);
     }
     if (queued) gpuarr__lease_dequeue(&me);
     gpuarr__free(mem);
+    gpuarr__free(excluded);
     return r;
 }
 
@@ -595,6 +810,7 @@ static gpuarr_result gpuarr__lease_release(gpuarr_lease l) {
     gpuarr_result r = gpuarr__lease_get(l, "l", &rec);
     if (r == GPUARR_OK) {
         ls->in_use[rec->phys] -= rec->slots;
+        gpuarr__lease_files_put(rec);
         rec->live = false;
         rec->gen++;
         pthread_cond_broadcast(&ls->freed);

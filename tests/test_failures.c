@@ -359,6 +359,9 @@ Test(failures, a_lost_opencl_device_fails_alone_and_comes_back_after_a_reset) {
 
 /* Leases (LEASES): a FAILED device is never leased; with no other candidate, DEVICE_LOST at once. */
 Test(failures, a_failed_device_is_never_leased) {
+    char dir[] = "/tmp/gpuarr-test-failures-XXXXXX"; /* slot files of its own */
+    cr_assert_not_null(mkdtemp(dir));
+    cr_assert_eq(setenv("GPUARR_LEASE_DIR", dir, 1), 0);
     lose_fn lose = opencl_through_fault_library();
     gpuarr_device d0 = find("opencl:0"), d1 = find("opencl:1");
     static float in[N], back[N];
@@ -389,6 +392,9 @@ Test(failures, a_failed_device_is_never_leased) {
     TEST_OK(gpuarr_device_reset(d0));
     TEST_OK(gpuarr_lease_acquire(&ld, &l[0]));
     TEST_OK(gpuarr_lease_release(l[0]));
+    char cmd[96];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_expect_eq(system(cmd), 0);
 }
 
 /* The context's error callback cannot say which of its devices failed: all of them do. */

@@ -40,7 +40,28 @@ static void expect_slots(gpuarr_device d, int total, int in_use) {
     cr_assert_eq(u, in_use, "in use %d, expected %d", u, in_use);
 }
 
-TestSuite(leases, .init = test_setup, .fini = test_teardown);
+/* Each test (a process of its own) gets its own slot files: parallel test processes never share. */
+static char lease_dir[64];
+
+static void remove_dir(const char *dir) {
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
+static void lease_setup(void) {
+    snprintf(lease_dir, sizeof lease_dir, "/tmp/gpuarr-test-leases-XXXXXX");
+    cr_assert_not_null(mkdtemp(lease_dir));
+    cr_assert_eq(setenv("GPUARR_LEASE_DIR", lease_dir, 1), 0);
+    test_setup();
+}
+
+static void lease_teardown(void) {
+    test_teardown();
+    if (lease_dir[0]) remove_dir(lease_dir);
+}
+
+TestSuite(leases, .init = lease_setup, .fini = lease_teardown);
 
 Test(leases, acquire_takes_a_slot_and_release_gives_it_back) {
     gpuarr_device dev = test_device();
@@ -285,7 +306,10 @@ Test(leases, raising_the_slots_wakes_a_waiter) {
 /* ---- two candidates: the host and the device under test ---- */
 static gpuarr_device second_candidate(void) {
     gpuarr_device dev = test_device();
-    if (test_device_is_host(dev)) test_skip("needs a device besides the host (GPUARR_TEST_DEVICE=host)");
+    if (test_device_is_host(dev)) {
+        remove_dir(lease_dir); /* a skipped test's .fini does not run */
+        test_skip("needs a device besides the host (GPUARR_TEST_DEVICE=host)");
+    }
     TEST_OK(gpuarr_device_set_slots(dev, 2));
     TEST_OK(gpuarr_device_set_slots(gpuarr_host(), 2));
     return dev;

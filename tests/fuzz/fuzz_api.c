@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "gpuarr.h"
 
@@ -1345,6 +1346,11 @@ static void fz_start(void) {
     setenv("GPUARR_CUDA_LIBRARY", FUZZ_FAKE_CUDA, 0);
     setenv("GPUARR_NVML_LIBRARY", FUZZ_FAKE_NVML, 0);
     setenv("GPUARR_CACHE_DIR", FUZZ_CACHE_DIR, 0);
+    /* lease slot files: the fuzzer's own folder, not the user's (every acquire here tries once) */
+    char path[] = FUZZ_CACHE_DIR "/";
+    for (char *c = path + 1; *c; c++) /* mkdir -p */
+        if (*c == '/') *c = '\0', (void)mkdir(path, 0700), *c = '/';
+    setenv("GPUARR_LEASE_DIR", FUZZ_CACHE_DIR "/leases", 0);
     setenv("FAKE_CUDA_MEMORY", "268435456", 0);
     if (gpuarr_init(fz_default_desc()) != GPUARR_OK) fz_die("gpuarr_init: %s", gpuarr_last_error());
     int found = 0;
