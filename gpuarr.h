@@ -130,6 +130,8 @@
  *   GPUARR_ALLOC_CONF, GPUARR_FAULTS  memory pools: see MEMORY POOLS.
  *   GPUARR_TRACE, GPUARR_TRACE_EVENTS  the trace: see TRACING.
  *   GPUARR_SLOTS     lease slots per device, "cuda:0=4,opencl:*=2": see LEASES.
+ *   GPUARR_LEASE_DIR the folder of the lease slot files shared by processes (an absolute path, or
+ *                    off): see LEASES.
  * A malformed value makes gpuarr_init fail with GPUARR_ERROR_INVALID_ARGUMENT naming it. A
  * library that cannot be loaded is not an error: its backend has no devices, and
  * gpuarr_device_find's error for them gives the path and the loader's reason.
@@ -595,8 +597,24 @@
  * GPUARR_ERROR_INVALID_ARGUMENT naming the field. A zero, released (the message says "released
  * already"), stale or forged lease, also one from an earlier gpuarr_init: GPUARR_ERROR_INVALID_HANDLE.
  * gpuarr_shutdown drops the leases still held (with a warning); no call may wait in
- * gpuarr_lease_acquire when the last gpuarr_shutdown runs. Leases are per process for now: two
- * processes do not see each other's. All lease calls are thread-safe.
+ * gpuarr_lease_acquire when the last gpuarr_shutdown runs. All lease calls are thread-safe.
+ *
+ * Across processes. Slots are shared by every process of the user that uses the same folder,
+ * GPUARR_LEASE_DIR (an absolute path; default $XDG_RUNTIME_DIR/gpuarr, else /tmp/gpuarr-<uid>;
+ * made, mode 0700, at the first acquire; off: leases are per process). Slot k of a device is the
+ * file <folder>/<key>.<k>.slot, key = the device's UUID ("GPU-..."), else its PCI address
+ * ("pci-0000:3b:00.0"), else the host name and spec ("myhost-opencl-0"): two views of one GPU, and
+ * two processes that number devices differently, meet in the same files. A lease holds an flock on
+ * one file per slot, and the file says who: "pid P thread T host H program NAME since UNIX-TIME".
+ * The kernel drops the lock when the holder exits or is killed, so a crashed holder's slot is free
+ * at once. The files are opened O_CLOEXEC, and a child made by fork closes its copies (a
+ * pthread_atfork handler), so a child, exec'd or not, never keeps its parent's slot alive; in the
+ * child, the parent's leases are still handles there but hold nothing. The processes should agree
+ * on the slots (the same GPUARR_SLOTS): each counts files up to its own number. Between processes
+ * there is no queue: a waiter looks again every 25 ms, so first come, first served holds within a
+ * process only; placement counts this process's leases only. A folder or file that cannot be
+ * made or opened fails gpuarr_lease_acquire with GPUARR_ERROR_BACKEND giving the path and the
+ * reason. The timeout message names other processes' holders as their files do.
  *
  * =============================================================================================
  * TRACING
