@@ -10,6 +10,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -582,4 +583,67 @@ Test(leases, shutdown_drops_leases_and_their_handles_go_stale) {
     int t, u;
     TEST_OK(gpuarr_device_get_slots(dev, &t, &u));
     cr_assert_eq(u, 0);
+}
+
+/* ---- the slot files (GPUARR_LEASE_DIR) ---- */
+static void restart_with_lease_dir(const char *value) {
+    gpuarr_shutdown();
+    cr_assert_eq(setenv("GPUARR_LEASE_DIR", value, 1), 0);
+    TEST_OK(gpuarr_init(NULL));
+}
+
+Test(leases, the_folder_is_made_0700_and_a_slot_file_names_its_holder) {
+    char sub[128], cmd[256], line[256] = "";
+    snprintf(sub, sizeof sub, "%s/sub", lease_dir);
+    restart_with_lease_dir(sub);
+    test_device();
+    gpuarr_lease_desc d = only_test_device(0);
+    gpuarr_lease l;
+    TEST_OK(gpuarr_lease_acquire(&d, &l));
+    struct stat st;
+    cr_assert_eq(stat(sub, &st), 0);
+    cr_assert_eq(st.st_mode & 0777, 0700);
+    snprintf(cmd, sizeof cmd, "cat %s/*.0.slot", sub);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    if (!fgets(line, sizeof line, p)) line[0] = '\0';
+    pclose(p);
+    char want[64];
+    snprintf(want, sizeof want, "pid %ld thread ", (long)getpid());
+    cr_assert(strncmp(line, want, strlen(want)) == 0, "%s", line);
+    cr_assert(strstr(line, " program test_leases since "), "%s", line);
+    TEST_OK(gpuarr_lease_release(l));
+}
+
+Test(leases, lease_dir_off_keeps_leases_in_the_process) {
+    restart_with_lease_dir("off");
+    test_device();
+    gpuarr_lease_desc d = only_test_device(0);
+    gpuarr_lease l;
+    TEST_OK(gpuarr_lease_acquire(&d, &l));
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "test -z \"$(ls -A '%s')\"", lease_dir);
+    cr_assert_eq(system(cmd), 0, "no slot file in %s", lease_dir);
+    TEST_OK(gpuarr_lease_release(l));
+}
+
+Test(leases, a_bad_lease_dir_is_named) {
+    gpuarr_shutdown();
+    cr_assert_eq(setenv("GPUARR_LEASE_DIR", "relative/path", 1), 0);
+    cr_assert_eq(gpuarr_init(NULL), GPUARR_ERROR_INVALID_ARGUMENT);
+    cr_assert(strstr(gpuarr_last_error(), "GPUARR_LEASE_DIR=\"relative/path\": an absolute path, or off"), "%s", gpuarr_last_error());
+    char file[128], under[160];
+    snprintf(file, sizeof file, "%s/file", lease_dir);
+    FILE *f = fopen(file, "w");
+    cr_assert_not_null(f);
+    fclose(f);
+    snprintf(under, sizeof under, "%s/sub", file); /* under a plain file: cannot be made */
+    cr_assert_eq(setenv("GPUARR_LEASE_DIR", under, 1), 0);
+    TEST_OK(gpuarr_init(NULL));
+    test_device();
+    gpuarr_lease_desc d = only_test_device(0);
+    gpuarr_lease l;
+    cr_assert_eq(gpuarr_lease_acquire(&d, &l), GPUARR_ERROR_BACKEND);
+    cr_assert(strstr(gpuarr_last_error(), under) && strstr(gpuarr_last_error(), "cannot be made: Not a directory"), "%s",
+              gpuarr_last_error());
 }
