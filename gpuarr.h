@@ -615,6 +615,9 @@
  * process only; placement counts this process's leases only. A folder or file that cannot be
  * made or opened fails gpuarr_lease_acquire with GPUARR_ERROR_BACKEND giving the path and the
  * reason. The timeout message names other processes' holders as their files do.
+ * gpuarr_lease_summary(d, buf, len) writes a line per slot of d ("opencl:0 slot 1: free", or what
+ * its file says of the holder), and `gpuarr-info --leases` prints it for every device (a GPU seen
+ * by two backends once).
  *
  * =============================================================================================
  * TRACING
@@ -1019,6 +1022,11 @@ GPUARR_API gpuarr_result gpuarr_lease_device(gpuarr_lease l, gpuarr_device *out)
    not below the slots in use. Raising them wakes waiters. */
 GPUARR_API gpuarr_result gpuarr_device_set_slots(gpuarr_device d, int slots);
 GPUARR_API gpuarr_result gpuarr_device_get_slots(gpuarr_device d, int *total, int *in_use);
+/* Every slot of d's physical device, a line each, into buf (NUL-terminated, cut to len):
+   "opencl:0 slot 0: free", or "... slot 1: pid P thread T host H program NAME since UNIX-TIME"
+   (from the slot files: any process; per process, with GPUARR_LEASE_DIR=off: this one's leases).
+   What gpuarr-info --leases prints. Errors: buf NULL or len 0 (INVALID_ARGUMENT), d (INVALID_HANDLE). */
+GPUARR_API gpuarr_result gpuarr_lease_summary(gpuarr_device d, char *buf, size_t len);
 
 /* ---------------------------------------------------------------------------------------------
  * Telemetry (see TELEMETRY). X(NAME, bit, "name", fields): one bit of gpuarr_telemetry.valid per

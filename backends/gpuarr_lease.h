@@ -879,6 +879,45 @@ GPUARR_API gpuarr_result gpuarr_device_get_slots(gpuarr_device d, int *total, in
     return GPUARR_OK;
 }
 
+typedef struct gpuarr__lease_summary_out {
+    char *buf;
+    size_t len;
+    const char *spec;
+} gpuarr__lease_summary_out;
+
+static void gpuarr__lease_summary_line(int k, bool held, const char *holder, void *user) {
+    gpuarr__lease_summary_out *o = (gpuarr__lease_summary_out *)user;
+    gpuarr__lease_append(o->buf, o->len, "%s slot %d: %s\n", o->spec, k, !held ? "free" : holder[0] ? holder : "held");
+}
+
+GPUARR_API gpuarr_result gpuarr_lease_summary(gpuarr_device d, char *buf, size_t len) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(buf);
+    if (!len) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "len is 0");
+    gpuarr__dev *dev;
+    GPUARR__CHECK(gpuarr__get_dev_any(d, "d", &dev));
+    gpuarr__lease_state *ls = gpuarr__g.leases;
+    int p = gpuarr__lease_phys((int)(dev - gpuarr__g.devices));
+    gpuarr__lease_summary_out o = {buf, len, dev->info.spec};
+    buf[0] = '\0';
+    pthread_mutex_lock(&ls->lock);
+    if (ls->dir[0]) {
+        gpuarr__lease_files_each(p, gpuarr__lease_summary_line, &o);
+    } else { /* this process's leases take the slots in the order of their records */
+        int k = 0;
+        char holder[128];
+        for (uint32_t r = 0; r < ls->rec_count; r++) {
+            const gpuarr__lease_rec *rec = &ls->recs[r];
+            if (!rec->live || rec->phys != p) continue;
+            snprintf(holder, sizeof holder, "pid %ld thread %ld (this process)", rec->pid, rec->tid);
+            for (int j = 0; j < rec->slots; j++) gpuarr__lease_summary_line(k++, true, holder, &o);
+        }
+        for (; k < ls->total[p]; k++) gpuarr__lease_summary_line(k, false, "", &o);
+    }
+    pthread_mutex_unlock(&ls->lock);
+    return GPUARR_OK;
+}
+
 GPUARR_API gpuarr_scope gpuarr_scope_enter_lease(const gpuarr_lease_desc *desc) {
     gpuarr__tls.api = __func__;
     if (!gpuarr__initialized())

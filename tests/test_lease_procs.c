@@ -98,6 +98,19 @@ Test(lease_procs, a_killed_holder_frees_its_slot_at_once) {
     snprintf(who, sizeof who, "in other processes (slot 0 pid %ld thread ", (long)holder);
     cr_assert(strstr(gpuarr_last_error(), who), "%s", gpuarr_last_error());
     cr_assert(strstr(gpuarr_last_error(), " program "), "%s", gpuarr_last_error());
+    /* gpuarr_lease_summary (gpuarr-info --leases) shows the holder of every slot */
+    char text[2048], line[128];
+    TEST_OK(gpuarr_device_set_slots(test_device(), 2));
+    TEST_OK(gpuarr_lease_summary(test_device(), text, sizeof text));
+    snprintf(line, sizeof line, "%s slot 0: pid %ld thread ", test_device_spec(), (long)holder);
+    cr_assert(strstr(text, line), "%s", text);
+    snprintf(line, sizeof line, "%s slot 1: free\n", test_device_spec());
+    cr_assert(strstr(text, line), "%s", text);
+    cr_assert_eq(gpuarr_lease_summary(test_device(), NULL, 10), GPUARR_ERROR_INVALID_ARGUMENT);
+    cr_assert_eq(gpuarr_lease_summary(test_device(), text, 0), GPUARR_ERROR_INVALID_ARGUMENT);
+    TEST_OK(gpuarr_lease_summary(test_device(), text, 8));
+    cr_assert_eq(strlen(text), 7u, "cut to len");
+    TEST_OK(gpuarr_device_set_slots(test_device(), 1));
     kill(holder, SIGKILL);
     cr_assert_eq(waitpid(holder, NULL, 0), holder);
     double t0 = now_ms();

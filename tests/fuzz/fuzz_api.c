@@ -1157,6 +1157,13 @@ static void op_lease(fz *z) {
         break;
     }
     case 4: {
+        if (how & 0x20) {
+            size_t len = u16(z) % 512;
+            char *buf = (how & 0x10) && !len ? NULL : (char *)fz_alloc(z, len);
+            FZ_CALL(r, "gpuarr_lease_summary", gpuarr_lease_summary(fz_dev(z), buf, len));
+            if (r == GPUARR_OK && !memchr(buf, '\0', len)) fz_die("gpuarr_lease_summary: not NUL-terminated within len");
+            break;
+        }
         int total = -7, in_use = -7;
         FZ_CALL(r, "gpuarr_device_get_slots",
                 gpuarr_device_get_slots(fz_dev(z), (how & 0x80) ? NULL : &total, (how & 0x40) ? NULL : &in_use));
