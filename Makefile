@@ -55,7 +55,7 @@ HEADERS   := gpuarr.h $(wildcard backends/*.h)
 EXAMPLES  := $(basename $(notdir $(wildcard examples/*.c)))
 TESTS     := $(basename $(notdir $(wildcard tests/test_*.c)))
 THREADED_TESTS := test_threads test_streams test_pool test_dlpack test_telemetry test_trace test_leases
-WHITEBOX_TESTS := test_registry test_internals test_opencl_limits test_telemetry_files
+WHITEBOX_TESTS := test_registry test_internals test_opencl_limits test_telemetry_files test_lease_links
 TOOLS     := gpuarr-info gpuarr-bench
 
 # --- toolchains ---------------------------------------------------------------------------
@@ -219,6 +219,8 @@ run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAKE_NVML) $
 	  $(FAKE_ENV) $(BUILD)/rel/tests/test_internals --jobs 2; \
 	  echo "== test_telemetry_files on the fake driver and fake NVML (an OpenCL device linked to cuda:1)"; \
 	  $(FAKE_ENV) $(BUILD)/rel/tests/test_telemetry_files --jobs 2; \
+	  echo "== test_lease_links on the fake driver (leases across a GPU's CUDA and OpenCL views)"; \
+	  $(FAKE_ENV) $(BUILD)/rel/tests/test_lease_links --jobs 2; \
 	  echo "== test_cuda on the fake driver: two GPUs with peer access, then without"; \
 	  $(FAKE_ENV) $(BUILD)/rel/tests/test_cuda --jobs 2; \
 	  $(FAKE_ENV) FAKE_CUDA_PEER=0 $(BUILD)/rel/tests/test_cuda --jobs 2; \
