@@ -1028,6 +1028,22 @@ GPUARR_API gpuarr_result gpuarr_device_get_slots(gpuarr_device d, int *total, in
    What gpuarr-info --leases prints. Errors: buf NULL or len 0 (INVALID_ARGUMENT), d (INVALID_HANDLE). */
 GPUARR_API gpuarr_result gpuarr_lease_summary(gpuarr_device d, char *buf, size_t len);
 
+/* Placement before running (see PLANS): a device for each step of a pipeline. */
+#define GPUARR_NEED_FP64 0x1u   /* the step computes in f64: not on OpenCL devices without cl_khr_fp64 */
+typedef struct gpuarr_plan_step {
+    const char *name;           /* for messages; NULL = its index */
+    const char *devices;        /* candidates, as gpuarr_lease_desc.devices (NULL = "gpu"): "host",
+                                   "gpu", "any", "cuda", "opencl:1", lists */
+    uint32_t needs;             /* GPUARR_NEED_* bits */
+    uint64_t memory_bytes;      /* device memory the step uses at its peak (0 = no condition) */
+} gpuarr_plan_step;
+/* Writes out[i], the device of steps[i], for all count steps, or nothing: the physical device
+   that can take the most steps takes them (ties: placement, as for leases), then the next for
+   the rest. Errors: INVALID_ARGUMENT (steps, out, count, placement, a step's needs or devices,
+   named), NO_DEVICE (a step no candidate can take: the message names the step and says why of
+   each candidate). Thread-safe. */
+GPUARR_API gpuarr_result gpuarr_plan(const gpuarr_plan_step *steps, int count, gpuarr_placement placement, gpuarr_device *out);
+
 /* ---------------------------------------------------------------------------------------------
  * Telemetry (see TELEMETRY). X(NAME, bit, "name", fields): one bit of gpuarr_telemetry.valid per
  * group of fields read together; a clear bit means those fields were not read (left 0).

@@ -56,6 +56,7 @@ typedef struct gpuarr__lease_state {
     uint32_t rec_count, rec_cap;
     gpuarr__lease_waiter *head, *tail;
     int last_view; /* round robin: the registry index leased last, -1 = none */
+    int plan_last; /* round robin of gpuarr_plan: the physical device its last plan chose first */
     char dir[512];           /* GPUARR_LEASE_DIR resolved; "" = leases are per process */
     bool dir_made;           /* dir exists (made at the first acquire) */
     char (*keys)[128];       /* by registry index: the slot files' name stem */
@@ -317,6 +318,7 @@ static gpuarr_result gpuarr__leases_start(void) {
     ls->total = counts;
     ls->in_use = counts + n;
     ls->last_view = -1;
+    ls->plan_last = -1;
     gpuarr__g.leases = ls;
     gpuarr__slots_defaults();
     const char *text = gpuarr__setting(GPUARR__SET_SLOTS); /* desc.slots, else GPUARR_SLOTS: checked at read */
@@ -420,10 +422,10 @@ static int gpuarr__cands_add_gpus(gpuarr__lease_cands *c) {
     return added;
 }
 
-static gpuarr_result gpuarr__cands_item(gpuarr__lease_cands *c, const char *list, const char *p, size_t len) {
+static gpuarr_result gpuarr__cands_item(gpuarr__lease_cands *c, const char *arg, const char *list, const char *p, size_t len) {
     char item[64];
     if (len == 0 || len >= sizeof item)
-        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "desc->devices = \"%s\": item \"%.*s\" is not a device spec", list,
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "%s = \"%s\": item \"%.*s\" is not a device spec", arg, list,
                             (int)len, p);
     memcpy(item, p, len);
     item[len] = '\0';
@@ -435,7 +437,7 @@ static gpuarr_result gpuarr__cands_item(gpuarr__lease_cands *c, const char *list
             gpuarr__cands_add(c, 0);
             return GPUARR_OK;
         }
-        return gpuarr__fail(GPUARR_ERROR_NO_DEVICE, "desc->devices = \"%s\": \"gpu\": none of the %d devices is a GPU", list,
+        return gpuarr__fail(GPUARR_ERROR_NO_DEVICE, "%s = \"%s\": \"gpu\": none of the %d devices is a GPU", arg, list,
                             gpuarr__g.device_count);
     }
     if (strcmp(item, "host") != 0 && strcmp(item, "cpu") != 0 && gpuarr__parse_backend_spec(item, len, true, &b, &index) && index < 0) {
@@ -443,20 +445,21 @@ static gpuarr_result gpuarr__cands_item(gpuarr__lease_cands *c, const char *list
         for (int i = 0; i < gpuarr__g.device_count; i++)
             if (gpuarr__g.devices[i].info.backend == b) gpuarr__cands_add(c, i), added++;
         if (added) return GPUARR_OK;
-        return gpuarr__fail(GPUARR_ERROR_NO_DEVICE, "desc->devices = \"%s\": no %s device is present", list, gpuarr__backend_names[b]);
+        return gpuarr__fail(GPUARR_ERROR_NO_DEVICE, "%s = \"%s\": no %s device is present", arg, list, gpuarr__backend_names[b]);
     }
     gpuarr__dev *d;
     gpuarr_result r = gpuarr__find_device(item, &d);
     if (r != GPUARR_OK) { /* the finder's reason, said of this argument */
         char why[sizeof gpuarr__tls.error_detail];
         gpuarr__copy_string(why, sizeof why, gpuarr__tls.error_detail);
-        return gpuarr__fail(r, "desc->devices = \"%s\": %s", list, why);
+        return gpuarr__fail(r, "%s = \"%s\": %s", arg, list, why);
     }
     gpuarr__cands_add(c, (int)(d - gpuarr__g.devices));
     return GPUARR_OK;
 }
 
-static gpuarr_result gpuarr__cands_parse(const char *list, gpuarr__lease_cands *c) {
+/* arg: what the list is called in messages ("desc->devices"). */
+static gpuarr_result gpuarr__cands_parse(const char *arg, const char *list, gpuarr__lease_cands *c) {
     size_t n = (size_t)gpuarr__g.device_count;
     c->count = 0;
     c->view = (int *)gpuarr__calloc(sizeof(int) * n);
@@ -467,7 +470,7 @@ static gpuarr_result gpuarr__cands_parse(const char *list, gpuarr__lease_cands *
         const char *q = p;
         while (len && q[0] == ' ') q++, len--;
         while (len && q[len - 1] == ' ') len--;
-        GPUARR__CHECK(gpuarr__cands_item(c, list, q, len));
+        GPUARR__CHECK(gpuarr__cands_item(c, arg, list, q, len));
         p += strcspn(p, ",");
         if (!*p) return GPUARR_OK;
         p++;
@@ -775,7 +778,7 @@ static gpuarr_result gpuarr__lease_acquire(const gpuarr_lease_desc *desc, gpuarr
     const char *list = d.devices ? d.devices : "gpu";
     GPUARR__TRACE_SCOPE(gpuarr__trace_lease, slots);
     gpuarr__lease_cands c;
-    gpuarr_result r = gpuarr__cands_parse(list, &c);
+    gpuarr_result r = gpuarr__cands_parse("desc->devices", list, &c);
     gpuarr__lease_state *ls = gpuarr__g.leases;
     int view = -1;
     bool waited = false;
@@ -933,6 +936,175 @@ GPUARR_API gpuarr_scope gpuarr_scope_enter_lease(const gpuarr_lease_desc *desc) 
     }
     sc.lease = l;
     return sc;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Plans: a device for each step of a pipeline, chosen before anything runs (the manual's PLANS)
+ * ------------------------------------------------------------------------------------------- */
+#define GPUARR__PLAN_MAX_STEPS 4096
+#define GPUARR__PLAN_NEEDS_KNOWN (GPUARR_NEED_FP64)
+
+/* What a step may count on at d: the device's memory, or its pool's limit when that is lower.
+   Capacity, not what is free now: that changes before the step runs (a lease's memory_bytes waits
+   for it). */
+static uint64_t gpuarr__plan_capacity(gpuarr__dev *d) {
+    pthread_mutex_lock(&d->pool.lock);
+    uint64_t limit = d->pool.stats.limit_bytes;
+    pthread_mutex_unlock(&d->pool.lock);
+    return limit && limit < d->info.total_memory ? limit : d->info.total_memory;
+}
+
+static bool gpuarr__plan_has_fp64(gpuarr__dev *d) {
+    gpuarr__error_saved sv; /* cast_supported words its refusal as an error: not this call's */
+    gpuarr__error_save(&sv);
+    bool ok = d->backend->cast_supported(d, GPUARR_F64, GPUARR_F64) == GPUARR_OK;
+    gpuarr__error_restore(&sv);
+    return ok;
+}
+
+/* Whether view v can take step s; if not, why (appended to why). */
+static bool gpuarr__plan_fits(const gpuarr_plan_step *s, int v, char *why, size_t cap) {
+    gpuarr__dev *d = &gpuarr__g.devices[v];
+    char have[32], need[32];
+    if (gpuarr__lease_failed(v)) {
+        gpuarr__lease_append(why, cap, "; %s has failed", d->info.spec);
+        return false;
+    }
+    if ((s->needs & GPUARR_NEED_FP64) && !gpuarr__plan_has_fp64(d)) {
+        gpuarr__lease_append(why, cap, "; %s has no fp64", d->info.spec);
+        return false;
+    }
+    uint64_t room = gpuarr__plan_capacity(d);
+    if (s->memory_bytes > room) {
+        gpuarr__format_bytes(have, sizeof have, room);
+        gpuarr__format_bytes(need, sizeof need, s->memory_bytes);
+        gpuarr__lease_append(why, cap, "; %s has %s, the step needs %s", d->info.spec, have, need);
+        return false;
+    }
+    return true;
+}
+
+static void gpuarr__plan_step_name(const gpuarr_plan_step *steps, int i, char *out, size_t cap) {
+    if (steps[i].name) snprintf(out, cap, "steps[%d] (\"%.64s\")", i, steps[i].name);
+    else snprintf(out, cap, "steps[%d]", i);
+}
+
+static gpuarr_result gpuarr__plan_check(const gpuarr_plan_step *steps, int count, gpuarr_placement placement) {
+    if (count < 1 || count > GPUARR__PLAN_MAX_STEPS)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "count = %d: must be 1..%d", count, GPUARR__PLAN_MAX_STEPS);
+    if ((int)placement < 0 || placement >= GPUARR_PLACEMENT_COUNT)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "placement = %d is not a gpuarr_placement", (int)placement);
+    for (int i = 0; i < count; i++) {
+        char name[96];
+        gpuarr__plan_step_name(steps, i, name, sizeof name);
+        if (steps[i].needs & ~(uint32_t)GPUARR__PLAN_NEEDS_KNOWN)
+            return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "%s: needs = 0x%x has bits that are no GPUARR_NEED_* (0x%x)", name,
+                                (unsigned)steps[i].needs, (unsigned)(steps[i].needs & ~(uint32_t)GPUARR__PLAN_NEEDS_KNOWN));
+        if (steps[i].devices && !*steps[i].devices)
+            return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "%s: devices is \"\": NULL means \"gpu\"", name);
+    }
+    return GPUARR_OK;
+}
+
+/* fits[s * n + v]: view v can take step s. Fails naming the first step no candidate can take. */
+static gpuarr_result gpuarr__plan_candidates(const gpuarr_plan_step *steps, int count, bool *fits) {
+    int n = gpuarr__g.device_count;
+    for (int s = 0; s < count; s++) {
+        char name[96], arg[128], why[768] = "";
+        gpuarr__plan_step_name(steps, s, name, sizeof name);
+        snprintf(arg, sizeof arg, "%s.devices", name);
+        gpuarr__lease_cands c;
+        gpuarr_result r = gpuarr__cands_parse(arg, steps[s].devices ? steps[s].devices : "gpu", &c);
+        bool any = false;
+        for (int i = 0; r == GPUARR_OK && i < c.count; i++)
+            if (gpuarr__plan_fits(&steps[s], c.view[i], why, sizeof why)) fits[(size_t)s * (size_t)n + (size_t)c.view[i]] = any = true;
+        gpuarr__cands_free(&c);
+        GPUARR__CHECK(r);
+        if (!any) return gpuarr__fail(GPUARR_ERROR_NO_DEVICE, "%s: no device can take it: %s", name, why + 2);
+    }
+    return GPUARR_OK;
+}
+
+/* Of physical devices a and b, which the placement prefers (< 0: a). mem: free memory by registry
+   index, read at the first need (UINT64_MAX = not yet). Lease lock held. */
+static int gpuarr__plan_prefer(int a, int b, gpuarr_placement placement, uint64_t *mem) {
+    if (mem[a] == UINT64_MAX) mem[a] = gpuarr__lease_free_memory(&gpuarr__g.devices[a]);
+    if (mem[b] == UINT64_MAX) mem[b] = gpuarr__lease_free_memory(&gpuarr__g.devices[b]);
+    int share = gpuarr__lease_cmp_share(a, b), more_free = mem[a] > mem[b] ? -1 : mem[a] < mem[b] ? 1 : 0;
+    if (placement == GPUARR_PLACE_MOST_FREE) return more_free ? more_free : share;
+    return share ? share : more_free;
+}
+
+/* The physical device that takes the most steps not yet placed (ties: the placement's choice),
+   or -1 when every step is placed. */
+static int gpuarr__plan_next(const bool *fits, const int *where, int count, gpuarr_placement placement, uint64_t *mem) {
+    gpuarr__lease_state *ls = gpuarr__g.leases;
+    int n = gpuarr__g.device_count, best = -1, best_takes = 0;
+    int start = placement == GPUARR_PLACE_ROUND_ROBIN ? ls->plan_last + 1 : 0; /* round robin: the next after the last */
+    for (int k = 0; k < n; k++) {
+        int p = (start + k) % n, takes = 0;
+        if (gpuarr__lease_phys(p) != p) continue;
+        for (int s = 0; s < count; s++) {
+            if (where[s] >= 0) continue;
+            for (int v = 0; v < n; v++)
+                if (fits[(size_t)s * (size_t)n + (size_t)v] && gpuarr__lease_phys(v) == p) {
+                    takes++;
+                    break;
+                }
+        }
+        if (takes > best_takes ||
+            (takes && takes == best_takes && placement != GPUARR_PLACE_ROUND_ROBIN && gpuarr__plan_prefer(p, best, placement, mem) < 0))
+            best = p, best_takes = takes;
+    }
+    return best;
+}
+
+/* Each step p can take goes to p, through the first view its list names there. */
+static void gpuarr__plan_assign(const gpuarr_plan_step *steps, const bool *fits, int *where, int count, int p) {
+    int n = gpuarr__g.device_count;
+    for (int s = 0; s < count; s++) {
+        if (where[s] >= 0) continue;
+        gpuarr__lease_cands c; /* parsed before: it cannot fail now */
+        if (gpuarr__cands_parse("devices", steps[s].devices ? steps[s].devices : "gpu", &c) == GPUARR_OK)
+            for (int i = 0; i < c.count && where[s] < 0; i++)
+                if (fits[(size_t)s * (size_t)n + (size_t)c.view[i]] && gpuarr__lease_phys(c.view[i]) == p) where[s] = c.view[i];
+        gpuarr__cands_free(&c);
+    }
+}
+
+static gpuarr_result gpuarr__plan(const gpuarr_plan_step *steps, int count, gpuarr_placement placement, gpuarr_device *out) {
+    GPUARR__CHECK(gpuarr__plan_check(steps, count, placement));
+    size_t n = (size_t)gpuarr__g.device_count;
+    bool *fits = (bool *)gpuarr__calloc(sizeof(bool) * n * (size_t)count);
+    int *where = (int *)gpuarr__calloc(sizeof(int) * (size_t)count);
+    uint64_t *mem = (uint64_t *)gpuarr__calloc(sizeof(uint64_t) * n);
+    gpuarr_result r = fits && where && mem ? gpuarr__plan_candidates(steps, count, fits)
+                                           : gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a plan of %d steps", count);
+    if (r == GPUARR_OK) {
+        gpuarr__lease_state *ls = gpuarr__g.leases;
+        for (size_t i = 0; i < n; i++) mem[i] = UINT64_MAX;
+        for (int s = 0; s < count; s++) where[s] = -1;
+        pthread_mutex_lock(&ls->lock);
+        for (int p, first = 1; (p = gpuarr__plan_next(fits, where, count, placement, mem)) >= 0; first = 0) {
+            if (first) ls->plan_last = p;
+            gpuarr__plan_assign(steps, fits, where, count, p);
+        }
+        pthread_mutex_unlock(&ls->lock);
+        for (int s = 0; s < count && r == GPUARR_OK; s++)
+            if (where[s] < 0) r = gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory to place steps[%d]", s);
+        for (int s = 0; s < count && r == GPUARR_OK; s++) out[s] = gpuarr__g.devices[where[s]].info.device;
+    }
+    gpuarr__free(fits);
+    gpuarr__free(where);
+    gpuarr__free(mem);
+    return r;
+}
+
+GPUARR_API gpuarr_result gpuarr_plan(const gpuarr_plan_step *steps, int count, gpuarr_placement placement, gpuarr_device *out) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(steps);
+    GPUARR__REQUIRE_PTR(out);
+    return gpuarr__plan(steps, count, placement, out);
 }
 
 #endif /* GPUARR_LEASE_INCLUDED */

@@ -387,6 +387,13 @@ Test(failures, a_failed_device_is_never_leased) {
     ld.devices = "opencl:0";
     TEST_FAIL_WITH(gpuarr_lease_acquire(&ld, &l[0]), GPUARR_ERROR_DEVICE_LOST, "every candidate has failed");
     for (int i = 0; i < 4; i++) TEST_OK(gpuarr_lease_release(l[i]));
+    /* nor planned (PLANS) */
+    gpuarr_plan_step steps[2] = {{"a", "opencl:*", 0, 0}, {"b", "opencl:*", 0, 0}};
+    gpuarr_device where[2];
+    TEST_OK(gpuarr_plan(steps, 2, GPUARR_PLACE_DEFAULT, where));
+    cr_assert(where[0].id == d1.id && where[1].id == d1.id, "a plan on the failed opencl:0");
+    steps[1].devices = "opencl:0";
+    TEST_FAIL_WITH(gpuarr_plan(steps, 2, GPUARR_PLACE_DEFAULT, where), GPUARR_ERROR_NO_DEVICE, "steps[1] (\"b\"): no device can take it: opencl:0 has failed");
     TEST_OK(gpuarr_release(a));
     lose(-1, 0, 0);
     TEST_OK(gpuarr_device_reset(d0));

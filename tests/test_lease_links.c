@@ -82,3 +82,22 @@ Test(lease_links, affinity_follows_a_gpu_from_its_cuda_view_to_its_opencl_view) 
     TEST_OK(gpuarr_lease_release(a));
     expect_slots(cl, 2, 0);
 }
+
+/* gpuarr_plan (PLANS): steps that need the CUDA view and the OpenCL view of one GPU land on it. */
+Test(lease_links, a_plan_puts_cuda_and_opencl_steps_on_the_gpu_both_views_show) {
+    gpuarr_device cl = find_or_skip("opencl:0"), cu1 = find_or_skip("cuda:1"), cu0 = find_or_skip("cuda:0");
+    gpuarr_plan_step steps[4] = {{"upload", "cuda:*", 0, 0}, {"opencl kernel", "opencl:0", 0, 0}, {"cuda kernel", "cuda", 0, 0}, {"save", "host", 0, 0}};
+    gpuarr_device out[4];
+    TEST_OK(gpuarr_plan(steps, 4, GPUARR_PLACE_DEFAULT, out)); /* unlinked: cuda:0 takes two, a tie, list order */
+    cr_assert(out[0].id == cu0.id && out[1].id == cl.id && out[2].id == cu0.id && out[3].id == gpuarr_host().id);
+    gpuarr__tls.api = "gpuarr_test";
+    TEST_OK(gpuarr__get_dev(cl, "cl", &linked[0]));
+    TEST_OK(gpuarr__get_dev(cu1, "cu1", &linked[1]));
+    linked[0]->info.same_as = cu1;
+    linked[1]->info.same_as = cl;
+    TEST_OK(gpuarr_plan(steps, 4, GPUARR_PLACE_DEFAULT, out)); /* cuda:1 and opencl:0 are one GPU: it takes three */
+    cr_assert_eq(out[0].id, cu1.id, "the CUDA steps follow the OpenCL step to its GPU");
+    cr_assert_eq(out[1].id, cl.id, "through the view the step named");
+    cr_assert_eq(out[2].id, cu1.id);
+    cr_assert_eq(out[3].id, gpuarr_host().id);
+}
