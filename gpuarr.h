@@ -620,6 +620,37 @@
  * by two backends once).
  *
  * =============================================================================================
+ * PLANS
+ * =============================================================================================
+ * gpuarr_plan(steps, count, placement, out) chooses a device for each step of a pipeline before
+ * any of it runs, so that a pipeline that cannot run fails at once, naming the step, rather
+ * than midway. A step says where it may run (devices, a list as for leases: "host", "gpu",
+ * "any", "cuda", "opencl:1", ...; NULL = "gpu"), what it needs (GPUARR_NEED_FP64: f64
+ * arithmetic, which an OpenCL device without cl_khr_fp64, or with GPUARR_OPENCL_FP64=off,
+ * lacks) and the device memory it uses at its peak (memory_bytes). A candidate can take a step
+ * when it has not FAILED, has what the step needs, and its capacity is at least memory_bytes:
+ * capacity is the device's total memory, or its pool's limit when lower. Capacity, not free
+ * memory: what is free changes before the step runs (a lease's memory_bytes waits for free
+ * memory when it does). Steps run one after another, so each step's memory is checked alone.
+ *
+ * The physical device that can take the most steps takes them all, so a pipeline stays on one
+ * GPU where it fits and its arrays need no transfer between steps; the next takes the most of
+ * the rest, and so on (host steps go to the host). A GPU seen through CUDA and OpenCL is one
+ * physical device: a "cuda" step and an "opencl" step land on the same GPU, each through the
+ * view its list names. Ties go as placement says (as for leases, counting this process's
+ * leases): DEFAULT and LEAST_LEASED the smaller share of slots in use, then more free memory,
+ * then registry order; MOST_FREE free memory first; ROUND_ROBIN the device after the one the
+ * previous plan (of any thread) chose first, so plans made in a loop spread over the GPUs.
+ *
+ * out[i] is written for every step on success, and nothing is written on failure. A step no
+ * candidate can take: GPUARR_ERROR_NO_DEVICE, "steps[2] ("denoise"): no device can take it:
+ * opencl:0 has no fp64; cuda:0 has 8.0 GiB, the step needs 12.0 GiB". Bad arguments (steps or
+ * out NULL, count outside 1..4096, placement, a step's needs with bits that are no
+ * GPUARR_NEED_*, devices "" or malformed): GPUARR_ERROR_INVALID_ARGUMENT naming them. A plan
+ * reserves nothing: to hold its devices while the pipeline runs, take a lease on each (desc
+ * devices = the device's spec).
+ *
+ * =============================================================================================
  * TRACING
  * =============================================================================================
  * gpuarr_trace_start(path) ... gpuarr_trace_stop(), or GPUARR_TRACE=path (started by gpuarr_init,

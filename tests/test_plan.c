@@ -58,6 +58,25 @@ Test(plan, a_pipeline_stays_on_one_device_and_goes_to_the_least_leased) {
     expect_plan(steps, 3, GPUARR_PLACE_LEAST_LEASED, (gpuarr_device[]){cl1, cl1, cl1});
     TEST_OK(gpuarr_lease_release(l));
     expect_plan(steps, 3, GPUARR_PLACE_DEFAULT, (gpuarr_device[]){cl0, cl0, cl0});
+    int total, in_use; /* a plan reserves nothing */
+    TEST_OK(gpuarr_device_get_slots(cl0, &total, &in_use));
+    cr_assert_eq(in_use, 0);
+}
+
+Test(plan, most_free_puts_free_memory_before_leases) {
+    gpuarr_device cl0 = find_or_skip("opencl:0"), cl1 = find_or_skip("opencl:1");
+    gpuarr_plan_step steps[2] = {{"a", "opencl:*", 0, 0}, {"b", "opencl:*", 0, 0}};
+    TEST_OK(gpuarr_device_set_slots(cl1, 2));
+    gpuarr_lease_desc ld;
+    memset(&ld, 0, sizeof ld);
+    ld.devices = "opencl:1";
+    gpuarr_lease l;
+    TEST_OK(gpuarr_lease_acquire(&ld, &l));
+    TEST_OK(gpuarr_pool_set_limit(cl0, 64 << 20)); /* opencl:0: at most 64 MiB free */
+    expect_plan(steps, 2, GPUARR_PLACE_DEFAULT, (gpuarr_device[]){cl0, cl0});
+    expect_plan(steps, 2, GPUARR_PLACE_MOST_FREE, (gpuarr_device[]){cl1, cl1});
+    TEST_OK(gpuarr_lease_release(l));
+    TEST_OK(gpuarr_pool_set_limit(cl0, 0));
 }
 
 Test(plan, round_robin_sends_each_plan_to_the_next_device) {

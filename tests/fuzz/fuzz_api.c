@@ -1105,7 +1105,33 @@ static void op_trace(fz *z) {
     }
 }
 
-/* Leases: acquire (never waiting: timeout 0), release, device, slots, and the lease scope. */
+/* gpuarr_plan: up to 5 steps of any lists, needs (an unknown bit among them), memory; out written
+   only on success, and then with devices that exist. */
+static void op_plan(fz *z) {
+    static const char *const lists[] = {NULL, "host", "opencl:*", "cuda:*", "host,opencl:0", "gpu", "any", "opencl:9", "gpus", "",
+                                        "cuda,opencl", "opencl:1,host"};
+    gpuarr_plan_step steps[5];
+    gpuarr_device out[5];
+    uint8_t how = u8(z);
+    int count = (int)(u8(z) % 7) - 1;
+    for (int i = 0; i < 5; i++) {
+        uint8_t b = u8(z);
+        steps[i].name = (b & 1) ? NULL : "step";
+        steps[i].devices = lists[u8(z) % 12];
+        steps[i].needs = (uint32_t)(b & 0x82) >> 1; /* GPUARR_NEED_FP64, or an unknown bit */
+        steps[i].memory_bytes = (b & 4) ? u64(z) : (b & 8) ? (uint64_t)u16(z) << 20 : 0;
+        out[i].id = FZ_SENTINEL;
+    }
+    gpuarr_result r;
+    FZ_CALL(r, "gpuarr_plan", gpuarr_plan((how & 1) ? NULL : steps, count, (gpuarr_placement)((int)(u8(z) % 6) - 1), (how & 2) ? NULL : out));
+    for (int i = 0; i < 5; i++) {
+        gpuarr_device_info info;
+        if (r != GPUARR_OK && out[i].id != FZ_SENTINEL) fz_die("gpuarr_plan failed but wrote out[%d]", i);
+        if (r == GPUARR_OK && i < count && gpuarr_device_get_info(out[i], &info) != GPUARR_OK) fz_die("gpuarr_plan gave out[%d], not a device", i);
+    }
+}
+
+/* Leases: acquire (never waiting: timeout 0), release, device, slots, the lease scope; and plans. */
 static void op_lease(fz *z) {
     uint8_t how = u8(z);
     gpuarr_result r;
@@ -1148,6 +1174,10 @@ static void op_lease(fz *z) {
         break;
     }
     case 3: {
+        if (how & 0x40) { /* plans (PLANS) */
+            op_plan(z);
+            break;
+        }
         uint32_t ids[FZ_LEASES];
         for (int i = 0; i < FZ_LEASES; i++) ids[i] = z->lease[i].id;
         gpuarr_lease l = {fz_pick_id(z, ids, FZ_LEASES)};
