@@ -60,6 +60,7 @@ typedef struct gpuarr__lease_state {
     char dir[512];           /* GPUARR_LEASE_DIR resolved; "" = leases are per process */
     bool dir_made;           /* dir exists (made at the first acquire) */
     char (*keys)[128];       /* by registry index: the slot files' name stem */
+    char identity[160];      /* "host H program NAME" for the slot files; "" = not read yet */
 } gpuarr__lease_state;
 
 /* ---------------------------------------------------------------------------------------------
@@ -224,9 +225,12 @@ static gpuarr_result gpuarr__lease_dir_make(void) {
     return GPUARR_OK;
 }
 
-/* What a slot file says of its holder. */
-static void gpuarr__lease_file_write(int fd) {
-    char host[64] = "?", comm[64] = "?", line[256];
+/* Who this process is, for its slot files: the host and program names, read once (at the first
+   acquire that writes a file; a /proc read costs more than the rest of a lease). Lock held. */
+static const char *gpuarr__lease_identity(void) {
+    gpuarr__lease_state *ls = gpuarr__g.leases;
+    if (ls->identity[0]) return ls->identity;
+    char host[64] = "?", comm[64] = "?";
     if (gethostname(host, sizeof host - 1) != 0) host[0] = '?', host[1] = '\0';
     host[sizeof host - 1] = '\0';
     FILE *f = fopen("/proc/self/comm", "r");
@@ -234,8 +238,15 @@ static void gpuarr__lease_file_write(int fd) {
         if (fgets(comm, sizeof comm, f)) comm[strcspn(comm, "\n")] = '\0';
         fclose(f);
     }
-    int n = snprintf(line, sizeof line, "pid %ld thread %ld host %s program %s since %lld\n", (long)getpid(), gpuarr__lease_tid(), host,
-                     comm, (long long)time(NULL));
+    snprintf(ls->identity, sizeof ls->identity, "host %s program %s", host, comm);
+    return ls->identity;
+}
+
+/* What a slot file says of its holder (lock held). */
+static void gpuarr__lease_file_write(int fd) {
+    char line[256];
+    int n = snprintf(line, sizeof line, "pid %ld thread %ld %s since %lld\n", (long)getpid(), gpuarr__lease_tid(), gpuarr__lease_identity(),
+                     (long long)time(NULL));
     if (ftruncate(fd, 0) == 0 && n > 0 && pwrite(fd, line, (size_t)n, 0) < 0) {} /* best effort: only for messages */
 }
 
@@ -523,18 +534,24 @@ static int gpuarr__lease_cmp_share(int a, int b) {
 
 /* The candidate to lease (its index in c), or -1; excluded[i]: its slot files are taken by other
    processes. mem[i]: candidate i's free memory, read here when needed. */
+/* Candidate i's free memory, read at its first need in this pick: reading it is the costly part
+   of a lease (a /proc read on the host, a driver call elsewhere), so a pick with one candidate
+   and no memory condition reads none. UINT64_MAX = not read yet. */
+static uint64_t gpuarr__lease_mem(const gpuarr__lease_cands *c, int i, uint64_t *mem) {
+    if (mem[i] == UINT64_MAX) mem[i] = gpuarr__lease_free_memory(&gpuarr__g.devices[c->view[i]]);
+    return mem[i];
+}
+
 static int gpuarr__lease_pick(const gpuarr__lease_waiter *me, const gpuarr__lease_cands *c, const gpuarr_lease_desc *d, int slots,
                               const bool *excluded, uint64_t *mem, bool *memory_short) {
     gpuarr__lease_state *ls = gpuarr__g.leases;
-    bool need_mem = d->memory_bytes || d->placement == GPUARR_PLACE_MOST_FREE || d->placement == GPUARR_PLACE_DEFAULT ||
-                    d->placement == GPUARR_PLACE_LEAST_LEASED;
     int n = c->count, open[64], *ok = n <= 64 ? open : (int *)gpuarr__calloc(sizeof(int) * (size_t)n), count = 0;
     if (!ok) return -1;
     *memory_short = false;
     for (int i = 0; i < n; i++) {
+        mem[i] = UINT64_MAX;
         if (excluded[i] || !gpuarr__lease_open(me, c->view[i], slots)) continue;
-        mem[i] = need_mem ? gpuarr__lease_free_memory(&gpuarr__g.devices[c->view[i]]) : 0;
-        if (d->memory_bytes && mem[i] < d->memory_bytes) {
+        if (d->memory_bytes && gpuarr__lease_mem(c, i, mem) < d->memory_bytes) {
             *memory_short = true;
             continue;
         }
@@ -560,9 +577,13 @@ static int gpuarr__lease_pick(const gpuarr__lease_waiter *me, const gpuarr__leas
         best = ok[0];
         for (int k = 1; k < count; k++) {
             int i = ok[k], share = gpuarr__lease_cmp_share(c->view[i], c->view[best]);
-            bool better = d->placement == GPUARR_PLACE_MOST_FREE
-                              ? mem[i] > mem[best] || (mem[i] == mem[best] && share < 0)
-                              : share < 0 || (share == 0 && mem[i] > mem[best]);
+            bool better;
+            if (d->placement == GPUARR_PLACE_MOST_FREE) {
+                uint64_t mi = gpuarr__lease_mem(c, i, mem), mb = gpuarr__lease_mem(c, best, mem);
+                better = mi > mb || (mi == mb && share < 0);
+            } else {
+                better = share < 0 || (share == 0 && gpuarr__lease_mem(c, i, mem) > gpuarr__lease_mem(c, best, mem));
+            }
             if (better) best = i;
         }
     }
