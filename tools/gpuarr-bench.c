@@ -659,7 +659,7 @@ static void bench_lease_latency(bool have_opencl) {
                             {"gpuarr_lease_acquire + release, host", "off (per process)", NULL, 0},
                             {"gpuarr_lease_acquire + release, host, placement ROUND_ROBIN (no free-memory read)", "off (per process)", NULL, 0},
                             {"gpuarr_lease_acquire + release, opencl:0", "off (per process)", NULL, 0},
-                            {"raw: open + flock(EX|NB) + flock(UN) + close", "folder", NULL, 0},
+                            {"raw: open + flock(EX\\|NB) + flock(UN) + close", "folder", NULL, 0},
                             {"raw, plus the holder's line (gethostname, /proc/self/comm, ftruncate, pwrite, ftruncate)", "folder", NULL, 0},
                             {"gpuarr_lease_acquire + release, host", "folder (flock'ed files)", NULL, 0},
                             {"gpuarr_lease_acquire + release, host, placement ROUND_ROBIN (no free-memory read)", "folder (flock'ed files)", NULL, 0},
