@@ -22,6 +22,8 @@
 #                 for SOAK_MINUTES (default 30)
 #   make bench    tools/gpuarr-bench; prints a table (see bench/results/)
 #   make bench-dlpack  DLPack hand-over to and from NumPy against numpy.copy (not in make test)
+#   make bench-leases  gpuarr-bench --leases on PoCL's two pthread devices: lease latency, across
+#                 processes, 8 workers with 1, 2, 4 and unlimited slots (not in make test)
 #   make bench-plots  the size sweep (gpuarr-bench --csv) and its PNGs in bench/results/plots/
 #                 (needs gnuplot-nox: installed as root, else the apt-get line; not in make test)
 #   make bench-compare  gpuarr against Boost.Compute and raw OpenCL on opencl:0
@@ -605,6 +607,13 @@ bench-plots:
 	$(BUILD)/rel/tools/gpuarr-bench --csv $(BUILD)/bench-sweep.csv $(BENCH_SWEEP_FLAGS)
 	@tag=$$(sed -n 's/^# machine tag: //p' $(BUILD)/bench-sweep.csv) && cp $(BUILD)/bench-sweep.csv bench/results/plots/$$tag.csv && \
 	  tools/bench-plots.sh bench/results/plots/$$tag.csv bench/results/plots
+
+# `make bench-leases`: what leases cost (gpuarr-bench --leases; bench/results/leases.md), on two
+# PoCL pthread devices. Not part of make test: it takes about 15 s, most of it waiting for its
+# child processes and restarting the library.
+.PHONY: bench-leases
+bench-leases: $(BUILD)/rel/tools/gpuarr-bench
+	POCL_DEVICES="pthread pthread" $(BUILD)/rel/tools/gpuarr-bench --leases
 
 bench-smoke: $(BUILD)/rel/tools/gpuarr-bench $(BUILD)/rel/tools/gpuarr-info $(FAKE_CUDA)
 	@echo "== gpuarr-bench --host-isa and --csv (tools/bench-smoke.sh$(if $(FAKE_CUDA),; CUDA rows on the fake driver))"
