@@ -242,12 +242,19 @@ static const char *gpuarr__lease_identity(void) {
     return ls->identity;
 }
 
-/* What a slot file says of its holder (lock held). */
+/* What a slot file says of its holder (lock held): one line padded with spaces to a fixed size,
+   so that it overwrites the last holder's in one pwrite, with no ftruncate (which costs more than
+   the flock: the file system journals it). A free slot's file keeps its last holder's line;
+   readers look at the line only while the file is locked. */
+#define GPUARR__LEASE_LINE 192
 static void gpuarr__lease_file_write(int fd) {
-    char line[256];
-    int n = snprintf(line, sizeof line, "pid %ld thread %ld %s since %lld\n", (long)getpid(), gpuarr__lease_tid(), gpuarr__lease_identity(),
+    char line[GPUARR__LEASE_LINE + 1];
+    int n = snprintf(line, sizeof line, "pid %ld thread %ld %s since %lld", (long)getpid(), gpuarr__lease_tid(), gpuarr__lease_identity(),
                      (long long)time(NULL));
-    if (ftruncate(fd, 0) == 0 && n > 0 && pwrite(fd, line, (size_t)n, 0) < 0) {} /* best effort: only for messages */
+    size_t used = n < 0 ? 0 : (size_t)n < GPUARR__LEASE_LINE - 1 ? (size_t)n : GPUARR__LEASE_LINE - 1;
+    memset(line + used, ' ', GPUARR__LEASE_LINE - 1 - used);
+    line[GPUARR__LEASE_LINE - 1] = '\n';
+    if (pwrite(fd, line, GPUARR__LEASE_LINE, 0) < 0) {} /* best effort: only for messages */
 }
 
 /* Locks `slots` free slot files of phys into fds: 1, or 0 when too few are free, or -1 (error
@@ -271,19 +278,13 @@ static int gpuarr__lease_files_take(int phys, int slots, int *fds) {
         fds[got++] = fd;
     }
     if (got == slots) return 1;
-    for (int j = 0; j < got; j++) {
-        if (ftruncate(fds[j], 0) != 0) {}
-        close(fds[j]);
-    }
+    for (int j = 0; j < got; j++) close(fds[j]);
     return 0;
 }
 
 static void gpuarr__lease_files_put(gpuarr__lease_rec *r) {
     for (int k = 0; k < r->nfds; k++)
-        if (r->fds[k] >= 0) {
-            if (ftruncate(r->fds[k], 0) != 0) {} /* no holder to show; the close drops the lock */
-            close(r->fds[k]);
-        }
+        if (r->fds[k] >= 0) close(r->fds[k]); /* drops the lock */
     gpuarr__free(r->fds);
     r->fds = NULL;
     r->nfds = 0;
@@ -303,7 +304,9 @@ static void gpuarr__lease_files_each(int phys, void (*fn)(int k, bool held, cons
             if (held) {
                 ssize_t n = pread(fd, text, sizeof text - 1, 0);
                 text[n > 0 ? n : 0] = '\0';
-                text[strcspn(text, "\n")] = '\0';
+                size_t len = strcspn(text, "\n");
+                while (len && text[len - 1] == ' ') len--; /* the line's padding */
+                text[len] = '\0';
             }
             close(fd); /* drops the shared lock taken when it was free */
         }
