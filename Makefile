@@ -22,6 +22,8 @@
 #                 for SOAK_MINUTES (default 30)
 #   make bench    tools/gpuarr-bench; prints a table (see bench/results/)
 #   make bench-dlpack  DLPack hand-over to and from NumPy against numpy.copy (not in make test)
+#   make bench-leases  gpuarr-bench --leases on PoCL's two pthread devices: lease latency, across
+#                 processes, 8 workers with 1, 2, 4 and unlimited slots (not in make test)
 #   make bench-plots  the size sweep (gpuarr-bench --csv) and its PNGs in bench/results/plots/
 #                 (needs gnuplot-nox: installed as root, else the apt-get line; not in make test)
 #   make bench-compare  gpuarr against Boost.Compute and raw OpenCL on opencl:0
@@ -54,8 +56,8 @@ TEST_CFLAGS = -I. -Itests
 HEADERS   := gpuarr.h $(wildcard backends/*.h)
 EXAMPLES  := $(basename $(notdir $(wildcard examples/*.c)))
 TESTS     := $(basename $(notdir $(wildcard tests/test_*.c)))
-THREADED_TESTS := test_threads test_streams test_pool test_dlpack test_telemetry test_trace
-WHITEBOX_TESTS := test_registry test_internals test_opencl_limits test_telemetry_files
+THREADED_TESTS := test_threads test_streams test_pool test_dlpack test_telemetry test_trace test_leases
+WHITEBOX_TESTS := test_registry test_internals test_opencl_limits test_telemetry_files test_lease_links
 TOOLS     := gpuarr-info gpuarr-bench
 
 # --- toolchains ---------------------------------------------------------------------------
@@ -219,6 +221,8 @@ run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAKE_NVML) $
 	  $(FAKE_ENV) $(BUILD)/rel/tests/test_internals --jobs 2; \
 	  echo "== test_telemetry_files on the fake driver and fake NVML (an OpenCL device linked to cuda:1)"; \
 	  $(FAKE_ENV) $(BUILD)/rel/tests/test_telemetry_files --jobs 2; \
+	  echo "== test_lease_links on the fake driver (leases across a GPU's CUDA and OpenCL views)"; \
+	  $(FAKE_ENV) $(BUILD)/rel/tests/test_lease_links --jobs 2; \
 	  echo "== test_cuda on the fake driver: two GPUs with peer access, then without"; \
 	  $(FAKE_ENV) $(BUILD)/rel/tests/test_cuda --jobs 2; \
 	  $(FAKE_ENV) FAKE_CUDA_PEER=0 $(BUILD)/rel/tests/test_cuda --jobs 2; \
@@ -231,6 +235,8 @@ run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAKE_NVML) $
 	@$(if $(FAKE_CUDA),$(FAKE_ENV)) $(BUILD)/rel/plugin/plugin_driver $(BUILD)/rel/plugin/libgpuarr-plugin.so
 	@echo "== gpuarr-info lists the OpenCL devices"
 	@$(BUILD)/rel/tools/gpuarr-info | grep -q "^opencl:1 " || { $(BUILD)/rel/tools/gpuarr-info; exit 1; }
+	@echo "== gpuarr-info --leases lists every slot (GPUARR_SLOTS=host=2, a folder of its own)"
+	@rm -rf $(BUILD)/logs/leases && GPUARR_LEASE_DIR=$(abspath $(BUILD))/logs/leases GPUARR_SLOTS=host=2 $(BUILD)/rel/tools/gpuarr-info --leases | grep -q "^host slot 1: free$$"
 	@echo "== gpuarr-info --watch 0.1 --count 2 --json: a JSON line per device per tick (tools/check-watch-json.py)"
 	@$(PYTHON) tools/check-watch-json.py $(BUILD)/rel/tools/gpuarr-info
 	@$(if $(FAKE_CUDA),echo "== the same on the fake driver with the fake NVML" && $(FAKE_ENV) $(PYTHON) tools/check-watch-json.py $(BUILD)/rel/tools/gpuarr-info)
@@ -601,6 +607,13 @@ bench-plots:
 	$(BUILD)/rel/tools/gpuarr-bench --csv $(BUILD)/bench-sweep.csv $(BENCH_SWEEP_FLAGS)
 	@tag=$$(sed -n 's/^# machine tag: //p' $(BUILD)/bench-sweep.csv) && cp $(BUILD)/bench-sweep.csv bench/results/plots/$$tag.csv && \
 	  tools/bench-plots.sh bench/results/plots/$$tag.csv bench/results/plots
+
+# `make bench-leases`: what leases cost (gpuarr-bench --leases; bench/results/leases.md), on two
+# PoCL pthread devices. Not part of make test: it takes about 15 s, most of it waiting for its
+# child processes and restarting the library.
+.PHONY: bench-leases
+bench-leases: $(BUILD)/rel/tools/gpuarr-bench
+	POCL_DEVICES="pthread pthread" $(BUILD)/rel/tools/gpuarr-bench --leases
 
 bench-smoke: $(BUILD)/rel/tools/gpuarr-bench $(BUILD)/rel/tools/gpuarr-info $(FAKE_CUDA)
 	@echo "== gpuarr-bench --host-isa and --csv (tools/bench-smoke.sh$(if $(FAKE_CUDA),; CUDA rows on the fake driver))"

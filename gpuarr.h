@@ -129,6 +129,9 @@
  *                       testing).
  *   GPUARR_ALLOC_CONF, GPUARR_FAULTS  memory pools: see MEMORY POOLS.
  *   GPUARR_TRACE, GPUARR_TRACE_EVENTS  the trace: see TRACING.
+ *   GPUARR_SLOTS     lease slots per device, "cuda:0=4,opencl:*=2": see LEASES.
+ *   GPUARR_LEASE_DIR the folder of the lease slot files shared by processes (an absolute path, or
+ *                    off): see LEASES.
  * A malformed value makes gpuarr_init fail with GPUARR_ERROR_INVALID_ARGUMENT naming it. A
  * library that cannot be loaded is not an error: its backend has no devices, and
  * gpuarr_device_find's error for them gives the path and the loader's reason.
@@ -532,6 +535,122 @@
  * nothing. No other thread may use d during gpuarr_device_reset.
  *
  * =============================================================================================
+ * LEASES
+ * =============================================================================================
+ * A lease is a slot on a device, taken for a piece of work and given back after it, so that
+ * threads sharing a few devices spread over them and never crowd one. Each device has a number
+ * of slots; gpuarr_lease_acquire(&desc, &lease) takes desc.slots of them (0 = 1) on one device
+ * among desc.devices, gpuarr_lease_device(lease, &dev) says which, and gpuarr_lease_release
+ * gives them back. A lease says where work runs, not how much memory it may use: nothing stops
+ * the holder from allocating more than its share. Pair it with a pool limit for that:
+ *
+ *     gpuarr_lease_desc ld = {0};
+ *     ld.devices = "opencl:*"; ld.timeout_ms = 5000;
+ *     GPUARR_WITH_LEASE(&ld, dev) {                       // dev: the leased device, current here
+ *         gpuarr_pool_set_limit(dev, 2ull << 30);         // and its pool capped (per device)
+ *         gpuarr_zeros(dev, GPUARR_F32, 1, shape, &a); ...
+ *     }                                                   // released here
+ *
+ * Slots count per physical device: a GPU seen through CUDA and OpenCL (info.same_as) has one count,
+ * whichever view is leased. Defaults: the host has one slot per online CPU; every other device
+ * ceil(online CPUs / devices other than the host) (OpenHCS's rule; a GPU seen through two backends
+ * counts once). GPUARR_SLOTS (or desc.slots, which takes its place) sets them at gpuarr_init:
+ * comma separated <device>=<slots>, device host, cpu, cuda, cuda:*, cuda:N, opencl, opencl:*,
+ * opencl:N, slots 1..65536, later items over earlier ones; an item naming no present device is
+ * ignored (logged at info level); a malformed one fails gpuarr_init with
+ * GPUARR_ERROR_INVALID_ARGUMENT naming the variable. A second gpuarr_init whose desc.slots
+ * differs fails like any other differing field. gpuarr_device_set_slots(d, n) changes them at
+ * run time (n from 1, not below the slots in use: else GPUARR_ERROR_INVALID_ARGUMENT);
+ * gpuarr_device_get_slots(d, &total, &in_use) reads them.
+ *
+ * desc.devices lists the candidates (NULL = "gpu"): "gpu" is every GPU (GPUARR_ERROR_NO_DEVICE
+ * when there is none), "any" every GPU, else the host; "cuda" or "cuda:*" every CUDA device,
+ * "cuda:N" one, the same for opencl; "host". A malformed item is GPUARR_ERROR_INVALID_ARGUMENT, a
+ * device not present (or left out by GPUARR_DEVICES) GPUARR_ERROR_NO_DEVICE. A device that has
+ * FAILED (see FAILURES) is never leased; when every candidate has failed the call returns
+ * GPUARR_ERROR_DEVICE_LOST at once. Among the candidates with enough free slots (and, when
+ * desc.memory_bytes is set, at least that much free memory: the device's, less what its pool's
+ * limit leaves), desc.placement chooses: DEFAULT and LEAST_LEASED the smallest share of slots in
+ * use, ties by most free memory, then list order; MOST_FREE the most free memory, ties by least
+ * leased; ROUND_ROBIN the next candidate in list order after the one this process leased last.
+ * Before that, desc.affinity: a lease whose key matches a live lease goes to that lease's
+ * physical device while it has free slots (and is a candidate), through whichever view the
+ * candidates name, so a "cuda:0" lease and an "opencl:*" lease with one key share the GPU when
+ * the registry links the two.
+ *
+ * With no slot free, the call waits up to desc.timeout_ms (0 = try once, < 0 = forever), first
+ * come, first served: a waiter takes a slot of a device only when no waiter that came before it
+ * also wants that device (so one waiting for a busy device never holds up one for a free device).
+ * Releases and gpuarr_device_set_slots wake waiters; a wait for memory also looks again every
+ * 50 ms. When the time is up: GPUARR_ERROR_TIMEOUT, and gpuarr_last_error() says, per candidate,
+ * how many slots are in use and by whom (pid, thread id, slots, for how long), or that it failed.
+ * *out is written only on success.
+ *
+ * GPUARR_WITH_LEASE(&desc, dev) { ... } acquires a lease, declares gpuarr_device dev for the
+ * block and makes it the current device, and releases the lease when the block ends normally,
+ * by break or by continue (return and goto skip the release, as in GPUARR_WITH_DEVICE); when no
+ * lease can be had the block is skipped, and GPUARR_WITH_LEASE_R(&desc, dev, &result) says why.
+ * The lower level: gpuarr_scope_enter_lease(&desc) / gpuarr_scope_leave.
+ *
+ * Errors: out NULL, desc.placement not a gpuarr_placement, desc.slots < 0 or more than any
+ * candidate has, desc.affinity "" or longer than 127 characters, desc.devices "" or malformed:
+ * GPUARR_ERROR_INVALID_ARGUMENT naming the field. A zero, released (the message says "released
+ * already"), stale or forged lease, also one from an earlier gpuarr_init: GPUARR_ERROR_INVALID_HANDLE.
+ * gpuarr_shutdown drops the leases still held (with a warning); no call may wait in
+ * gpuarr_lease_acquire when the last gpuarr_shutdown runs. All lease calls are thread-safe.
+ *
+ * Across processes. Slots are shared by every process of the user that uses the same folder,
+ * GPUARR_LEASE_DIR (an absolute path; default $XDG_RUNTIME_DIR/gpuarr, else /tmp/gpuarr-<uid>;
+ * made, mode 0700, at the first acquire; off: leases are per process). Slot k of a device is the
+ * file <folder>/<key>.<k>.slot, key = the device's UUID ("GPU-..."), else its PCI address
+ * ("pci-0000:3b:00.0"), else the host name and spec ("myhost-opencl-0"): two views of one GPU, and
+ * two processes that number devices differently, meet in the same files. A lease holds an flock on
+ * one file per slot, and the file says who: "pid P thread T host H program NAME since UNIX-TIME".
+ * The kernel drops the lock when the holder exits or is killed, so a crashed holder's slot is free
+ * at once. The files are opened O_CLOEXEC, and a child made by fork closes its copies (a
+ * pthread_atfork handler), so a child, exec'd or not, never keeps its parent's slot alive; in the
+ * child, the parent's leases are still handles there but hold nothing. The processes should agree
+ * on the slots (the same GPUARR_SLOTS): each counts files up to its own number. Between processes
+ * there is no queue: a waiter looks again every 25 ms, so first come, first served holds within a
+ * process only; placement counts this process's leases only. A folder or file that cannot be
+ * made or opened fails gpuarr_lease_acquire with GPUARR_ERROR_BACKEND giving the path and the
+ * reason. The timeout message names other processes' holders as their files do.
+ * gpuarr_lease_summary(d, buf, len) writes a line per slot of d ("opencl:0 slot 1: free", or what
+ * its file says of the holder), and `gpuarr-info --leases` prints it for every device (a GPU seen
+ * by two backends once).
+ *
+ * =============================================================================================
+ * PLANS
+ * =============================================================================================
+ * gpuarr_plan(steps, count, placement, out) chooses a device for each step of a pipeline before
+ * any of it runs, so that a pipeline that cannot run fails at once, naming the step, rather
+ * than midway. A step says where it may run (devices, a list as for leases: "host", "gpu",
+ * "any", "cuda", "opencl:1", ...; NULL = "gpu"), what it needs (GPUARR_NEED_FP64: f64
+ * arithmetic, which an OpenCL device without cl_khr_fp64, or with GPUARR_OPENCL_FP64=off,
+ * lacks) and the device memory it uses at its peak (memory_bytes). A candidate can take a step
+ * when it has not FAILED, has what the step needs, and its capacity is at least memory_bytes:
+ * capacity is the device's total memory, or its pool's limit when lower. Capacity, not free
+ * memory: what is free changes before the step runs (a lease's memory_bytes waits for free
+ * memory when it does). Steps run one after another, so each step's memory is checked alone.
+ *
+ * The physical device that can take the most steps takes them all, so a pipeline stays on one
+ * GPU where it fits and its arrays need no transfer between steps; the next takes the most of
+ * the rest, and so on (host steps go to the host). A GPU seen through CUDA and OpenCL is one
+ * physical device: a "cuda" step and an "opencl" step land on the same GPU, each through the
+ * view its list names. Ties go as placement says (as for leases, counting this process's
+ * leases): DEFAULT and LEAST_LEASED the smaller share of slots in use, then more free memory,
+ * then registry order; MOST_FREE free memory first; ROUND_ROBIN the device after the one the
+ * previous plan (of any thread) chose first, so plans made in a loop spread over the GPUs.
+ *
+ * out[i] is written for every step on success, and nothing is written on failure. A step no
+ * candidate can take: GPUARR_ERROR_NO_DEVICE, "steps[2] ("denoise"): no device can take it:
+ * opencl:0 has no fp64; cuda:0 has 8.0 GiB, the step needs 12.0 GiB". Bad arguments (steps or
+ * out NULL, count outside 1..4096, placement, a step's needs with bits that are no
+ * GPUARR_NEED_*, devices "" or malformed): GPUARR_ERROR_INVALID_ARGUMENT naming them. A plan
+ * reserves nothing: to hold its devices while the pipeline runs, take a lease on each (desc
+ * devices = the device's spec).
+ *
+ * =============================================================================================
  * TRACING
  * =============================================================================================
  * gpuarr_trace_start(path) ... gpuarr_trace_stop(), or GPUARR_TRACE=path (started by gpuarr_init,
@@ -583,7 +702,9 @@
  * for now. Where
  * threads enqueue on one stream at once, an event that would overlap an earlier one on that
  * stream without fitting inside it is shown starting when that one ends (a stream runs in order).
- * Leases are not recorded yet.
+ *   lease acquire    each gpuarr_lease_acquire (and GPUARR_WITH_LEASE), its wait included, on the
+ *                    calling thread: args device (when granted), slots, waited (whether it had to
+ *                    wait), outcome (granted, or the result's name: GPUARR_ERROR_TIMEOUT, ...)
  *
  * Bounds: each thread records into a buffer of its own of GPUARR_TRACE_EVENTS events (every
  * event it records, whichever track it is drawn on; 1..2^24, default 65536, 112 bytes each; read
@@ -803,6 +924,8 @@ typedef struct gpuarr_desc {
     const char *alloc_conf;     /* NULL = GPUARR_ALLOC_CONF: "key:value,..." (see MEMORY POOLS) */
     bool oom_host_fallback;     /* out of device memory: place new arrays on the host instead
                                    (alloc_conf host_fallback:0 or :1 overrides it) */
+    const char *slots;          /* NULL = GPUARR_SLOTS: lease slots per device, "cuda:0=4,opencl:*=2"
+                                   (see LEASES; copied by init) */
 } gpuarr_desc;
 
 /* Starts the library, or adds a reference when it is already running. A later call's desc (when
@@ -816,8 +939,8 @@ GPUARR_API gpuarr_result gpuarr_init(const gpuarr_desc *desc);
 GPUARR_API void gpuarr_shutdown(void);
 GPUARR_API bool gpuarr_is_initialized(void);
 /* The desc in effect, with every default resolved: the desc's fields, else the environment's,
-   else the defaults; devices and alloc_conf are NULL when neither gave one. out->devices and
-   out->alloc_conf stay valid until shutdown. */
+   else the defaults; devices, alloc_conf and slots are NULL when neither gave one. out->devices,
+   out->alloc_conf and out->slots stay valid until shutdown. */
 GPUARR_API gpuarr_result gpuarr_query_desc(gpuarr_desc *out);
 
 /* ---------------------------------------------------------------------------------------------
@@ -894,6 +1017,63 @@ GPUARR_API gpuarr_result gpuarr_device_sync(gpuarr_device d);
    released: otherwise GPUARR_ERROR_INVALID_ARGUMENT saying how many are alive. No other thread may
    use d during the call. The host has nothing to reset (GPUARR_OK). */
 GPUARR_API gpuarr_result gpuarr_device_reset(gpuarr_device d);
+
+/* ---------------------------------------------------------------------------------------------
+ * Leases (see LEASES): a slot on a device, taken for a piece of work and given back after it.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct gpuarr_lease { uint32_t id; } gpuarr_lease; /* id 0 = invalid */
+typedef enum gpuarr_placement {
+    GPUARR_PLACE_DEFAULT = 0,  /* least leased (share of slots in use), ties by most free memory */
+    GPUARR_PLACE_LEAST_LEASED, /* the same */
+    GPUARR_PLACE_MOST_FREE,    /* most free memory, ties by least leased */
+    GPUARR_PLACE_ROUND_ROBIN,  /* the candidate after the one this process leased last */
+    GPUARR_PLACEMENT_COUNT
+} gpuarr_placement;
+typedef struct gpuarr_lease_desc {
+    const char *devices;        /* candidates, comma separated: "gpu" (every GPU; the default), "any"
+                                   (every GPU, else the host), host, cuda, cuda:*, cuda:N, opencl... */
+    gpuarr_placement placement;
+    const char *affinity;       /* leases with the same key go to the same physical device while it
+                                   has free slots; NULL = none (at most 127 characters) */
+    int slots;                  /* slots this lease takes on its device; 0 = 1 */
+    uint64_t memory_bytes;      /* free device memory the work needs (0 = no condition) */
+    int64_t timeout_ms;         /* 0 = try once, < 0 = wait forever */
+} gpuarr_lease_desc;
+/* Takes desc->slots slots on one candidate device (NULL desc = defaults), waiting for them in
+   FIFO order up to desc->timeout_ms; writes *out only on success. A FAILED device is never
+   leased. Errors: INVALID_ARGUMENT (a desc field or out, named), NO_DEVICE (no candidate
+   present), DEVICE_LOST (every candidate failed), TIMEOUT (no slot in time; the message says who
+   holds them). Thread-safe. */
+GPUARR_API gpuarr_result gpuarr_lease_acquire(const gpuarr_lease_desc *desc, gpuarr_lease *out);
+/* Gives the slots back and wakes waiters. A released or unknown lease: INVALID_HANDLE. */
+GPUARR_API gpuarr_result gpuarr_lease_release(gpuarr_lease l);
+/* The device the lease is on (the view its candidates named: "opencl:0" stays opencl:0). */
+GPUARR_API gpuarr_result gpuarr_lease_device(gpuarr_lease l, gpuarr_device *out);
+/* The slots of d's physical device (shared by its views through other backends): at least 1, and
+   not below the slots in use. Raising them wakes waiters. */
+GPUARR_API gpuarr_result gpuarr_device_set_slots(gpuarr_device d, int slots);
+GPUARR_API gpuarr_result gpuarr_device_get_slots(gpuarr_device d, int *total, int *in_use);
+/* Every slot of d's physical device, a line each, into buf (NUL-terminated, cut to len):
+   "opencl:0 slot 0: free", or "... slot 1: pid P thread T host H program NAME since UNIX-TIME"
+   (from the slot files: any process; per process, with GPUARR_LEASE_DIR=off: this one's leases).
+   What gpuarr-info --leases prints. Errors: buf NULL or len 0 (INVALID_ARGUMENT), d (INVALID_HANDLE). */
+GPUARR_API gpuarr_result gpuarr_lease_summary(gpuarr_device d, char *buf, size_t len);
+
+/* Placement before running (see PLANS): a device for each step of a pipeline. */
+#define GPUARR_NEED_FP64 0x1u   /* the step computes in f64: not on OpenCL devices without cl_khr_fp64 */
+typedef struct gpuarr_plan_step {
+    const char *name;           /* for messages; NULL = its index */
+    const char *devices;        /* candidates, as gpuarr_lease_desc.devices (NULL = "gpu"): "host",
+                                   "gpu", "any", "cuda", "opencl:1", lists */
+    uint32_t needs;             /* GPUARR_NEED_* bits */
+    uint64_t memory_bytes;      /* device memory the step uses at its peak (0 = no condition) */
+} gpuarr_plan_step;
+/* Writes out[i], the device of steps[i], for all count steps, or nothing: the physical device
+   that can take the most steps takes them (ties: placement, as for leases), then the next for
+   the rest. Errors: INVALID_ARGUMENT (steps, out, count, placement, a step's needs or devices,
+   named), NO_DEVICE (a step no candidate can take: the message names the step and says why of
+   each candidate). Thread-safe. */
+GPUARR_API gpuarr_result gpuarr_plan(const gpuarr_plan_step *steps, int count, gpuarr_placement placement, gpuarr_device *out);
 
 /* ---------------------------------------------------------------------------------------------
  * Telemetry (see TELEMETRY). X(NAME, bit, "name", fields): one bit of gpuarr_telemetry.valid per
@@ -1225,11 +1405,14 @@ typedef struct gpuarr_scope {
     gpuarr_result previous_failure; /* the thread's failed-scope state before this scope */
     gpuarr_device device;  /* the scope's device */
     void *native_previous; /* the backend's previous native context (CUDA), restored on leave */
+    gpuarr_lease lease;    /* GPUARR_WITH_LEASE: released on leave; {0} otherwise */
 } gpuarr_scope;
 /* Enter: save the thread's current device and stream and set the new ones (a stream scope also
    makes the stream's device current). Leave: restore them; a second leave does nothing. */
 GPUARR_API gpuarr_scope gpuarr_scope_enter_device(gpuarr_device d);
 GPUARR_API gpuarr_scope gpuarr_scope_enter_stream(gpuarr_stream s);
+/* Acquires a lease (gpuarr_lease_acquire) and makes its device current; leave releases it. */
+GPUARR_API gpuarr_scope gpuarr_scope_enter_lease(const gpuarr_lease_desc *desc);
 /* Returns s. If s failed to start, the thread is left with no current device or stream until
    gpuarr_scope_leave(&s): every call that would use them (a {0} stream, work placed on the
    current stream, gpuarr_current_device) fails with s.result, saying that the scope did not
@@ -1258,6 +1441,18 @@ static inline gpuarr_scope gpuarr__scope_report(gpuarr_scope s, gpuarr_result *r
    the error that made it skip the block. */
 #define GPUARR_WITH_DEVICE_R(dev, result) GPUARR__WITH(gpuarr__scope_report(gpuarr_scope_enter_device(dev), result))
 #define GPUARR_WITH_STREAM_R(stream, result) GPUARR__WITH(gpuarr__scope_report(gpuarr_scope_enter_stream(stream), result))
+/* GPUARR_WITH_LEASE(desc_ptr, dev) { ... }: leases a device, declares `gpuarr_device dev` for the
+   block and makes it current, and releases the lease when the block ends (normally, by break or
+   by continue; as GPUARR_WITH_DEVICE, return and goto skip the release). No slot in time (or a bad
+   desc): the block is skipped and gpuarr_last_error() says why; the _R form writes the result. */
+#define GPUARR__WITH_LEASE(enter, dev)                                                         \
+    for (gpuarr_scope GPUARR__ID(scope) = enter; GPUARR__ID(scope).active;                     \
+         gpuarr_scope_leave(&GPUARR__ID(scope)))                                               \
+        for (int GPUARR__ID(once) = 1; GPUARR__ID(once); GPUARR__ID(once) = 0)                 \
+            for (gpuarr_device dev = GPUARR__ID(scope).device; GPUARR__ID(once); GPUARR__ID(once) = 0)
+#define GPUARR_WITH_LEASE(desc, dev) GPUARR__WITH_LEASE(gpuarr_scope_enter_lease(desc), dev)
+#define GPUARR_WITH_LEASE_R(desc, dev, result)                                                 \
+    GPUARR__WITH_LEASE(gpuarr__scope_report(gpuarr_scope_enter_lease(desc), result), dev)
 
 /* ---------------------------------------------------------------------------------------------
  * OpenCL interop. Native handles travel as void * here; with <CL/cl.h> included, the typed
@@ -1956,7 +2151,13 @@ typedef struct gpuarr__filter_item {
     X(ALLOC_CONF, gpuarr__check_text)                                                          \
     X(FAULTS, gpuarr__check_text)                                                              \
     X(TRACE, gpuarr__check_text)                                                               \
-    X(TRACE_EVENTS, gpuarr__check_trace_events)
+    X(TRACE_EVENTS, gpuarr__check_trace_events)                                                \
+    X(SLOTS, gpuarr__check_slots)                                                              \
+    X(LEASE_DIR, gpuarr__check_lease_dir)
+
+/* GPUARR_SLOTS and desc.slots (backends/gpuarr_lease.h) */
+static gpuarr_result gpuarr__check_slots(const char *name, const char *value, int *out);
+static gpuarr_result gpuarr__check_lease_dir(const char *name, const char *value, int *out); /* GPUARR_LEASE_DIR */
 
 typedef enum gpuarr__setting_id {
 #define GPUARR__SETTING_ENUM(NAME, check) GPUARR__SET_##NAME,
@@ -1981,6 +2182,7 @@ typedef struct gpuarr__state {
        (gpuarr__handles_lock): every hold is short. */
     uint32_t handles_lock;
     uint32_t handle_key[4]; /* the handle permutation's round keys, one set for all three tables */
+    bool lease_atfork;    /* the leases' fork handler is registered (once per process, under init_lock) */
     int refs;             /* gpuarr_init references, under init_lock */
     uint32_t valid;       /* atomic: 1 while initialized */
     uint32_t epoch;       /* counts init cycles; part of device ids */
@@ -2037,6 +2239,7 @@ typedef struct gpuarr__state {
     bool backend_loaded[GPUARR_BACKEND_COUNT];
     char backend_error[GPUARR_BACKEND_COUNT][256]; /* why a backend is not available */
     void *backend_state[GPUARR_BACKEND_COUNT];
+    struct gpuarr__lease_state *leases; /* slots and leases (backends/gpuarr_lease.h) */
 } gpuarr__state;
 
 /* Zero but for the locks; the rest is left to zero initialization (designated initializers
@@ -2201,7 +2404,8 @@ typedef enum gpuarr__trace_kind {
     GPUARR__TRACE_ALLOC,
     GPUARR__TRACE_FREE,
     GPUARR__TRACE_OOM,      /* one step of the out-of-memory ladder */
-    GPUARR__TRACE_WAIT      /* a stream made to wait for another's work, on the waiting stream */
+    GPUARR__TRACE_WAIT,     /* a stream made to wait for another's work, on the waiting stream */
+    GPUARR__TRACE_LEASE     /* a lease acquired (or not), waiting included, on the thread */
 } gpuarr__trace_kind;
 
 /* A backend whose commands have timing events (OpenCL's profiling): how to keep one, let it go,
@@ -2268,6 +2472,8 @@ static void gpuarr__trace_alloc(gpuarr__trace_scope *sc, gpuarr__dev *d, bool pi
 static void gpuarr__trace_free(gpuarr__trace_scope *sc, gpuarr__dev *d, bool pinned, size_t bytes, const char *to);
 static void gpuarr__trace_wait(gpuarr__trace_scope *sc, gpuarr__stream *s, gpuarr__stream *after, gpuarr__event *e);
 static void gpuarr__trace_oom(uint64_t t0, gpuarr__dev *d, const char *step, size_t requested, gpuarr_result r);
+static void gpuarr__trace_lease(gpuarr__trace_scope *sc, int slots);
+static void gpuarr__trace_lease_end(gpuarr__trace_scope *sc, gpuarr__dev *d, gpuarr_result r, bool waited);
 static gpuarr_result gpuarr__check_trace_events(const char *name, const char *value, int *out); /* GPUARR_TRACE_EVENTS */
 /* A backend enqueued `command` (a timing event of `clock`) on behalf of the innermost open scope. */
 static void gpuarr__trace_command(void *command, const gpuarr__trace_clock *clock);
@@ -5648,7 +5854,7 @@ static int gpuarr__setting_value(gpuarr__setting_id id, int unset) {
 /* A desc field that is set takes the place of its variable, which is then not read at all. */
 static bool gpuarr__desc_replaces(const gpuarr_desc *d, gpuarr__setting_id id) {
     return (id == GPUARR__SET_DEVICES && d->devices) || (id == GPUARR__SET_LOG && d->log_level) ||
-           (id == GPUARR__SET_THREADS && d->host_threads) || (id == GPUARR__SET_ALLOC_CONF && d->alloc_conf);
+           (id == GPUARR__SET_THREADS && d->host_threads) || (id == GPUARR__SET_ALLOC_CONF && d->alloc_conf) || (id == GPUARR__SET_SLOTS && d->slots);
 }
 
 /* Reads, checks and keeps every GPUARR_* variable (an empty one counts as unset). */
@@ -5879,6 +6085,11 @@ static gpuarr_result gpuarr__resolve_config(const gpuarr_desc *d) {
         return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a copy of desc->alloc_conf");
     const char *conf = gpuarr__setting(GPUARR__SET_ALLOC_CONF); /* the desc's, else the variable's */
     if (conf) GPUARR__CHECK(gpuarr__parse_alloc_conf(conf));
+    if (d->slots) {
+        GPUARR__CHECK(gpuarr__check_slots("desc->slots", d->slots, &gpuarr__g.config.value[GPUARR__SET_SLOTS]));
+        if (!(gpuarr__g.config.text[GPUARR__SET_SLOTS] = gpuarr__strdup(d->slots)))
+            return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a copy of desc->slots");
+    }
     return GPUARR_OK;
 }
 
@@ -6377,6 +6588,23 @@ static void gpuarr__trace_oom(uint64_t t0, gpuarr__dev *d, const char *step, siz
     gpuarr__trace_finish(&sc);
 }
 
+/* s1: the outcome ("granted" or the result's name); a: slots, b: 1 when the call waited. The
+   device is set when the lease is granted. */
+static void gpuarr__trace_lease(gpuarr__trace_scope *sc, int slots) {
+    gpuarr__trace_open(sc, GPUARR__TRACE_LEASE, "lease acquire", NULL, NULL);
+    sc->ev.a = (uint64_t)slots;
+}
+
+static void gpuarr__trace_lease_end(gpuarr__trace_scope *sc, gpuarr__dev *d, gpuarr_result r, bool waited) {
+    if (!sc->on) return;
+    if (d) {
+        sc->ev.backend = (uint8_t)d->info.backend;
+        sc->ev.index = (int16_t)d->info.index;
+    }
+    sc->ev.b = waited;
+    sc->ev.s1 = r == GPUARR_OK ? "granted" : gpuarr_result_name(r);
+}
+
 /* ---- writing the file ---- */
 static int gpuarr__trace_order(const void *pa, const void *pb) {
     const gpuarr__trace_event *a = (const gpuarr__trace_event *)pa, *b = (const gpuarr__trace_event *)pb;
@@ -6462,6 +6690,10 @@ static void gpuarr__trace_put_args(FILE *f, const gpuarr__trace_event *e) {
         } else {
             gpuarr__trace_put_dev(f, "event_device", e->b);
         }
+        break;
+    case GPUARR__TRACE_LEASE:
+        if (e->backend) gpuarr__trace_put_dev(f, "device", dev);
+        fprintf(f, ",\"slots\":%llu,\"waited\":%s,\"outcome\":\"%s\"", a, b ? "true" : "false", e->s1 ? e->s1 : "?");
         break;
     default: break;
     }
@@ -6706,6 +6938,8 @@ static void gpuarr__trace_at_shutdown(void) {
 /* ---------------------------------------------------------------------------------------------
  * Lifecycle
  * ------------------------------------------------------------------------------------------- */
+static void gpuarr__leases_stop(void); /* backends/gpuarr_lease.h */
+
 static void gpuarr__teardown(void) {
     uint32_t arrays = gpuarr__g.arrays.capacity ? gpuarr__table_destroy(&gpuarr__g.arrays) : 0;
     uint32_t events = gpuarr__g.events.capacity ? gpuarr__table_destroy(&gpuarr__g.events) : 0;
@@ -6717,6 +6951,7 @@ static void gpuarr__teardown(void) {
     gpuarr__stream *defaults = gpuarr__detach_thread_streams(0);
     pthread_mutex_unlock(&gpuarr__g.defaults_lock);
     gpuarr__release_stream_list(defaults);
+    gpuarr__leases_stop();
     for (int i = 0; i < gpuarr__g.device_count; i++) {
         gpuarr__dev *d = &gpuarr__g.devices[i];
         gpuarr__pool_destroy(&d->pinned);
@@ -6748,6 +6983,7 @@ static void gpuarr__teardown(void) {
 }
 
 static gpuarr_result gpuarr__apply_faults(const char *text);
+static gpuarr_result gpuarr__leases_start(void); /* backends/gpuarr_lease.h */
 
 static gpuarr_result gpuarr__startup(const gpuarr_desc *desc) {
     gpuarr_desc d;
@@ -6765,6 +7001,7 @@ static gpuarr_result gpuarr__startup(const gpuarr_desc *desc) {
         gpuarr__workers_init(&gpuarr__g.workers, gpuarr__g.host_threads);
         r = gpuarr__registry_build();
     }
+    if (r == GPUARR_OK) r = gpuarr__leases_start();
     const char *faults = gpuarr__setting(GPUARR__SET_FAULTS);
     if (r == GPUARR_OK && faults) r = gpuarr__apply_faults(faults);
     if (r == GPUARR_OK) r = gpuarr__trace_at_init();
@@ -6795,6 +7032,7 @@ static gpuarr_result gpuarr__desc_agrees(const gpuarr_desc *d) {
     else if (d->host_threads && d->host_threads != g->host_threads) field = "host_threads";
     else if (d->alloc_conf && !gpuarr__same_text(d->alloc_conf, g->config.text[GPUARR__SET_ALLOC_CONF])) field = "alloc_conf";
     else if (d->oom_host_fallback && !g->alloc_conf.host_fallback) field = "oom_host_fallback";
+    else if (d->slots && !gpuarr__same_text(d->slots, g->config.text[GPUARR__SET_SLOTS])) field = "slots";
     if (!field) return GPUARR_OK;
     return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT,
                         "desc->%s differs from the running configuration (gpuarr is already initialized; pass NULL, or the "
@@ -6846,6 +7084,7 @@ GPUARR_API gpuarr_result gpuarr_query_desc(gpuarr_desc *out) {
     out->host_threads = gpuarr__g.host_threads;
     out->alloc_conf = gpuarr__g.config.text[GPUARR__SET_ALLOC_CONF];
     out->oom_host_fallback = gpuarr__g.alloc_conf.host_fallback;
+    out->slots = gpuarr__g.config.text[GPUARR__SET_SLOTS];
     return GPUARR_OK;
 }
 
@@ -8672,6 +8911,8 @@ GPUARR_API gpuarr_result gpuarr_set_current_stream(gpuarr_stream s) {
     return GPUARR_OK;
 }
 
+static void gpuarr__lease_release_quiet(gpuarr_lease l); /* backends/gpuarr_lease.h */
+
 static gpuarr_scope gpuarr__scope_enter(gpuarr__dev *dev, uint32_t stream_id) {
     gpuarr_scope sc;
     memset(&sc, 0, sizeof sc);
@@ -8747,6 +8988,8 @@ GPUARR_API void gpuarr_scope_leave(gpuarr_scope *scope) {
     gpuarr__tls.device_id = scope->previous_device.id;
     gpuarr__tls.stream_id = scope->previous_stream.id;
     gpuarr__tls.scope_failure = scope->previous_failure;
+    if (scope->lease.id && gpuarr__initialized()) gpuarr__lease_release_quiet(scope->lease);
+    scope->lease.id = 0;
 }
 
 /* The public interop functions, generated from each backend's GPUARR__INTEROP_<NAME> list: a call
@@ -8767,6 +9010,8 @@ GPUARR_BACKEND_LIST(GPUARR__INTEROP_CALLS)
 
 /* DLPack export and import (the manual's DLPACK section). */
 #include "backends/gpuarr_dlpack.h"
+/* Leases: slots per device, FIFO waits, placement, affinity (the manual's LEASES section). */
+#include "backends/gpuarr_lease.h"
 
 #endif /* GPUARR_IMPLEMENTATION */
 

@@ -357,6 +357,53 @@ Test(failures, a_lost_opencl_device_fails_alone_and_comes_back_after_a_reset) {
     TEST_OK(gpuarr_release(b2));
 }
 
+/* Leases (LEASES): a FAILED device is never leased; with no other candidate, DEVICE_LOST at once. */
+Test(failures, a_failed_device_is_never_leased) {
+    char dir[] = "/tmp/gpuarr-test-failures-XXXXXX"; /* slot files of its own */
+    cr_assert_not_null(mkdtemp(dir));
+    cr_assert_eq(setenv("GPUARR_LEASE_DIR", dir, 1), 0);
+    lose_fn lose = opencl_through_fault_library();
+    gpuarr_device d0 = find("opencl:0"), d1 = find("opencl:1");
+    static float in[N], back[N];
+    int64_t shape[1] = {N};
+    gpuarr_array a;
+    TEST_OK(gpuarr_from_host(d0, in, 1, shape, &a));
+    lose(0, 1, 0);
+    TEST_FAIL_WITH(gpuarr_to_host(a, back, N), GPUARR_ERROR_DEVICE_LOST, "CL_DEVICE_NOT_AVAILABLE");
+    cr_assert_eq(state_of(d0, NULL, 0), GPUARR_DEVICE_FAILED);
+    TEST_OK(gpuarr_device_set_slots(d0, 4));
+    TEST_OK(gpuarr_device_set_slots(d1, 4));
+    gpuarr_lease_desc ld;
+    memset(&ld, 0, sizeof ld);
+    ld.devices = "opencl:*"; /* opencl:0 listed first, with as many free slots */
+    gpuarr_lease l[4];
+    for (int i = 0; i < 4; i++) {
+        gpuarr_device on;
+        TEST_OK(gpuarr_lease_acquire(&ld, &l[i]));
+        TEST_OK(gpuarr_lease_device(l[i], &on));
+        cr_assert_eq(on.id, d1.id, "lease %d", i);
+    }
+    TEST_FAIL_WITH(gpuarr_lease_acquire(&ld, &l[0]), GPUARR_ERROR_TIMEOUT, "opencl:0: failed (CL_DEVICE_NOT_AVAILABLE");
+    ld.devices = "opencl:0";
+    TEST_FAIL_WITH(gpuarr_lease_acquire(&ld, &l[0]), GPUARR_ERROR_DEVICE_LOST, "every candidate has failed");
+    for (int i = 0; i < 4; i++) TEST_OK(gpuarr_lease_release(l[i]));
+    /* nor planned (PLANS) */
+    gpuarr_plan_step steps[2] = {{"a", "opencl:*", 0, 0}, {"b", "opencl:*", 0, 0}};
+    gpuarr_device where[2];
+    TEST_OK(gpuarr_plan(steps, 2, GPUARR_PLACE_DEFAULT, where));
+    cr_assert(where[0].id == d1.id && where[1].id == d1.id, "a plan on the failed opencl:0");
+    steps[1].devices = "opencl:0";
+    TEST_FAIL_WITH(gpuarr_plan(steps, 2, GPUARR_PLACE_DEFAULT, where), GPUARR_ERROR_NO_DEVICE, "steps[1] (\"b\"): no device can take it: opencl:0 has failed");
+    TEST_OK(gpuarr_release(a));
+    lose(-1, 0, 0);
+    TEST_OK(gpuarr_device_reset(d0));
+    TEST_OK(gpuarr_lease_acquire(&ld, &l[0]));
+    TEST_OK(gpuarr_lease_release(l[0]));
+    char cmd[96];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_expect_eq(system(cmd), 0);
+}
+
 /* The context's error callback cannot say which of its devices failed: all of them do. */
 Test(failures, an_opencl_context_error_callback_fails_every_device_of_the_context) {
     lose_fn lose = opencl_through_fault_library();

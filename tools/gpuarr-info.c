@@ -3,6 +3,8 @@
  *   gpuarr-info           a table
  *   gpuarr-info --json    the same as JSON (one object with a "devices" array)
  *   gpuarr-info --memory  each device's memory pool: allocated, reserved, peaks, the ladder
+ *   gpuarr-info --leases  every lease slot of every device and its holder (any process, from the
+ *                         slot files of GPUARR_LEASE_DIR; a GPU seen by two backends once)
  *   gpuarr-info --find SPEC  the device SPEC ("gpu", "cuda:1", ...) names, or why there is none
  *                            (exit status 1)
  *   gpuarr-info --watch [SECONDS] [--count N] [--json]
@@ -134,6 +136,21 @@ static void print_memory(void) {
     }
 }
 
+static void print_leases(void) {
+    static char text[1 << 16];
+    for (int i = 0; i < gpuarr_device_count(); i++) {
+        gpuarr_device_info d, other;
+        if (gpuarr_device_get_info(gpuarr_device_at(i), &d) != GPUARR_OK) continue;
+        /* a GPU seen through a second backend: listed once, through the first */
+        if (d.same_as.id && gpuarr_device_get_info(d.same_as, &other) == GPUARR_OK && other.backend < d.backend) continue;
+        if (gpuarr_lease_summary(d.device, text, sizeof text) != GPUARR_OK) {
+            fprintf(stderr, "gpuarr-info: %s\n", gpuarr_last_error());
+            continue;
+        }
+        fputs(text, stdout);
+    }
+}
+
 static int find(const char *spec) {
     gpuarr_device d;
     gpuarr_device_info info;
@@ -234,7 +251,7 @@ static int watch(double seconds, long count, bool json) {
 }
 
 int main(int argc, char **argv) {
-    bool json = false, memory = false, watching = false;
+    bool json = false, memory = false, watching = false, leases = false;
     double seconds = 1.0;
     long count = 0;
     const char *spec = NULL;
@@ -259,10 +276,12 @@ int main(int argc, char **argv) {
             }
         } else if (strcmp(argv[i], "--memory") == 0) {
             memory = true;
+        } else if (strcmp(argv[i], "--leases") == 0) {
+            leases = true;
         } else if (strcmp(argv[i], "--find") == 0 && i + 1 < argc) {
             spec = argv[++i];
         } else {
-            fprintf(stderr, "usage: %s [--json | --memory | --find SPEC | --watch [SECONDS] [--count N] [--json]]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--json | --memory | --leases | --find SPEC | --watch [SECONDS] [--count N] [--json]]\n", argv[0]);
             return strcmp(argv[i], "--help") == 0 ? 0 : 2;
         }
     }
@@ -279,6 +298,7 @@ int main(int argc, char **argv) {
     else if (watching) status = watch(seconds, count, json);
     else if (json) print_json();
     else if (memory) print_memory();
+    else if (leases) print_leases();
     else print_table();
     gpuarr_shutdown();
     return status;

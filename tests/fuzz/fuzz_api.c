@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "gpuarr.h"
 
@@ -49,6 +50,7 @@
 #define FZ_STREAMS 4
 #define FZ_EVENTS 4
 #define FZ_SCOPES 4
+#define FZ_LEASES 4
 #define FZ_STALE 8
 #define FZ_DEVICES 5
 #define FZ_MAX_ELEMS 8192 /* 64 KiB of f64 */
@@ -102,6 +104,8 @@ typedef struct fz {
     gpuarr_event ev[FZ_EVENTS];
     gpuarr_scope scope[FZ_SCOPES];
     int nscope;
+    gpuarr_lease lease[FZ_LEASES]; /* live leases; released at the end of the input */
+    int slots_saved[FZ_DEVICES];   /* a device's slots before this input changed them, 0 = unchanged */
     uint32_t stale[FZ_STALE]; /* ids released or destroyed, of any kind */
     int nstale;
     int handlers; /* OOM handlers added (fz_oom with user data z + k) */
@@ -1101,8 +1105,118 @@ static void op_trace(fz *z) {
     }
 }
 
+/* gpuarr_plan: up to 5 steps of any lists, needs (an unknown bit among them), memory; out written
+   only on success, and then with devices that exist. */
+static void op_plan(fz *z) {
+    static const char *const lists[] = {NULL, "host", "opencl:*", "cuda:*", "host,opencl:0", "gpu", "any", "opencl:9", "gpus", "",
+                                        "cuda,opencl", "opencl:1,host"};
+    gpuarr_plan_step steps[5];
+    gpuarr_device out[5];
+    uint8_t how = u8(z);
+    int count = (int)(u8(z) % 7) - 1;
+    for (int i = 0; i < 5; i++) {
+        uint8_t b = u8(z);
+        steps[i].name = (b & 1) ? NULL : "step";
+        steps[i].devices = lists[u8(z) % 12];
+        steps[i].needs = (uint32_t)(b & 0x82) >> 1; /* GPUARR_NEED_FP64, or an unknown bit */
+        steps[i].memory_bytes = (b & 4) ? u64(z) : (b & 8) ? (uint64_t)u16(z) << 20 : 0;
+        out[i].id = FZ_SENTINEL;
+    }
+    gpuarr_result r;
+    FZ_CALL(r, "gpuarr_plan", gpuarr_plan((how & 1) ? NULL : steps, count, (gpuarr_placement)((int)(u8(z) % 6) - 1), (how & 2) ? NULL : out));
+    for (int i = 0; i < 5; i++) {
+        gpuarr_device_info info;
+        if (r != GPUARR_OK && out[i].id != FZ_SENTINEL) fz_die("gpuarr_plan failed but wrote out[%d]", i);
+        if (r == GPUARR_OK && i < count && gpuarr_device_get_info(out[i], &info) != GPUARR_OK) fz_die("gpuarr_plan gave out[%d], not a device", i);
+    }
+}
+
+/* Leases: acquire (never waiting: timeout 0), release, device, slots, the lease scope; and plans. */
+static void op_lease(fz *z) {
+    uint8_t how = u8(z);
+    gpuarr_result r;
+    int k = u8(z) % FZ_LEASES;
+    switch (how % 6) {
+    case 0:
+    case 1: {
+        static const char *const lists[] = {NULL, "host", "opencl:*", "cuda:*", "host,opencl:0", "gpu", "any", "opencl:9", "gpu0", "",
+                                            "cuda,opencl", "host,,cuda:1"};
+        static const char *const keys[] = {NULL, "a", "b", ""};
+        gpuarr_lease_desc d;
+        memset(&d, 0, sizeof d);
+        d.devices = lists[u8(z) % 12];
+        d.placement = (gpuarr_placement)((int)(u8(z) % 6) - 1);
+        d.slots = (int)(u8(z) % 5) - 1;
+        d.affinity = keys[u8(z) % 4];
+        d.memory_bytes = (how & 0x40) ? u64(z) : 0;
+        if (how & 0x80) { /* the scope form: left at the end of the input or by op_scope */
+            if (z->nscope == FZ_SCOPES) return;
+            gpuarr_scope s = gpuarr_scope_enter_lease(&d);
+            fz_ok_or_error(s.result, "gpuarr_scope_enter_lease");
+            if (s.active) z->scope[z->nscope++] = s;
+            return;
+        }
+        if (z->lease[k].id) return;
+        gpuarr_lease l = {FZ_SENTINEL};
+        FZ_CALL(r, "gpuarr_lease_acquire", gpuarr_lease_acquire(&d, (how & 0x20) ? NULL : &l));
+        FZ_KEEP_OUT(r, "gpuarr_lease_acquire", l);
+        if (r == GPUARR_OK) z->lease[k] = l;
+        break;
+    }
+    case 2: {
+        uint32_t ids[FZ_LEASES];
+        for (int i = 0; i < FZ_LEASES; i++) ids[i] = z->lease[i].id;
+        gpuarr_lease l = {fz_pick_id(z, ids, FZ_LEASES)};
+        FZ_CALL(r, "gpuarr_lease_release", gpuarr_lease_release(l));
+        for (int i = 0; r == GPUARR_OK && i < FZ_LEASES; i++)
+            if (z->lease[i].id == l.id) z->lease[i].id = 0;
+        if (r == GPUARR_OK) fz_stale_add(z, l.id);
+        break;
+    }
+    case 3: {
+        if (how & 0x40) { /* plans (PLANS) */
+            op_plan(z);
+            break;
+        }
+        uint32_t ids[FZ_LEASES];
+        for (int i = 0; i < FZ_LEASES; i++) ids[i] = z->lease[i].id;
+        gpuarr_lease l = {fz_pick_id(z, ids, FZ_LEASES)};
+        gpuarr_device d = {FZ_SENTINEL};
+        FZ_CALL(r, "gpuarr_lease_device", gpuarr_lease_device(l, (how & 0x80) ? NULL : &d));
+        FZ_KEEP_OUT(r, "gpuarr_lease_device", d);
+        break;
+    }
+    case 4: {
+        if (how & 0x20) {
+            size_t len = u16(z) % 512;
+            char *buf = (how & 0x10) && !len ? NULL : (char *)fz_alloc(z, len);
+            FZ_CALL(r, "gpuarr_lease_summary", gpuarr_lease_summary(fz_dev(z), buf, len));
+            if (r == GPUARR_OK && !memchr(buf, '\0', len)) fz_die("gpuarr_lease_summary: not NUL-terminated within len");
+            break;
+        }
+        int total = -7, in_use = -7;
+        FZ_CALL(r, "gpuarr_device_get_slots",
+                gpuarr_device_get_slots(fz_dev(z), (how & 0x80) ? NULL : &total, (how & 0x40) ? NULL : &in_use));
+        if (r == GPUARR_OK && (total < 1 || in_use < 0 || in_use > total)) fz_die("gpuarr_device_get_slots: %d of %d in use", in_use, total);
+        break;
+    }
+    default: {
+        if (fz_soak) break; /* process-wide: not from the soak's threads */
+        int i = u8(z) % FZ_DEVICES, slots = (int)(u8(z) % 6) - 1, total, in_use;
+        if (!z->dev[i].id) break;
+        if (!z->slots_saved[i] && gpuarr_device_get_slots(z->dev[i], &total, &in_use) == GPUARR_OK) z->slots_saved[i] = total;
+        FZ_CALL(r, "gpuarr_device_set_slots", gpuarr_device_set_slots(z->dev[i], slots));
+        break;
+    }
+    }
+}
+
 static void op_misc(fz *z) {
     uint8_t how = u8(z);
+    if (how >= 0xf0) { /* leases (bytes 0xf0..0xff; committed inputs with them ran op_misc's other cases before) */
+        op_lease(z);
+        return;
+    }
     switch (how % 4) {
     case 0: {
         gpuarr_result r = (gpuarr_result)(int8_t)u8(z);
@@ -1162,6 +1276,19 @@ static void fz_cleanup(fz *z) {
     if (z->tracing) FZ_CALL(r, "gpuarr_trace_stop", gpuarr_trace_stop()); /* the soak: maybe another thread's */
     z->tracing = false;
     while (z->nscope) gpuarr_scope_leave(&z->scope[--z->nscope]);
+    for (int i = 0; i < FZ_LEASES; i++)
+        if (z->lease[i].id) {
+            if (FZ_CALL(r, "gpuarr_lease_release", gpuarr_lease_release(z->lease[i])) != GPUARR_OK) fz_die("releasing lease %d failed", i);
+            z->lease[i].id = 0;
+        }
+    for (int i = 0; i < FZ_DEVICES; i++) {
+        int total, in_use;
+        if (!z->dev[i].id || gpuarr_device_get_slots(z->dev[i], &total, &in_use) != GPUARR_OK) continue;
+        if (!fz_soak && in_use) fz_die("%s: %d slots still in use after every lease was released", fz_specs[i], in_use);
+        if (z->slots_saved[i] && gpuarr_device_set_slots(z->dev[i], z->slots_saved[i]) != GPUARR_OK)
+            fz_die("restoring the slots of %s: %s", fz_specs[i], gpuarr_last_error());
+        z->slots_saved[i] = 0;
+    }
     gpuarr_stream none = {0};
     gpuarr_device nodev = {0};
     if (gpuarr_set_current_stream(none) != GPUARR_OK) fz_die("gpuarr_set_current_stream({0}): %s", gpuarr_last_error());
@@ -1256,6 +1383,11 @@ static void fz_start(void) {
     setenv("GPUARR_CUDA_LIBRARY", FUZZ_FAKE_CUDA, 0);
     setenv("GPUARR_NVML_LIBRARY", FUZZ_FAKE_NVML, 0);
     setenv("GPUARR_CACHE_DIR", FUZZ_CACHE_DIR, 0);
+    /* lease slot files: the fuzzer's own folder, not the user's (every acquire here tries once) */
+    char path[] = FUZZ_CACHE_DIR "/";
+    for (char *c = path + 1; *c; c++) /* mkdir -p */
+        if (*c == '/') *c = '\0', (void)mkdir(path, 0700), *c = '/';
+    setenv("GPUARR_LEASE_DIR", FUZZ_CACHE_DIR "/leases", 0);
     setenv("FAKE_CUDA_MEMORY", "268435456", 0);
     if (gpuarr_init(fz_default_desc()) != GPUARR_OK) fz_die("gpuarr_init: %s", gpuarr_last_error());
     int found = 0;
