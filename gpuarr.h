@@ -1076,6 +1076,34 @@ typedef struct gpuarr_plan_step {
 GPUARR_API gpuarr_result gpuarr_plan(const gpuarr_plan_step *steps, int count, gpuarr_placement placement, gpuarr_device *out);
 
 /* ---------------------------------------------------------------------------------------------
+ * Transfer estimates (see TRANSFER MODEL): predicted seconds to move data between devices.
+ * ------------------------------------------------------------------------------------------- */
+/* Seconds predicted to move `bytes` of src's data (bytes == 0: the whole array; at most its
+   nbytes) to dst as dtype t (0 = src's dtype), from the memory src is in: pinned when src is a
+   pinned host array made for dst, else pageable host memory, or src's device memory. Fits the
+   pair's model first when it has none (GPUARR_CALIBRATE=on: a few transfers, under a second on
+   most machines). *seconds is written only on success. Errors: seconds NULL or t not a dtype
+   (INVALID_ARGUMENT), bytes more than the array holds (INVALID_ARGUMENT), src or dst not live
+   (INVALID_HANDLE), a FAILED device (DEVICE_LOST). Thread-safe. */
+GPUARR_API gpuarr_result gpuarr_transfer_estimate_array(gpuarr_array src, gpuarr_device dst, gpuarr_dtype t,
+                                                        uint64_t bytes, double *seconds);
+/* The same from a device: pageable host memory when src is the host, its device memory otherwise,
+   dtype t (1..13, required) on both sides. */
+GPUARR_API gpuarr_result gpuarr_transfer_estimate_device(gpuarr_device src, gpuarr_device dst, gpuarr_dtype t,
+                                                         uint64_t bytes, double *seconds);
+/* Fits every pair that involves d now (host <-> d both ways, pageable and pinned, cast and not;
+   d -> d cast; d <-> every other device; for d = the host: host -> host cast and host <-> every
+   device), replacing the models it had, and saves them. Seconds per device on most machines.
+   Errors: d not live (INVALID_HANDLE), FAILED (DEVICE_LOST); a transfer that fails: its error,
+   naming the pair. Thread-safe: a pair being fitted by another thread is waited for. */
+GPUARR_API gpuarr_result gpuarr_calibrate(gpuarr_device d);
+/* Every model known in this process (those on disk for these devices are read first), a line
+   each: "host -> opencl:0 pinned copy: latency 12.0 us, 5.123 GB/s (measured)"; origin measured,
+   loaded (from the cache) or set. NUL-terminated, cut to len. Errors: buf NULL or len 0
+   (INVALID_ARGUMENT). */
+GPUARR_API gpuarr_result gpuarr_transfer_models_summary(char *buf, size_t len);
+
+/* ---------------------------------------------------------------------------------------------
  * Telemetry (see TELEMETRY). X(NAME, bit, "name", fields): one bit of gpuarr_telemetry.valid per
  * group of fields read together; a clear bit means those fields were not read (left 0).
  * ------------------------------------------------------------------------------------------- */
@@ -1632,6 +1660,15 @@ GPUARR_API void gpuarr_dlpack_capsule_destructor(void *capsule);
     inline gpuarr_result gpuarr_fill(gpuarr_array a, ctype value) { return gpuarr_fill_##suffix(a, value); }
 GPUARR_CTYPE_LIST(GPUARR__OVERLOADS)
 #undef GPUARR__OVERLOADS
+/* from an array or a device (see TRANSFER MODEL) */
+inline gpuarr_result gpuarr_transfer_estimate(gpuarr_array src, gpuarr_device dst, gpuarr_dtype t, uint64_t bytes,
+                                              double *seconds) {
+    return gpuarr_transfer_estimate_array(src, dst, t, bytes, seconds);
+}
+inline gpuarr_result gpuarr_transfer_estimate(gpuarr_device src, gpuarr_device dst, gpuarr_dtype t, uint64_t bytes,
+                                              double *seconds) {
+    return gpuarr_transfer_estimate_device(src, dst, t, bytes, seconds);
+}
 
 /* Restores the thread's device (and stream) at the end of the enclosing block, on every exit. A
    scope that failed leaves the block without a current device (gpuarr_scope_hold). */
@@ -1659,6 +1696,10 @@ struct gpuarr_scope_guard {
 #define gpuarr_to_host(arr, data, count)                                                       \
     _Generic((data)GPUARR_CTYPE_LIST(GPUARR__GENERIC_TO))(arr, data, count)
 #define GPUARR__GENERIC_FILL(ctype, suffix, dtype) , ctype : gpuarr_fill_##suffix
+/* from an array or a device (see TRANSFER MODEL) */
+#define gpuarr_transfer_estimate(src, dst, t, bytes, seconds)                                  \
+    _Generic((src), gpuarr_array: gpuarr_transfer_estimate_array,                              \
+             gpuarr_device: gpuarr_transfer_estimate_device)(src, dst, t, bytes, seconds)
 #define gpuarr_fill(arr, value) _Generic((value)GPUARR_CTYPE_LIST(GPUARR__GENERIC_FILL))(arr, value)
 #if defined(__GNUC__) || defined(__clang__)
 #define GPUARR_SCOPED_DEVICE(dev) GPUARR_SCOPED_DEVICE_R(dev, NULL)
@@ -2153,7 +2194,8 @@ typedef struct gpuarr__filter_item {
     X(TRACE, gpuarr__check_text)                                                               \
     X(TRACE_EVENTS, gpuarr__check_trace_events)                                                \
     X(SLOTS, gpuarr__check_slots)                                                              \
-    X(LEASE_DIR, gpuarr__check_lease_dir)
+    X(LEASE_DIR, gpuarr__check_lease_dir)                                                      \
+    X(CALIBRATE, gpuarr__check_flag)
 
 /* GPUARR_SLOTS and desc.slots (backends/gpuarr_lease.h) */
 static gpuarr_result gpuarr__check_slots(const char *name, const char *value, int *out);
@@ -2240,6 +2282,7 @@ typedef struct gpuarr__state {
     char backend_error[GPUARR_BACKEND_COUNT][256]; /* why a backend is not available */
     void *backend_state[GPUARR_BACKEND_COUNT];
     struct gpuarr__lease_state *leases; /* slots and leases (backends/gpuarr_lease.h) */
+    struct gpuarr__xfer_state *xfer;    /* transfer models (backends/gpuarr_transfer_model.h) */
 } gpuarr__state;
 
 /* Zero but for the locks; the rest is left to zero initialization (designated initializers
@@ -6939,6 +6982,7 @@ static void gpuarr__trace_at_shutdown(void) {
  * Lifecycle
  * ------------------------------------------------------------------------------------------- */
 static void gpuarr__leases_stop(void); /* backends/gpuarr_lease.h */
+static void gpuarr__xfer_stop(void);   /* backends/gpuarr_transfer_model.h */
 
 static void gpuarr__teardown(void) {
     uint32_t arrays = gpuarr__g.arrays.capacity ? gpuarr__table_destroy(&gpuarr__g.arrays) : 0;
@@ -6952,6 +6996,7 @@ static void gpuarr__teardown(void) {
     pthread_mutex_unlock(&gpuarr__g.defaults_lock);
     gpuarr__release_stream_list(defaults);
     gpuarr__leases_stop();
+    gpuarr__xfer_stop();
     for (int i = 0; i < gpuarr__g.device_count; i++) {
         gpuarr__dev *d = &gpuarr__g.devices[i];
         gpuarr__pool_destroy(&d->pinned);
@@ -6984,6 +7029,7 @@ static void gpuarr__teardown(void) {
 
 static gpuarr_result gpuarr__apply_faults(const char *text);
 static gpuarr_result gpuarr__leases_start(void); /* backends/gpuarr_lease.h */
+static gpuarr_result gpuarr__xfer_start(void);   /* backends/gpuarr_transfer_model.h */
 
 static gpuarr_result gpuarr__startup(const gpuarr_desc *desc) {
     gpuarr_desc d;
@@ -7002,6 +7048,7 @@ static gpuarr_result gpuarr__startup(const gpuarr_desc *desc) {
         r = gpuarr__registry_build();
     }
     if (r == GPUARR_OK) r = gpuarr__leases_start();
+    if (r == GPUARR_OK) r = gpuarr__xfer_start();
     const char *faults = gpuarr__setting(GPUARR__SET_FAULTS);
     if (r == GPUARR_OK && faults) r = gpuarr__apply_faults(faults);
     if (r == GPUARR_OK) r = gpuarr__trace_at_init();
@@ -9012,6 +9059,8 @@ GPUARR_BACKEND_LIST(GPUARR__INTEROP_CALLS)
 #include "backends/gpuarr_dlpack.h"
 /* Leases: slots per device, FIFO waits, placement, affinity (the manual's LEASES section). */
 #include "backends/gpuarr_lease.h"
+/* Transfer models: fitted, persisted, predicted (the manual's TRANSFER MODEL section). */
+#include "backends/gpuarr_transfer_model.h"
 
 #endif /* GPUARR_IMPLEMENTATION */
 
