@@ -542,18 +542,19 @@ GPUARR_API gpuarr_result gpuarr_transfer_estimate_array(gpuarr_array src, gpuarr
         return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "t = %d is not a dtype (0 = src's)", (int)t);
     gpuarr__array *a;
     gpuarr__dev *d;
-    GPUARR__CHECK(gpuarr__get_array(src, "src", &a));
     GPUARR__CHECK(gpuarr__get_dev(dst, "dst", &d));
-    GPUARR__CHECK(gpuarr__dev_alive(a->dev));
-    if (bytes > (uint64_t)a->nbytes)
-        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "bytes = %llu is more than src's %zu bytes", (unsigned long long)bytes,
-                            a->nbytes);
-    gpuarr__xfer_mem mem = a->dev != gpuarr__host_dev() ? GPUARR__XFER_DEVICE
-                           : a->pinned_for == d        ? GPUARR__XFER_PINNED
-                                                       : GPUARR__XFER_PAGEABLE;
-    gpuarr__dev *from = a->dev;
+    GPUARR__CHECK(gpuarr__get_array(src, "src", &a)); /* a reference, dropped below */
+    gpuarr__dev *from = a->dev, *pinned_for = a->pinned_for;
     gpuarr_dtype st = a->dtype;
-    uint64_t n = bytes ? bytes : (uint64_t)a->nbytes;
+    uint64_t nbytes = (uint64_t)a->nbytes;
+    gpuarr__obj_release(&a->obj);
+    if (bytes > nbytes)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "bytes = %llu is more than src's %llu bytes", (unsigned long long)bytes,
+                            (unsigned long long)nbytes);
+    gpuarr__xfer_mem mem = from != gpuarr__host_dev() ? GPUARR__XFER_DEVICE
+                           : pinned_for == d         ? GPUARR__XFER_PINNED
+                                                     : GPUARR__XFER_PAGEABLE;
+    uint64_t n = bytes ? bytes : nbytes;
     double s;
     bool modeled;
     GPUARR__CHECK(gpuarr__transfer_predict(from, mem, d, st, t ? t : st, n, &s, &modeled));
