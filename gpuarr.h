@@ -110,8 +110,8 @@
  *                    of online CPUs (at most 64). 1 = no worker threads.
  *   GPUARR_HOST_ISA  auto | baseline | avx2: the host cast kernels. Default auto = AVX2 kernels
  *                    when the CPU has AVX2 (x86-64, gcc/clang), else portable ones.
- *   GPUARR_CACHE_DIR where compiled device kernels are kept: an absolute path, or off (nowhere).
- *                    Default $XDG_CACHE_HOME/gpuarr, else $HOME/.cache/gpuarr.
+ *   GPUARR_CACHE_DIR where compiled device kernels and transfer models are kept: an absolute
+ *                    path, or off (nowhere). Default $XDG_CACHE_HOME/gpuarr, else $HOME/.cache/gpuarr.
  *   GPUARR_OPENCL_LIBRARY  the ICD loader to open (default libOpenCL.so.1).
  *   GPUARR_OPENCL_BUILD_OPTIONS  appended to the OpenCL kernel build options.
  *   GPUARR_OPENCL_FP64  switch, default on. off: treat OpenCL devices as lacking doubles (slow or
@@ -132,6 +132,8 @@
  *   GPUARR_SLOTS     lease slots per device, "cuda:0=4,opencl:*=2": see LEASES.
  *   GPUARR_LEASE_DIR the folder of the lease slot files shared by processes (an absolute path, or
  *                    off): see LEASES.
+ *   GPUARR_CALIBRATE switch, default on. off: no transfer model is fitted unless gpuarr_calibrate
+ *                    asks (see TRANSFER MODEL).
  * A malformed value makes gpuarr_init fail with GPUARR_ERROR_INVALID_ARGUMENT naming it. A
  * library that cannot be loaded is not an error: its backend has no devices, and
  * gpuarr_device_find's error for them gives the path and the loader's reason.
@@ -649,6 +651,50 @@
  * GPUARR_NEED_*, devices "" or malformed): GPUARR_ERROR_INVALID_ARGUMENT naming them. A plan
  * reserves nothing: to hold its devices while the pipeline runs, take a lease on each (desc
  * devices = the device's spec).
+ *
+ * =============================================================================================
+ * TRANSFER MODEL
+ * =============================================================================================
+ * gpuarr_transfer_estimate(src, dst, t, bytes, &seconds) predicts how long moving data to device
+ * dst takes, so that a program (or a scheduler) can weigh a transfer against the work it saves.
+ * src is an array -- its device, its dtype, its memory: pinned when it is a pinned host array made
+ * for dst, else pageable host memory or its device's memory; bytes 0 = the whole array -- or a
+ * device: pageable host memory for the host, else its device memory, and t its dtype too. The data
+ * arrives as dtype t (for an array, 0 = its own). _Generic picks the form from src in C, two
+ * overloads in C++; gpuarr_transfer_estimate_array and gpuarr_transfer_estimate_device are the
+ * plain names.
+ *
+ * Moving nothing costs 0 s: the same device and dtype, no bytes, or the host and a device that
+ * shares its memory (info.host_unified) with the same dtype. Otherwise the estimate is
+ * latency + bytes / bandwidth, from a model of the transfer's kind: per source device,
+ * destination device, source memory (pageable, pinned or device) and whether the dtype changes.
+ * A model is fitted the first time it is needed, from gpuarr's own synchronous copies: 64 KiB,
+ * 1 MiB and 16 MiB, the median of 5 each (one spike in five changes nothing), by least squares on
+ * the relative error, with latency >= 0. A cast is measured f32 -> i32; other casts scale the bytes
+ * by the bytes read and written (f32 -> f16: 3/4). gpuarr_calibrate(d) fits every kind that
+ * involves d at once, replacing the models there were: host <-> d both ways, pageable and pinned,
+ * with a cast and without (a unified d: with a cast only); d -> d with a cast; d <-> every other
+ * device; for the host, host -> host with a cast and host <-> every device. `gpuarr-bench
+ * --calibrate` calibrates every device and prints the models.
+ *
+ * Models are kept in <cache dir>/models (GPUARR_CACHE_DIR; off: in the process only), a file per
+ * pair of devices named by their UUID, else PCI address, else host name and spec, written under a
+ * temporary name and then renamed. A file records the host's name and both devices'
+ * info.version (driver, platform or OS version): a file whose record differs (a new driver) is
+ * not used, and its models are fitted again when needed. A file that is corrupted or cut short is
+ * ignored with a warning naming it, and written whole again when its models are fitted.
+ * GPUARR_CALIBRATE=off fits nothing that gpuarr_calibrate does not ask for: a transfer with no
+ * model (fitted, or read from a file) is estimated at bytes / 1 GB/s (0 within one device), and no
+ * file is written.
+ *
+ * gpuarr_transfer_models_summary(buf, len) writes a line per model of this process, those in the
+ * files of its devices included: "host -> opencl:0 pinned copy: latency 21.0 us, 14.817 GB/s
+ * (measured)" (measured, loaded or set), NUL-terminated, cut to len. Errors: seconds or buf NULL,
+ * len 0, t not a dtype (for a device src, 0 too), bytes more than the array holds:
+ * GPUARR_ERROR_INVALID_ARGUMENT; src, dst or d not live: GPUARR_ERROR_INVALID_HANDLE; *seconds is
+ * written only on success. The calls are thread-safe, and threads that need a model being fitted
+ * wait for that fit rather than run their own. An estimate is no promise: on a machine busy with
+ * other work a transfer takes longer (bench/results/transfer-model.md compares both).
  *
  * =============================================================================================
  * TRACING

@@ -421,3 +421,69 @@ Test(transfer_model, threads_wait_for_one_fit) {
     cr_expect_eq(moving_estimate(&shared, 5 * MIB), got[0]);
     gpuarr_release(shared.a);
 }
+
+/* The lines gpuarr_calibrate(d) must leave in the summary: every kind of transfer d takes part in. */
+static int expect_line(const char *summary, const char *src, const char *dst, const char *kind) {
+    char want[160];
+    snprintf(want, sizeof want, "%s -> %s %s:", src, dst, kind);
+    cr_expect(strstr(summary, want) != NULL, "no \"%s\" in:\n%s", want, summary);
+    return 1;
+}
+
+static int expect_host_pairs(const char *summary, const gpuarr_device_info *e) {
+    int n = 0;
+    for (int cast = e->host_unified ? 1 : 0; cast < 2; cast++) {
+        char pageable[32], pinned[32], device[32];
+        snprintf(pageable, sizeof pageable, "pageable %s", cast ? "cast" : "copy");
+        snprintf(pinned, sizeof pinned, "pinned %s", cast ? "cast" : "copy");
+        snprintf(device, sizeof device, "device %s", cast ? "cast" : "copy");
+        n += expect_line(summary, "host", e->spec, pageable);
+        n += expect_line(summary, "host", e->spec, pinned);
+        n += expect_line(summary, e->spec, "host", device);
+    }
+    return n;
+}
+
+static int count_lines(const char *s) {
+    int n = 0;
+    for (; *s; s++) n += *s == '\n';
+    return n;
+}
+
+Test(transfer_model, calibrate_fits_every_kind_of_transfer_of_a_device) {
+    gpuarr_device dev = test_device();
+    TEST_OK(gpuarr_calibrate(dev));
+    static char summary[65536];
+    TEST_OK(gpuarr_transfer_models_summary(summary, sizeof summary));
+    gpuarr_device_info me;
+    TEST_OK(gpuarr_device_get_info(dev, &me));
+    int want = 0;
+    if (test_device_is_host(dev)) {
+        want += expect_line(summary, "host", "host", "pageable cast");
+        for (int i = 1; i < gpuarr_device_count(); i++) {
+            gpuarr_device_info e;
+            TEST_OK(gpuarr_device_get_info(gpuarr_device_at(i), &e));
+            want += expect_host_pairs(summary, &e);
+        }
+    } else {
+        want += expect_host_pairs(summary, &me);
+        want += expect_line(summary, me.spec, me.spec, "device cast");
+        for (int i = 1; i < gpuarr_device_count(); i++) {
+            gpuarr_device_info e;
+            TEST_OK(gpuarr_device_get_info(gpuarr_device_at(i), &e));
+            if (e.device.id == dev.id) continue;
+            want += expect_line(summary, me.spec, e.spec, "device copy") + expect_line(summary, me.spec, e.spec, "device cast");
+            want += expect_line(summary, e.spec, me.spec, "device copy") + expect_line(summary, e.spec, me.spec, "device cast");
+        }
+    }
+    cr_expect_eq(count_lines(summary), want, "these models and no others:\n%s", summary);
+    cr_expect(strstr(summary, "(measured)") != NULL && strstr(summary, "(loaded)") == NULL);
+    /* written under a temporary name, then renamed: none is left */
+    char dir[128];
+    snprintf(dir, sizeof dir, "%s/models", cache);
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) cr_expect(strstr(e->d_name, ".tmp") == NULL, "left behind: %s", e->d_name);
+    closedir(d);
+}

@@ -140,3 +140,16 @@ Test(transfer_fit, pinned_and_pageable_are_apart_for_a_device) {
     cr_expect_eq(predict(cl, GPUARR__XFER_DEVICE, h, GPUARR_F32, GPUARR_I32, b, &m2), (double)b / 1e9, "no cast model: the fallback");
     cr_expect(!m2);
 }
+
+Test(transfer_fit, calibrate_replaces_a_model_set_by_hand) {
+    gpuarr__dev *h = gpuarr__host_dev();
+    gpuarr__transfer_set_model(h, GPUARR__XFER_PAGEABLE, h, true, 1.0, 1.0);
+    cr_assert_eq(gpuarr_calibrate(gpuarr_host()), GPUARR_OK, "%s", gpuarr_last_error());
+    char summary[8192];
+    cr_assert_eq(gpuarr_transfer_models_summary(summary, sizeof summary), GPUARR_OK);
+    cr_expect(strstr(summary, "host -> host pageable cast") && strstr(summary, "(measured)") && !strstr(summary, "(set)"), "%s",
+              summary);
+    bool modeled;
+    double s = predict(h, GPUARR__XFER_PAGEABLE, h, GPUARR_F32, GPUARR_I32, 1 << 20, &modeled);
+    cr_expect(modeled && s > 0 && s < 1.0, "%g s", s);
+}
