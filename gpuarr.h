@@ -691,8 +691,8 @@
  * files of its devices included: "host -> opencl:0 pinned copy: latency 21.0 us, 14.817 GB/s
  * (measured)" (measured, loaded or set), NUL-terminated, cut to len. Errors: seconds or buf NULL,
  * len 0, t not a dtype (for a device src, 0 too), bytes more than the array holds:
- * GPUARR_ERROR_INVALID_ARGUMENT; src, dst or d not live: GPUARR_ERROR_INVALID_HANDLE; *seconds is
- * written only on success. The calls are thread-safe, and threads that need a model being fitted
+ * GPUARR_ERROR_INVALID_ARGUMENT; src, dst or d not live: GPUARR_ERROR_INVALID_HANDLE; one of them
+ * FAILED (see FAILURES): GPUARR_ERROR_DEVICE_LOST; *seconds is written only on success. The calls are thread-safe, and threads that need a model being fitted
  * wait for that fit rather than run their own. An estimate is no promise: on a machine busy with
  * other work a transfer takes longer (bench/results/transfer-model.md compares both).
  *
