@@ -529,15 +529,10 @@ static int gpuarr__xfer_pairs_of(int d, gpuarr__xfer_pair *out) {
 /* ---------------------------------------------------------------------------------------------
  * Public calls
  * ------------------------------------------------------------------------------------------- */
-static gpuarr_result gpuarr__xfer_check_bytes_out(double *seconds) {
-    GPUARR__REQUIRE_PTR(seconds);
-    return GPUARR_OK;
-}
-
 GPUARR_API gpuarr_result gpuarr_transfer_estimate_array(gpuarr_array src, gpuarr_device dst, gpuarr_dtype t, uint64_t bytes,
                                                         double *seconds) {
     GPUARR__BEGIN();
-    GPUARR__CHECK(gpuarr__xfer_check_bytes_out(seconds));
+    GPUARR__REQUIRE_PTR(seconds);
     if ((int)t < 0 || (int)t >= GPUARR_DTYPE_COUNT)
         return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "t = %d is not a dtype (0 = src's)", (int)t);
     gpuarr__array *a;
@@ -565,7 +560,7 @@ GPUARR_API gpuarr_result gpuarr_transfer_estimate_array(gpuarr_array src, gpuarr
 GPUARR_API gpuarr_result gpuarr_transfer_estimate_device(gpuarr_device src, gpuarr_device dst, gpuarr_dtype t, uint64_t bytes,
                                                          double *seconds) {
     GPUARR__BEGIN();
-    GPUARR__CHECK(gpuarr__xfer_check_bytes_out(seconds));
+    GPUARR__REQUIRE_PTR(seconds);
     if ((int)t <= 0 || (int)t >= GPUARR_DTYPE_COUNT)
         return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "t = %d is not a dtype", (int)t);
     gpuarr__dev *s_dev, *d_dev;
