@@ -61,6 +61,7 @@ typedef struct gpuarr__xfer_state {
     char dir[600];              /* <cache>/models; "" = models are not kept */
     bool lazy;                  /* GPUARR_CALIBRATE: fit a pair the first time it is needed */
     uint64_t tmp_serial;        /* names temporary files */
+    uint64_t fits;              /* measurements run (white-box tests: one per pair, however many threads ask) */
 } gpuarr__xfer_state;
 
 typedef struct gpuarr__xfer_pair {
@@ -376,6 +377,7 @@ static gpuarr_result gpuarr__xfer_refit(const gpuarr__xfer_pair *p, bool force, 
     gpuarr__tls.api = api;
 
     pthread_mutex_lock(&xs->lock);
+    xs->fits++;
     if (r == GPUARR_OK) {
         m->state = GPUARR__XFER_READY;
         m->origin = GPUARR__XFER_MEASURED;

@@ -11,6 +11,7 @@
 #include "test_common.h"
 
 #include <dirent.h>
+#include <pthread.h>
 
 static char cache[64];
 
@@ -152,4 +153,32 @@ Test(transfer_fit, calibrate_replaces_a_model_set_by_hand) {
     bool modeled;
     double s = predict(h, GPUARR__XFER_PAGEABLE, h, GPUARR_F32, GPUARR_I32, 1 << 20, &modeled);
     cr_expect(modeled && s > 0 && s < 1.0, "%g s", s);
+}
+
+/* Threads that need one pair at once: one measures it, the others wait for that fit. */
+#define THREADS 6
+static double got[THREADS];
+static void *predict_in_thread(void *arg) {
+    int i = (int)(intptr_t)arg;
+    bool modeled = false;
+    gpuarr__dev *h = gpuarr__host_dev();
+    if (gpuarr__transfer_predict(h, GPUARR__XFER_PAGEABLE, h, GPUARR_F32, GPUARR_I32, 3 << 20, &got[i], &modeled) != GPUARR_OK || !modeled)
+        got[i] = -1;
+    return NULL;
+}
+
+Test(transfer_fit, threads_that_need_one_pair_share_one_fit) {
+    gpuarr__xfer_state *xs = gpuarr__g.xfer;
+    pthread_mutex_lock(&xs->lock);
+    xs->lazy = true; /* as GPUARR_CALIBRATE=on */
+    uint64_t before = xs->fits;
+    pthread_mutex_unlock(&xs->lock);
+    pthread_t th[THREADS];
+    for (int i = 0; i < THREADS; i++) cr_assert_eq(pthread_create(&th[i], NULL, predict_in_thread, (void *)(intptr_t)i), 0);
+    for (int i = 0; i < THREADS; i++) pthread_join(th[i], NULL);
+    pthread_mutex_lock(&xs->lock);
+    uint64_t fits = xs->fits - before;
+    pthread_mutex_unlock(&xs->lock);
+    cr_expect_eq(fits, 1u, "%llu fits for one pair", (unsigned long long)fits);
+    for (int i = 0; i < THREADS; i++) cr_expect(got[i] > 0 && got[i] == got[0], "thread %d: %g s, thread 0: %g s", i, got[i], got[0]);
 }
