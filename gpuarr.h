@@ -675,7 +675,10 @@
  * involves d at once, replacing the models there were: host <-> d both ways, pageable and pinned,
  * with a cast and without (a unified d: with a cast only); d -> d with a cast; d <-> every other
  * device; for the host, host -> host with a cast and host <-> every device. `gpuarr-bench
- * --calibrate` calibrates every device and prints the models.
+ * --calibrate` calibrates every device and prints the models. A fit that fails (out of memory, say)
+ * leaves its transfer at the fallback below for the rest of the process unless gpuarr_calibrate
+ * fits it; gpuarr_calibrate fails with the first such error, naming the transfer ("fitting host ->
+ * opencl:0 pinned copy: ...").
  *
  * Models are kept in <cache dir>/models (GPUARR_CACHE_DIR; off: in the process only), a file per
  * pair of devices named by their UUID, else PCI address, else host name and spec, written under a
@@ -683,9 +686,9 @@
  * info.version (driver, platform or OS version): a file whose record differs (a new driver) is
  * not used, and its models are fitted again when needed. A file that is corrupted or cut short is
  * ignored with a warning naming it, and written whole again when its models are fitted.
- * GPUARR_CALIBRATE=off fits nothing that gpuarr_calibrate does not ask for: a transfer with no
- * model (fitted, or read from a file) is estimated at bytes / 1 GB/s (0 within one device), and no
- * file is written.
+ * GPUARR_CALIBRATE=off fits nothing that gpuarr_calibrate does not ask for. A transfer with no
+ * model (fitted, or read from a file) is estimated at bytes / 1 GB/s (0 within one device), the
+ * fallback; with GPUARR_CALIBRATE=off and no file, no file is written.
  *
  * gpuarr_transfer_models_summary(buf, len) writes a line per model of this process, those in the
  * files of its devices included: "host -> opencl:0 pinned copy: latency 21.0 us, 14.817 GB/s

@@ -487,3 +487,19 @@ Test(transfer_model, calibrate_fits_every_kind_of_transfer_of_a_device) {
     while ((e = readdir(d)) != NULL) cr_expect(strstr(e->d_name, ".tmp") == NULL, "left behind: %s", e->d_name);
     closedir(d);
 }
+
+Test(transfer_model, a_fit_that_fails_leaves_the_fallback_and_calibrate_names_the_transfer) {
+    moving m = moving_make();
+    TEST_OK(gpuarr_pool_set_limit(m.host, 64 << 10)); /* the host's side of every measurement fails */
+    cr_expect_eq(moving_estimate(&m, MIB), fallback(&m, MIB));
+    char want[64];
+    gpuarr_device_info info;
+    TEST_OK(gpuarr_device_get_info(m.dev, &info));
+    snprintf(want, sizeof want, "fitting host -> %s", info.spec);
+    TEST_FAIL_WITH(gpuarr_calibrate(m.dev), GPUARR_ERROR_OUT_OF_MEMORY, want);
+    TEST_OK(gpuarr_pool_set_limit(m.host, 0));
+    cr_expect_eq(moving_estimate(&m, MIB), fallback(&m, MIB), "not fitted again lazily in this process");
+    TEST_OK(gpuarr_calibrate(m.dev));
+    cr_expect_neq(moving_estimate(&m, MIB), fallback(&m, MIB));
+    gpuarr_release(m.a);
+}
