@@ -12,6 +12,7 @@
 
 #include <dirent.h>
 #include <pthread.h>
+#include <unistd.h>
 
 static char cache[64];
 static char logged[16384]; /* the warnings and infos gpuarr logged, one a line */
@@ -167,7 +168,24 @@ Test(transfer_model, an_estimate_grows_with_the_bytes) {
     char summary[8192];
     TEST_OK(gpuarr_transfer_models_summary(summary, sizeof summary));
     cr_expect(strstr(summary, "(measured)") != NULL, "fitted at first use: %s", summary);
-    cr_expect_eq(model_files(NULL, 0), 1, "the pair's file was written");
+    char path[512], want[512], host[64] = "";
+    cr_expect_eq(model_files(path, sizeof path), 1, "the pair's file was written");
+    /* named by the devices' UUID, else PCI address, else host name and spec (':' as '-') */
+    gpuarr_device_info info;
+    TEST_OK(gpuarr_device_get_info(m.dev, &info));
+    cr_assert_eq(gethostname(host, sizeof host - 1), 0);
+    char key[128];
+    if (info.has_uuid) snprintf(key, sizeof key, "GPU-%02x%02x%02x%02x-", info.uuid[0], info.uuid[1], info.uuid[2], info.uuid[3]);
+    else if (info.has_pci) snprintf(key, sizeof key, "pci-%04x:%02x:%02x.%x", (unsigned)info.pci_domain, (unsigned)info.pci_bus,
+                                    (unsigned)info.pci_device, (unsigned)info.pci_function);
+    else {
+        snprintf(key, sizeof key, "%s-%s", host, info.spec);
+        for (char *c = key; *c; c++) *c = *c == ':' ? '-' : *c;
+    }
+    snprintf(want, sizeof want, "%s/models/%s", cache, key);
+    cr_expect(strncmp(path, want, strlen(want)) == 0, "%s does not start with %s", path, want);
+    snprintf(want, sizeof want, "--%s-host.model", host);
+    cr_expect(strlen(path) > strlen(want) && strcmp(path + strlen(path) - strlen(want), want) == 0, "%s does not end with %s", path, want);
     gpuarr_release(m.a);
 }
 
