@@ -130,8 +130,13 @@ static bool gpuarr__xfer_path(int src, int dst, char *out, size_t cap) {
 /* "host NAME", "src-version TEXT", ...: the key a file must match, in the order it is written. */
 static void gpuarr__xfer_key_lines(int src, int dst, char *out, size_t cap) {
     gpuarr__xfer_state *xs = gpuarr__g.xfer;
-    snprintf(out, cap, "host %s\nsrc %s\nsrc-version %s\ndst %s\ndst-version %s\n", xs->host, xs->keys[src],
-             gpuarr__g.devices[src].info.version, xs->keys[dst], gpuarr__g.devices[dst].info.version);
+    char v[2][sizeof gpuarr__g.devices[0].info.version];
+    gpuarr__copy_string(v[0], sizeof v[0], gpuarr__g.devices[src].info.version);
+    gpuarr__copy_string(v[1], sizeof v[1], gpuarr__g.devices[dst].info.version);
+    for (int i = 0; i < 2; i++) /* one line each, whatever a driver puts in its version */
+        for (char *c = v[i]; *c; c++)
+            if ((unsigned char)*c < ' ') *c = ' ';
+    snprintf(out, cap, "host %s\nsrc %s\nsrc-version %s\ndst %s\ndst-version %s\n", xs->host, xs->keys[src], v[0], xs->keys[dst], v[1]);
 }
 
 #define GPUARR__XFER_MAGIC "gpuarr-transfer-model 1\n"
