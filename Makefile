@@ -56,8 +56,8 @@ TEST_CFLAGS = -I. -Itests
 HEADERS   := gpuarr.h $(wildcard backends/*.h)
 EXAMPLES  := $(basename $(notdir $(wildcard examples/*.c)))
 TESTS     := $(basename $(notdir $(wildcard tests/test_*.c)))
-THREADED_TESTS := test_threads test_streams test_pool test_dlpack test_telemetry test_trace test_leases
-WHITEBOX_TESTS := test_registry test_internals test_opencl_limits test_telemetry_files test_lease_links
+THREADED_TESTS := test_threads test_streams test_pool test_dlpack test_telemetry test_trace test_leases test_transfer_model test_transfer_model_fit
+WHITEBOX_TESTS := test_registry test_internals test_opencl_limits test_telemetry_files test_lease_links test_transfer_model_fit
 TOOLS     := gpuarr-info gpuarr-bench
 
 # --- toolchains ---------------------------------------------------------------------------

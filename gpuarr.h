@@ -110,8 +110,8 @@
  *                    of online CPUs (at most 64). 1 = no worker threads.
  *   GPUARR_HOST_ISA  auto | baseline | avx2: the host cast kernels. Default auto = AVX2 kernels
  *                    when the CPU has AVX2 (x86-64, gcc/clang), else portable ones.
- *   GPUARR_CACHE_DIR where compiled device kernels are kept: an absolute path, or off (nowhere).
- *                    Default $XDG_CACHE_HOME/gpuarr, else $HOME/.cache/gpuarr.
+ *   GPUARR_CACHE_DIR where compiled device kernels and transfer models are kept: an absolute
+ *                    path, or off (nowhere). Default $XDG_CACHE_HOME/gpuarr, else $HOME/.cache/gpuarr.
  *   GPUARR_OPENCL_LIBRARY  the ICD loader to open (default libOpenCL.so.1).
  *   GPUARR_OPENCL_BUILD_OPTIONS  appended to the OpenCL kernel build options.
  *   GPUARR_OPENCL_FP64  switch, default on. off: treat OpenCL devices as lacking doubles (slow or
@@ -132,6 +132,8 @@
  *   GPUARR_SLOTS     lease slots per device, "cuda:0=4,opencl:*=2": see LEASES.
  *   GPUARR_LEASE_DIR the folder of the lease slot files shared by processes (an absolute path, or
  *                    off): see LEASES.
+ *   GPUARR_CALIBRATE switch, default on. off: no transfer model is fitted unless gpuarr_calibrate
+ *                    asks (see TRANSFER MODEL).
  * A malformed value makes gpuarr_init fail with GPUARR_ERROR_INVALID_ARGUMENT naming it. A
  * library that cannot be loaded is not an error: its backend has no devices, and
  * gpuarr_device_find's error for them gives the path and the loader's reason.
@@ -651,6 +653,53 @@
  * devices = the device's spec).
  *
  * =============================================================================================
+ * TRANSFER MODEL
+ * =============================================================================================
+ * gpuarr_transfer_estimate(src, dst, t, bytes, &seconds) predicts how long moving data to device
+ * dst takes, so that a program (or a scheduler) can weigh a transfer against the work it saves.
+ * src is an array -- its device, its dtype, its memory: pinned when it is a pinned host array made
+ * for dst, else pageable host memory or its device's memory; bytes 0 = the whole array -- or a
+ * device: pageable host memory for the host, else its device memory, and t its dtype too. The data
+ * arrives as dtype t (for an array, 0 = its own). _Generic picks the form from src in C, two
+ * overloads in C++; gpuarr_transfer_estimate_array and gpuarr_transfer_estimate_device are the
+ * plain names.
+ *
+ * Moving nothing costs 0 s: the same device and dtype, no bytes, or the host and a device that
+ * shares its memory (info.host_unified) with the same dtype. Otherwise the estimate is
+ * latency + bytes / bandwidth, from a model of the transfer's kind: per source device,
+ * destination device, source memory (pageable, pinned or device) and whether the dtype changes.
+ * A model is fitted the first time it is needed, from gpuarr's own synchronous copies: 64 KiB,
+ * 1 MiB and 16 MiB, the median of 5 each (one spike in five changes nothing), by least squares on
+ * the relative error, with latency >= 0. A cast is measured f32 -> i32; other casts scale the bytes
+ * by the bytes read and written (f32 -> f16: 3/4). gpuarr_calibrate(d) fits every kind that
+ * involves d at once, replacing the models there were: host <-> d both ways, pageable and pinned,
+ * with a cast and without (a unified d: with a cast only); d -> d with a cast; d <-> every other
+ * device; for the host, host -> host with a cast and host <-> every device. `gpuarr-bench
+ * --calibrate` calibrates every device and prints the models. A fit that fails (out of memory, say)
+ * leaves its transfer at the fallback below for the rest of the process unless gpuarr_calibrate
+ * fits it; gpuarr_calibrate fails with the first such error, naming the transfer ("fitting host ->
+ * opencl:0 pinned copy: ...").
+ *
+ * Models are kept in <cache dir>/models (GPUARR_CACHE_DIR; off: in the process only), a file per
+ * pair of devices named by their UUID, else PCI address, else host name and spec, written under a
+ * temporary name and then renamed. A file records the host's name and both devices'
+ * info.version (driver, platform or OS version): a file whose record differs (a new driver) is
+ * not used, and its models are fitted again when needed. A file that is corrupted or cut short is
+ * ignored with a warning naming it, and written whole again when its models are fitted.
+ * GPUARR_CALIBRATE=off fits nothing that gpuarr_calibrate does not ask for. A transfer with no
+ * model (fitted, or read from a file) is estimated at bytes / 1 GB/s (0 within one device), the
+ * fallback; with GPUARR_CALIBRATE=off and no file, no file is written.
+ *
+ * gpuarr_transfer_models_summary(buf, len) writes a line per model of this process, those in the
+ * files of its devices included: "host -> opencl:0 pinned copy: latency 21.0 us, 14.817 GB/s
+ * (measured)" (measured, loaded or set), NUL-terminated, cut to len. Errors: seconds or buf NULL,
+ * len 0, t not a dtype (for a device src, 0 too), bytes more than the array holds:
+ * GPUARR_ERROR_INVALID_ARGUMENT; src, dst or d not live: GPUARR_ERROR_INVALID_HANDLE; one of them
+ * FAILED (see FAILURES): GPUARR_ERROR_DEVICE_LOST; *seconds is written only on success. The calls are thread-safe, and threads that need a model being fitted
+ * wait for that fit rather than run their own. An estimate is no promise: on a machine busy with
+ * other work a transfer takes longer (bench/results/transfer-model.md compares both).
+ *
+ * =============================================================================================
  * TRACING
  * =============================================================================================
  * gpuarr_trace_start(path) ... gpuarr_trace_stop(), or GPUARR_TRACE=path (started by gpuarr_init,
@@ -1074,6 +1123,34 @@ typedef struct gpuarr_plan_step {
    named), NO_DEVICE (a step no candidate can take: the message names the step and says why of
    each candidate). Thread-safe. */
 GPUARR_API gpuarr_result gpuarr_plan(const gpuarr_plan_step *steps, int count, gpuarr_placement placement, gpuarr_device *out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Transfer estimates (see TRANSFER MODEL): predicted seconds to move data between devices.
+ * ------------------------------------------------------------------------------------------- */
+/* Seconds predicted to move `bytes` of src's data (bytes == 0: the whole array; at most its
+   nbytes) to dst as dtype t (0 = src's dtype), from the memory src is in: pinned when src is a
+   pinned host array made for dst, else pageable host memory, or src's device memory. Fits the
+   pair's model first when it has none (GPUARR_CALIBRATE=on: a few transfers, under a second on
+   most machines). *seconds is written only on success. Errors: seconds NULL or t not a dtype
+   (INVALID_ARGUMENT), bytes more than the array holds (INVALID_ARGUMENT), src or dst not live
+   (INVALID_HANDLE), a FAILED device (DEVICE_LOST). Thread-safe. */
+GPUARR_API gpuarr_result gpuarr_transfer_estimate_array(gpuarr_array src, gpuarr_device dst, gpuarr_dtype t,
+                                                        uint64_t bytes, double *seconds);
+/* The same from a device: pageable host memory when src is the host, its device memory otherwise,
+   dtype t (1..13, required) on both sides. */
+GPUARR_API gpuarr_result gpuarr_transfer_estimate_device(gpuarr_device src, gpuarr_device dst, gpuarr_dtype t,
+                                                         uint64_t bytes, double *seconds);
+/* Fits every pair that involves d now (host <-> d both ways, pageable and pinned, cast and not;
+   d -> d cast; d <-> every other device; for d = the host: host -> host cast and host <-> every
+   device), replacing the models it had, and saves them. Seconds per device on most machines.
+   Errors: d not live (INVALID_HANDLE), FAILED (DEVICE_LOST); a transfer that fails: its error,
+   naming the pair. Thread-safe: a pair being fitted by another thread is waited for. */
+GPUARR_API gpuarr_result gpuarr_calibrate(gpuarr_device d);
+/* Every model known in this process (those on disk for these devices are read first), a line
+   each: "host -> opencl:0 pinned copy: latency 12.0 us, 5.123 GB/s (measured)"; origin measured,
+   loaded (from the cache) or set. NUL-terminated, cut to len. Errors: buf NULL or len 0
+   (INVALID_ARGUMENT). */
+GPUARR_API gpuarr_result gpuarr_transfer_models_summary(char *buf, size_t len);
 
 /* ---------------------------------------------------------------------------------------------
  * Telemetry (see TELEMETRY). X(NAME, bit, "name", fields): one bit of gpuarr_telemetry.valid per
@@ -1632,6 +1709,15 @@ GPUARR_API void gpuarr_dlpack_capsule_destructor(void *capsule);
     inline gpuarr_result gpuarr_fill(gpuarr_array a, ctype value) { return gpuarr_fill_##suffix(a, value); }
 GPUARR_CTYPE_LIST(GPUARR__OVERLOADS)
 #undef GPUARR__OVERLOADS
+/* from an array or a device (see TRANSFER MODEL) */
+inline gpuarr_result gpuarr_transfer_estimate(gpuarr_array src, gpuarr_device dst, gpuarr_dtype t, uint64_t bytes,
+                                              double *seconds) {
+    return gpuarr_transfer_estimate_array(src, dst, t, bytes, seconds);
+}
+inline gpuarr_result gpuarr_transfer_estimate(gpuarr_device src, gpuarr_device dst, gpuarr_dtype t, uint64_t bytes,
+                                              double *seconds) {
+    return gpuarr_transfer_estimate_device(src, dst, t, bytes, seconds);
+}
 
 /* Restores the thread's device (and stream) at the end of the enclosing block, on every exit. A
    scope that failed leaves the block without a current device (gpuarr_scope_hold). */
@@ -1659,6 +1745,10 @@ struct gpuarr_scope_guard {
 #define gpuarr_to_host(arr, data, count)                                                       \
     _Generic((data)GPUARR_CTYPE_LIST(GPUARR__GENERIC_TO))(arr, data, count)
 #define GPUARR__GENERIC_FILL(ctype, suffix, dtype) , ctype : gpuarr_fill_##suffix
+/* from an array or a device (see TRANSFER MODEL) */
+#define gpuarr_transfer_estimate(src, dst, t, bytes, seconds)                                  \
+    _Generic((src), gpuarr_array: gpuarr_transfer_estimate_array,                              \
+             gpuarr_device: gpuarr_transfer_estimate_device)(src, dst, t, bytes, seconds)
 #define gpuarr_fill(arr, value) _Generic((value)GPUARR_CTYPE_LIST(GPUARR__GENERIC_FILL))(arr, value)
 #if defined(__GNUC__) || defined(__clang__)
 #define GPUARR_SCOPED_DEVICE(dev) GPUARR_SCOPED_DEVICE_R(dev, NULL)
@@ -2153,7 +2243,8 @@ typedef struct gpuarr__filter_item {
     X(TRACE, gpuarr__check_text)                                                               \
     X(TRACE_EVENTS, gpuarr__check_trace_events)                                                \
     X(SLOTS, gpuarr__check_slots)                                                              \
-    X(LEASE_DIR, gpuarr__check_lease_dir)
+    X(LEASE_DIR, gpuarr__check_lease_dir)                                                      \
+    X(CALIBRATE, gpuarr__check_flag)
 
 /* GPUARR_SLOTS and desc.slots (backends/gpuarr_lease.h) */
 static gpuarr_result gpuarr__check_slots(const char *name, const char *value, int *out);
@@ -2240,6 +2331,7 @@ typedef struct gpuarr__state {
     char backend_error[GPUARR_BACKEND_COUNT][256]; /* why a backend is not available */
     void *backend_state[GPUARR_BACKEND_COUNT];
     struct gpuarr__lease_state *leases; /* slots and leases (backends/gpuarr_lease.h) */
+    struct gpuarr__xfer_state *xfer;    /* transfer models (backends/gpuarr_transfer_model.h) */
 } gpuarr__state;
 
 /* Zero but for the locks; the rest is left to zero initialization (designated initializers
@@ -6939,6 +7031,7 @@ static void gpuarr__trace_at_shutdown(void) {
  * Lifecycle
  * ------------------------------------------------------------------------------------------- */
 static void gpuarr__leases_stop(void); /* backends/gpuarr_lease.h */
+static void gpuarr__xfer_stop(void);   /* backends/gpuarr_transfer_model.h */
 
 static void gpuarr__teardown(void) {
     uint32_t arrays = gpuarr__g.arrays.capacity ? gpuarr__table_destroy(&gpuarr__g.arrays) : 0;
@@ -6952,6 +7045,7 @@ static void gpuarr__teardown(void) {
     pthread_mutex_unlock(&gpuarr__g.defaults_lock);
     gpuarr__release_stream_list(defaults);
     gpuarr__leases_stop();
+    gpuarr__xfer_stop();
     for (int i = 0; i < gpuarr__g.device_count; i++) {
         gpuarr__dev *d = &gpuarr__g.devices[i];
         gpuarr__pool_destroy(&d->pinned);
@@ -6984,6 +7078,7 @@ static void gpuarr__teardown(void) {
 
 static gpuarr_result gpuarr__apply_faults(const char *text);
 static gpuarr_result gpuarr__leases_start(void); /* backends/gpuarr_lease.h */
+static gpuarr_result gpuarr__xfer_start(void);   /* backends/gpuarr_transfer_model.h */
 
 static gpuarr_result gpuarr__startup(const gpuarr_desc *desc) {
     gpuarr_desc d;
@@ -7002,6 +7097,7 @@ static gpuarr_result gpuarr__startup(const gpuarr_desc *desc) {
         r = gpuarr__registry_build();
     }
     if (r == GPUARR_OK) r = gpuarr__leases_start();
+    if (r == GPUARR_OK) r = gpuarr__xfer_start();
     const char *faults = gpuarr__setting(GPUARR__SET_FAULTS);
     if (r == GPUARR_OK && faults) r = gpuarr__apply_faults(faults);
     if (r == GPUARR_OK) r = gpuarr__trace_at_init();
@@ -9012,6 +9108,8 @@ GPUARR_BACKEND_LIST(GPUARR__INTEROP_CALLS)
 #include "backends/gpuarr_dlpack.h"
 /* Leases: slots per device, FIFO waits, placement, affinity (the manual's LEASES section). */
 #include "backends/gpuarr_lease.h"
+/* Transfer models: fitted, persisted, predicted (the manual's TRANSFER MODEL section). */
+#include "backends/gpuarr_transfer_model.h"
 
 #endif /* GPUARR_IMPLEMENTATION */
 

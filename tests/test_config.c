@@ -61,6 +61,7 @@ Test(config_env, every_variable_rejects_a_bad_value_naming_it) {
     expect_rejected("GPUARR_PEER_COPIES", "sometimes");
     expect_rejected("GPUARR_ALLOC_CONF", "colour:blue");
     expect_rejected("GPUARR_FAULTS", "host:often=1");
+    expect_rejected("GPUARR_CALIBRATE", "sometimes");
     TEST_OK(gpuarr_init(NULL)); /* nothing left behind */
     gpuarr_shutdown();
 }
@@ -71,6 +72,7 @@ Test(config_env, keywords_take_any_case_and_every_boolean_spelling) {
         set("GPUARR_PEER_COPIES", flags[i]);
         set("GPUARR_OPENCL_FP64", flags[i]);
         set("GPUARR_OPENCL_UNIFIED", flags[i]);
+        set("GPUARR_CALIBRATE", flags[i]);
         cr_expect_eq(gpuarr_init(NULL), GPUARR_OK, "flag \"%s\": %s", flags[i], gpuarr_last_error());
         gpuarr_shutdown();
     }

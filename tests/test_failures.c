@@ -404,6 +404,30 @@ Test(failures, a_failed_device_is_never_leased) {
     cr_expect_eq(system(cmd), 0);
 }
 
+/* A failed device has no transfer estimate and is not calibrated (TRANSFER MODEL); others still are. */
+Test(failures, a_failed_device_gets_no_transfer_estimate) {
+    lose_fn lose = opencl_through_fault_library();
+    gpuarr_device d0 = find("opencl:0"), d1 = find("opencl:1"), host = gpuarr_host();
+    static float in[N], back[N];
+    int64_t shape[1] = {N};
+    gpuarr_array a;
+    TEST_OK(gpuarr_from_host(d0, in, 1, shape, &a));
+    lose(0, 1, 0);
+    TEST_FAIL_WITH(gpuarr_to_host(a, back, N), GPUARR_ERROR_DEVICE_LOST, "CL_DEVICE_NOT_AVAILABLE");
+    double s = 42;
+    TEST_FAIL_WITH(gpuarr_transfer_estimate(d0, host, GPUARR_F32, 4096, &s), GPUARR_ERROR_DEVICE_LOST, "CL_DEVICE_NOT_AVAILABLE");
+    TEST_FAIL_WITH(gpuarr_transfer_estimate(host, d0, GPUARR_F32, 4096, &s), GPUARR_ERROR_DEVICE_LOST, "CL_DEVICE_NOT_AVAILABLE");
+    TEST_FAIL_WITH(gpuarr_transfer_estimate(a, host, GPUARR_F32, 0, &s), GPUARR_ERROR_DEVICE_LOST, "CL_DEVICE_NOT_AVAILABLE");
+    TEST_FAIL_WITH(gpuarr_calibrate(d0), GPUARR_ERROR_DEVICE_LOST, "CL_DEVICE_NOT_AVAILABLE");
+    cr_expect_eq(s, 42.0, "seconds written on failure");
+    TEST_OK(gpuarr_transfer_estimate(host, d1, GPUARR_F16, 4096, &s)); /* the other device works on */
+    cr_expect(s >= 0);
+    TEST_OK(gpuarr_release(a));
+    lose(-1, 0, 0);
+    TEST_OK(gpuarr_device_reset(d0));
+    TEST_OK(gpuarr_transfer_estimate(d0, host, GPUARR_F32, 4096, &s));
+}
+
 /* The context's error callback cannot say which of its devices failed: all of them do. */
 Test(failures, an_opencl_context_error_callback_fails_every_device_of_the_context) {
     lose_fn lose = opencl_through_fault_library();

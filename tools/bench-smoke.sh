@@ -5,7 +5,8 @@
 # for each kernel set (avx2 only where /proc/cpuinfo has it; else a "skipped" line), the OpenCL
 # rows where gpuarr-info lists opencl:0, and a line saying why there are no CUDA rows where there
 # is no CUDA device; on the fake CUDA driver (tests/fake_cuda), when given, the CUDA rows; the
-# Markdown run must label its rows with both kernel sets; an unknown --host-isa is refused.
+# Markdown run must label its rows with both kernel sets; an unknown --host-isa is refused; and
+# --calibrate (below) calibrates every device, prints the models and saves them.
 set -eu
 bench=$1 out=$2 fake_cuda=${3:-}
 mkdir -p "$out"
@@ -47,4 +48,14 @@ if [ "$avx2" = 1 ]; then
     grep -q "^| cast f32->f16, kernel | avx2" "$out/bench-smoke.md" || fail "no row labelled with the avx2 kernels in $out/bench-smoke.md"
 fi
 if "$bench" --host-isa sse9 --csv - >/dev/null 2>&1; then fail "--host-isa sse9 was accepted"; fi
-echo "bench-smoke: --host-isa and --csv: $(grep -vc '^#' "$csv") CSV lines, both kernel sets labelled"
+# --calibrate: every device calibrated (a row each in the Calibration table, as gpuarr-info lists them), its
+# models printed as measured and saved in the cache's models folder, and the machine lines first
+rm -rf "$out/calibrate-cache"
+GPUARR_CACHE_DIR=$out/calibrate-cache "$bench" --calibrate >"$out/bench-calibrate.md" 2>&1 || { cat "$out/bench-calibrate.md"; fail "gpuarr-bench --calibrate failed"; }
+grep -q "^- cpu: " "$out/bench-calibrate.md" || fail "no machine lines in $out/bench-calibrate.md"
+for spec in $("$(dirname "$bench")/gpuarr-info" 2>/dev/null | awk '/^(host|cuda:[0-9]+|opencl:[0-9]+) /{print $1}'); do
+    grep -q "^| $spec | [0-9.]* |$" "$out/bench-calibrate.md" || fail "--calibrate: no calibration row for $spec in $out/bench-calibrate.md"
+done
+grep -q "^host -> host pageable cast: latency .* (measured)$" "$out/bench-calibrate.md" || fail "--calibrate: no host model in $out/bench-calibrate.md"
+ls "$out/calibrate-cache/models/"*.model >/dev/null 2>&1 || fail "--calibrate: no model file in $out/calibrate-cache/models"
+echo "bench-smoke: --host-isa and --csv: $(grep -vc '^#' "$csv") CSV lines, both kernel sets labelled; --calibrate: $(grep -c '(measured)$' "$out/bench-calibrate.md") models"

@@ -102,6 +102,18 @@ int main(void) {
         EXPECT(gpuarr_current_device().id == 0); /* a failed scope leaves no device to fall back on */
     }
     EXPECT(gpuarr_current_device().id == before.id);
+    { /* gpuarr_transfer_estimate: _Generic on src (nothing moves: 0 s, no fit) */
+        int64_t three[1] = {3};
+        gpuarr_array x;
+        double sec = -1;
+        EXPECT(gpuarr_zeros(host, GPUARR_F32, 1, three, &x) == GPUARR_OK);
+        EXPECT(gpuarr_transfer_estimate(x, host, GPUARR_DTYPE_INVALID, 0, &sec) == GPUARR_OK && sec == 0);
+        EXPECT(gpuarr_transfer_estimate(x, host, GPUARR_F32, 13, &sec) == GPUARR_ERROR_INVALID_ARGUMENT);
+        EXPECT(strncmp(gpuarr_last_error(), "gpuarr_transfer_estimate_array:", 31) == 0);
+        EXPECT(gpuarr_transfer_estimate(host, host, GPUARR_DTYPE_INVALID, 0, &sec) == GPUARR_ERROR_INVALID_ARGUMENT);
+        EXPECT(strncmp(gpuarr_last_error(), "gpuarr_transfer_estimate_device:", 32) == 0);
+        gpuarr_release(x);
+    }
     gpuarr_shutdown();
     puts("compile test (C11): ok");
     return 0;

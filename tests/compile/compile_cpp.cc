@@ -3,6 +3,7 @@
 #include "gpuarr.h"
 
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 static int check(bool ok, const char *what) {
@@ -47,6 +48,12 @@ int main() {
     gpuarr_result with_r = GPUARR_OK;
     GPUARR_WITH_DEVICE_R(gpuarr_device{999}, &with_r) { bad += check(false, "GPUARR_WITH_DEVICE_R ran on an invalid device"); }
     bad += check(with_r == GPUARR_ERROR_INVALID_HANDLE, "GPUARR_WITH_DEVICE_R's result");
+    double sec = -1; /* gpuarr_transfer_estimate: one overload per kind of src (nothing moves: 0 s, no fit) */
+    bad += check(gpuarr_transfer_estimate(a, host, GPUARR_DTYPE_INVALID, 0, &sec) == GPUARR_OK && sec == 0, "transfer_estimate(array)");
+    bad += check(gpuarr_transfer_estimate(a, host, GPUARR_F64, 1000, &sec) == GPUARR_ERROR_INVALID_ARGUMENT &&
+                     std::strncmp(gpuarr_last_error(), "gpuarr_transfer_estimate_array:", 31) == 0, "transfer_estimate(array) picks _array");
+    bad += check(gpuarr_transfer_estimate(host, host, GPUARR_DTYPE_INVALID, 0, &sec) == GPUARR_ERROR_INVALID_ARGUMENT &&
+                     std::strncmp(gpuarr_last_error(), "gpuarr_transfer_estimate_device:", 32) == 0, "transfer_estimate(device) picks _device");
     gpuarr_release(a);
     gpuarr_release(b);
     gpuarr_release(c);

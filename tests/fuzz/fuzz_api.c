@@ -1211,10 +1211,62 @@ static void op_lease(fz *z) {
     }
 }
 
+/* Transfer estimates (TRANSFER MODEL): from an array or a device, dtypes valid and not, bytes
+   0, within, at and past the array's end, seconds NULL; the summary into odd lengths (NULL with
+   len 0). A first estimate of a pair fits its model (a few 16 MiB copies, once per process and
+   pair). gpuarr_calibrate takes seconds: a bad handle any time, a real device at most once per
+   process. seconds is written only on success, and then finite and >= 0. */
+static void op_transfer(fz *z) {
+    static int calibrated; /* atomic: the soak's threads share it */
+    uint8_t how = u8(z);
+    gpuarr_result r = GPUARR_OK;
+    double s = -7.0;
+    gpuarr_dtype t = fz_dtype(z);
+    const char *api = "gpuarr_transfer_estimate_array";
+    switch (how % 4) {
+    case 0: {
+        gpuarr_array a = fz_arr(z);
+        gpuarr_array_info info;
+        uint64_t bytes = (how & 0x10) ? u64(z) : (uint64_t)u16(z);
+        if ((how & 0x20) && gpuarr_array_get_info(a, &info) == GPUARR_OK) bytes = info.nbytes + ((how & 0x40) ? 1u : 0u);
+        FZ_CALL(r, api, gpuarr_transfer_estimate(a, fz_dev(z), t, bytes, (how & 0x80) ? NULL : &s));
+        break;
+    }
+    case 1: {
+        api = "gpuarr_transfer_estimate_device";
+        gpuarr_device src = fz_dev(z), dst = fz_dev(z);
+        uint64_t bytes = (how & 0x10) ? u64(z) : (uint64_t)u32(z) % (32u << 20);
+        FZ_CALL(r, api, gpuarr_transfer_estimate(src, dst, t, bytes, (how & 0x80) ? NULL : &s));
+        break;
+    }
+    case 2: {
+        size_t len = u16(z) % 600;
+        char *buf = (how & 0x10) && !len ? NULL : (char *)fz_alloc(z, len);
+        FZ_CALL(r, "gpuarr_transfer_models_summary", gpuarr_transfer_models_summary(buf, len));
+        if (r == GPUARR_OK && !memchr(buf, '\0', len)) fz_die("gpuarr_transfer_models_summary: not NUL-terminated within len");
+        return;
+    }
+    default: {
+        gpuarr_device d = fz_dev(z);
+        gpuarr_device_info info;
+        bool real = gpuarr_device_get_info(d, &info) == GPUARR_OK;
+        if (real && __atomic_exchange_n(&calibrated, 1, __ATOMIC_RELAXED)) return;
+        FZ_CALL(r, "gpuarr_calibrate", gpuarr_calibrate(d));
+        return;
+    }
+    }
+    if (r != GPUARR_OK && s != -7.0) fz_die("%s failed but wrote seconds (%g)", api, s);
+    if (r == GPUARR_OK && !(s >= 0 && s < 1e300)) fz_die("%s: %g seconds", api, s);
+}
+
 static void op_misc(fz *z) {
     uint8_t how = u8(z);
     if (how >= 0xf0) { /* leases (bytes 0xf0..0xff; committed inputs with them ran op_misc's other cases before) */
         op_lease(z);
+        return;
+    }
+    if (how >= 0xe0) { /* transfer estimates (bytes 0xe0..0xef, which ran the cases below before) */
+        op_transfer(z);
         return;
     }
     switch (how % 4) {
