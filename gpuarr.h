@@ -664,16 +664,17 @@
  * overloads in C++; gpuarr_transfer_estimate_array and gpuarr_transfer_estimate_device are the
  * plain names.
  *
- * Moving nothing costs 0 s: the same device and dtype, no bytes, or the host and a device that
- * shares its memory (info.host_unified) with the same dtype. Otherwise the estimate is
- * latency + bytes / bandwidth, from a model of the transfer's kind: per source device,
+ * Moving nothing costs 0 s: the same device and dtype, or no bytes. The host and a device that
+ * shares its memory (info.host_unified) are no exception: gpuarr_convert and gpuarr_copy between
+ * them copy the data into another array, so that transfer is modeled like any other. Otherwise
+ * the estimate is latency + bytes / bandwidth, from a model of the transfer's kind: per source device,
  * destination device, source memory (pageable, pinned or device) and whether the dtype changes.
  * A model is fitted the first time it is needed, from gpuarr's own synchronous copies: 64 KiB,
  * 1 MiB and 16 MiB, the median of 5 each (one spike in five changes nothing), by least squares on
  * the relative error, with latency >= 0. A cast is measured f32 -> i32; other casts scale the bytes
  * by the bytes read and written (f32 -> f16: 3/4). gpuarr_calibrate(d) fits every kind that
  * involves d at once, replacing the models there were: host <-> d both ways, pageable and pinned,
- * with a cast and without (a unified d: with a cast only); d -> d with a cast; d <-> every other
+ * with a cast and without (a unified d too); d -> d with a cast; d <-> every other
  * device; for the host, host -> host with a cast and host <-> every device. `gpuarr-bench
  * --calibrate` calibrates every device and prints the models. A fit that fails (out of memory, say)
  * leaves its transfer at the fallback below for the rest of the process unless gpuarr_calibrate

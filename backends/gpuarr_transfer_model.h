@@ -415,19 +415,17 @@ static gpuarr__xfer_mem gpuarr__xfer_canonical(const gpuarr__dev *src, gpuarr__x
     return GPUARR__XFER_PAGEABLE;
 }
 
-/* True when nothing moves: the same device and dtype, or the host and a unified device with the
-   same dtype (the device maps host memory). */
+/* True when nothing moves: the same device and dtype. The host and a unified device
+   (info.host_unified) are not that: gpuarr_convert / gpuarr_copy between them copy the data into
+   another array (a new one for gpuarr_convert), so that pair is modeled like any other. */
 static bool gpuarr__xfer_nothing_moves(const gpuarr__dev *src, const gpuarr__dev *dst, bool cast) {
-    const gpuarr__dev *h = gpuarr__host_dev();
-    if (cast) return false;
-    if (src == dst) return true;
-    return (src == h && dst->info.host_unified) || (dst == h && src->info.host_unified);
+    return !cast && src == dst;
 }
 
 /* Predicted seconds to move `bytes` (bytes of the source data) from memory of kind `mem` on src
    to dst, converting src_t to dst_t (the cast done on the narrow side as gpuarr_convert does).
-   0 s when nothing moves (src == dst, same dtype; also a unified device and the host with the
-   same dtype: only a map). When the pair has no model yet, fits one first (a few transfers:
+   0 s when nothing moves (src == dst, same dtype; a unified device and the host are modeled: the
+   data is copied). When the pair has no model yet, fits one first (a few transfers:
    64 KiB, 1 MiB, 16 MiB, median of 5) unless calibration is off (GPUARR_CALIBRATE=off), or its fit
    failed before in this process -- then *modeled = false and *seconds is the fallback: 0 for
    same-device, else bytes / 1 GB/s. Thread-safe; call it with no gpuarr lock held (a fit runs
@@ -496,10 +494,9 @@ static int gpuarr__xfer_add(gpuarr__xfer_pair *out, int n, int src, int dst, gpu
     return n + 1;
 }
 
-/* host <-> e, both ways, pageable and pinned, cast and not (a unified e: casts only). */
+/* host <-> e, both ways, pageable and pinned, cast and not (a unified e too: a copy there copies). */
 static int gpuarr__xfer_add_host_pairs(gpuarr__xfer_pair *out, int n, int e) {
-    int first = gpuarr__g.devices[e].info.host_unified ? 1 : 0;
-    for (int cast = first; cast < 2; cast++) {
+    for (int cast = 0; cast < 2; cast++) {
         n = gpuarr__xfer_add(out, n, 0, e, GPUARR__XFER_PAGEABLE, cast);
         n = gpuarr__xfer_add(out, n, 0, e, GPUARR__XFER_PINNED, cast);
         n = gpuarr__xfer_add(out, n, e, 0, GPUARR__XFER_DEVICE, cast);
