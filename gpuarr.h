@@ -1076,6 +1076,79 @@ typedef struct gpuarr_plan_step {
 GPUARR_API gpuarr_result gpuarr_plan(const gpuarr_plan_step *steps, int count, gpuarr_placement placement, gpuarr_device *out);
 
 /* ---------------------------------------------------------------------------------------------
+ * Tasks and offload (see OFFLOAD): the library picks the device a piece of user work runs on.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct gpuarr_task { uint32_t id; } gpuarr_task; /* id 0 = invalid */
+#define GPUARR_TASK_MAX_ARRAYS 8 /* inputs, and outputs, of a task */
+/* An implementation: called with every input already on its device (in[i] there, as the task's
+   dtype), that device current, and a stream s of it to enqueue on (the host: runs at once); it
+   makes its outputs on the same device (out[0..n_out) are {0} on entry) and returns OK or an
+   error. It may be called from several threads at once (gpuarr_map). */
+typedef gpuarr_result (*gpuarr_task_fn)(const gpuarr_array *in, int n_in, gpuarr_array *out, int n_out, gpuarr_stream s,
+                                        void *user_data);
+/* The size metric the task's models fit time against. */
+typedef uint64_t (*gpuarr_task_size_fn)(const gpuarr_array *in, int n_in, void *user_data);
+typedef struct gpuarr_task_desc {
+    const char *name;                          /* the models' key (persisted): [A-Za-z0-9_.-]{1,63} */
+    gpuarr_task_fn impl[GPUARR_BACKEND_COUNT]; /* by backend (impl[GPUARR_BACKEND_HOST], ...); NULL = none;
+                                                  at least one */
+    void *user_data;
+    int n_in, n_out;                           /* 1..8 each */
+    gpuarr_dtype in_dtype[GPUARR_TASK_MAX_ARRAYS]; /* what each input is converted to; 0 = as given */
+    gpuarr_task_size_fn size;                  /* the size metric; NULL = elements of in[0] */
+} gpuarr_task_desc;
+/* Checks desc and makes a task (the desc is copied; name too). Errors: INVALID_ARGUMENT naming
+   the field. Thread-safe. */
+GPUARR_API gpuarr_result gpuarr_task_create(const gpuarr_task_desc *desc, gpuarr_task *out);
+/* A task running in gpuarr_offload or gpuarr_map on another thread finishes first. A released or
+   unknown task: INVALID_HANDLE. The task's models stay (they belong to its name). */
+GPUARR_API gpuarr_result gpuarr_task_destroy(gpuarr_task t);
+
+typedef enum gpuarr_offload_policy {
+    GPUARR_OFFLOAD_DEFAULT = 0, /* GPUARR_OFFLOAD=auto|host|gpu; auto when unset */
+    GPUARR_OFFLOAD_AUTO,        /* the models' choice; the 1 MiB rule while nothing is measured */
+    GPUARR_OFFLOAD_HOST,        /* the host always (the seeds' "force CPU") */
+    GPUARR_OFFLOAD_GPU,         /* a device other than the host always, the models choosing among them */
+    GPUARR_OFFLOAD_POLICY_COUNT
+} gpuarr_offload_policy;
+typedef struct gpuarr_offload_desc {
+    const char *devices;        /* candidates, a list as for leases; NULL = "all" (every device, the
+                                   host included, each physical device once) */
+    gpuarr_offload_policy policy;
+    gpuarr_device out_device;   /* where outputs go; {0} = where they were computed */
+    gpuarr_dtype out_dtype;     /* outputs converted to this; 0 = as computed */
+    bool lease;                 /* hold a lease (waiting as long as it takes) on the chosen device while
+                                   it runs, choosing among candidates with a free slot */
+    int streams;                /* gpuarr_map: streams (worker threads) per device, 0 = 2; 1..16 */
+} gpuarr_offload_desc;
+/* Runs t once (NULL desc = defaults): picks the candidate with the least predicted input
+   transfer + compute + output transfer + queue wait, moves inputs there, runs, gives outputs back
+   where asked. out[0..n_out) and *ran_on (may be NULL) are written only on success. */
+GPUARR_API gpuarr_result gpuarr_offload(gpuarr_task t, const gpuarr_array *in, int n_in, gpuarr_array *out, int n_out,
+                                        const gpuarr_offload_desc *desc, gpuarr_device *ran_on);
+/* n_items items: in holds n_items * n_in arrays (item i's inputs at in[i * n_in]), out receives
+   n_items * n_out in item order. On a failure: no new items start, running ones finish, every
+   output made is released (out all {0}), *failed_item (may be NULL) = the lowest index among the
+   items that failed, and the error is that item's. */
+GPUARR_API gpuarr_result gpuarr_map(gpuarr_task t, const gpuarr_array *in, int n_items, gpuarr_array *out,
+                                    const gpuarr_offload_desc *desc, int *failed_item);
+typedef struct gpuarr_task_stats {
+    uint64_t calls;                   /* runs of the task on this device (offload and map) */
+    uint64_t explorations;            /* of them, runs chosen to measure the device */
+    uint64_t changed_by_exploration;  /* of those, runs where the models would have chosen another */
+    double predicted_s, measured_s;   /* sums over the calls (compute: the model's prediction, the time) */
+    double model_a_s, model_b_s;      /* the fit: t = a + b * size (0, 0 while not fitted) */
+    uint64_t samples;                 /* in the model's window */
+    uint64_t rejected;                /* samples refused as outliers */
+} gpuarr_task_stats;
+/* The task's statistics and model on d (zeros where it never ran). Thread-safe. */
+GPUARR_API gpuarr_result gpuarr_task_get_stats(gpuarr_task t, gpuarr_device d, gpuarr_task_stats *out);
+/* One line per task model known to this process (those measured, and those in the cache folder
+   for this machine's devices) with its statistics: what `gpuarr-info --models` prints. buf is
+   NUL-terminated, cut to len. */
+GPUARR_API gpuarr_result gpuarr_task_models_summary(char *buf, size_t len);
+
+/* ---------------------------------------------------------------------------------------------
  * Telemetry (see TELEMETRY). X(NAME, bit, "name", fields): one bit of gpuarr_telemetry.valid per
  * group of fields read together; a clear bit means those fields were not read (left 0).
  * ------------------------------------------------------------------------------------------- */
@@ -2153,11 +2226,13 @@ typedef struct gpuarr__filter_item {
     X(TRACE, gpuarr__check_text)                                                               \
     X(TRACE_EVENTS, gpuarr__check_trace_events)                                                \
     X(SLOTS, gpuarr__check_slots)                                                              \
-    X(LEASE_DIR, gpuarr__check_lease_dir)
+    X(LEASE_DIR, gpuarr__check_lease_dir)                                                      \
+    X(OFFLOAD, gpuarr__check_offload)
 
 /* GPUARR_SLOTS and desc.slots (backends/gpuarr_lease.h) */
 static gpuarr_result gpuarr__check_slots(const char *name, const char *value, int *out);
 static gpuarr_result gpuarr__check_lease_dir(const char *name, const char *value, int *out); /* GPUARR_LEASE_DIR */
+static gpuarr_result gpuarr__check_offload(const char *name, const char *value, int *out); /* GPUARR_OFFLOAD (backends/gpuarr_offload.h) */
 
 typedef enum gpuarr__setting_id {
 #define GPUARR__SETTING_ENUM(NAME, check) GPUARR__SET_##NAME,
@@ -2240,6 +2315,7 @@ typedef struct gpuarr__state {
     char backend_error[GPUARR_BACKEND_COUNT][256]; /* why a backend is not available */
     void *backend_state[GPUARR_BACKEND_COUNT];
     struct gpuarr__lease_state *leases; /* slots and leases (backends/gpuarr_lease.h) */
+    struct gpuarr__offload_state *offload; /* tasks and their models (backends/gpuarr_offload.h) */
 } gpuarr__state;
 
 /* Zero but for the locks; the rest is left to zero initialization (designated initializers
@@ -6939,6 +7015,7 @@ static void gpuarr__trace_at_shutdown(void) {
  * Lifecycle
  * ------------------------------------------------------------------------------------------- */
 static void gpuarr__leases_stop(void); /* backends/gpuarr_lease.h */
+static void gpuarr__offload_stop(void); /* backends/gpuarr_offload.h */
 
 static void gpuarr__teardown(void) {
     uint32_t arrays = gpuarr__g.arrays.capacity ? gpuarr__table_destroy(&gpuarr__g.arrays) : 0;
@@ -6951,6 +7028,7 @@ static void gpuarr__teardown(void) {
     gpuarr__stream *defaults = gpuarr__detach_thread_streams(0);
     pthread_mutex_unlock(&gpuarr__g.defaults_lock);
     gpuarr__release_stream_list(defaults);
+    gpuarr__offload_stop();
     gpuarr__leases_stop();
     for (int i = 0; i < gpuarr__g.device_count; i++) {
         gpuarr__dev *d = &gpuarr__g.devices[i];
@@ -6984,6 +7062,7 @@ static void gpuarr__teardown(void) {
 
 static gpuarr_result gpuarr__apply_faults(const char *text);
 static gpuarr_result gpuarr__leases_start(void); /* backends/gpuarr_lease.h */
+static gpuarr_result gpuarr__offload_start(void); /* backends/gpuarr_offload.h */
 
 static gpuarr_result gpuarr__startup(const gpuarr_desc *desc) {
     gpuarr_desc d;
@@ -7002,6 +7081,7 @@ static gpuarr_result gpuarr__startup(const gpuarr_desc *desc) {
         r = gpuarr__registry_build();
     }
     if (r == GPUARR_OK) r = gpuarr__leases_start();
+    if (r == GPUARR_OK) r = gpuarr__offload_start();
     const char *faults = gpuarr__setting(GPUARR__SET_FAULTS);
     if (r == GPUARR_OK && faults) r = gpuarr__apply_faults(faults);
     if (r == GPUARR_OK) r = gpuarr__trace_at_init();
@@ -9012,6 +9092,8 @@ GPUARR_BACKEND_LIST(GPUARR__INTEROP_CALLS)
 #include "backends/gpuarr_dlpack.h"
 /* Leases: slots per device, FIFO waits, placement, affinity (the manual's LEASES section). */
 #include "backends/gpuarr_lease.h"
+#include "backends/gpuarr_transfer_model.h"
+#include "backends/gpuarr_offload.h"
 
 #endif /* GPUARR_IMPLEMENTATION */
 
