@@ -54,8 +54,8 @@ TEST_CFLAGS = -I. -Itests
 HEADERS   := gpuarr.h $(wildcard backends/*.h)
 EXAMPLES  := $(basename $(notdir $(wildcard examples/*.c)))
 TESTS     := $(basename $(notdir $(wildcard tests/test_*.c)))
-THREADED_TESTS := test_threads test_streams test_pool test_dlpack test_telemetry test_trace test_leases
-WHITEBOX_TESTS := test_registry test_internals test_opencl_limits test_telemetry_files test_lease_links
+THREADED_TESTS := test_threads test_streams test_pool test_dlpack test_telemetry test_trace test_leases test_offload
+WHITEBOX_TESTS := test_registry test_internals test_opencl_limits test_telemetry_files test_lease_links test_offload_models
 TOOLS     := gpuarr-info gpuarr-bench
 
 # --- toolchains ---------------------------------------------------------------------------
