@@ -110,7 +110,8 @@
  *                    of online CPUs (at most 64). 1 = no worker threads.
  *   GPUARR_HOST_ISA  auto | baseline | avx2: the host cast kernels. Default auto = AVX2 kernels
  *                    when the CPU has AVX2 (x86-64, gcc/clang), else portable ones.
- *   GPUARR_CACHE_DIR where compiled device kernels are kept: an absolute path, or off (nowhere).
+ *   GPUARR_CACHE_DIR where compiled device kernels and task models (see OFFLOAD) are kept: an
+ *                    absolute path, or off (nowhere).
  *                    Default $XDG_CACHE_HOME/gpuarr, else $HOME/.cache/gpuarr.
  *   GPUARR_OPENCL_LIBRARY  the ICD loader to open (default libOpenCL.so.1).
  *   GPUARR_OPENCL_BUILD_OPTIONS  appended to the OpenCL kernel build options.
@@ -132,6 +133,8 @@
  *   GPUARR_SLOTS     lease slots per device, "cuda:0=4,opencl:*=2": see LEASES.
  *   GPUARR_LEASE_DIR the folder of the lease slot files shared by processes (an absolute path, or
  *                    off): see LEASES.
+ *   GPUARR_OFFLOAD   auto | host | gpu: where gpuarr_offload and gpuarr_map run a task when the
+ *                    call's policy is DEFAULT (see OFFLOAD). Default auto.
  * A malformed value makes gpuarr_init fail with GPUARR_ERROR_INVALID_ARGUMENT naming it. A
  * library that cannot be loaded is not an error: its backend has no devices, and
  * gpuarr_device_find's error for them gives the path and the loader's reason.
@@ -564,7 +567,8 @@
  * gpuarr_device_get_slots(d, &total, &in_use) reads them.
  *
  * desc.devices lists the candidates (NULL = "gpu"): "gpu" is every GPU (GPUARR_ERROR_NO_DEVICE
- * when there is none), "any" every GPU, else the host; "cuda" or "cuda:*" every CUDA device,
+ * when there is none), "any" every GPU, else the host; "all" every device, the host included,
+ * each physical device once; "cuda" or "cuda:*" every CUDA device,
  * "cuda:N" one, the same for opencl; "host". A malformed item is GPUARR_ERROR_INVALID_ARGUMENT, a
  * device not present (or left out by GPUARR_DEVICES) GPUARR_ERROR_NO_DEVICE. A device that has
  * FAILED (see FAILURES) is never leased; when every candidate has failed the call returns
@@ -649,6 +653,92 @@
  * GPUARR_NEED_*, devices "" or malformed): GPUARR_ERROR_INVALID_ARGUMENT naming them. A plan
  * reserves nothing: to hold its devices while the pipeline runs, take a lease on each (desc
  * devices = the device's spec).
+ *
+ * =============================================================================================
+ * OFFLOAD
+ * =============================================================================================
+ * A task is a piece of the program's own work with an implementation per backend it has (a host
+ * function, a CUDA launcher, an OpenCL launcher); gpuarr_offload runs it where it is predicted
+ * to finish first, and gpuarr_map runs it over many items on every candidate device at once.
+ *
+ *     static gpuarr_result widen(const gpuarr_array *in, int n_in, gpuarr_array *out, int n_out,
+ *                                gpuarr_stream s, void *user) {  // on the current device, on s
+ *         return gpuarr_convert_async(in[0], gpuarr_current_device(), GPUARR_F64, s, &out[0]);
+ *     }
+ *     gpuarr_task_desc td = {0};
+ *     td.name = "widen"; td.n_in = td.n_out = 1;
+ *     td.impl[GPUARR_BACKEND_HOST] = td.impl[GPUARR_BACKEND_OPENCL] = widen;
+ *     gpuarr_task_create(&td, &task);
+ *     gpuarr_offload(task, &in, 1, &out, 1, NULL, &ran_on);     // NULL desc: every device, auto
+ *
+ * An implementation is called with every input on its device (converted to desc.in_dtype[i]
+ * when set, 0 = as given; gpuarr_convert's rules), that device current, and a stream of it to
+ * enqueue on; it makes its outputs (out[] are {0} on entry) and returns OK or an error. A task
+ * desc: name (1 to 63 of A-Z a-z 0-9 _ . -: it names the model files), impl[] indexed by backend
+ * (at least one; impl[0] must be NULL), n_in and n_out 1..8, in_dtype, size (the size metric the
+ * models fit against; NULL = elements of in[0]), user_data. A bad field:
+ * GPUARR_ERROR_INVALID_ARGUMENT naming it. gpuarr_task_destroy ends the handle (a destroyed, zero
+ * or forged task: GPUARR_ERROR_INVALID_HANDLE; "destroyed already" for one destroyed); a call
+ * running the task on another thread keeps it until it returns. gpuarr_shutdown drops the tasks
+ * left (with a warning), and a task of an earlier gpuarr_init is stale.
+ *
+ * Where it runs. Candidates: desc.devices, a list as for leases (NULL = "all": every device, the
+ * host included, each physical device once), less those with no implementation for their
+ * backend and those FAILED. desc.policy (DEFAULT: GPUARR_OFFLOAD, else AUTO): HOST runs on the
+ * host always (GPUARR_ERROR_UNSUPPORTED when the task has no host implementation,
+ * GPUARR_ERROR_NO_DEVICE when desc.devices leaves the host out); GPU on a candidate other than
+ * the host always (GPUARR_ERROR_NO_DEVICE when there is none), chosen as AUTO chooses; AUTO
+ * picks the candidate with the least predicted cost: input transfers (each input from where it
+ * is to the candidate, at the task's dtype) + compute (the task's model there) + output transfers
+ * (to desc.out_device, when set) + queue wait (the predicted compute of the work this process's
+ * gpuarr_offload and gpuarr_map calls have running or waiting there). While no candidate has a
+ * measurement of the task, the 1 MiB rule decides: more than 1 MiB of input goes to the best
+ * device other than the host, the rest to the host.
+ *
+ * Models. One per (task name, device): t = a + b * size over the last 32 runs, fitted robustly:
+ * the median time and size per power-of-two size bucket, then Theil-Sen through the buckets
+ * (a single bucket: t proportional to size). Once a model has 5 samples, a run outside x3 or /3
+ * of its prediction is refused as an outlier (counted in stats.rejected), so a spike cannot
+ * poison it; 4 outliers in a row on the same side mean the device itself changed, and the model
+ * starts over from them. A run's time is wall time from the call to the end of a sync of its
+ * stream (the host: the call). A device with fewer than 2 samples is explored: run there instead
+ * of the models' choice, at most 3 times per task, device and process, and only while its
+ * estimate (unknown compute taken as the fastest measured one) is within 10x of the best
+ * candidate's. A sanity bound between twins (same backend, name, vendor and compute units): a
+ * model more than 3x slower than the median of its measured twins' at the same size is taken for
+ * a poisoned one; its twins' median stands in, and it is explored again. Models live in the cache
+ * folder (GPUARR_CACHE_DIR, see CONFIGURATION; off = this process only), a file per task and
+ * device, task-<name>-<hash>.model, keyed by host name, backend, the device's UUID (else PCI
+ * address, else spec), name and driver version: a changed driver starts from nothing. Written
+ * atomically (a temporary file renamed) at once while a model is young, then at most once a second
+ * and at gpuarr_shutdown; a corrupted file is ignored with a warning naming it, and rebuilt.
+ *
+ * Outputs land where they were computed, or on desc.out_device, as desc.out_dtype when set (the
+ * implementation's own outputs are released then). desc.lease: the call holds a lease on the
+ * chosen device while it runs (waiting as long as it takes; see LEASES), and chooses among the
+ * candidates with a free slot when any has one. out[] and *ran_on are written only on success;
+ * an implementation's error is the call's ("task "widen" on opencl:0: ..."). Bad arguments (in,
+ * out NULL; n_in or n_out not the task's; an input that is not a live array; desc.policy,
+ * desc.out_dtype, desc.streams out of range; desc.devices "" or malformed; desc.out_device):
+ * GPUARR_ERROR_INVALID_ARGUMENT or GPUARR_ERROR_INVALID_HANDLE naming them.
+ *
+ * gpuarr_map(task, in, n_items, out, &desc, &failed_item) runs item i on in[i * n_in ...] and
+ * puts its outputs at out[i * n_out ...]. Each candidate device gets desc.streams worker threads
+ * (0 = 2, at most 16), each with its own stream; they take items in index order from one shared
+ * counter, so one thread's upload overlaps another's compute and a faster device comes back for
+ * more; a device whose measured time for an item is more than 4x the best candidate's leaves the
+ * rest to the others. Every input is checked before any item runs. When an item fails, no new
+ * item starts, the running ones finish, every output made is released (out[] all {0}),
+ * *failed_item (may be NULL; untouched otherwise) is the lowest index among the failed items,
+ * and the error is that item's ("item 5: ..."). Its runs feed the models and statistics as
+ * gpuarr_offload's do.
+ *
+ * gpuarr_task_get_stats(task, d, &stats): per task name and device, this process's runs (calls),
+ * explorations and how many of them changed the choice, the sums of predicted and measured
+ * seconds, and the model (a, b, samples, rejected). gpuarr_task_models_summary(buf, len) writes a
+ * line per model known, those in the cache folder for this machine's devices included:
+ * `gpuarr-info --models` prints it. All of these calls are thread-safe; no call may run in them
+ * when the last gpuarr_shutdown runs.
  *
  * =============================================================================================
  * TRACING

@@ -448,6 +448,9 @@ Test(offload, models_persist_across_init_cycles) {
     TEST_OK(gpuarr_task_destroy(t));
     gpuarr_shutdown();
     init_here();
+    char buf[1024];
+    TEST_OK(gpuarr_task_models_summary(buf, sizeof buf)); /* read from the cache folder */
+    cr_assert(strstr(buf, "task persist on host: ") && strstr(buf, "(4 samples"), "summary: %s", buf);
     t = widen_task("persist");
     TEST_OK(gpuarr_task_get_stats(t, gpuarr_host(), &after));
     cr_assert_eq(after.samples, 4u);
@@ -600,8 +603,64 @@ Test(offload, offload_reports_the_implementations_error) {
     TEST_OK(gpuarr_task_destroy(t));
 }
 
-Test(offload, with_lease_the_call_holds_a_slot_while_it_runs) {
-    gpuarr_task t = widen_task("leased");
+Test(offload, with_cache_dir_off_models_stay_in_the_process) {
+    gpuarr_shutdown();
+    cr_assert_eq(setenv("GPUARR_CACHE_DIR", "off", 1), 0);
+    init_here();
+    gpuarr_task t = widen_task("nowhere");
+    gpuarr_array in = ramp(gpuarr_host(), 64, 0);
+    gpuarr_offload_desc d = odesc("host", GPUARR_OFFLOAD_HOST);
+    offload_once(t, in, &d);
+    gpuarr_task_stats st;
+    TEST_OK(gpuarr_task_get_stats(t, gpuarr_host(), &st));
+    cr_assert_eq(st.samples, 1u);
+    DIR *dir = opendir(cache_dir);
+    for (struct dirent *e; dir && (e = readdir(dir));) cr_assert(e->d_name[0] == '.', "%s written", e->d_name);
+    if (dir) closedir(dir);
+    TEST_OK(gpuarr_release(in));
+    TEST_OK(gpuarr_task_destroy(t));
+}
+
+/* destroys its own task (user = the handle) while running, then widens */
+static gpuarr_result destroy_self(const gpuarr_array *in, int n_in, gpuarr_array *out, int n_out, gpuarr_stream s, void *user) {
+    gpuarr_result r = gpuarr_task_destroy(*(gpuarr_task *)user);
+    return r != GPUARR_OK ? r : widen(in, n_in, out, n_out, s, user);
+}
+
+Test(offload, a_task_destroyed_while_it_runs_finishes_the_call) {
+    static gpuarr_task t;
+    gpuarr_task_desc td;
+    memset(&td, 0, sizeof td);
+    td.name = "self_destroy";
+    td.impl[GPUARR_BACKEND_HOST] = destroy_self;
+    td.user_data = &t;
+    td.n_in = td.n_out = 1;
+    TEST_OK(gpuarr_task_create(&td, &t));
+    gpuarr_array in = ramp(gpuarr_host(), 8, 0), out;
+    TEST_OK(gpuarr_offload(t, &in, 1, &out, 1, NULL, NULL));
+    expect_ramp(out, 8, 0, GPUARR_F64);
+    TEST_FAIL_WITH(gpuarr_task_destroy(t), GPUARR_ERROR_INVALID_HANDLE, "destroyed already");
+    TEST_OK(gpuarr_release(out));
+    TEST_OK(gpuarr_release(in));
+}
+
+/* widens after checking that a slot of the current device is in use (the call's lease) */
+static gpuarr_result widen_leased(const gpuarr_array *in, int n_in, gpuarr_array *out, int n_out, gpuarr_stream s, void *user) {
+    int total, used;
+    gpuarr_result r = gpuarr_device_get_slots(gpuarr_current_device(), &total, &used);
+    if (r == GPUARR_OK && used != 1) return GPUARR_ERROR_INVALID_ARGUMENT;
+    return r != GPUARR_OK ? r : widen(in, n_in, out, n_out, s, user);
+}
+
+Test(offload, with_lease_the_call_holds_a_slot_while_it_runs_on_a_device_with_one_free) {
+    gpuarr_task_desc td;
+    memset(&td, 0, sizeof td);
+    td.name = "leased";
+    td.impl[GPUARR_BACKEND_HOST] = widen_leased;
+    td.impl[backend_of(test_device())] = widen_leased;
+    td.n_in = td.n_out = 1;
+    gpuarr_task t;
+    TEST_OK(gpuarr_task_create(&td, &t));
     gpuarr_array in = ramp(gpuarr_host(), 8, 0);
     gpuarr_offload_desc d = odesc("host", GPUARR_OFFLOAD_AUTO);
     d.lease = true;
@@ -610,6 +669,19 @@ Test(offload, with_lease_the_call_holds_a_slot_while_it_runs) {
     int total, used;
     TEST_OK(gpuarr_device_get_slots(gpuarr_host(), &total, &used));
     cr_assert_eq(used, 0, "the lease was not given back");
+    gpuarr_device dev = test_device();
+    if (!test_device_is_host(dev)) { /* the host's one slot held: the device, though the 1 MiB rule says host */
+        TEST_OK(gpuarr_device_set_slots(dev, 1));
+        gpuarr_lease_desc ld;
+        memset(&ld, 0, sizeof ld);
+        ld.devices = "host";
+        gpuarr_lease held;
+        TEST_OK(gpuarr_lease_acquire(&ld, &held));
+        d = odesc(host_and_device(), GPUARR_OFFLOAD_AUTO);
+        d.lease = true;
+        cr_assert_eq(offload_once(t, in, &d).id, dev.id);
+        TEST_OK(gpuarr_lease_release(held));
+    }
     TEST_OK(gpuarr_release(in));
     TEST_OK(gpuarr_task_destroy(t));
 }

@@ -218,3 +218,25 @@ Test(models, a_model_file_of_another_device_or_driver_is_replaced_without_a_warn
     cr_assert_eq(fresh.count, 0, "a model of another driver was loaded");
     cr_assert(fresh.dirty, "it is not replaced at the next save");
 }
+
+Test(models, map_leaves_the_items_to_a_device_4x_faster) {
+    gpuarr__dev *cl = dev_or_skip("opencl:0"), *host = gpuarr__host_dev();
+    gpuarr_task t = task_on("declines");
+    set_model("declines", host, 10.0, 0); /* 10 s an item on the host */
+    set_model("declines", cl, 1e-5, 0);
+    enum { N = 10 };
+    gpuarr_array in[N], out[N];
+    int64_t n = 64;
+    for (int i = 0; i < N; i++) TEST_OK(gpuarr_zeros(gpuarr_host(), GPUARR_F32, 1, &n, &in[i]));
+    gpuarr_offload_desc d;
+    memset(&d, 0, sizeof d);
+    d.devices = "host,opencl:0";
+    TEST_OK(gpuarr_map(t, in, N, out, &d, NULL));
+    cr_assert_eq(stats_of(t, host).calls, 0u, "the host took items");
+    cr_assert_eq(stats_of(t, cl).calls, (uint64_t)N);
+    for (int i = 0; i < N; i++) {
+        TEST_OK(gpuarr_release(out[i]));
+        TEST_OK(gpuarr_release(in[i]));
+    }
+    TEST_OK(gpuarr_task_destroy(t));
+}
