@@ -685,3 +685,46 @@ Test(offload, with_lease_the_call_holds_a_slot_while_it_runs_on_a_device_with_on
     TEST_OK(gpuarr_release(in));
     TEST_OK(gpuarr_task_destroy(t));
 }
+
+/* widen, after waiting (up to 5 s) for a second call to run alongside; records the most at once */
+static int running_now, most_at_once, want_together;
+static gpuarr_result widen_together(const gpuarr_array *in, int n_in, gpuarr_array *out, int n_out, gpuarr_stream s, void *user) {
+    __atomic_add_fetch(&running_now, 1, __ATOMIC_SEQ_CST);
+    int now;
+    for (int i = 0; i < 5000 && __atomic_load_n(&running_now, __ATOMIC_SEQ_CST) < want_together; i++) usleep(1000);
+    now = __atomic_load_n(&running_now, __ATOMIC_SEQ_CST);
+    for (int m = __atomic_load_n(&most_at_once, __ATOMIC_SEQ_CST); now > m && !__atomic_compare_exchange_n(&most_at_once, &m, now, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);) {}
+    gpuarr_result r = widen(in, n_in, out, n_out, s, user);
+    __atomic_sub_fetch(&running_now, 1, __ATOMIC_SEQ_CST);
+    return r;
+}
+
+static int most_at_once_with(int streams) {
+    gpuarr_task_desc td;
+    memset(&td, 0, sizeof td);
+    td.name = "together";
+    td.impl[GPUARR_BACKEND_HOST] = widen_together;
+    td.n_in = td.n_out = 1;
+    gpuarr_task t;
+    TEST_OK(gpuarr_task_create(&td, &t));
+    gpuarr_array in[4], out[4];
+    for (int i = 0; i < 4; i++) in[i] = ramp(gpuarr_host(), 8, (float)i);
+    gpuarr_offload_desc d = odesc("host", GPUARR_OFFLOAD_AUTO);
+    d.streams = streams;
+    most_at_once = 0;
+    want_together = streams ? streams : 2;
+    TEST_OK(gpuarr_map(t, in, 4, out, &d, NULL));
+    for (int i = 0; i < 4; i++) {
+        expect_ramp(out[i], 8, (float)i, GPUARR_F64);
+        TEST_OK(gpuarr_release(out[i]));
+        TEST_OK(gpuarr_release(in[i]));
+    }
+    TEST_OK(gpuarr_task_destroy(t));
+    return most_at_once;
+}
+
+Test(offload, map_runs_two_items_at_once_per_device_by_default_and_streams_sets_it) {
+    cr_assert_eq(most_at_once_with(0), 2);
+    cr_assert_eq(most_at_once_with(1), 1);
+    cr_assert_eq(most_at_once_with(3), 3, "three streams");
+}
