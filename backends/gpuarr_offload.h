@@ -227,6 +227,16 @@ static void gpuarr__model_key(int dev, char *out, size_t cap) {
              in->name, in->version);
 }
 
+/* The cache folder and its missing parents (a model is worth keeping even where no kernel was
+   ever cached); errors show when the file cannot be written. */
+static void gpuarr__make_dirs(const char *dir) {
+    char path[512];
+    gpuarr__copy_string(path, sizeof path, dir);
+    for (char *p = path + 1; *p; p++)
+        if (*p == '/') *p = '\0', mkdir(path, 0755), *p = '/';
+    mkdir(path, 0755);
+}
+
 static bool gpuarr__model_path(const char *task, int dev, char *out, size_t cap) {
     char key[640];
     gpuarr__model_key(dev, key, sizeof key);
@@ -240,6 +250,7 @@ static void gpuarr__model_save(gpuarr__tmodel *m) {
     char path[700], key[640];
     m->saved_ms = gpuarr__now_ms();
     if (!gpuarr__model_path(m->task, m->dev, path, sizeof path)) return;
+    gpuarr__make_dirs(gpuarr__g.config.cache_dir);
     gpuarr__model_key(m->dev, key, sizeof key);
     size_t cap = 1024 + (size_t)GPUARR__MODEL_WINDOW * 64;
     char *text = (char *)gpuarr__malloc(cap);
