@@ -792,12 +792,15 @@ static int gpuarr__off_free_slots(const int *cand, int ncand, int *out) {
 /* ---------------------------------------------------------------------------------------------
  * Running one item on a device
  * ------------------------------------------------------------------------------------------- */
+/* Releases the arrays made so far, keeping the error and the name of the call running. */
 static void gpuarr__off_release_all(gpuarr_array *a, int n) {
     gpuarr__error_saved sv;
+    const char *api = gpuarr__tls.api;
     gpuarr__error_save(&sv);
     for (int i = 0; i < n; i++)
         if (a[i].id) gpuarr_release(a[i]), a[i].id = 0;
     gpuarr__error_restore(&sv);
+    gpuarr__tls.api = api;
 }
 
 /* Moves the inputs to dev as the task's dtypes (moved[] made; released by the caller). */

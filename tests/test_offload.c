@@ -575,6 +575,7 @@ Test(offload, a_failing_item_stops_the_map_and_reports_its_index_and_error) {
     int failed = -1;
     TEST_FAIL_WITH(gpuarr_map(t, in, N, out, &d, &failed), GPUARR_ERROR_BACKEND, "item 5: task \"map_fail\" on ");
     cr_assert_eq(failed, 5);
+    cr_assert(strncmp(gpuarr_last_error(), "gpuarr_map: item 5: ", 20) == 0, "%s", gpuarr_last_error());
     for (int i = 0; i < N; i++) cr_assert_eq(out[i].id, 0u, "out[%d] was not released", i);
     fail_at = -1; /* and the task still works */
     TEST_OK(gpuarr_map(t, in, N, out, &d, &failed));
