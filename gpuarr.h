@@ -1121,7 +1121,8 @@ typedef enum gpuarr_placement {
 } gpuarr_placement;
 typedef struct gpuarr_lease_desc {
     const char *devices;        /* candidates, comma separated: "gpu" (every GPU; the default), "any"
-                                   (every GPU, else the host), host, cuda, cuda:*, cuda:N, opencl... */
+                                   (every GPU, else the host), "all" (every device, the host included),
+                                   host, cuda, cuda:*, cuda:N, opencl... */
     gpuarr_placement placement;
     const char *affinity;       /* leases with the same key go to the same physical device while it
                                    has free slots; NULL = none (at most 127 characters) */
@@ -1190,8 +1191,9 @@ typedef struct gpuarr_task_desc {
 /* Checks desc and makes a task (the desc is copied; name too). Errors: INVALID_ARGUMENT naming
    the field. Thread-safe. */
 GPUARR_API gpuarr_result gpuarr_task_create(const gpuarr_task_desc *desc, gpuarr_task *out);
-/* A task running in gpuarr_offload or gpuarr_map on another thread finishes first. A released or
-   unknown task: INVALID_HANDLE. The task's models stay (they belong to its name). */
+/* Ends the handle; a gpuarr_offload or gpuarr_map running the task (on any thread, the task's own
+   implementation included) keeps it until that call returns. A destroyed or unknown task:
+   INVALID_HANDLE. The task's models and statistics stay (they belong to its name). */
 GPUARR_API gpuarr_result gpuarr_task_destroy(gpuarr_task t);
 
 typedef enum gpuarr_offload_policy {
