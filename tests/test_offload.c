@@ -403,6 +403,10 @@ Test(offload, statistics_count_calls_and_times_per_device) {
     TEST_FAIL_WITH(gpuarr_task_models_summary(buf, 0), GPUARR_ERROR_INVALID_ARGUMENT, "len is 0");
     TEST_OK(gpuarr_release(in));
     TEST_OK(gpuarr_task_destroy(t));
+    t = widen_task("stats"); /* statistics belong to the name, like the models */
+    TEST_OK(gpuarr_task_get_stats(t, gpuarr_host(), &st));
+    cr_assert_eq(st.calls, 3u);
+    TEST_OK(gpuarr_task_destroy(t));
 }
 
 Test(offload, the_device_measured_second_is_explored_and_counted) {
