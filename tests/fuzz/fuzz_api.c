@@ -1249,7 +1249,8 @@ static void fz_offload_desc(fz *z, gpuarr_offload_desc *d) {
     if (how & 1) d->out_device = fz_dev(z);
     if (how & 2) d->out_dtype = (gpuarr_dtype)(int8_t)u8(z);
     if (how & 4) d->streams = (int)(u8(z) % 20) - 1;
-    bool holds = z->nscope > 0; /* a lease of this input could make the call wait for ever */
+    /* a lease of this input, or (the soak) of another thread's, could make the call wait for ever */
+    bool holds = z->nscope > 0 || fz_soak;
     for (int i = 0; i < FZ_LEASES; i++) holds |= z->lease[i].id != 0;
     d->lease = (how & 8) && !holds;
 }
