@@ -1263,7 +1263,7 @@ static void op_offload(fz *z) {
     gpuarr_offload_desc d;
     fz_offload_desc(z, &d);
     gpuarr_result r;
-    gpuarr_array in[3], out[3];
+    gpuarr_array in[3 * 8], out[3 * 8]; /* gpuarr_map: n (< 4) items of up to 8 inputs and 8 outputs */
     int n = (int)(u8(z) % 4);
     uint8_t own = u8(z); /* bit i: in[i] a small host array of the op's own, else one of the input's handles */
     bool owned[3];
@@ -1271,6 +1271,9 @@ static void op_offload(fz *z) {
         int64_t count = u8(z) % 64;
         owned[i] = (own & (1u << i)) && gpuarr_zeros(gpuarr_host(), GPUARR_F32, 1, &count, &in[i]) == GPUARR_OK;
         if (!owned[i]) in[i] = fz_arr(z);
+    }
+    for (int i = 0; i < 3 * 8; i++) {
+        if (i >= 3) in[i] = in[i % 3];
         out[i].id = FZ_SENTINEL;
     }
     if (how & 2) {
@@ -1282,9 +1285,9 @@ static void op_offload(fz *z) {
     } else {
         int failed = -7;
         FZ_CALL(r, "gpuarr_map", gpuarr_map(t, (how & 4) ? NULL : in, n, (how & 8) ? NULL : out, (how & 0x10) ? NULL : &d, &failed));
-        for (int i = 0; i < n && !(how & 8); i++) {
+        for (int i = 0; i < 3 * 8 && !(how & 8); i++) {
             if (r != GPUARR_OK && out[i].id != FZ_SENTINEL && out[i].id != 0) fz_die("gpuarr_map failed but left out[%d]", i);
-            if (r == GPUARR_OK) fz_ok_or_error(gpuarr_release(out[i]), "gpuarr_release");
+            if (r == GPUARR_OK && out[i].id != FZ_SENTINEL) fz_ok_or_error(gpuarr_release(out[i]), "gpuarr_release");
         }
         if (r == GPUARR_OK ? failed != -7 : failed != -7 && (failed < 0 || failed >= n))
             fz_die("gpuarr_map: failed_item %d with %s", failed, gpuarr_result_name(r));
