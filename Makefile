@@ -56,8 +56,10 @@ TEST_CFLAGS = -I. -Itests
 HEADERS   := gpuarr.h $(wildcard backends/*.h)
 EXAMPLES  := $(basename $(notdir $(wildcard examples/*.c)))
 TESTS     := $(basename $(notdir $(wildcard tests/test_*.c)))
-THREADED_TESTS := test_threads test_streams test_pool test_dlpack test_telemetry test_trace test_leases test_transfer_model test_transfer_model_fit
-WHITEBOX_TESTS := test_registry test_internals test_opencl_limits test_telemetry_files test_lease_links test_transfer_model_fit
+THREADED_TESTS := test_threads test_streams test_pool test_dlpack test_telemetry test_trace test_leases test_transfer_model test_transfer_model_fit \
+                  test_offload
+WHITEBOX_TESTS := test_registry test_internals test_opencl_limits test_telemetry_files test_lease_links test_transfer_model_fit \
+                  test_offload_models
 TOOLS     := gpuarr-info gpuarr-bench
 
 # --- toolchains ---------------------------------------------------------------------------
@@ -195,7 +197,7 @@ FAKE_ENV := GPUARR_CUDA_LIBRARY=$(abspath $(BUILD))/fake-cuda/libcuda.so.1 GPUAR
   GPUARR_NVML_LIBRARY=$(abspath $(BUILD))/fake-nvml/libnvidia-ml.so.1 GPUARR_TEST_FAKE_NVML_OLD=$(abspath $(BUILD))/fake-nvml-old/libnvidia-ml.so.1
 
 run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAKE_NVML) $(FAULT_OPENCL) $(BUILD)/rel/plugin/plugin_driver $(BUILD)/rel/tools/gpuarr-info \
-           $(BUILD)/rel/examples/quickstart
+           $(BUILD)/rel/examples/quickstart $(BUILD)/rel/examples/offload
 	@set -e; for dev in $(TEST_DEVICES); do \
 	  for t in $(GENERIC_TESTS); do \
 	    echo "== $$t on $$dev"; \
@@ -235,6 +237,12 @@ run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAKE_NVML) $
 	@$(if $(FAKE_CUDA),$(FAKE_ENV)) $(BUILD)/rel/plugin/plugin_driver $(BUILD)/rel/plugin/libgpuarr-plugin.so
 	@echo "== gpuarr-info lists the OpenCL devices"
 	@$(BUILD)/rel/tools/gpuarr-info | grep -q "^opencl:1 " || { $(BUILD)/rel/tools/gpuarr-info; exit 1; }
+	@echo "== gpuarr-info --models prints the transfer models and a task model gpuarr_offload kept (the README's program, a cache folder of its own)"
+	@rm -rf $(BUILD)/logs/models && mkdir -p $(BUILD)/logs && GPUARR_CACHE_DIR=$(abspath $(BUILD))/logs/models $(BUILD)/rel/examples/offload >/dev/null && \
+	  GPUARR_CACHE_DIR=$(abspath $(BUILD))/logs/models $(BUILD)/rel/tools/gpuarr-info --models > $(BUILD)/logs/models.txt && \
+	  grep -q "^task widen on host: t = " $(BUILD)/logs/models.txt && \
+	  { ! $(BUILD)/rel/tools/gpuarr-info | grep -q "^opencl:0 " || grep -q "^host -> opencl:0 .*latency" $(BUILD)/logs/models.txt; } || \
+	  { GPUARR_CACHE_DIR=$(abspath $(BUILD))/logs/models $(BUILD)/rel/tools/gpuarr-info --models; exit 1; }
 	@echo "== gpuarr-info --leases lists every slot (GPUARR_SLOTS=host=2, a folder of its own)"
 	@rm -rf $(BUILD)/logs/leases && GPUARR_LEASE_DIR=$(abspath $(BUILD))/logs/leases GPUARR_SLOTS=host=2 $(BUILD)/rel/tools/gpuarr-info --leases | grep -q "^host slot 1: free$$"
 	@echo "== gpuarr-info --watch 0.1 --count 2 --json: a JSON line per device per tick (tools/check-watch-json.py)"

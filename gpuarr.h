@@ -110,8 +110,9 @@
  *                    of online CPUs (at most 64). 1 = no worker threads.
  *   GPUARR_HOST_ISA  auto | baseline | avx2: the host cast kernels. Default auto = AVX2 kernels
  *                    when the CPU has AVX2 (x86-64, gcc/clang), else portable ones.
- *   GPUARR_CACHE_DIR where compiled device kernels and transfer models are kept: an absolute
- *                    path, or off (nowhere). Default $XDG_CACHE_HOME/gpuarr, else $HOME/.cache/gpuarr.
+ *   GPUARR_CACHE_DIR where compiled device kernels, transfer models (see TRANSFER MODEL) and task
+ *                    models (see OFFLOAD) are kept: an absolute path, or off (nowhere).
+ *                    Default $XDG_CACHE_HOME/gpuarr, else $HOME/.cache/gpuarr.
  *   GPUARR_OPENCL_LIBRARY  the ICD loader to open (default libOpenCL.so.1).
  *   GPUARR_OPENCL_BUILD_OPTIONS  appended to the OpenCL kernel build options.
  *   GPUARR_OPENCL_FP64  switch, default on. off: treat OpenCL devices as lacking doubles (slow or
@@ -134,6 +135,8 @@
  *                    off): see LEASES.
  *   GPUARR_CALIBRATE switch, default on. off: no transfer model is fitted unless gpuarr_calibrate
  *                    asks (see TRANSFER MODEL).
+ *   GPUARR_OFFLOAD   auto | host | gpu: where gpuarr_offload and gpuarr_map run a task when the
+ *                    call's policy is DEFAULT (see OFFLOAD). Default auto.
  * A malformed value makes gpuarr_init fail with GPUARR_ERROR_INVALID_ARGUMENT naming it. A
  * library that cannot be loaded is not an error: its backend has no devices, and
  * gpuarr_device_find's error for them gives the path and the loader's reason.
@@ -566,7 +569,8 @@
  * gpuarr_device_get_slots(d, &total, &in_use) reads them.
  *
  * desc.devices lists the candidates (NULL = "gpu"): "gpu" is every GPU (GPUARR_ERROR_NO_DEVICE
- * when there is none), "any" every GPU, else the host; "cuda" or "cuda:*" every CUDA device,
+ * when there is none), "any" every GPU, else the host; "all" every device, the host included,
+ * each physical device once; "cuda" or "cuda:*" every CUDA device,
  * "cuda:N" one, the same for opencl; "host". A malformed item is GPUARR_ERROR_INVALID_ARGUMENT, a
  * device not present (or left out by GPUARR_DEVICES) GPUARR_ERROR_NO_DEVICE. A device that has
  * FAILED (see FAILURES) is never leased; when every candidate has failed the call returns
@@ -699,6 +703,92 @@
  * FAILED (see FAILURES): GPUARR_ERROR_DEVICE_LOST; *seconds is written only on success. The calls are thread-safe, and threads that need a model being fitted
  * wait for that fit rather than run their own. An estimate is no promise: on a machine busy with
  * other work a transfer takes longer (bench/results/transfer-model.md compares both).
+ *
+ * =============================================================================================
+ * OFFLOAD
+ * =============================================================================================
+ * A task is a piece of the program's own work with an implementation per backend it has (a host
+ * function, a CUDA launcher, an OpenCL launcher); gpuarr_offload runs it where it is predicted
+ * to finish first, and gpuarr_map runs it over many items on every candidate device at once.
+ *
+ *     static gpuarr_result widen(const gpuarr_array *in, int n_in, gpuarr_array *out, int n_out,
+ *                                gpuarr_stream s, void *user) {  // on the current device, on s
+ *         return gpuarr_convert_async(in[0], gpuarr_current_device(), GPUARR_F64, s, &out[0]);
+ *     }
+ *     gpuarr_task_desc td = {0};
+ *     td.name = "widen"; td.n_in = td.n_out = 1;
+ *     td.impl[GPUARR_BACKEND_HOST] = td.impl[GPUARR_BACKEND_OPENCL] = widen;
+ *     gpuarr_task_create(&td, &task);
+ *     gpuarr_offload(task, &in, 1, &out, 1, NULL, &ran_on);     // NULL desc: every device, auto
+ *
+ * An implementation is called with every input on its device (converted to desc.in_dtype[i]
+ * when set, 0 = as given; gpuarr_convert's rules), that device current, and a stream of it to
+ * enqueue on; it makes its outputs (out[] are {0} on entry) and returns OK or an error. A task
+ * desc: name (1 to 63 of A-Z a-z 0-9 _ . -: it names the model files), impl[] indexed by backend
+ * (at least one; impl[0] must be NULL), n_in and n_out 1..8, in_dtype, size (the size metric the
+ * models fit against; NULL = elements of in[0]), user_data. A bad field:
+ * GPUARR_ERROR_INVALID_ARGUMENT naming it. gpuarr_task_destroy ends the handle (a destroyed, zero
+ * or forged task: GPUARR_ERROR_INVALID_HANDLE; "destroyed already" for one destroyed); a call
+ * running the task on another thread keeps it until it returns. gpuarr_shutdown drops the tasks
+ * left (with a warning), and a task of an earlier gpuarr_init is stale.
+ *
+ * Where it runs. Candidates: desc.devices, a list as for leases (NULL = "all": every device, the
+ * host included, each physical device once), less those with no implementation for their
+ * backend and those FAILED. desc.policy (DEFAULT: GPUARR_OFFLOAD, else AUTO): HOST runs on the
+ * host always (GPUARR_ERROR_UNSUPPORTED when the task has no host implementation,
+ * GPUARR_ERROR_NO_DEVICE when desc.devices leaves the host out); GPU on a candidate other than
+ * the host always (GPUARR_ERROR_NO_DEVICE when there is none), chosen as AUTO chooses; AUTO
+ * picks the candidate with the least predicted cost: input transfers (each input from where it
+ * is to the candidate, at the task's dtype) + compute (the task's model there) + output transfers
+ * (to desc.out_device, when set) + queue wait (the predicted compute of the work this process's
+ * gpuarr_offload and gpuarr_map calls have running or waiting there). While no candidate has a
+ * measurement of the task, the 1 MiB rule decides: more than 1 MiB of input goes to the best
+ * device other than the host, the rest to the host.
+ *
+ * Models. One per (task name, device): t = a + b * size over the last 32 runs, fitted robustly:
+ * the median time and size per power-of-two size bucket, then Theil-Sen through the buckets
+ * (a single bucket: t proportional to size). Once a model has 5 samples, a run outside x3 or /3
+ * of its prediction is refused as an outlier (counted in stats.rejected), so a spike cannot
+ * poison it; 4 outliers in a row on the same side mean the device itself changed, and the model
+ * starts over from them. A run's time is wall time from the call to the end of a sync of its
+ * stream (the host: the call). A device with fewer than 2 samples is explored: run there instead
+ * of the models' choice, at most 3 times per task, device and process, and only while its
+ * estimate (unknown compute taken as the fastest measured one) is within 10x of the best
+ * candidate's. A sanity bound between twins (same backend, name, vendor and compute units): a
+ * model more than 3x slower than the median of its measured twins' at the same size is taken for
+ * a poisoned one; its twins' median stands in, and it is explored again. Models live in the cache
+ * folder (GPUARR_CACHE_DIR, see CONFIGURATION; off = this process only), a file per task and
+ * device, task-<name>-<hash>.model, keyed by host name, backend, the device's UUID (else PCI
+ * address, else spec), name and driver version: a changed driver starts from nothing. Written
+ * atomically (a temporary file renamed) at once while a model is young, then at most once a second
+ * and at gpuarr_shutdown; a corrupted file is ignored with a warning naming it, and rebuilt.
+ *
+ * Outputs land where they were computed, or on desc.out_device, as desc.out_dtype when set (the
+ * implementation's own outputs are released then). desc.lease: the call holds a lease on the
+ * chosen device while it runs (waiting as long as it takes; see LEASES), and chooses among the
+ * candidates with a free slot when any has one. out[] and *ran_on are written only on success;
+ * an implementation's error is the call's ("task "widen" on opencl:0: ..."). Bad arguments (in,
+ * out NULL; n_in or n_out not the task's; an input that is not a live array; desc.policy,
+ * desc.out_dtype, desc.streams out of range; desc.devices "" or malformed; desc.out_device):
+ * GPUARR_ERROR_INVALID_ARGUMENT or GPUARR_ERROR_INVALID_HANDLE naming them.
+ *
+ * gpuarr_map(task, in, n_items, out, &desc, &failed_item) runs item i on in[i * n_in ...] and
+ * puts its outputs at out[i * n_out ...]. Each candidate device gets desc.streams worker threads
+ * (0 = 2, at most 16), each with its own stream; they take items in index order from one shared
+ * counter, so one thread's upload overlaps another's compute and a faster device comes back for
+ * more; a device whose measured time for an item is more than 4x the best candidate's leaves the
+ * rest to the others. Every input is checked before any item runs. When an item fails, no new
+ * item starts, the running ones finish, every output made is released (out[] all {0}),
+ * *failed_item (may be NULL; untouched otherwise) is the lowest index among the failed items,
+ * and the error is that item's ("item 5: ..."). Its runs feed the models and statistics as
+ * gpuarr_offload's do.
+ *
+ * gpuarr_task_get_stats(task, d, &stats): per task name and device, this process's runs (calls),
+ * explorations and how many of them changed the choice, the sums of predicted and measured
+ * seconds, and the model (a, b, samples, rejected). gpuarr_task_models_summary(buf, len) writes a
+ * line per model known, those in the cache folder for this machine's devices included:
+ * `gpuarr-info --models` prints it, after the transfer models. All of these calls are thread-safe; no call may run in them
+ * when the last gpuarr_shutdown runs.
  *
  * =============================================================================================
  * TRACING
@@ -1081,7 +1171,8 @@ typedef enum gpuarr_placement {
 } gpuarr_placement;
 typedef struct gpuarr_lease_desc {
     const char *devices;        /* candidates, comma separated: "gpu" (every GPU; the default), "any"
-                                   (every GPU, else the host), host, cuda, cuda:*, cuda:N, opencl... */
+                                   (every GPU, else the host), "all" (every device, the host included),
+                                   host, cuda, cuda:*, cuda:N, opencl... */
     gpuarr_placement placement;
     const char *affinity;       /* leases with the same key go to the same physical device while it
                                    has free slots; NULL = none (at most 127 characters) */
@@ -1152,6 +1243,80 @@ GPUARR_API gpuarr_result gpuarr_calibrate(gpuarr_device d);
    loaded (from the cache) or set. NUL-terminated, cut to len. Errors: buf NULL or len 0
    (INVALID_ARGUMENT). */
 GPUARR_API gpuarr_result gpuarr_transfer_models_summary(char *buf, size_t len);
+
+/* ---------------------------------------------------------------------------------------------
+ * Tasks and offload (see OFFLOAD): the library picks the device a piece of user work runs on.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct gpuarr_task { uint32_t id; } gpuarr_task; /* id 0 = invalid */
+#define GPUARR_TASK_MAX_ARRAYS 8 /* inputs, and outputs, of a task */
+/* An implementation: called with every input already on its device (in[i] there, as the task's
+   dtype), that device current, and a stream s of it to enqueue on (the host: runs at once); it
+   makes its outputs on the same device (out[0..n_out) are {0} on entry) and returns OK or an
+   error. It may be called from several threads at once (gpuarr_map). */
+typedef gpuarr_result (*gpuarr_task_fn)(const gpuarr_array *in, int n_in, gpuarr_array *out, int n_out, gpuarr_stream s,
+                                        void *user_data);
+/* The size metric the task's models fit time against. */
+typedef uint64_t (*gpuarr_task_size_fn)(const gpuarr_array *in, int n_in, void *user_data);
+typedef struct gpuarr_task_desc {
+    const char *name;                          /* the models' key (persisted): [A-Za-z0-9_.-]{1,63} */
+    gpuarr_task_fn impl[GPUARR_BACKEND_COUNT]; /* by backend (impl[GPUARR_BACKEND_HOST], ...); NULL = none;
+                                                  at least one */
+    void *user_data;
+    int n_in, n_out;                           /* 1..8 each */
+    gpuarr_dtype in_dtype[GPUARR_TASK_MAX_ARRAYS]; /* what each input is converted to; 0 = as given */
+    gpuarr_task_size_fn size;                  /* the size metric; NULL = elements of in[0] */
+} gpuarr_task_desc;
+/* Checks desc and makes a task (the desc is copied; name too). Errors: INVALID_ARGUMENT naming
+   the field. Thread-safe. */
+GPUARR_API gpuarr_result gpuarr_task_create(const gpuarr_task_desc *desc, gpuarr_task *out);
+/* Ends the handle; a gpuarr_offload or gpuarr_map running the task (on any thread, the task's own
+   implementation included) keeps it until that call returns. A destroyed or unknown task:
+   INVALID_HANDLE. The task's models and statistics stay (they belong to its name). */
+GPUARR_API gpuarr_result gpuarr_task_destroy(gpuarr_task t);
+
+typedef enum gpuarr_offload_policy {
+    GPUARR_OFFLOAD_DEFAULT = 0, /* GPUARR_OFFLOAD=auto|host|gpu; auto when unset */
+    GPUARR_OFFLOAD_AUTO,        /* the models' choice; the 1 MiB rule while nothing is measured */
+    GPUARR_OFFLOAD_HOST,        /* the host always (the seeds' "force CPU") */
+    GPUARR_OFFLOAD_GPU,         /* a device other than the host always, the models choosing among them */
+    GPUARR_OFFLOAD_POLICY_COUNT
+} gpuarr_offload_policy;
+typedef struct gpuarr_offload_desc {
+    const char *devices;        /* candidates, a list as for leases; NULL = "all" (every device, the
+                                   host included, each physical device once) */
+    gpuarr_offload_policy policy;
+    gpuarr_device out_device;   /* where outputs go; {0} = where they were computed */
+    gpuarr_dtype out_dtype;     /* outputs converted to this; 0 = as computed */
+    bool lease;                 /* hold a lease (waiting as long as it takes) on the chosen device while
+                                   it runs, choosing among candidates with a free slot */
+    int streams;                /* gpuarr_map: streams (worker threads) per device, 0 = 2; 1..16 */
+} gpuarr_offload_desc;
+/* Runs t once (NULL desc = defaults): picks the candidate with the least predicted input
+   transfer + compute + output transfer + queue wait, moves inputs there, runs, gives outputs back
+   where asked. out[0..n_out) and *ran_on (may be NULL) are written only on success. */
+GPUARR_API gpuarr_result gpuarr_offload(gpuarr_task t, const gpuarr_array *in, int n_in, gpuarr_array *out, int n_out,
+                                        const gpuarr_offload_desc *desc, gpuarr_device *ran_on);
+/* n_items items: in holds n_items * n_in arrays (item i's inputs at in[i * n_in]), out receives
+   n_items * n_out in item order. On a failure: no new items start, running ones finish, every
+   output made is released (out all {0}), *failed_item (may be NULL) = the lowest index among the
+   items that failed, and the error is that item's. */
+GPUARR_API gpuarr_result gpuarr_map(gpuarr_task t, const gpuarr_array *in, int n_items, gpuarr_array *out,
+                                    const gpuarr_offload_desc *desc, int *failed_item);
+typedef struct gpuarr_task_stats {
+    uint64_t calls;                   /* runs of the task on this device (offload and map) */
+    uint64_t explorations;            /* of them, runs chosen to measure the device */
+    uint64_t changed_by_exploration;  /* of those, runs where the models would have chosen another */
+    double predicted_s, measured_s;   /* sums over the calls (compute: the model's prediction, the time) */
+    double model_a_s, model_b_s;      /* the fit: t = a + b * size (0, 0 while not fitted) */
+    uint64_t samples;                 /* in the model's window */
+    uint64_t rejected;                /* samples refused as outliers */
+} gpuarr_task_stats;
+/* The task's statistics and model on d (zeros where it never ran). Thread-safe. */
+GPUARR_API gpuarr_result gpuarr_task_get_stats(gpuarr_task t, gpuarr_device d, gpuarr_task_stats *out);
+/* One line per task model known to this process (those measured, and those in the cache folder
+   for this machine's devices) with its statistics: what `gpuarr-info --models` prints. buf is
+   NUL-terminated, cut to len. */
+GPUARR_API gpuarr_result gpuarr_task_models_summary(char *buf, size_t len);
 
 /* ---------------------------------------------------------------------------------------------
  * Telemetry (see TELEMETRY). X(NAME, bit, "name", fields): one bit of gpuarr_telemetry.valid per
@@ -2245,11 +2410,13 @@ typedef struct gpuarr__filter_item {
     X(TRACE_EVENTS, gpuarr__check_trace_events)                                                \
     X(SLOTS, gpuarr__check_slots)                                                              \
     X(LEASE_DIR, gpuarr__check_lease_dir)                                                      \
-    X(CALIBRATE, gpuarr__check_flag)
+    X(CALIBRATE, gpuarr__check_flag)                                                           \
+    X(OFFLOAD, gpuarr__check_offload)
 
 /* GPUARR_SLOTS and desc.slots (backends/gpuarr_lease.h) */
 static gpuarr_result gpuarr__check_slots(const char *name, const char *value, int *out);
 static gpuarr_result gpuarr__check_lease_dir(const char *name, const char *value, int *out); /* GPUARR_LEASE_DIR */
+static gpuarr_result gpuarr__check_offload(const char *name, const char *value, int *out); /* GPUARR_OFFLOAD (backends/gpuarr_offload.h) */
 
 typedef enum gpuarr__setting_id {
 #define GPUARR__SETTING_ENUM(NAME, check) GPUARR__SET_##NAME,
@@ -2333,6 +2500,7 @@ typedef struct gpuarr__state {
     void *backend_state[GPUARR_BACKEND_COUNT];
     struct gpuarr__lease_state *leases; /* slots and leases (backends/gpuarr_lease.h) */
     struct gpuarr__xfer_state *xfer;    /* transfer models (backends/gpuarr_transfer_model.h) */
+    struct gpuarr__offload_state *offload; /* tasks and their models (backends/gpuarr_offload.h) */
 } gpuarr__state;
 
 /* Zero but for the locks; the rest is left to zero initialization (designated initializers
@@ -7033,6 +7201,7 @@ static void gpuarr__trace_at_shutdown(void) {
  * ------------------------------------------------------------------------------------------- */
 static void gpuarr__leases_stop(void); /* backends/gpuarr_lease.h */
 static void gpuarr__xfer_stop(void);   /* backends/gpuarr_transfer_model.h */
+static void gpuarr__offload_stop(void); /* backends/gpuarr_offload.h */
 
 static void gpuarr__teardown(void) {
     uint32_t arrays = gpuarr__g.arrays.capacity ? gpuarr__table_destroy(&gpuarr__g.arrays) : 0;
@@ -7045,6 +7214,7 @@ static void gpuarr__teardown(void) {
     gpuarr__stream *defaults = gpuarr__detach_thread_streams(0);
     pthread_mutex_unlock(&gpuarr__g.defaults_lock);
     gpuarr__release_stream_list(defaults);
+    gpuarr__offload_stop();
     gpuarr__leases_stop();
     gpuarr__xfer_stop();
     for (int i = 0; i < gpuarr__g.device_count; i++) {
@@ -7080,6 +7250,7 @@ static void gpuarr__teardown(void) {
 static gpuarr_result gpuarr__apply_faults(const char *text);
 static gpuarr_result gpuarr__leases_start(void); /* backends/gpuarr_lease.h */
 static gpuarr_result gpuarr__xfer_start(void);   /* backends/gpuarr_transfer_model.h */
+static gpuarr_result gpuarr__offload_start(void); /* backends/gpuarr_offload.h */
 
 static gpuarr_result gpuarr__startup(const gpuarr_desc *desc) {
     gpuarr_desc d;
@@ -7099,6 +7270,7 @@ static gpuarr_result gpuarr__startup(const gpuarr_desc *desc) {
     }
     if (r == GPUARR_OK) r = gpuarr__leases_start();
     if (r == GPUARR_OK) r = gpuarr__xfer_start();
+    if (r == GPUARR_OK) r = gpuarr__offload_start();
     const char *faults = gpuarr__setting(GPUARR__SET_FAULTS);
     if (r == GPUARR_OK && faults) r = gpuarr__apply_faults(faults);
     if (r == GPUARR_OK) r = gpuarr__trace_at_init();
@@ -9111,6 +9283,7 @@ GPUARR_BACKEND_LIST(GPUARR__INTEROP_CALLS)
 #include "backends/gpuarr_lease.h"
 /* Transfer models: fitted, persisted, predicted (the manual's TRANSFER MODEL section). */
 #include "backends/gpuarr_transfer_model.h"
+#include "backends/gpuarr_offload.h"
 
 #endif /* GPUARR_IMPLEMENTATION */
 

@@ -445,6 +445,11 @@ static gpuarr_result gpuarr__cands_item(gpuarr__lease_cands *c, const char *arg,
     item[len] = '\0';
     gpuarr_backend b;
     int index;
+    if (strcmp(item, "all") == 0) { /* every device, the host included, each physical one once */
+        for (int i = 0; i < gpuarr__g.device_count; i++)
+            if (!gpuarr__is_duplicate(&gpuarr__g.devices[i])) gpuarr__cands_add(c, i);
+        return GPUARR_OK;
+    }
     if (strcmp(item, "gpu") == 0 || strcmp(item, "any") == 0) {
         if (gpuarr__cands_add_gpus(c)) return GPUARR_OK;
         if (item[0] == 'a') {

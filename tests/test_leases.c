@@ -647,3 +647,28 @@ Test(leases, a_bad_lease_dir_is_named) {
     cr_assert(strstr(gpuarr_last_error(), under) && strstr(gpuarr_last_error(), "cannot be made: Not a directory"), "%s",
               gpuarr_last_error());
 }
+
+Test(leases, all_names_every_device_the_host_included_each_physical_device_once) {
+    gpuarr_lease_desc d;
+    memset(&d, 0, sizeof d);
+    d.devices = "all";
+    d.placement = GPUARR_PLACE_ROUND_ROBIN;
+    int n = gpuarr_device_count(), physical = 0, seen[64] = {0};
+    bool duplicate[64] = {false};
+    cr_assert(n <= 64);
+    for (int k = 0; k < n; k++) { /* a GPU seen through CUDA and OpenCL counts once, as its CUDA view */
+        gpuarr_device_info info;
+        TEST_OK(gpuarr_device_get_info(gpuarr_device_at(k), &info));
+        duplicate[k] = info.same_as.id && info.backend == GPUARR_BACKEND_OPENCL;
+        physical += !duplicate[k];
+    }
+    gpuarr_lease l[64];
+    for (int i = 0; i < physical; i++) { /* round robin over the list: each once */
+        gpuarr_device on;
+        TEST_OK(gpuarr_lease_acquire(&d, &l[i]));
+        TEST_OK(gpuarr_lease_device(l[i], &on));
+        for (int k = 0; k < n; k++) seen[k] += gpuarr_device_at(k).id == on.id;
+    }
+    for (int k = 0; k < n; k++) cr_assert_eq(seen[k], duplicate[k] ? 0 : 1, "device %d leased %d times", k, seen[k]);
+    for (int i = 0; i < physical; i++) TEST_OK(gpuarr_lease_release(l[i]));
+}

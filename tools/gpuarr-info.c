@@ -5,6 +5,9 @@
  *   gpuarr-info --memory  each device's memory pool: allocated, reserved, peaks, the ladder
  *   gpuarr-info --leases  every lease slot of every device and its holder (any process, from the
  *                         slot files of GPUARR_LEASE_DIR; a GPU seen by two backends once)
+ *   gpuarr-info --models  every transfer model (see TRANSFER MODEL), then every task model of
+ *                         gpuarr_offload (see OFFLOAD), kept in the cache folder for this
+ *                         machine's devices, with its fit: a line each
  *   gpuarr-info --find SPEC  the device SPEC ("gpu", "cuda:1", ...) names, or why there is none
  *                            (exit status 1)
  *   gpuarr-info --watch [SECONDS] [--count N] [--json]
@@ -151,6 +154,14 @@ static void print_leases(void) {
     }
 }
 
+static void print_models(void) {
+    static char text[1 << 16];
+    if (gpuarr_transfer_models_summary(text, sizeof text) != GPUARR_OK) fprintf(stderr, "gpuarr-info: %s\n", gpuarr_last_error());
+    else fputs(text, stdout);
+    if (gpuarr_task_models_summary(text, sizeof text) != GPUARR_OK) fprintf(stderr, "gpuarr-info: %s\n", gpuarr_last_error());
+    else fputs(text, stdout);
+}
+
 static int find(const char *spec) {
     gpuarr_device d;
     gpuarr_device_info info;
@@ -251,7 +262,7 @@ static int watch(double seconds, long count, bool json) {
 }
 
 int main(int argc, char **argv) {
-    bool json = false, memory = false, watching = false, leases = false;
+    bool json = false, memory = false, watching = false, leases = false, models = false;
     double seconds = 1.0;
     long count = 0;
     const char *spec = NULL;
@@ -278,10 +289,12 @@ int main(int argc, char **argv) {
             memory = true;
         } else if (strcmp(argv[i], "--leases") == 0) {
             leases = true;
+        } else if (strcmp(argv[i], "--models") == 0) {
+            models = true;
         } else if (strcmp(argv[i], "--find") == 0 && i + 1 < argc) {
             spec = argv[++i];
         } else {
-            fprintf(stderr, "usage: %s [--json | --memory | --leases | --find SPEC | --watch [SECONDS] [--count N] [--json]]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--json | --memory | --leases | --models | --find SPEC | --watch [SECONDS] [--count N] [--json]]\n", argv[0]);
             return strcmp(argv[i], "--help") == 0 ? 0 : 2;
         }
     }
@@ -299,6 +312,7 @@ int main(int argc, char **argv) {
     else if (json) print_json();
     else if (memory) print_memory();
     else if (leases) print_leases();
+    else if (models) print_models();
     else print_table();
     gpuarr_shutdown();
     return status;

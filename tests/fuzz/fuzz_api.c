@@ -1259,13 +1259,113 @@ static void op_transfer(fz *z) {
     if (r == GPUARR_OK && !(s >= 0 && s < 1e300)) fz_die("%s: %g seconds", api, s);
 }
 
+/* ---- tasks, gpuarr_offload, gpuarr_map (OFFLOAD): the task lives within the op ---- */
+static gpuarr_result fz_widen(const gpuarr_array *in, int n_in, gpuarr_array *out, int n_out, gpuarr_stream s, void *user) {
+    (void)n_in, (void)n_out;
+    if (user) return GPUARR_ERROR_BACKEND; /* the failing variant */
+    return gpuarr_convert_async(in[0], gpuarr_current_device(), GPUARR_F64, s, &out[0]);
+}
+
+static bool fz_task(fz *z, gpuarr_task *t) {
+    static const char *const names[] = {NULL, "", "fz", "bad name", "fz.task-1", "a/b",
+                                        "0123456789012345678901234567890123456789012345678901234567890123"};
+    gpuarr_task_desc td;
+    memset(&td, 0, sizeof td);
+    uint8_t how = u8(z);
+    td.name = names[u8(z) % 7];
+    td.n_in = (how & 1) ? (int)(u8(z) % 11) - 1 : 1;
+    td.n_out = (how & 2) ? (int)(u8(z) % 11) - 1 : 1;
+    if (how & 4) td.in_dtype[u8(z) % 8] = (gpuarr_dtype)(int8_t)u8(z);
+    uint8_t impl = u8(z);
+    for (int b = 0; b < GPUARR_BACKEND_COUNT; b++)
+        if (impl & (1u << b)) td.impl[b] = fz_widen;
+    td.user_data = (how & 8) ? z : NULL;
+    gpuarr_task out = {FZ_SENTINEL};
+    gpuarr_result r;
+    FZ_CALL(r, "gpuarr_task_create", gpuarr_task_create((how & 0x10) ? NULL : &td, (how & 0x20) ? NULL : &out));
+    FZ_KEEP_OUT(r, "gpuarr_task_create", out);
+    *t = out;
+    return r == GPUARR_OK;
+}
+
+static void fz_offload_desc(fz *z, gpuarr_offload_desc *d) {
+    static const char *const lists[] = {NULL, "host", "all", "opencl:*", "host,opencl:0", "gpu", "any", "opencl:9", "", "cuda,host"};
+    memset(d, 0, sizeof *d);
+    uint8_t how = u8(z);
+    d->devices = lists[u8(z) % 10];
+    d->policy = (gpuarr_offload_policy)((int)(u8(z) % 6) - 1);
+    if (how & 1) d->out_device = fz_dev(z);
+    if (how & 2) d->out_dtype = (gpuarr_dtype)(int8_t)u8(z);
+    if (how & 4) d->streams = (int)(u8(z) % 20) - 1;
+    /* a lease of this input, or (the soak) of another thread's, could make the call wait for ever */
+    bool holds = z->nscope > 0 || fz_soak;
+    for (int i = 0; i < FZ_LEASES; i++) holds |= z->lease[i].id != 0;
+    d->lease = (how & 8) && !holds;
+}
+
+static void op_offload(fz *z) {
+    gpuarr_task t;
+    bool made = fz_task(z, &t);
+    uint8_t how = u8(z);
+    if (!made) t.id = (how & 1) ? fz_forged(z, 0) : 0;
+    gpuarr_offload_desc d;
+    fz_offload_desc(z, &d);
+    gpuarr_result r;
+    gpuarr_array in[3 * 8], out[3 * 8]; /* gpuarr_map: n (< 4) items of up to 8 inputs and 8 outputs */
+    int n = (int)(u8(z) % 4);
+    uint8_t own = u8(z); /* bit i: in[i] a small host array of the op's own, else one of the input's handles */
+    bool owned[3];
+    for (int i = 0; i < 3; i++) {
+        int64_t count = u8(z) % 64;
+        owned[i] = (own & (1u << i)) && gpuarr_zeros(gpuarr_host(), GPUARR_F32, 1, &count, &in[i]) == GPUARR_OK;
+        if (!owned[i]) in[i] = fz_arr(z);
+    }
+    for (int i = 0; i < 3 * 8; i++) {
+        if (i >= 3) in[i] = in[i % 3];
+        out[i].id = FZ_SENTINEL;
+    }
+    if (how & 2) {
+        gpuarr_device on = {FZ_SENTINEL};
+        FZ_CALL(r, "gpuarr_offload", gpuarr_offload(t, (how & 4) ? NULL : in, n, (how & 8) ? NULL : out, 1, (how & 0x10) ? NULL : &d, &on));
+        FZ_KEEP_OUT(r, "gpuarr_offload", on);
+        FZ_KEEP_OUT(r, "gpuarr_offload", out[0]);
+        if (r == GPUARR_OK) fz_ok_or_error(gpuarr_release(out[0]), "gpuarr_release");
+    } else {
+        int failed = -7;
+        FZ_CALL(r, "gpuarr_map", gpuarr_map(t, (how & 4) ? NULL : in, n, (how & 8) ? NULL : out, (how & 0x10) ? NULL : &d, &failed));
+        for (int i = 0; i < 3 * 8 && !(how & 8); i++) {
+            if (r != GPUARR_OK && out[i].id != FZ_SENTINEL && out[i].id != 0) fz_die("gpuarr_map failed but left out[%d]", i);
+            if (r == GPUARR_OK && out[i].id != FZ_SENTINEL) fz_ok_or_error(gpuarr_release(out[i]), "gpuarr_release");
+        }
+        if (r == GPUARR_OK ? failed != -7 : failed != -7 && (failed < 0 || failed >= n))
+            fz_die("gpuarr_map: failed_item %d with %s", failed, gpuarr_result_name(r));
+    }
+    gpuarr_task_stats st;
+    FZ_CALL(r, "gpuarr_task_get_stats", gpuarr_task_get_stats(t, fz_dev(z), (how & 0x20) ? NULL : &st));
+    if (how & 0x40) {
+        size_t len = u16(z) % 512;
+        char *buf = (how & 0x80) && !len ? NULL : (char *)fz_alloc(z, len);
+        FZ_CALL(r, "gpuarr_task_models_summary", gpuarr_task_models_summary(buf, len));
+        if (r == GPUARR_OK && !memchr(buf, '\0', len)) fz_die("gpuarr_task_models_summary: not NUL-terminated within len");
+    }
+    for (int i = 0; i < 3; i++)
+        if (owned[i]) fz_ok_or_error(gpuarr_release(in[i]), "gpuarr_release"); /* the input's handles are not ours */
+    if (made) fz_ok_or_error(gpuarr_task_destroy(t), "gpuarr_task_destroy");
+    FZ_CALL(r, "gpuarr_task_destroy", gpuarr_task_destroy(t)); /* again: destroyed already, or never made */
+    if (r == GPUARR_OK) fz_die("gpuarr_task_destroy took a task twice");
+}
+
 static void op_misc(fz *z) {
     uint8_t how = u8(z);
     if (how >= 0xf0) { /* leases (bytes 0xf0..0xff; committed inputs with them ran op_misc's other cases before) */
         op_lease(z);
         return;
     }
-    if (how >= 0xe0) { /* transfer estimates (bytes 0xe0..0xef, which ran the cases below before) */
+    if (how >= 0xe8) { /* tasks and offload (bytes 0xe8..0xef, which ran the cases below before) */
+        op_offload(z);
+        return;
+    }
+    if (how >= 0xe0) { /* transfer estimates (bytes 0xe0..0xe7, the same) */
         op_transfer(z);
         return;
     }

@@ -1,0 +1,242 @@
+/*
+ * test_offload_models.c -- white-box: the task models of gpuarr_offload on synthetic timings. The
+ * fit recovers a and b, outliers are refused (and a shift of the device's speed is followed);
+ * with models and transfer models set by hand (gpuarr__transfer_set_model, the interface the
+ * transfer model provides) the choice goes to the device the numbers say, queued work counts,
+ * exploration stays within its bounds, and a model 3x slower than its twin's is explored again.
+ * Real runs add real samples too, which the synthetic models refuse as outliers: each test
+ * makes fewer than GPUARR__MODEL_SHIFT runs on a device whose model it set. Tests that need PoCL
+ * devices skip without them. This file compiles the implementation itself.
+ */
+#define GPUARR_IMPLEMENTATION
+#include "test_common.h"
+
+static char cache_dir[64];
+
+static void models_setup(void) {
+    snprintf(cache_dir, sizeof cache_dir, "/tmp/gpuarr-test-models-XXXXXX");
+    cr_assert_not_null(mkdtemp(cache_dir));
+    cr_assert_eq(setenv("GPUARR_CACHE_DIR", cache_dir, 1), 0);
+    cr_assert_eq(setenv("GPUARR_OPENCL_UNIFIED", "off", 1), 0); /* PoCL as a discrete device: transfers cost */
+    test_setup();
+    gpuarr__tls.api = "gpuarr_test";
+}
+
+static void models_teardown(void) {
+    test_teardown();
+    char cmd[96];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache_dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", cache_dir);
+}
+
+TestSuite(models, .init = models_setup, .fini = models_teardown);
+
+static void expect_near(double got, double want, const char *what) {
+    cr_assert(fabs(got - want) <= 1e-9 * fabs(want) + 1e-15, "%s = %.17g, expected %.17g", what, got, want);
+}
+
+Test(models, the_fit_recovers_a_and_b_through_noise_in_every_bucket) {
+    gpuarr__tmodel m;
+    memset(&m, 0, sizeof m);
+    const double a = 2e-3, b = 1e-6, sizes[4] = {1e3, 1e4, 1e5, 1e6};
+    for (int rep = 0; rep < 3; rep++)
+        for (int i = 0; i < 4; i++) { /* per size: exact, 1.5x (accepted while young), exact */
+            double t = (a + b * sizes[i]) * (rep == 1 && m.count < GPUARR__MODEL_TRUSTED ? 1.5 : 1.0);
+            gpuarr__model_add(&m, sizes[i], t);
+        }
+    expect_near(m.a, a, "a");
+    expect_near(m.b, b, "b");
+}
+
+Test(models, one_size_alone_fits_a_time_proportional_to_size) {
+    gpuarr__tmodel m;
+    memset(&m, 0, sizeof m);
+    gpuarr__model_add(&m, 1000, 2e-3);
+    expect_near(m.a, 0, "a");
+    expect_near(m.b, 2e-6, "b");
+}
+
+Test(models, outliers_are_refused_and_a_lasting_shift_is_followed) {
+    gpuarr__tmodel m;
+    memset(&m, 0, sizeof m);
+    for (int i = 0; i < 8; i++) gpuarr__model_add(&m, (double)(1000 << (i % 4)), 1e-3 + 1e-6 * (double)(1000 << (i % 4)));
+    double a = m.a, b = m.b;
+    cr_assert_not(gpuarr__model_add(&m, 1000, 10 * 2e-3), "a spike x10 was taken");
+    cr_assert_not(gpuarr__model_add(&m, 1000, 2e-3 / 4), "a dip /4 was taken");
+    cr_assert(gpuarr__model_add(&m, 1000, 2.5 * 2e-3), "x2.5 is no outlier");
+    cr_assert_eq(m.rejected, 2u);
+    cr_assert(fabs(m.a - a) < 1e-4 && fabs(m.b - b) < 1e-7, "the fit moved: %g + %g n", m.a, m.b);
+    for (int i = 0; i < GPUARR__MODEL_SHIFT - 1; i++) cr_assert_not(gpuarr__model_add(&m, 2000, 10 * 3e-3));
+    cr_assert(gpuarr__model_add(&m, 2000, 10 * 3e-3), "the shift was not followed");
+    expect_near(gpuarr__model_predict(&m, 2000), 3e-2, "prediction after the shift");
+    cr_assert_eq(m.count, GPUARR__MODEL_SHIFT);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Choices on set models
+ * ------------------------------------------------------------------------------------------- */
+static gpuarr_result widen(const gpuarr_array *in, int n_in, gpuarr_array *out, int n_out, gpuarr_stream s, void *user) {
+    (void)n_in, (void)n_out, (void)user;
+    return gpuarr_convert_async(in[0], gpuarr_current_device(), GPUARR_F64, s, &out[0]);
+}
+
+static gpuarr__dev *dev_or_skip(const char *spec) {
+    gpuarr_device d;
+    gpuarr__dev *dev;
+    if (gpuarr_device_find(spec, &d) != GPUARR_OK) test_skip("needs %s (POCL_DEVICES=\"pthread pthread\"): %s", spec, gpuarr_last_error());
+    TEST_OK(gpuarr__get_dev(d, "d", &dev));
+    return dev;
+}
+
+static int index_of(gpuarr__dev *d) { return (int)(d - gpuarr__g.devices); }
+
+/* Sets the model of (task, d) to t = a + b n, measured at 6 sizes. */
+static void set_model(const char *task, gpuarr__dev *d, double a, double b) {
+    pthread_mutex_lock(&gpuarr__g.offload->lock);
+    gpuarr__tmodel *m = gpuarr__model_get(task, index_of(d));
+    cr_assert_not_null(m);
+    for (int i = 0; i < 6; i++) gpuarr__model_add(m, (double)(256 << i), a + b * (double)(256 << i));
+    pthread_mutex_unlock(&gpuarr__g.offload->lock);
+}
+
+/* Transfers both ways between the host and d: t = latency + bytes / rate. */
+static void set_transfers(gpuarr__dev *d, double latency, double rate) {
+    gpuarr__dev *host = gpuarr__host_dev();
+    for (int cast = 0; cast < 2; cast++) {
+        gpuarr__transfer_set_model(host, GPUARR__XFER_PAGEABLE, d, cast, latency, rate);
+        gpuarr__transfer_set_model(d, GPUARR__XFER_DEVICE, host, cast, latency, rate);
+    }
+}
+
+static gpuarr_task task_on(const char *name) {
+    gpuarr_task_desc td;
+    memset(&td, 0, sizeof td);
+    td.name = name;
+    td.impl[GPUARR_BACKEND_HOST] = td.impl[GPUARR_BACKEND_OPENCL] = widen;
+    td.n_in = td.n_out = 1;
+    gpuarr_task t;
+    TEST_OK(gpuarr_task_create(&td, &t));
+    return t;
+}
+
+static gpuarr__dev *run(gpuarr_task t, const char *devices, int64_t n) {
+    gpuarr_array in, out;
+    TEST_OK(gpuarr_zeros(gpuarr_host(), GPUARR_F32, 1, &n, &in));
+    gpuarr_offload_desc d;
+    memset(&d, 0, sizeof d);
+    d.devices = devices;
+    gpuarr_device on;
+    TEST_OK(gpuarr_offload(t, &in, 1, &out, 1, &d, &on));
+    TEST_OK(gpuarr_release(out));
+    TEST_OK(gpuarr_release(in));
+    gpuarr__dev *dev;
+    TEST_OK(gpuarr__get_dev(on, "on", &dev));
+    return dev;
+}
+
+static gpuarr_task_stats stats_of(gpuarr_task t, gpuarr__dev *d) {
+    gpuarr_task_stats st;
+    TEST_OK(gpuarr_task_get_stats(t, d->info.device, &st));
+    return st;
+}
+
+Test(models, the_choice_follows_compute_and_transfer_models) {
+    gpuarr__dev *cl = dev_or_skip("opencl:0"), *host = gpuarr__host_dev();
+    gpuarr_task t = task_on("follows");
+    set_model("follows", host, 1e-3, 1e-6);  /* 2 ms at 1000 elements */
+    set_model("follows", cl, 1e-5, 1e-9);    /* 11 us */
+    set_transfers(cl, 1e-6, 1e10);           /* 4 KB: 1.4 us */
+    cr_assert_eq(run(t, "host,opencl:0", 1000), cl, "fast compute, cheap transfers: the device");
+    set_transfers(cl, 1.0, 1e10);            /* a second each way */
+    cr_assert_eq(run(t, "host,opencl:0", 1000), host, "expensive transfers: the host");
+    set_transfers(cl, 1e-6, 1e10);
+    gpuarr__g.offload->queued_s[index_of(cl)] = 5.0; /* 5 s of work queued there */
+    cr_assert_eq(run(t, "host,opencl:0", 1000), host, "a long queue: the host");
+    gpuarr__g.offload->queued_s[index_of(cl)] = 0;
+    gpuarr_task_stats st = stats_of(t, cl);
+    cr_assert_eq(st.calls, 1u);
+    expect_near(st.predicted_s, 1e-5 + 1e-9 * 1000, "predicted");
+    cr_assert_eq(st.explorations, 0u);
+    TEST_OK(gpuarr_task_destroy(t));
+}
+
+Test(models, an_unmeasured_device_is_explored_only_within_10x_and_a_few_times) {
+    gpuarr__dev *cl = dev_or_skip("opencl:0"), *host = gpuarr__host_dev();
+    gpuarr_task t = task_on("bounded");
+    set_model("bounded", host, 1e-3, 0);
+    set_transfers(cl, 1.0, 1e10); /* 2 s of transfers against 1 ms on the host: never worth a try */
+    for (int i = 0; i < 3; i++) cr_assert_eq(run(t, "host,opencl:0", 100), host);
+    cr_assert_eq(stats_of(t, cl).explorations, 0u);
+    set_transfers(cl, 1e-6, 1e10); /* now within 10x: explored (at most 3 times: the twins' test) */
+    for (int i = 0; i < 3; i++) run(t, "host,opencl:0", 100);
+    gpuarr_task_stats st = stats_of(t, cl);
+    cr_assert(st.explorations >= 1 && st.explorations <= GPUARR__EXPLORE_MAX, "%llu explorations", (unsigned long long)st.explorations);
+    /* how many more depends on the real time of the first (a kernel build makes it slow) */
+    cr_assert_eq(st.changed_by_exploration, st.explorations, "the host was the models' choice each time");
+    TEST_OK(gpuarr_task_destroy(t));
+}
+
+Test(models, a_model_3x_slower_than_its_twins_is_explored_again_at_most_3_times) {
+    gpuarr__dev *c0 = dev_or_skip("opencl:0"), *c1 = dev_or_skip("opencl:1");
+    cr_assert(gpuarr__twins(index_of(c0), index_of(c1)), "two PoCL pthread devices are twins");
+    gpuarr_task t = task_on("twins");
+    set_model("twins", c0, 1e-5, 1e-9);
+    set_model("twins", c1, 1.0, 1e-3); /* poisoned: as if a spike had made it look slow */
+    set_transfers(c0, 1e-6, 1e10);
+    set_transfers(c1, 1e-6, 1e10);
+    int on_c1 = 0;
+    for (int i = 0; i < 6; i++) on_c1 += run(t, "opencl:0,opencl:1", 100) == c1;
+    gpuarr_task_stats st = stats_of(t, c1);
+    cr_assert_eq(st.explorations, (uint64_t)GPUARR__EXPLORE_MAX);
+    cr_assert_eq(on_c1, GPUARR__EXPLORE_MAX, "ran %d times on opencl:1", on_c1);
+    cr_assert_eq(st.changed_by_exploration, (uint64_t)GPUARR__EXPLORE_MAX);
+    TEST_OK(gpuarr_task_destroy(t));
+}
+
+Test(models, a_model_file_of_another_device_or_driver_is_replaced_without_a_warning) {
+    pthread_mutex_lock(&gpuarr__g.offload->lock);
+    gpuarr__tmodel *m = gpuarr__model_get("keyed", 0);
+    gpuarr__model_add(m, 100, 1e-3);
+    gpuarr__model_save(m);
+    char path[700];
+    cr_assert(gpuarr__model_path("keyed", 0, path, sizeof path));
+    pthread_mutex_unlock(&gpuarr__g.offload->lock);
+    size_t size;
+    char *text = (char *)gpuarr__read_file(path, &size);
+    cr_assert_not_null(text);
+    char *ver = strstr(text, "driver=");
+    cr_assert_not_null(ver);
+    ver[7] = ver[7] == 'X' ? 'Y' : 'X'; /* as if the driver had changed */
+    FILE *f = fopen(path, "wb");
+    fwrite(text, 1, size, f);
+    fclose(f);
+    gpuarr__free(text);
+    gpuarr__tmodel fresh;
+    memset(&fresh, 0, sizeof fresh);
+    gpuarr__copy_string(fresh.task, sizeof fresh.task, "keyed");
+    gpuarr__model_load(&fresh);
+    cr_assert_eq(fresh.count, 0, "a model of another driver was loaded");
+    cr_assert(fresh.dirty, "it is not replaced at the next save");
+}
+
+Test(models, map_leaves_the_items_to_a_device_4x_faster) {
+    gpuarr__dev *cl = dev_or_skip("opencl:0"), *host = gpuarr__host_dev();
+    gpuarr_task t = task_on("declines");
+    set_model("declines", host, 10.0, 0); /* 10 s an item on the host */
+    set_model("declines", cl, 1e-5, 0);
+    enum { N = 10 };
+    gpuarr_array in[N], out[N];
+    int64_t n = 64;
+    for (int i = 0; i < N; i++) TEST_OK(gpuarr_zeros(gpuarr_host(), GPUARR_F32, 1, &n, &in[i]));
+    gpuarr_offload_desc d;
+    memset(&d, 0, sizeof d);
+    d.devices = "host,opencl:0";
+    TEST_OK(gpuarr_map(t, in, N, out, &d, NULL));
+    cr_assert_eq(stats_of(t, host).calls, 0u, "the host took items");
+    cr_assert_eq(stats_of(t, cl).calls, (uint64_t)N);
+    for (int i = 0; i < N; i++) {
+        TEST_OK(gpuarr_release(out[i]));
+        TEST_OK(gpuarr_release(in[i]));
+    }
+    TEST_OK(gpuarr_task_destroy(t));
+}
