@@ -8964,6 +8964,18 @@ GPUARR_API gpuarr_result gpuarr_pool_trim(gpuarr_device d) {
     return GPUARR_OK;
 }
 
+/* Appends to the NUL-terminated text in buf (cap bytes), cut at cap: summaries and messages
+   built a piece at a time. */
+static void gpuarr__append(char *buf, size_t cap, const char *fmt, ...) GPUARR__PRINTF(3, 4);
+static void gpuarr__append(char *buf, size_t cap, const char *fmt, ...) {
+    size_t used = strlen(buf);
+    if (used + 1 >= cap) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + used, cap - used, fmt, ap);
+    va_end(ap);
+}
+
 static int gpuarr__format_bytes(char *out, size_t cap, uint64_t n) {
     static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     double v = (double)n;

@@ -602,16 +602,6 @@ static int gpuarr__lease_pick(const gpuarr__lease_waiter *me, const gpuarr__leas
 /* ---------------------------------------------------------------------------------------------
  * Messages
  * ------------------------------------------------------------------------------------------- */
-static void gpuarr__lease_append(char *buf, size_t cap, const char *fmt, ...) GPUARR__PRINTF(3, 4);
-static void gpuarr__lease_append(char *buf, size_t cap, const char *fmt, ...) {
-    size_t used = strlen(buf);
-    if (used + 1 >= cap) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf + used, cap - used, fmt, ap);
-    va_end(ap);
-}
-
 typedef struct gpuarr__lease_holders_out {
     char *buf;
     size_t cap;
@@ -623,7 +613,7 @@ static void gpuarr__lease_holder_other(int k, bool held, const char *holder, voi
     gpuarr__lease_holders_out *o = (gpuarr__lease_holders_out *)user;
     long pid = 0;
     if (!held || (sscanf(holder, "pid %ld", &pid) == 1 && pid == (long)getpid())) return;
-    gpuarr__lease_append(o->buf, o->cap, "%sslot %d %s", o->others++ ? ", " : "; in other processes (", k, holder[0] ? holder : "held");
+    gpuarr__append(o->buf, o->cap, "%sslot %d %s", o->others++ ? ", " : "; in other processes (", k, holder[0] ? holder : "held");
 }
 
 /* Who holds the candidates' slots: "opencl:0: 1 of 1 slots in use (pid 12 thread 13 for 5 ms)". */
@@ -633,24 +623,24 @@ static void gpuarr__lease_holders(const gpuarr__lease_cands *c, char *buf, size_
     for (int i = 0; i < c->count; i++) {
         int v = c->view[i], p = gpuarr__lease_phys(v);
         gpuarr__dev *d = &gpuarr__g.devices[v];
-        gpuarr__lease_append(buf, cap, "%s%s: ", i ? "; " : "", d->info.spec);
+        gpuarr__append(buf, cap, "%s%s: ", i ? "; " : "", d->info.spec);
         if (gpuarr__lease_failed(v)) {
-            gpuarr__lease_append(buf, cap, "failed (%s)", gpuarr__g.devices[v].failure);
+            gpuarr__append(buf, cap, "failed (%s)", gpuarr__g.devices[v].failure);
             continue;
         }
-        gpuarr__lease_append(buf, cap, "%d of %d slots in use", ls->in_use[p], ls->total[p]);
+        gpuarr__append(buf, cap, "%d of %d slots in use", ls->in_use[p], ls->total[p]);
         const char *sep = " by ";
         for (uint32_t r = 0; r < ls->rec_count; r++) {
             const gpuarr__lease_rec *rec = &ls->recs[r];
             if (!rec->live || rec->phys != p) continue;
-            gpuarr__lease_append(buf, cap, "%spid %ld thread %ld (%d slot%s, %.0f ms)", sep, rec->pid, rec->tid, rec->slots,
+            gpuarr__append(buf, cap, "%spid %ld thread %ld (%d slot%s, %.0f ms)", sep, rec->pid, rec->tid, rec->slots,
                                  rec->slots == 1 ? "" : "s", now - rec->since_ms);
             sep = ", ";
         }
         if (ls->dir[0]) {
             gpuarr__lease_holders_out out = {buf, cap, 0};
             gpuarr__lease_files_each(p, gpuarr__lease_holder_other, &out);
-            if (out.others) gpuarr__lease_append(buf, cap, ")");
+            if (out.others) gpuarr__append(buf, cap, ")");
         }
     }
 }
@@ -919,7 +909,7 @@ typedef struct gpuarr__lease_summary_out {
 
 static void gpuarr__lease_summary_line(int k, bool held, const char *holder, void *user) {
     gpuarr__lease_summary_out *o = (gpuarr__lease_summary_out *)user;
-    gpuarr__lease_append(o->buf, o->len, "%s slot %d: %s\n", o->spec, k, !held ? "free" : holder[0] ? holder : "held");
+    gpuarr__append(o->buf, o->len, "%s slot %d: %s\n", o->spec, k, !held ? "free" : holder[0] ? holder : "held");
 }
 
 GPUARR_API gpuarr_result gpuarr_lease_summary(gpuarr_device d, char *buf, size_t len) {
@@ -996,18 +986,18 @@ static bool gpuarr__plan_fits(const gpuarr_plan_step *s, int v, char *why, size_
     gpuarr__dev *d = &gpuarr__g.devices[v];
     char have[32], need[32];
     if (gpuarr__lease_failed(v)) {
-        gpuarr__lease_append(why, cap, "; %s has failed", d->info.spec);
+        gpuarr__append(why, cap, "; %s has failed", d->info.spec);
         return false;
     }
     if ((s->needs & GPUARR_NEED_FP64) && !gpuarr__plan_has_fp64(d)) {
-        gpuarr__lease_append(why, cap, "; %s has no fp64", d->info.spec);
+        gpuarr__append(why, cap, "; %s has no fp64", d->info.spec);
         return false;
     }
     uint64_t room = gpuarr__plan_capacity(d);
     if (s->memory_bytes > room) {
         gpuarr__format_bytes(have, sizeof have, room);
         gpuarr__format_bytes(need, sizeof need, s->memory_bytes);
-        gpuarr__lease_append(why, cap, "; %s has %s, the step needs %s", d->info.spec, have, need);
+        gpuarr__append(why, cap, "; %s has %s, the step needs %s", d->info.spec, have, need);
         return false;
     }
     return true;

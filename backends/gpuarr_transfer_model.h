@@ -598,16 +598,6 @@ GPUARR_API gpuarr_result gpuarr_calibrate(gpuarr_device d) {
     return r;
 }
 
-static void gpuarr__xfer_append(char *buf, size_t cap, const char *fmt, ...) GPUARR__PRINTF(3, 4);
-static void gpuarr__xfer_append(char *buf, size_t cap, const char *fmt, ...) {
-    size_t used = strlen(buf);
-    if (used + 1 >= cap) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf + used, cap - used, fmt, ap);
-    va_end(ap);
-}
-
 GPUARR_API gpuarr_result gpuarr_transfer_models_summary(char *buf, size_t len) {
     GPUARR__BEGIN();
     GPUARR__REQUIRE_PTR(buf);
@@ -622,7 +612,7 @@ GPUARR_API gpuarr_result gpuarr_transfer_models_summary(char *buf, size_t len) {
                 for (int cast = 0; cast < 2; cast++) {
                     const gpuarr__xfer_model *m = gpuarr__xfer_at(s, d, (gpuarr__xfer_mem)mem, cast);
                     if (m->state != GPUARR__XFER_READY) continue;
-                    gpuarr__xfer_append(buf, len, "%s -> %s %s %s: latency %.1f us, %.3f GB/s (%s)\n", gpuarr__g.devices[s].info.spec,
+                    gpuarr__append(buf, len, "%s -> %s %s %s: latency %.1f us, %.3f GB/s (%s)\n", gpuarr__g.devices[s].info.spec,
                                         gpuarr__g.devices[d].info.spec, gpuarr__xfer_mem_names[mem], cast ? "cast" : "copy",
                                         m->latency_s * 1e6, m->bytes_per_s * 1e-9, gpuarr__xfer_origin_names[m->origin]);
                 }
