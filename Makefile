@@ -28,6 +28,11 @@
 #                 (needs gnuplot-nox: installed as root, else the apt-get line; not in make test)
 #   make bench-compare  gpuarr against Boost.Compute and raw OpenCL on opencl:0
 #                 (needs libboost-dev, installed the same way; not in make test)
+#   make bench-offload  issue 18's offload benchmark (tools/bench-offload.c): the planner's regret
+#                 against the per-call oracle, always-host, always-device and the 1 MiB rule on the
+#                 host and PoCL as a discrete device, and gpuarr_map on one and two PoCL devices
+#                 and the host; raw output in build/bench-offload/ (bench/results/offload.md;
+#                 not in make test)
 #   make lib      build/lib/: libgpuarr.a and libgpuarr.so.<version> (soname libgpuarr.so.<major>,
 #                 links of both names and libgpuarr.so), from gpuarr.c; only gpuarr_ symbols exported
 #   make install  gpuarr.h and backends/ to $(PREFIX)/include/gpuarr (programs include
@@ -626,6 +631,21 @@ bench-leases: $(BUILD)/rel/tools/gpuarr-bench
 bench-smoke: $(BUILD)/rel/tools/gpuarr-bench $(BUILD)/rel/tools/gpuarr-info $(FAKE_CUDA)
 	@echo "== gpuarr-bench --host-isa and --csv (tools/bench-smoke.sh$(if $(FAKE_CUDA),; CUDA rows on the fake driver))"
 	@tools/bench-smoke.sh $(BUILD)/rel/tools/gpuarr-bench $(BUILD)/logs $(abspath $(FAKE_CUDA))
+
+# `make bench-offload`: tools/bench-offload.c (needs the OpenCL ICD loader, -lOpenCL, and PoCL);
+# each run starts from a fresh cache folder of its own, so nothing learned earlier counts.
+.PHONY: bench-offload
+$(BUILD)/rel/tools/bench-offload: tools/bench-offload.c $(BUILD)/rel/gpuarr.o
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_REL) -I. $< $(BUILD)/rel/gpuarr.o -o $@ -lOpenCL $(LIBS)
+bench-offload: $(BUILD)/rel/tools/bench-offload
+	@mkdir -p $(BUILD)/bench-offload
+	$(BUILD)/rel/tools/bench-offload --reps 3 | tee $(BUILD)/bench-offload/regret.txt
+	@set -e; for task in "" --matmul; do \
+	  $(BUILD)/rel/tools/bench-offload --map opencl:0 $$task; \
+	  POCL_DEVICES="pthread pthread" $(BUILD)/rel/tools/bench-offload --map opencl:0,opencl:1 $$task; \
+	  POCL_DEVICES="pthread pthread" $(BUILD)/rel/tools/bench-offload --map host,opencl:0,opencl:1 $$task; \
+	done | tee $(BUILD)/bench-offload/map.txt
 
 # `make bench-compare`: tools/compare-boost-compute.cpp, gpuarr against Boost.Compute (header-only,
 # in libboost-dev) and raw OpenCL on opencl:0, in one process; not part of make test. A missing
