@@ -28,6 +28,13 @@
 #                 (needs gnuplot-nox: installed as root, else the apt-get line; not in make test)
 #   make bench-compare  gpuarr against Boost.Compute and raw OpenCL on opencl:0
 #                 (needs libboost-dev, installed the same way; not in make test)
+#   make bench-offload  issue 18's offload benchmark (tools/bench-offload.c): the planner's regret
+#                 against the per-call oracle, always-host, always-device and the 1 MiB rule on the
+#                 host and PoCL as a discrete device, and gpuarr_map on one and two PoCL devices
+#                 and the host; raw output in build/bench-offload/ (bench/results/offload.md;
+#                 not in make test)
+#   make bench-offload-starpu  the same workload under StarPU's dmda scheduler (needs
+#                 libstarpu-dev, installed the same way; not in make test)
 #   make lib      build/lib/: libgpuarr.a and libgpuarr.so.<version> (soname libgpuarr.so.<major>,
 #                 links of both names and libgpuarr.so), from gpuarr.c; only gpuarr_ symbols exported
 #   make install  gpuarr.h and backends/ to $(PREFIX)/include/gpuarr (programs include
@@ -626,6 +633,38 @@ bench-leases: $(BUILD)/rel/tools/gpuarr-bench
 bench-smoke: $(BUILD)/rel/tools/gpuarr-bench $(BUILD)/rel/tools/gpuarr-info $(FAKE_CUDA)
 	@echo "== gpuarr-bench --host-isa and --csv (tools/bench-smoke.sh$(if $(FAKE_CUDA),; CUDA rows on the fake driver))"
 	@tools/bench-smoke.sh $(BUILD)/rel/tools/gpuarr-bench $(BUILD)/logs $(abspath $(FAKE_CUDA))
+
+# `make bench-offload`: tools/bench-offload.c (needs the OpenCL ICD loader, -lOpenCL, and PoCL);
+# each run starts from a fresh cache folder of its own, so nothing learned earlier counts.
+.PHONY: bench-offload
+$(BUILD)/rel/tools/bench-offload: tools/bench-offload.c $(BUILD)/rel/gpuarr.o
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_REL) -I. $< $(BUILD)/rel/gpuarr.o -o $@ -lOpenCL $(LIBS)
+bench-offload: $(BUILD)/rel/tools/bench-offload
+	@mkdir -p $(BUILD)/bench-offload
+	$(BUILD)/rel/tools/bench-offload --reps 3 | tee $(BUILD)/bench-offload/regret.txt
+	@set -e; for task in "" --matmul; do \
+	  $(BUILD)/rel/tools/bench-offload --map opencl:0 $$task; \
+	  POCL_DEVICES="pthread pthread" $(BUILD)/rel/tools/bench-offload --map opencl:0,opencl:1 $$task; \
+	  POCL_DEVICES="pthread pthread" $(BUILD)/rel/tools/bench-offload --map host,opencl:0,opencl:1 $$task; \
+	done | tee $(BUILD)/bench-offload/map.txt
+
+# `make bench-offload-starpu`: the same workload under StarPU's dmda scheduler (one CPU worker, one
+# OpenCL worker on PoCL; tools/bench-offload-starpu.c): a calibration run (STARPU_CALIBRATE=1,
+# 4 passes) then a measured run on those models, in a STARPU_HOME of its own. Needs libstarpu-dev,
+# installed as root, else its apt-get line is printed and the target stops (as make test).
+STARPU_PACKAGES := libstarpu-dev
+STARPU_ENV := STARPU_HOME=$(abspath $(BUILD))/starpu-home STARPU_SCHED=dmda STARPU_NCPU=1 STARPU_NOPENCL=1 STARPU_OPENCL_ON_CPUS=1 STARPU_NCUDA=0
+.PHONY: bench-offload-starpu
+$(BUILD)/rel/tools/bench-offload-starpu: tools/bench-offload-starpu.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_REL) $$(pkg-config --cflags starpu-1.3) $< -o $@ $$(pkg-config --libs starpu-1.3) -lOpenCL
+bench-offload-starpu:
+	$(call ensure_packages,$(STARPU_PACKAGES))
+	@$(MAKE) --no-print-directory $(BUILD)/rel/tools/bench-offload-starpu
+	@rm -rf $(BUILD)/starpu-home && mkdir -p $(BUILD)/starpu-home $(BUILD)/bench-offload
+	$(STARPU_ENV) STARPU_CALIBRATE=1 $(BUILD)/rel/tools/bench-offload-starpu --calibrate 4 | tee $(BUILD)/bench-offload/starpu-calibration.txt
+	$(STARPU_ENV) $(BUILD)/rel/tools/bench-offload-starpu --calibrate 0 | tee $(BUILD)/bench-offload/starpu-measured.txt
 
 # `make bench-compare`: tools/compare-boost-compute.cpp, gpuarr against Boost.Compute (header-only,
 # in libboost-dev) and raw OpenCL on opencl:0, in one process; not part of make test. A missing

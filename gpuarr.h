@@ -751,10 +751,15 @@
  * of its prediction is refused as an outlier (counted in stats.rejected), so a spike cannot
  * poison it; 4 outliers in a row on the same side mean the device itself changed, and the model
  * starts over from them. A run's time is wall time from the call to the end of a sync of its
- * stream (the host: the call). A device with fewer than 2 samples is explored: run there instead
- * of the models' choice, at most 3 times per task, device and process, and only while its
- * estimate (unknown compute taken as the fastest measured one) is within 10x of the best
- * candidate's. A sanity bound between twins (same backend, name, vendor and compute units): a
+ * stream (the host: the call). The first run of a task on a device in a process is a warm-up
+ * (PoCL building the kernel, first touches of memory: up to 100x the steady time): while the
+ * model has fewer than 5 samples that run counts in stats.calls but its time is not added, so one
+ * slow first run cannot make a device look too slow ever to be tried again; a model of 5 samples
+ * or more (read from the cache folder, say) judges it as any run. A program that runs a task once
+ * per process on a device teaches a young model nothing there. A device with fewer than 2
+ * samples is explored: run there instead of the models' choice, at most 3 times per task, device
+ * and process (the warm-up and 2 samples), and only while its estimate (unknown compute taken as
+ * the fastest measured one) is within 10x of the best candidate's. A sanity bound between twins (same backend, name, vendor and compute units): a
  * model more than 3x slower than the median of its measured twins' at the same size is taken for
  * a poisoned one; its twins' median stands in, and it is explored again. Models live in the cache
  * folder (GPUARR_CACHE_DIR, see CONFIGURATION; off = this process only), a file per task and

@@ -24,7 +24,8 @@
 #define GPUARR__MODEL_OUTLIER 3.0     /* a sample outside prediction x3 or /3 is an outlier */
 #define GPUARR__MODEL_SHIFT 4         /* outliers in a row on one side: the device changed, start over */
 #define GPUARR__MODEL_KNOWN 2         /* samples that make a device measured (no more exploration) */
-#define GPUARR__EXPLORE_MAX 3         /* exploration runs per (task, device) and process */
+#define GPUARR__EXPLORE_MAX (GPUARR__MODEL_KNOWN + 1) /* exploration runs per (task, device) and process:
+                                                    a warm-up, then the samples that make it measured */
 #define GPUARR__EXPLORE_RANGE 10.0    /* explore only where the estimate is within 10x of the best */
 #define GPUARR__TWIN_RANGE 3.0        /* a model 3x slower than its twins' is not trusted */
 #define GPUARR__DECLINE_RANGE 4.0     /* gpuarr_map: a device 4x slower than the best leaves it the items */
@@ -43,6 +44,7 @@ typedef struct gpuarr__tmodel {
     uint64_t rejected;
     double a, b;
     bool dirty;                   /* samples the file lacks */
+    bool warmed;                  /* this process ran the task there (its first run was the warm-up) */
     double saved_ms;
     uint64_t calls, explorations, changed;
     double predicted_s, measured_s;
@@ -353,10 +355,20 @@ static gpuarr__tmodel *gpuarr__model_get(const char *task, int dev) {
 }
 
 /* Adds a run's time, and saves: at once while the model is young (what a short program measured
-   is not lost), then at most once a second, and at shutdown (lock held). */
-static void gpuarr__model_measured(gpuarr__tmodel *m, double n, double t) {
-    if (gpuarr__model_add(m, n, t) && (m->count <= GPUARR__MODEL_TRUSTED || gpuarr__now_ms() - m->saved_ms > 1000.0))
-        gpuarr__model_save(m);
+   is not lost), then at most once a second, and at shutdown (lock held). The first run of the
+   task on the device in this process is a warm-up: it may include one-off work (PoCL building the
+   kernel, first touches of memory), up to 100x the steady time. While the model is young (fewer
+   than GPUARR__MODEL_TRUSTED samples, before the outlier rule guards it) that time is not added:
+   a young model has nothing to judge it against, and one inflated sample made the device look so
+   slow that it was never run again to correct it. A trusted model judges the warm-up like any run.
+   Returns whether the time was added. */
+static bool gpuarr__model_measured(gpuarr__tmodel *m, double n, double t) {
+    bool warmup = !m->warmed;
+    m->warmed = true;
+    if (warmup && m->count < GPUARR__MODEL_TRUSTED) return false;
+    if (!gpuarr__model_add(m, n, t)) return false;
+    if (m->count <= GPUARR__MODEL_TRUSTED || gpuarr__now_ms() - m->saved_ms > 1000.0) gpuarr__model_save(m);
+    return true;
 }
 
 /* ---------------------------------------------------------------------------------------------

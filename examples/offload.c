@@ -1,5 +1,5 @@
 /* offload.c -- the README's "Offload" program: a task with a host, an OpenCL and a CUDA
-   implementation, run three times by gpuarr_offload, and its model on the host. */
+   implementation, run five times by gpuarr_offload, and its model on the host. */
 #include <stdio.h>
 #include "gpuarr.h"
 
@@ -22,7 +22,7 @@ int main(void) {
     od.out_device = gpuarr_host();                 /* outputs back on the host */
     gpuarr_device on;
     if (gpuarr_task_create(&td, &task) != GPUARR_OK || gpuarr_zeros(gpuarr_host(), GPUARR_F32, 1, &n, &in) != GPUARR_OK) return 1;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 5; i++) { /* the first run on each device is a warm-up */
         if (gpuarr_offload(task, &in, 1, &out, 1, &od, &on) != GPUARR_OK) {
             fprintf(stderr, "%s\n", gpuarr_last_error());
             return 1;

@@ -385,7 +385,7 @@ Test(offload, statistics_count_calls_and_times_per_device) {
     gpuarr_task_stats st;
     TEST_OK(gpuarr_task_get_stats(t, gpuarr_host(), &st));
     cr_assert_eq(st.calls, 3u);
-    cr_assert_eq(st.samples, 3u);
+    cr_assert_eq(st.samples, 2u, "the first run is a warm-up");
     cr_assert_eq(st.explorations, 0u);
     cr_assert(st.measured_s > 0, "measured %g", st.measured_s);
     cr_assert(st.model_b_s > 0 || st.model_a_s > 0, "no fit");
@@ -422,7 +422,9 @@ Test(offload, the_device_measured_second_is_explored_and_counted) {
     unsetenv("GPUARR_CALIBRATE");
     dev = test_device();
     gpuarr_task t = widen_task("explore");
-    gpuarr_array in = ramp(gpuarr_host(), 64, 0);
+    /* 1 MiB: the host's time is not dwarfed by the transfers (a device whose estimate is over 10x
+       the host's is not explored) */
+    gpuarr_array in = ramp(gpuarr_host(), 1 << 18, 0);
     gpuarr_offload_desc d = odesc(host_and_device(), GPUARR_OFFLOAD_AUTO);
     cr_assert_eq(offload_once(t, in, &d).id, gpuarr_host().id, "the 1 MiB rule");
     for (int i = 0; i < 6; i++) offload_once(t, in, &d);
@@ -454,7 +456,7 @@ Test(offload, models_persist_across_init_cycles) {
     gpuarr_task t = widen_task("persist");
     gpuarr_array in = ramp(gpuarr_host(), 64, 0);
     gpuarr_offload_desc d = odesc("host", GPUARR_OFFLOAD_HOST);
-    for (int i = 0; i < 4; i++) offload_once(t, in, &d);
+    for (int i = 0; i < 5; i++) offload_once(t, in, &d); /* a warm-up and 4 samples */
     gpuarr_task_stats before, after;
     TEST_OK(gpuarr_task_get_stats(t, gpuarr_host(), &before));
     TEST_OK(gpuarr_release(in));
@@ -477,7 +479,7 @@ Test(offload, a_corrupted_model_file_is_ignored_with_a_warning_and_rebuilt) {
     gpuarr_task t = widen_task("corrupt");
     gpuarr_array in = ramp(gpuarr_host(), 64, 0);
     gpuarr_offload_desc d = odesc("host", GPUARR_OFFLOAD_HOST);
-    offload_once(t, in, &d);
+    for (int i = 0; i < 2; i++) offload_once(t, in, &d); /* a warm-up and a sample */
     TEST_OK(gpuarr_task_destroy(t));
     TEST_OK(gpuarr_release(in));
     gpuarr_shutdown();
@@ -495,7 +497,7 @@ Test(offload, a_corrupted_model_file_is_ignored_with_a_warning_and_rebuilt) {
     cr_assert_eq(st.samples, 0u);
     cr_assert(strstr(warnings, path) && strstr(warnings, "corrupted"), "the warning does not name %s: \"%s\"", path, warnings);
     in = ramp(gpuarr_host(), 64, 0);
-    offload_once(t, in, &d);
+    for (int i = 0; i < 2; i++) offload_once(t, in, &d);
     TEST_OK(gpuarr_release(in));
     f = fopen(path, "r");
     char line[64] = "";
@@ -624,7 +626,7 @@ Test(offload, with_cache_dir_off_models_stay_in_the_process) {
     gpuarr_task t = widen_task("nowhere");
     gpuarr_array in = ramp(gpuarr_host(), 64, 0);
     gpuarr_offload_desc d = odesc("host", GPUARR_OFFLOAD_HOST);
-    offload_once(t, in, &d);
+    for (int i = 0; i < 2; i++) offload_once(t, in, &d); /* a warm-up and a sample */
     gpuarr_task_stats st;
     TEST_OK(gpuarr_task_get_stats(t, gpuarr_host(), &st));
     cr_assert_eq(st.samples, 1u);
