@@ -9,15 +9,28 @@
 # when the machine has it, the examples (custom_kernel.cu included), compute-sanitizer memcheck
 # and racecheck on the CUDA tests and the .cu example, and the CUDA benchmarks. Everything lands
 # in $OUT (three files: gpu-check.log, bench-cuda.md, info.json); the last lines of the log say
-# which steps passed. Parts: tools/gpu-check.sh [build] [test] [sanitize] [bench] (default: all).
+# which steps passed. With NVIDIA's OpenCL driver present (libnvidia-opencl.so.1) but not registered,
+# it registers it for the ICD loader, so the OpenCL suite and bench-offload (issue 18's regret on a
+# real GPU, bench-offload.txt) run on the GPU too.
+# Parts: tools/gpu-check.sh [build] [test] [sanitize] [bench] [offload] (default: all).
 set -u
 OUT=${OUT:-build/gpu-check}
 mkdir -p "$OUT"
 LOG="$OUT/gpu-check.log"
 : > "$LOG"
-steps=${*:-build test sanitize bench}
+steps=${*:-build test sanitize bench offload}
 deps=$(pwd)/.gpu-deps
 export LD_LIBRARY_PATH="$deps/lib:/usr/local/nvidia/lib64:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export PATH="$PATH:/usr/local/cuda/bin:$deps/bin" # $deps/bin: Debian's make, where the image has none
+# NVIDIA's OpenCL driver, registered for the ICD loader when the image lists no vendor
+if [ ! -s /etc/OpenCL/vendors/nvidia.icd ] && [ -z "${OCL_ICD_VENDORS:-}" ]; then
+    nvcl=$(for d in /usr/local/nvidia/lib64 /usr/lib/x86_64-linux-gnu /usr/lib64; do
+        [ -e "$d/libnvidia-opencl.so.1" ] && echo "$d/libnvidia-opencl.so.1" && break; done)
+    if [ -n "$nvcl" ]; then
+        mkdir -p /tmp/gpuarr-icd && echo "$nvcl" > /tmp/gpuarr-icd/nvidia.icd
+        export OCL_ICD_VENDORS=/tmp/gpuarr-icd
+    fi
+fi
 export GPUARR_TEST_REQUIRE=1
 MAKEVARS="TEST_CFLAGS=-I. -Itests -I$deps/include"
 summary=""
@@ -32,7 +45,7 @@ suite_on() { # device: the generic suite
     for t in build/rel/tests/test_*; do
         case $t in *test_opencl|*test_cuda) continue;; esac
         echo "-- $t on $1"
-        GPUARR_TEST_DEVICE=$1 "$t" --jobs 4 || return 1
+        GPUARR_TEST_DEVICE=$1 "$t" --jobs 8 || return 1
     done
 }
 without_caching() { (export GPUARR_ALLOC_CONF=caching:0; suite_on cuda:0); }
@@ -49,7 +62,9 @@ sanitize() { # tool: test_cuda and test_roundtrip on cuda:0, and the .cu example
     echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"; uname -a
     nvidia-smi --query-gpu=name,driver_version,memory.total,pci.bus_id --format=csv 2>&1
     nvcc --version 2>&1 | tail -2; gcc --version | head -1
-    ls /etc/OpenCL/vendors 2>&1
+    ls /etc/OpenCL/vendors 2>&1; echo "OCL_ICD_VENDORS=${OCL_ICD_VENDORS:-}"
+    command -v make gcc g++ nvcc compute-sanitizer 2>&1
+    grep -m1 'model name' /proc/cpuinfo; nproc
 } >>"$LOG" 2>&1
 
 if want build; then
@@ -80,6 +95,19 @@ if want bench; then
         summary="$summary\n  ok      bench (bench-cuda.md)"
     else
         summary="$summary\n  FAILED  bench"
+    fi
+fi
+if want offload; then
+    if build/rel/tools/gpuarr-info --find opencl:0 >/dev/null 2>&1 && gcc -std=c11 -O2 -I. -I"$deps/include" tools/bench-offload.c build/rel/gpuarr.o \
+        -o build/rel/tools/bench-offload -L"$deps/lib" -lOpenCL -lm -lpthread -ldl >>"$LOG" 2>&1; then
+        note "== offload: bench-offload --reps 3 on the host and opencl:0 (the GPU through OpenCL)"
+        if timeout 300 build/rel/tools/bench-offload --reps 3 > "$OUT/bench-offload.txt" 2>>"$LOG"; then
+            summary="$summary\n  ok      offload (bench-offload.txt)"
+        else
+            summary="$summary\n  FAILED  offload"
+        fi
+    else
+        note "== offload: skipped: no OpenCL GPU, or bench-offload did not build"
     fi
 fi
 note "== summary"

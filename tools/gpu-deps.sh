@@ -8,7 +8,9 @@ set -eu
 out=.gpu-deps
 rm -rf "$out"
 mkdir -p "$out/include" "$out/lib"
-grep -qx '/.gpu-deps/' .git/info/exclude 2>/dev/null || echo '/.gpu-deps/' >> .git/info/exclude
+exclude="$(git rev-parse --git-dir)/info/exclude"
+mkdir -p "$(dirname "$exclude")"
+grep -qx '/.gpu-deps/' "$exclude" 2>/dev/null || echo '/.gpu-deps/' >> "$exclude"
 cp -r /usr/include/criterion "$out/include/"
 [ -d /usr/include/CL ] && cp -r /usr/include/CL "$out/include/" # test_opencl's interop checks
 crit=$(ldconfig -p | awk '/libcriterion\.so\.3 .*x86-64/ {print $NF; exit}')
@@ -24,4 +26,6 @@ ldd "$crit" | awk '/=> \// {print $3}' | while read -r lib; do
 done
 loader=$(ldconfig -p | awk '/libOpenCL\.so\.1 .*x86-64/ {print $NF; exit}')
 if [ -n "$loader" ]; then cp -L "$loader" "$out/lib/" && ln -sf libOpenCL.so.1 "$out/lib/libOpenCL.so"; fi
+# Debian's make, for an image without one (it needs only the C library)
+mkdir -p "$out/bin" && cp -L "$(command -v make)" "$out/bin/"
 du -sh "$out"
