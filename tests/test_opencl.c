@@ -389,7 +389,7 @@ Test(opencl, native_handles_and_wrapping_do_not_take_ownership) {
     TEST_OK(gpuarr_stream_sync(s));
     expect_chain(as_f16, GPUARR_F32, in, GPUARR_F16, GPUARR_F16, N);
     /* gpuarr's buffer, read natively on gpuarr's queue */
-    cl_mem theirs;
+    cl_mem theirs = NULL;
     size_t offset = 99;
     cl_command_queue gq = NULL;
     TEST_OK(gpuarr_opencl_mem(wrapped, &theirs, &offset));

@@ -32,7 +32,7 @@ if [ ! -s /etc/OpenCL/vendors/nvidia.icd ] && [ -z "${OCL_ICD_VENDORS:-}" ]; the
     fi
 fi
 export GPUARR_TEST_REQUIRE=1
-MAKEVARS="TEST_CFLAGS=-I. -Itests -I$deps/include"
+MAKEVARS="TEST_CFLAGS=-I. -Itests -isystem $deps/include" # -isystem: as /usr/include, whose headers warn in no macro
 summary=""
 note() { echo "$*" | tee -a "$LOG"; }
 step() { # name command...: runs, logs, records the outcome
