@@ -841,7 +841,8 @@
  * OpenCL, whose queues have profiling on, an event on a stream's track also ends no earlier than
  * its commands' run on the device ("timing":"host+device"): their timing events are read when the
  * trace stops, or at the last gpuarr_shutdown before the backend unloads (a command not complete
- * by then leaves host times), and the device's clock is put on the host's by the smallest offset
+ * by then leaves host times, as does one whose times are out of order or span over an hour: NVIDIA's
+ * OpenCL gives a marker that waits on events such an end), and the device's clock is put on the host's by the smallest offset
  * seen between a command's queued time and the host's clock right after its enqueue (accurate to
  * about the cost of one enqueue). CUDA events here are made without timing: CUDA is host-timed
  * for now. Where

@@ -1233,6 +1233,10 @@ static bool gpuarr__cl_trace_times(void *command, uint64_t *queued, uint64_t *st
         return false;
     for (int i = 0; i < 3; i++)
         if (GPUARR__CL.clGetEventProfilingInfo(ev, what[i], sizeof t[i], &t[i], NULL) != GPUARR__CL_SUCCESS) return false;
+    /* NVIDIA's OpenCL gives a marker that waits on events an END it never set (seen on an H100:
+       10^16 ns past its START): times out of order or spanning over an hour are not device times,
+       and the trace keeps the host's for that command */
+    if (t[0] > t[1] || t[1] > t[2] || t[2] - t[0] > 3600ull * 1000000000ull) return false;
     *queued = t[0], *start = t[1], *end = t[2];
     return true;
 }

@@ -361,8 +361,8 @@ Test(opencl, an_unsupported_cast_fails_before_any_memory_is_used) {
 
 Test(opencl, native_handles_and_wrapping_do_not_take_ownership) {
     gpuarr_device d0 = cl_device(0);
-    cl_context ctx;
-    cl_device_id dev_id;
+    cl_context ctx = NULL;
+    cl_device_id dev_id = NULL;
     TEST_OK(gpuarr_opencl_context(d0, &ctx));
     TEST_OK(gpuarr_opencl_device_id(d0, &dev_id));
     cl_int e = 0;
@@ -415,8 +415,8 @@ Test(opencl, native_handles_and_wrapping_do_not_take_ownership) {
 /* gpuarr's steps on a stream (staging, temporaries, a cast after a copy) rely on queue order. */
 Test(opencl, wrapping_an_out_of_order_queue_is_refused) {
     gpuarr_device d0 = cl_device(0);
-    cl_context ctx;
-    cl_device_id dev_id;
+    cl_context ctx = NULL;
+    cl_device_id dev_id = NULL;
     TEST_OK(gpuarr_opencl_context(d0, &ctx));
     TEST_OK(gpuarr_opencl_device_id(d0, &dev_id));
     cl_int e = 0;
@@ -436,8 +436,8 @@ Test(opencl, wrapping_an_out_of_order_queue_is_refused) {
 
 Test(opencl, wrapping_a_foreign_or_short_buffer_is_refused) {
     gpuarr_device d0 = cl_device(0);
-    cl_context ctx;
-    cl_device_id dev_id;
+    cl_context ctx = NULL;
+    cl_device_id dev_id = NULL;
     TEST_OK(gpuarr_opencl_context(d0, &ctx));
     TEST_OK(gpuarr_opencl_device_id(d0, &dev_id));
     cl_int e = 0;

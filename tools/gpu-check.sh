@@ -52,14 +52,23 @@ suite_on() { # device: the generic suite; goes on past a failing test, so one ru
     done
     return $rc
 }
-without_caching() { (export GPUARR_ALLOC_CONF=caching:0; suite_on cuda:0); }
-sanitize() { # tool: test_cuda and test_roundtrip on cuda:0, and the .cu example
-    for t in test_cuda test_roundtrip test_streams; do
+# caching off: the suite but test_pool, whose tests are about the cache (it runs its own
+# caching:0 case), and its 16-thread stress test
+without_caching() {
+    (export GPUARR_ALLOC_CONF=caching:0
+     GENERIC_TESTS=$(echo " $GENERIC_TESTS " | sed 's/ test_pool / /'); rc=0
+     suite_on cuda:0 || rc=1
+     echo "-- test_pool's stress test on cuda:0"
+     GPUARR_TEST_DEVICE=cuda:0 timeout 300 build/rel/tests/test_pool --filter 'pool/sixteen*' || rc=1
+     exit $rc)
+}
+sanitize() { # tool tests: those tests on cuda:0, then the .cu example
+    for t in $2; do
         echo "-- compute-sanitizer --tool $1: $t"
-        GPUARR_TEST_DEVICE=cuda:0 GPUARR_ALLOC_CONF=caching:0 timeout 240 compute-sanitizer --tool "$1" --target-processes all --error-exitcode 1 \
+        GPUARR_TEST_DEVICE=cuda:0 GPUARR_ALLOC_CONF=caching:0 timeout 150 compute-sanitizer --tool "$1" --target-processes all --error-exitcode 1 \
             "build/rel/tests/$t" --jobs 1 || return 1
     done
-    compute-sanitizer --tool "$1" --error-exitcode 1 build/rel/examples/custom_kernel
+    timeout 150 compute-sanitizer --tool "$1" --error-exitcode 1 build/rel/examples/custom_kernel
 }
 
 {
@@ -90,12 +99,12 @@ if want test; then
     for e in build/rel/examples/*; do step "example $(basename "$e")" "$e"; done
 fi
 if want sanitize; then
-    step "compute-sanitizer memcheck" sanitize memcheck
-    step "compute-sanitizer racecheck" sanitize racecheck
+    step "compute-sanitizer memcheck" sanitize memcheck "test_cuda test_roundtrip test_streams"
+    step "compute-sanitizer racecheck" sanitize racecheck "test_roundtrip"
 fi
 if want bench; then
     note "== bench: build/rel/tools/gpuarr-bench --cuda-only --reps 11"
-    if build/rel/tools/gpuarr-bench --cuda-only --reps 11 > "$OUT/bench-cuda.md" 2>>"$LOG"; then
+    if timeout 240 build/rel/tools/gpuarr-bench --cuda-only --reps 11 > "$OUT/bench-cuda.md" 2>>"$LOG"; then
         summary="$summary\n  ok      bench (bench-cuda.md)"
     else
         summary="$summary\n  FAILED  bench"
@@ -105,7 +114,7 @@ if want offload; then
     if build/rel/tools/gpuarr-info --find opencl:0 >/dev/null 2>&1 && gcc -std=c11 -O2 -I. -I"$deps/include" tools/bench-offload.c build/rel/gpuarr.o \
         -o build/rel/tools/bench-offload -L"$deps/lib" -lOpenCL -lm -lpthread -ldl >>"$LOG" 2>&1; then
         note "== offload: bench-offload --reps 3 on the host and opencl:0 (the GPU through OpenCL)"
-        if timeout 300 build/rel/tools/bench-offload --reps 3 > "$OUT/bench-offload.txt" 2>>"$LOG"; then
+        if timeout 200 build/rel/tools/bench-offload --reps 3 > "$OUT/bench-offload.txt" 2>>"$LOG"; then
             summary="$summary\n  ok      offload (bench-offload.txt)"
         else
             summary="$summary\n  FAILED  offload"
