@@ -87,7 +87,7 @@ struct CUuuid_st; /* 16 bytes */
     X(gpuarr__cu_result, cuMemHostAlloc, (void **, size_t, unsigned int))                      \
     X(gpuarr__cu_result, cuMemFreeHost, (void *))                                              \
     X(gpuarr__cu_result, cuMemGetAddressRange_v2, (gpuarr__cu_ptr *, size_t *, gpuarr__cu_ptr)) \
-    X(gpuarr__cu_result, cuPointerGetAttribute, (void *, unsigned int, gpuarr__cu_ptr))        \
+    X(gpuarr__cu_result, cuPointerGetAttributes, (unsigned int, unsigned int *, void **, gpuarr__cu_ptr)) \
     X(gpuarr__cu_result, cuMemcpyHtoD_v2, (gpuarr__cu_ptr, const void *, size_t))              \
     X(gpuarr__cu_result, cuMemcpyDtoH_v2, (void *, gpuarr__cu_ptr, size_t))                    \
     X(gpuarr__cu_result, cuMemcpyHtoDAsync_v2, (gpuarr__cu_ptr, const void *, size_t, gpuarr__cu_stream)) \
@@ -717,16 +717,27 @@ static void gpuarr__cu_pinned_free(gpuarr__dev *d, void *handle) {
     gpuarr__cu_leave(&sc);
 }
 
-/* Page-locked by anyone (cudaHostAlloc, cudaHostRegister, gpuarr's own pinned pool). Pageable
-   memory is not known to the driver, which answers with an error. */
-static bool gpuarr__cu_host_ptr_pinned(gpuarr__dev *d, const void *p) {
-    unsigned int type = 0;
+/* What the driver knows of a pointer: its memory type (0 = memory the driver does not know) and
+   context. cuPointerGetAttributes, unlike cuPointerGetAttribute, answers unknown memory with
+   CUDA_SUCCESS and zeros: probing pageable memory is no API error (compute-sanitizer reports
+   every failed call). */
+static gpuarr__cu_result gpuarr__cu_pointer_kind(gpuarr__dev *d, const void *p, unsigned int *type, gpuarr__cu_context *ctx) {
+    unsigned int attrs[2] = {GPUARR__CU_POINTER_ATTRIBUTE_MEMORY_TYPE, GPUARR__CU_POINTER_ATTRIBUTE_CONTEXT};
+    gpuarr__cu_context c = NULL;
+    void *data[2] = {type, &c};
+    *type = 0;
     gpuarr__cu_scope sc;
     gpuarr__cu_result e = gpuarr__cu_enter(d, &sc);
-    if (e == GPUARR__CUDA_SUCCESS)
-        e = GPUARR__CU.p_cuPointerGetAttribute(&type, GPUARR__CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (gpuarr__cu_ptr)(uintptr_t)p);
+    if (e == GPUARR__CUDA_SUCCESS) e = GPUARR__CU.p_cuPointerGetAttributes(2, attrs, data, (gpuarr__cu_ptr)(uintptr_t)p);
     gpuarr__cu_leave(&sc);
-    return e == GPUARR__CUDA_SUCCESS && type == GPUARR__CU_MEMORYTYPE_HOST;
+    if (ctx) *ctx = c;
+    return e;
+}
+
+/* Page-locked by anyone (cudaHostAlloc, cudaHostRegister, gpuarr's own pinned pool). */
+static bool gpuarr__cu_host_ptr_pinned(gpuarr__dev *d, const void *p) {
+    unsigned int type = 0;
+    return gpuarr__cu_pointer_kind(d, p, &type, NULL) == GPUARR__CUDA_SUCCESS && type == GPUARR__CU_MEMORYTYPE_HOST;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -1303,15 +1314,16 @@ static gpuarr_result gpuarr__cu_check_wrapped(gpuarr__dev *dev, void *ptr, const
     gpuarr__cu_context ctx = NULL;
     unsigned int type = 0;
     size_t size = 0;
-    gpuarr__cu_scope sc;
-    gpuarr__cu_result e = gpuarr__cu_enter(dev, &sc);
-    if (e == GPUARR__CUDA_SUCCESS) e = cu->p_cuPointerGetAttribute(&type, GPUARR__CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p);
-    if (e == GPUARR__CUDA_SUCCESS) e = cu->p_cuPointerGetAttribute(&ctx, GPUARR__CU_POINTER_ATTRIBUTE_CONTEXT, p);
-    if (e == GPUARR__CUDA_SUCCESS) e = cu->p_cuMemGetAddressRange_v2(&base, &size, p);
-    gpuarr__cu_leave(&sc);
+    gpuarr__cu_result e = gpuarr__cu_pointer_kind(dev, ptr, &type, &ctx);
+    if (e == GPUARR__CUDA_SUCCESS && type == GPUARR__CU_MEMORYTYPE_DEVICE) {
+        gpuarr__cu_scope sc;
+        e = gpuarr__cu_enter(dev, &sc);
+        if (e == GPUARR__CUDA_SUCCESS) e = cu->p_cuMemGetAddressRange_v2(&base, &size, p);
+        gpuarr__cu_leave(&sc);
+    }
     if (e != GPUARR__CUDA_SUCCESS || type != GPUARR__CU_MEMORYTYPE_DEVICE)
         return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "ptr %p is not CUDA device memory (%s)", ptr,
-                            e != GPUARR__CUDA_SUCCESS ? "the driver does not know it" : "it is host memory");
+                            e != GPUARR__CUDA_SUCCESS || type == 0 ? "the driver does not know it" : "it is host memory");
     if (ctx != GPUARR__CU_DEV(dev)->ctx)
         return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "ptr %p belongs to another context than %s's primary context", ptr, dev->info.spec);
     if (p % gpuarr__dtype_sizes[a->dtype] != 0)

@@ -942,6 +942,25 @@ FAKE_API CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, CU
     FAKE_RETURN(CUDA_SUCCESS);
 }
 
+/* As the driver: unknown memory is no error here, its attributes read as zeros. */
+FAKE_API CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute *attrs, void **data, CUdeviceptr p) {
+    FAKE_ENTER();
+    if (!attrs || !data) FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
+    fake_alloc *a = fake_alloc_at(p);
+    fake_pinned *m = a ? NULL : fake_pinned_at((const void *)(uintptr_t)p, 1);
+    for (unsigned int i = 0; i < n; i++) {
+        if (!data[i]) FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
+        switch (attrs[i]) {
+        case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+            *(unsigned int *)data[i] = a ? CU_MEMORYTYPE_DEVICE : m ? CU_MEMORYTYPE_HOST : 0u;
+            break;
+        case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext *)data[i] = a ? &fake.contexts[a->device] : m ? m->ctx : NULL; break;
+        default: FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
+        }
+    }
+    FAKE_RETURN(CUDA_SUCCESS);
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Copies
  * ------------------------------------------------------------------------------------------- */
