@@ -1737,6 +1737,8 @@ static inline gpuarr_scope gpuarr__scope_report(gpuarr_scope s, gpuarr_result *r
  * streams and kernels work with gpuarr's and the other way round. What gpuarr returns stays
  * owned by gpuarr and valid while its device, stream or array lives. Wrapping never takes
  * ownership; a wrapped pointer's `release` (if not NULL) is called once gpuarr no longer uses it.
+ * A wrapped stream's CUstream must live until gpuarr_stream_destroy of the wrap returns, which
+ * waits for it; after that gpuarr never touches it, though arrays used on it live on.
  * Without the CUDA backend these return GPUARR_ERROR_UNSUPPORTED.
  * ------------------------------------------------------------------------------------------- */
 struct CUctx_st;
@@ -2274,6 +2276,8 @@ struct gpuarr__stream {
     pthread_mutex_t lock; /* guards the deferred list */
     gpuarr__deferred *deferred_head, *deferred_tail;
     uint64_t deferred_seq; /* the seq of the newest entry */
+    uint32_t destroyed;    /* atomic: gpuarr_stream_destroy waited for it; its native stream is never
+                              touched again (a wrapped one may be gone: its owner destroyed it) */
 };
 
 struct gpuarr__event {
@@ -3858,6 +3862,7 @@ static uint64_t gpuarr__stream_seq(gpuarr__stream *s) {
 static void gpuarr__pool_apply_threshold(gpuarr__pool *p);
 
 static gpuarr_result gpuarr__stream_sync_raw(gpuarr__stream *s) {
+    if (GPUARR__ATOMIC_LOAD(&s->destroyed)) return GPUARR_OK; /* waited for at its destroy */
     uint64_t seq = gpuarr__stream_seq(s);
     gpuarr_result r = s->dev->backend->stream_sync(s->dev, s->native);
     if (r == GPUARR_OK) gpuarr__stream_collect(s, seq);
@@ -3912,7 +3917,7 @@ static void gpuarr__stream_destroy_obj(gpuarr__obj *o) {
     gpuarr__stream *s = (gpuarr__stream *)o;
     gpuarr__error_saved saved; /* a destructor: it may run in the cleanup of a failed call */
     gpuarr__error_save(&saved);
-    s->dev->backend->stream_sync(s->dev, s->native);
+    if (!GPUARR__ATOMIC_LOAD(&s->destroyed)) s->dev->backend->stream_sync(s->dev, s->native);
     gpuarr__error_restore(&saved);
     gpuarr__stream_collect(s, UINT64_MAX); /* the last reference: nobody can add entries */
     s->dev->backend->stream_destroy(s->dev, s->native);
@@ -4200,7 +4205,10 @@ static gpuarr_result gpuarr__event_new(gpuarr__dev *d, bool timing, gpuarr__even
     return GPUARR_OK;
 }
 
+/* On a destroyed stream nothing is recorded: all its work was waited for, and an unrecorded event
+   orders nothing (gpuarr__stream_wait_raw) */
 static gpuarr_result gpuarr__event_record_raw(gpuarr__event *e, gpuarr__stream *s) {
+    if (GPUARR__ATOMIC_LOAD(&s->destroyed)) return GPUARR_OK;
     GPUARR__CHECK(e->dev->backend->event_record(e->dev, e->native, s->native));
     GPUARR__ATOMIC_STORE(&e->recorded, 1u);
     return GPUARR_OK;
@@ -4228,7 +4236,7 @@ static gpuarr_result gpuarr__stream_wait_raw(gpuarr__stream *s, gpuarr__event *e
 
 /* Orders later work on `later` after everything queued on `earlier` so far. */
 static gpuarr_result gpuarr__stream_order(gpuarr__stream *later, gpuarr__stream *earlier) {
-    if (later == earlier || earlier->dev->backend->synchronous) return GPUARR_OK;
+    if (later == earlier || earlier->dev->backend->synchronous || GPUARR__ATOMIC_LOAD(&earlier->destroyed)) return GPUARR_OK;
     GPUARR__TRACE_SCOPE(gpuarr__trace_wait, later, earlier, NULL);
     gpuarr__event *e;
     GPUARR__CHECK(gpuarr__event_new(earlier->dev, false, &e));
@@ -4890,6 +4898,7 @@ static uint32_t gpuarr__pool_free_events(gpuarr__stream *const *uses, uint32_t n
     gpuarr__error_save(&saved);
     for (uint32_t i = 0; i < nuses && i < GPUARR__POOL_EVENTS; i++) {
         gpuarr__event *e = NULL;
+        if (GPUARR__ATOMIC_LOAD(&uses[i]->destroyed)) continue; /* its work was waited for */
         if (gpuarr__event_new(uses[i]->dev, false, &e) != GPUARR_OK || gpuarr__event_record_raw(e, uses[i]) != GPUARR_OK) {
             if (e) gpuarr__obj_release(&e->obj);
             gpuarr__stream_sync_raw(uses[i]); /* cannot record: wait instead */
@@ -8687,6 +8696,7 @@ GPUARR_API gpuarr_result gpuarr_stream_destroy(gpuarr_stream s) {
     GPUARR__CHECK(gpuarr__table_get(&gpuarr__g.streams, s.id, "s", &o)); /* a failed device's too */
     st = (gpuarr__stream *)o;
     (void)gpuarr__stream_sync_raw(st); /* as the destructor: the stream goes either way */
+    GPUARR__ATOMIC_STORE(&st->destroyed, 1u); /* arrays used on it never touch it again */
     gpuarr__obj_release(&st->obj);
     GPUARR__CHECK(gpuarr__table_release(&gpuarr__g.streams, s.id, "s", &dropped));
     gpuarr__obj_release(dropped);

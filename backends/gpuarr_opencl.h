@@ -205,6 +205,8 @@ typedef struct gpuarr__cl_device {
     uint64_t allocated; /* atomic: bytes of live buffers, held against global_mem */
     gpuarr__cl_command_queue internal_queue; /* residency work */
     pthread_mutex_t kernel_lock; /* builds; clSetKernelArg is not thread-safe */
+    pthread_mutex_t mem_lock;    /* device-memory buffers made and released one at a time (see
+                                    gpuarr__cl_create_buffer) */
     gpuarr_result build_result;  /* a compile error, remembered; OK otherwise */
     char build_error[512];
     gpuarr__cl_program programs[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT]; /* one per pair, at first use */
@@ -370,7 +372,10 @@ static void gpuarr__cl_unload(void) {
     if (!cl) return;
     /* a host function whose gate is open may still be returning from the driver's calls */
     while (__atomic_load_n(&cl->host_calls, __ATOMIC_ACQUIRE)) sched_yield();
-    for (int i = 0; i < cl->device_count; i++) pthread_mutex_destroy(&cl->devices[i].kernel_lock);
+    for (int i = 0; i < cl->device_count; i++) {
+        pthread_mutex_destroy(&cl->devices[i].kernel_lock);
+        pthread_mutex_destroy(&cl->devices[i].mem_lock);
+    }
     for (int i = 0; i < cl->platform_count; i++)
         if (cl->platforms[i].context) cl->clReleaseContext(cl->platforms[i].context);
     pthread_mutex_destroy(&cl->context_lock);
@@ -422,6 +427,7 @@ static gpuarr_result gpuarr__cl_enumerate(gpuarr__cl_state *cl) {
             d->id = dev_ids[k];
             d->platform = cl->platform_count - 1;
             pthread_mutex_init(&d->kernel_lock, NULL);
+            pthread_mutex_init(&d->mem_lock, NULL);
         }
     }
     gpuarr__free(ids);
@@ -703,9 +709,14 @@ static gpuarr_result gpuarr__cl_create_buffer(gpuarr__dev *d, size_t bytes, gpua
     gpuarr__cl_context ctx = cl->platforms[cd->platform].context;
     gpuarr__cl_int e = GPUARR__CL_SUCCESS;
     if (!cd->host_unified) {
+        /* One at a time per device, as their release: NVIDIA's OpenCL (driver 580.159.04, H100)
+           crashed in a thread of its own when threads made and released buffers at once */
+        pthread_mutex_lock(&cd->mem_lock);
         *out = cl->clCreateBuffer(ctx, GPUARR__CL_MEM_READ_WRITE, bytes, NULL, &e);
-        if (!*out) return gpuarr__cl_fail(e, "clCreateBuffer", d->info.spec);
-        return gpuarr__cl_make_resident(d, *out); /* out of memory shows now, not at first use */
+        gpuarr_result r = *out ? gpuarr__cl_make_resident(d, *out) /* out of memory shows now, not at first use */
+                               : gpuarr__cl_fail(e, "clCreateBuffer", d->info.spec);
+        pthread_mutex_unlock(&cd->mem_lock);
+        return r;
     }
     uint64_t host_free = 0, host_total = 0;
     gpuarr__host_mem_info(NULL, &host_free, &host_total);
@@ -762,7 +773,9 @@ static void gpuarr__cl_mem_free(gpuarr__dev *d, void *mem) {
     size_t size = 0;
     GPUARR__CL.clGetMemObjectInfo((gpuarr__cl_mem)mem, GPUARR__CL_MEM_SIZE, sizeof size, &size, NULL);
     __atomic_sub_fetch(&cd->allocated, (uint64_t)size, __ATOMIC_ACQ_REL);
+    if (!cd->host_unified) pthread_mutex_lock(&cd->mem_lock);
     GPUARR__CL.clReleaseMemObject((gpuarr__cl_mem)mem);
+    if (!cd->host_unified) pthread_mutex_unlock(&cd->mem_lock);
 }
 
 /* Pool blocks start at multiples of this, so each can be its own sub-buffer. */

@@ -234,9 +234,17 @@ Test(cuda, native_pointers_and_streams_go_both_ways_without_taking_ownership) {
     TEST_OK(gpuarr_cuda_wrap_stream(d, NULL, &legacy)); /* the legacy default stream */
     TEST_OK(gpuarr_stream_sync(legacy));
     TEST_OK(gpuarr_stream_destroy(legacy));
+    /* b was made on `again`, whose CUstream goes with s: releasing b afterwards must not touch it
+       (an H100's driver crashed in cuEventRecord on it; the fake driver counts such calls) */
+    unsigned long long (*destroyed_uses)(void) = NULL;
+    const char *lib = getenv("GPUARR_CUDA_LIBRARY");
+    void *driver = dlopen(lib ? lib : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (driver) *(void **)&destroyed_uses = dlsym(driver, "fake_cuda_destroyed_stream_uses");
+    unsigned long long before = destroyed_uses ? destroyed_uses() : 0;
     TEST_OK(gpuarr_stream_destroy(s));
     TEST_OK(gpuarr_release(a));
     TEST_OK(gpuarr_release(b));
+    if (destroyed_uses) cr_assert_eq(destroyed_uses(), before, "a destroyed CUstream was used %llu times", destroyed_uses() - before);
 }
 
 /* GPUARR_WITH_DEVICE makes the primary context current and puts the previous one back. */

@@ -23,7 +23,8 @@
  * 1 GiB), FAKE_CUDA_PEER=0 (no peer access), FAKE_CUDA_PTX_MAX_ISA ("7.0" makes newer PTX fail
  * to load, as an old driver does), FAKE_CUDA_TRACE=1 (a line per refused call on stderr; 2: also a line per operation run).
  * fake_cuda_ops_run() (exported, for tests through dlsym) counts the operations the calling
- * thread has run.
+ * thread has run; fake_cuda_destroyed_stream_uses() the calls given a destroyed stream (refused
+ * here, a crash on a real driver).
  *
  * Faults (tests/faults): FAKE_CUDA_FAIL fails chosen driver calls. Its value is one or more rules
  * separated by commas:
@@ -570,9 +571,17 @@ static fake_op *fake_op_new(fake_op_kind kind) {
 }
 
 /* A stream that may be used from the current context. */
+/* A real driver may crash on a destroyed stream (an H100's cuEventRecord did): counted, for tests. */
+static unsigned long long fake_destroyed_stream_uses;
+FAKE_API unsigned long long fake_cuda_destroyed_stream_uses(void);
+FAKE_API unsigned long long fake_cuda_destroyed_stream_uses(void) { return __atomic_load_n(&fake_destroyed_stream_uses, __ATOMIC_RELAXED); }
+
 static CUresult fake_check_stream(CUstream s, const char *call) {
     if (fake_immediate(s)) return CUDA_SUCCESS;
-    if (s->destroyed) return fake_refuse(CUDA_ERROR_INVALID_HANDLE, "%s: a destroyed stream", call);
+    if (s->destroyed) {
+        __atomic_add_fetch(&fake_destroyed_stream_uses, 1ull, __ATOMIC_RELAXED);
+        return fake_refuse(CUDA_ERROR_INVALID_HANDLE, "%s: a destroyed stream", call);
+    }
     if (s->ctx != fake_current)
         return fake_refuse(CUDA_ERROR_INVALID_HANDLE, "%s: the stream belongs to device %d, the current context to device %d", call,
                            s->ctx->device, fake_current->device);
