@@ -1,6 +1,8 @@
 /*
  * test_offload_models.c -- white-box: the task models of gpuarr_offload on synthetic timings. The
- * fit recovers a and b, outliers are refused (and a shift of the device's speed is followed);
+ * fit recovers a and b, predictions converge on the times measured and keep the small calls'
+ * fixed cost over a wide range of sizes, outliers are refused (and a shift of the device's speed
+ * is followed), a new size is not judged against an extrapolation and is measured again;
  * with models and transfer models set by hand (gpuarr__transfer_set_model, the interface the
  * transfer model provides) the choice goes to the device the numbers say, queued work counts,
  * exploration stays within its bounds, and a model 3x slower than its twin's is explored again.
