@@ -642,12 +642,15 @@ $(BUILD)/rel/tools/bench-offload: tools/bench-offload.c $(BUILD)/rel/gpuarr.o
 	$(CC) $(CFLAGS_REL) -I. $< $(BUILD)/rel/gpuarr.o -o $@ -lOpenCL $(LIBS)
 bench-offload: $(BUILD)/rel/tools/bench-offload
 	@mkdir -p $(BUILD)/bench-offload
-	$(BUILD)/rel/tools/bench-offload --reps 3 | tee $(BUILD)/bench-offload/regret.txt
-	@set -e; for task in "" --matmul; do \
-	  $(BUILD)/rel/tools/bench-offload --map opencl:0 $$task; \
-	  POCL_DEVICES="pthread pthread" $(BUILD)/rel/tools/bench-offload --map opencl:0,opencl:1 $$task; \
-	  POCL_DEVICES="pthread pthread" $(BUILD)/rel/tools/bench-offload --map host,opencl:0,opencl:1 $$task; \
-	done | tee $(BUILD)/bench-offload/map.txt
+	@rm -f $(BUILD)/bench-offload/failed
+	($(BUILD)/rel/tools/bench-offload --reps 3 || touch $(BUILD)/bench-offload/failed) | tee $(BUILD)/bench-offload/regret.txt
+	@test ! -e $(BUILD)/bench-offload/failed || { echo "bench-offload failed (see above)"; exit 1; }
+	@(for task in "" --matmul; do \
+	  $(BUILD)/rel/tools/bench-offload --map opencl:0 $$task || exit 1; \
+	  POCL_DEVICES="pthread pthread" $(BUILD)/rel/tools/bench-offload --map opencl:0,opencl:1 $$task || exit 1; \
+	  POCL_DEVICES="pthread pthread" $(BUILD)/rel/tools/bench-offload --map host,opencl:0,opencl:1 $$task || exit 1; \
+	done || touch $(BUILD)/bench-offload/failed) | tee $(BUILD)/bench-offload/map.txt
+	@test ! -e $(BUILD)/bench-offload/failed || { echo "bench-offload --map failed: an output differs from the host's (see above)"; exit 1; }
 
 # `make bench-offload-starpu`: the same workload under StarPU's dmda scheduler (one CPU worker, one
 # OpenCL worker on PoCL; tools/bench-offload-starpu.c): a calibration run (STARPU_CALIBRATE=1,

@@ -745,21 +745,30 @@
  * measurement of the task, the 1 MiB rule decides: more than 1 MiB of input goes to the best
  * device other than the host, the rest to the host.
  *
- * Models. One per (task name, device): t = a + b * size over the last 32 runs, fitted robustly:
- * the median time and size per power-of-two size bucket, then Theil-Sen through the buckets
- * (a single bucket: t proportional to size). Once a model has 5 samples, a run outside x3 or /3
- * of its prediction is refused as an outlier (counted in stats.rejected), so a spike cannot
- * poison it; 4 outliers in a row on the same side mean the device itself changed, and the model
- * starts over from them. A run's time is wall time from the call to the end of a sync of its
- * stream (the host: the call). The first run of a task on a device in a process is a warm-up
- * (PoCL building the kernel, first touches of memory: up to 100x the steady time): while the
- * model has fewer than 5 samples that run counts in stats.calls but its time is not added, so one
- * slow first run cannot make a device look too slow ever to be tried again; a model of 5 samples
- * or more (read from the cache folder, say) judges it as any run. A program that runs a task once
- * per process on a device teaches a young model nothing there. A device with fewer than 2
- * samples is explored: run there instead of the models' choice, at most 3 times per task, device
- * and process (the warm-up and 2 samples), and only while its estimate (unknown compute taken as
- * the fastest measured one) is within 10x of the best candidate's. A sanity bound between twins (same backend, name, vendor and compute units): a
+ * Models. One per (task name, device), over the last 32 runs: the median time and size per
+ * power-of-two size bucket, so a few slow runs move nothing. The prediction at a size measured
+ * is its bucket's median; between two buckets, on the line joining their medians; beyond the
+ * largest, its median plus the slope b of a robust line t = a + b * size through the buckets
+ * (Theil-Sen; a single bucket: t proportional to size); below the smallest, the smallest's median,
+ * never less: a call smaller than any measured costs at least the fixed cost the small calls
+ * measured (a line fitted over a wide range of sizes loses it). Once a model has
+ * 5 samples, a run outside x3 or /3 of its prediction is refused as an outlier (counted in
+ * stats.rejected), so a spike cannot poison it, except at a new size: more than 4x beyond the
+ * sizes the model has samples of, where an extrapolation is no measure of what is normal. 4
+ * outliers in a row on the same side mean the device itself changed, and the model starts over
+ * from them. A run's time is wall time from the call to the end of a sync of its stream (the
+ * host: the call). The first run of a task on a device in a process is a warm-up (PoCL building
+ * the kernel, first touches of memory: up to 100x the steady time), and so is every run that
+ * started there before it finished (gpuarr_map's streams start together): while the model has
+ * fewer than 5 samples such a run counts in stats.calls but its time is not added, so one slow
+ * first run cannot make a device look too slow ever to be tried again; a model of 5 samples or
+ * more (read from the cache folder, say) judges it as any run. A program that runs a task once
+ * per process on a device teaches a young model nothing there. Exploration: a run on a candidate
+ * other than the models' choice, to measure it, only while its estimate (unknown compute taken
+ * as the fastest measured one) is within 10x of the best candidate's: a device with fewer than 2
+ * samples, at most 3 times per task, device and process (the warm-up and 2 samples); a device
+ * measured, at a new size (as above), at most twice per task, device, size octave and process
+ * (a warm-up, then a sample). A sanity bound between twins (same backend, name, vendor and compute units): a
  * model more than 3x slower than the median of its measured twins' at the same size is taken for
  * a poisoned one; its twins' median stands in, and it is explored again. Models live in the cache
  * folder (GPUARR_CACHE_DIR, see CONFIGURATION; off = this process only), a file per task and
@@ -790,7 +799,7 @@
  *
  * gpuarr_task_get_stats(task, d, &stats): per task name and device, this process's runs (calls),
  * explorations and how many of them changed the choice, the sums of predicted and measured
- * seconds, and the model (a, b, samples, rejected). gpuarr_task_models_summary(buf, len) writes a
+ * seconds, and the model (the robust line's a and b, samples, rejected). gpuarr_task_models_summary(buf, len) writes a
  * line per model known, those in the cache folder for this machine's devices included:
  * `gpuarr-info --models` prints it, after the transfer models. All of these calls are thread-safe; no call may run in them
  * when the last gpuarr_shutdown runs.
@@ -1313,7 +1322,7 @@ typedef struct gpuarr_task_stats {
     uint64_t explorations;            /* of them, runs chosen to measure the device */
     uint64_t changed_by_exploration;  /* of those, runs where the models would have chosen another */
     double predicted_s, measured_s;   /* sums over the calls (compute: the model's prediction, the time) */
-    double model_a_s, model_b_s;      /* the fit: t = a + b * size (0, 0 while not fitted) */
+    double model_a_s, model_b_s;      /* the robust line t = a + b * size (0, 0 while not fitted); predictions: see OFFLOAD */
     uint64_t samples;                 /* in the model's window */
     uint64_t rejected;                /* samples refused as outliers */
 } gpuarr_task_stats;

@@ -27,26 +27,37 @@
 #define GPUARR__EXPLORE_MAX (GPUARR__MODEL_KNOWN + 1) /* exploration runs per (task, device) and process:
                                                     a warm-up, then the samples that make it measured */
 #define GPUARR__EXPLORE_RANGE 10.0    /* explore only where the estimate is within 10x of the best */
+#define GPUARR__SIZE_RANGE 4.0        /* a size 4x beyond the sizes a model measured is a new size: explored, not judged */
+#define GPUARR__SIZE_EXPLORE_MAX 2    /* explorations of a new size per (task, device, size octave) and process:
+                                         a warm-up, then a sample */
+#define GPUARR__OCTAVES 64            /* size octaves counted (larger sizes share the last) */
 #define GPUARR__TWIN_RANGE 3.0        /* a model 3x slower than its twins' is not trusted */
 #define GPUARR__DECLINE_RANGE 4.0     /* gpuarr_map: a device 4x slower than the best leaves it the items */
 #define GPUARR__OFFLOAD_RULE_BYTES ((uint64_t)1 << 20) /* the 1 MiB rule */
 #define GPUARR__MAP_MAX_STREAMS 16
 
-/* A model: t = a + b * n over a window of recent samples, and what this process saw of it. */
+/* A model over a window of recent samples: the median time per size octave (bn, bt: sorted by
+   size), interpolated between them; a + b * n is the robust line through them, whose slope b
+   carries the model beyond the largest size measured. And what this process saw of it. */
 typedef struct gpuarr__tmodel {
     struct gpuarr__tmodel *next;
     char task[GPUARR__TASK_NAME_MAX + 1];
     int dev;                      /* registry index */
     double n[GPUARR__MODEL_WINDOW], t[GPUARR__MODEL_WINDOW]; /* a ring */
     int count, head;
+    double bn[GPUARR__MODEL_WINDOW], bt[GPUARR__MODEL_WINDOW]; /* bucket medians, by size */
+    int buckets;
+    double lo, hi;                /* the smallest and largest size among the samples */
     double shift_n[GPUARR__MODEL_SHIFT], shift_t[GPUARR__MODEL_SHIFT]; /* the outliers in a row */
     int shift_count, shift_side;
     uint64_t rejected;
     double a, b;
     bool dirty;                   /* samples the file lacks */
-    bool warmed;                  /* this process ran the task there (its first run was the warm-up) */
+    bool warmed;                  /* a run of this process finished there: later runs are no warm-up */
     double saved_ms;
     uint64_t calls, explorations, changed;
+    int unmeasured_explorations;  /* of them, while the device was not measured (GPUARR__EXPLORE_MAX) */
+    unsigned char size_explorations[GPUARR__OCTAVES]; /* of them, of a new size, per octave (GPUARR__SIZE_EXPLORE_MAX) */
     double predicted_s, measured_s;
 } gpuarr__tmodel;
 
@@ -143,10 +154,11 @@ static int gpuarr__size_bucket(double n) { /* floor(log2(n + 1)), without libm *
     return e;
 }
 
-/* Fits t = a + b * n to count samples (a, b >= 0). One bucket only: t proportional to n (b =
-   t / n), the likelier shape for a kernel over n elements than a constant. */
-static void gpuarr__fit(const double *n, const double *t, int count, double *a, double *b) {
-    double bn[GPUARR__MODEL_WINDOW], bt[GPUARR__MODEL_WINDOW], vn[GPUARR__MODEL_WINDOW], vt[GPUARR__MODEL_WINDOW];
+/* Fits t = a + b * n to count samples (a, b >= 0), and gives the bucket medians (bn, bt,
+   *buckets of them, sorted by size). One bucket only: t proportional to n (b = t / n), the
+   likelier shape for a kernel over n elements than a constant. */
+static void gpuarr__fit(const double *n, const double *t, int count, double *a, double *b, double *bn, double *bt, int *nbuckets) {
+    double vn[GPUARR__MODEL_WINDOW], vt[GPUARR__MODEL_WINDOW];
     double slopes[GPUARR__MODEL_WINDOW * GPUARR__MODEL_WINDOW / 2];
     bool used[GPUARR__MODEL_WINDOW] = {false};
     int buckets = 0;
@@ -157,8 +169,12 @@ static void gpuarr__fit(const double *n, const double *t, int count, double *a, 
             if (!used[j] && gpuarr__size_bucket(n[j]) == bucket) used[j] = true, vn[k] = n[j], vt[k] = t[j], k++;
         bn[buckets] = gpuarr__median(vn, k);
         bt[buckets] = gpuarr__median(vt, k);
-        buckets++;
+        for (int j = buckets++; j > 0 && bn[j - 1] > bn[j]; j--) { /* insertion: by size */
+            double sn = bn[j], st = bt[j];
+            bn[j] = bn[j - 1], bt[j] = bt[j - 1], bn[j - 1] = sn, bt[j - 1] = st;
+        }
     }
+    *nbuckets = buckets;
     *a = 0, *b = 0;
     if (buckets == 0) return;
     if (buckets == 1) {
@@ -176,9 +192,34 @@ static void gpuarr__fit(const double *n, const double *t, int count, double *a, 
     if (*a < 0) *a = 0;
 }
 
-static double gpuarr__model_predict(const gpuarr__tmodel *m, double n) { return m->a + m->b * n; }
+/* The predicted time at size n, piecewise: between two bucket medians on the line joining them;
+   beyond the largest, its median plus the robust slope; below the smallest, its median (a call
+   smaller than any measured costs at least what the smallest did: the fixed cost, which a line
+   fitted over a wide range of sizes would lose). */
+static double gpuarr__model_predict(const gpuarr__tmodel *m, double n) {
+    int last = m->buckets - 1;
+    if (last < 0) return 0;
+    if (n <= m->bn[0]) return m->bt[0];
+    if (n >= m->bn[last]) return m->bt[last] + m->b * (n - m->bn[last]);
+    int i = 1;
+    while (m->bn[i] < n) i++;
+    double f = (n - m->bn[i - 1]) / (m->bn[i] - m->bn[i - 1]);
+    return m->bt[i - 1] + f * (m->bt[i] - m->bt[i - 1]);
+}
 
-static void gpuarr__model_refit(gpuarr__tmodel *m) { gpuarr__fit(m->n, m->t, m->count, &m->a, &m->b); }
+static void gpuarr__model_refit(gpuarr__tmodel *m) {
+    gpuarr__fit(m->n, m->t, m->count, &m->a, &m->b, m->bn, m->bt, &m->buckets);
+    m->lo = m->hi = m->count ? m->n[0] : 0;
+    for (int i = 1; i < m->count; i++) {
+        if (m->n[i] < m->lo) m->lo = m->n[i];
+        if (m->n[i] > m->hi) m->hi = m->n[i];
+    }
+}
+
+/* Whether size n is a new size for m: more than 4x beyond the sizes it measured. */
+static bool gpuarr__model_new_size(const gpuarr__tmodel *m, double n) {
+    return m->count > 0 && (n > GPUARR__SIZE_RANGE * m->hi || n * GPUARR__SIZE_RANGE < m->lo);
+}
 
 static void gpuarr__model_push(gpuarr__tmodel *m, double n, double t) {
     m->n[m->head] = n;
@@ -189,9 +230,10 @@ static void gpuarr__model_push(gpuarr__tmodel *m, double n, double t) {
 
 /* Adds a measurement (lock held): false when refused as an outlier. GPUARR__MODEL_SHIFT outliers
    in a row on the same side mean the device itself changed (another load, a clock cap): the
-   window starts over from them, so a model cannot stay wrong forever. */
+   window starts over from them, so a model cannot stay wrong forever. A new size is not judged:
+   an extrapolation is no measure of what is normal there. */
 static bool gpuarr__model_add(gpuarr__tmodel *m, double n, double t) {
-    if (m->count >= GPUARR__MODEL_TRUSTED) {
+    if (m->count >= GPUARR__MODEL_TRUSTED && !gpuarr__model_new_size(m, n)) {
         double p = gpuarr__model_predict(m, n);
         if (p > 0 && (t > GPUARR__MODEL_OUTLIER * p || t < p / GPUARR__MODEL_OUTLIER)) {
             int side = t > p ? 1 : -1;
@@ -361,9 +403,12 @@ static gpuarr__tmodel *gpuarr__model_get(const char *task, int dev) {
    than GPUARR__MODEL_TRUSTED samples, before the outlier rule guards it) that time is not added:
    a young model has nothing to judge it against, and one inflated sample made the device look so
    slow that it was never run again to correct it. A trusted model judges the warm-up like any run.
-   Returns whether the time was added. */
-static bool gpuarr__model_measured(gpuarr__tmodel *m, double n, double t) {
-    bool warmup = !m->warmed;
+   Every run that started before the first one finished is a warm-up too (gpuarr_map's streams
+   start together, and share the one-off work): warmup is gpuarr__model_warmup's answer at the
+   run's start. Returns whether the time was added. */
+static bool gpuarr__model_warmup(const gpuarr__tmodel *m) { return !m->warmed; } /* at a run's start */
+
+static bool gpuarr__model_measured(gpuarr__tmodel *m, double n, double t, bool warmup) {
     m->warmed = true;
     if (warmup && m->count < GPUARR__MODEL_TRUSTED) return false;
     if (!gpuarr__model_add(m, n, t)) return false;
@@ -726,7 +771,25 @@ typedef struct gpuarr__off_choice {
     double predicted;   /* compute seconds the model expects (0 when unknown) */
     double cost;        /* the whole cost: transfers + compute + queue */
     bool explored, changed;
+    int octave;         /* an exploration of a new size: its octave; -1 = not one */
+    bool warmup;        /* started before any run of the task there finished in this process */
 } gpuarr__off_choice;
+
+static int gpuarr__octave(double n) {
+    int o = gpuarr__size_bucket(n);
+    return o < GPUARR__OCTAVES ? o : GPUARR__OCTAVES - 1;
+}
+
+/* Whether candidate i may be explored (its cost within 10x of the best's): a device not yet
+   measured, a few times; a measured one at a new size, a few times per size octave. *octave:
+   which octave, or -1 for the former. */
+static bool gpuarr__off_explorable(const gpuarr__tmodel *m, bool known, double size, double cost, double best_cost, int *octave) {
+    *octave = -1;
+    if (!m || cost > GPUARR__EXPLORE_RANGE * best_cost) return false;
+    if (!known) return m->unmeasured_explorations < GPUARR__EXPLORE_MAX;
+    *octave = gpuarr__octave(size);
+    return gpuarr__model_new_size(m, size) && m->size_explorations[*octave] < GPUARR__SIZE_EXPLORE_MAX;
+}
 
 /* Chooses among cand[0..ncand) (lock held). */
 static void gpuarr__off_choose(const gpuarr__off_call *c, const gpuarr__off_item *it, const int *cand, int ncand, gpuarr__off_choice *out) {
@@ -749,11 +812,13 @@ static void gpuarr__off_choose(const gpuarr__off_call *c, const gpuarr__off_item
         cost[i] = gpuarr__off_transfers(c, it, &gpuarr__g.devices[cand[i]]) + compute + os->queued_s[cand[i]];
         if (comp[i] >= 0 && (best < 0 || cost[i] < cost[best])) best = i;
     }
-    int explore = -1; /* one candidate: nothing to compare, nothing to explore */
+    int explore = -1, explore_octave = -1; /* one candidate: nothing to compare, nothing to explore */
     for (int i = 0; i < ncand && ncand > 1; i++) {
-        gpuarr__tmodel *m = gpuarr__model_get(task, cand[i]);
-        if (known[i] || !m || m->explorations >= GPUARR__EXPLORE_MAX || cost[i] > GPUARR__EXPLORE_RANGE * cost[best]) continue;
-        if (explore < 0 || cost[i] < cost[explore]) explore = i;
+        int octave;
+        if (!gpuarr__off_explorable(gpuarr__model_get(task, cand[i]), known[i], it->size, cost[i], cost[best], &octave) ||
+            (octave >= 0 && i == best)) /* the best at a new size runs there anyway: no exploration */
+            continue;
+        if (explore < 0 || cost[i] < cost[explore]) explore = i, explore_octave = octave;
     }
     int pick = explore >= 0 ? explore : best;
     out->dev = cand[pick];
@@ -761,12 +826,19 @@ static void gpuarr__off_choose(const gpuarr__off_call *c, const gpuarr__off_item
     out->cost = cost[pick];
     out->explored = explore >= 0;
     out->changed = explore >= 0 && explore != best;
+    out->octave = explore_octave;
 }
 
-/* Counts a choice in the statistics and its compute in the device's queue (lock held). */
-static void gpuarr__off_started(const gpuarr__off_call *c, const gpuarr__off_choice *ch) {
+/* Counts a choice in the statistics and its compute in the device's queue, and tells whether the
+   run is a warm-up (lock held). */
+static void gpuarr__off_started(const gpuarr__off_call *c, gpuarr__off_choice *ch) {
     gpuarr__tmodel *m = gpuarr__model_get(c->task->name, ch->dev);
-    if (m && ch->explored) m->explorations++, m->changed += ch->changed;
+    if (m && ch->explored) {
+        m->explorations++, m->changed += ch->changed;
+        if (ch->octave >= 0) m->size_explorations[ch->octave]++;
+        else m->unmeasured_explorations++;
+    }
+    ch->warmup = m ? gpuarr__model_warmup(m) : false;
     gpuarr__g.offload->queued_s[ch->dev] += ch->predicted;
 }
 
@@ -782,7 +854,7 @@ static void gpuarr__off_finished(gpuarr__off_call *c, const gpuarr__off_choice *
         m->calls++;
         m->predicted_s += ch->predicted;
         m->measured_s += seconds;
-        gpuarr__model_measured(m, size, seconds);
+        gpuarr__model_measured(m, size, seconds, ch->warmup);
         if (size > 0) c->task->out_bytes_per_size = out_bytes / size;
     }
     pthread_mutex_unlock(&os->lock);

@@ -700,12 +700,15 @@ Test(offload, with_lease_the_call_holds_a_slot_while_it_runs_on_a_device_with_on
     TEST_OK(gpuarr_task_destroy(t));
 }
 
-/* widen, after waiting (up to 5 s) for a second call to run alongside; records the most at once */
-static int running_now, most_at_once, want_together;
+/* widen; the first want_together calls wait (up to 5 s) until that many run at once (later ones
+   do not wait: too few may be left); records the most at once */
+static int running_now, most_at_once, want_together, calls_started, gathered;
 static gpuarr_result widen_together(const gpuarr_array *in, int n_in, gpuarr_array *out, int n_out, gpuarr_stream s, void *user) {
-    __atomic_add_fetch(&running_now, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_add_fetch(&running_now, 1, __ATOMIC_SEQ_CST) >= want_together) __atomic_store_n(&gathered, 1, __ATOMIC_SEQ_CST);
     int now;
-    for (int i = 0; i < 5000 && __atomic_load_n(&running_now, __ATOMIC_SEQ_CST) < want_together; i++) usleep(1000);
+    bool wait = __atomic_add_fetch(&calls_started, 1, __ATOMIC_SEQ_CST) <= want_together;
+    /* until that many ran at once: the first to see them may finish before the others look */
+    for (int i = 0; wait && i < 5000 && !__atomic_load_n(&gathered, __ATOMIC_SEQ_CST); i++) usleep(1000);
     now = __atomic_load_n(&running_now, __ATOMIC_SEQ_CST);
     for (int m = __atomic_load_n(&most_at_once, __ATOMIC_SEQ_CST); now > m && !__atomic_compare_exchange_n(&most_at_once, &m, now, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);) {}
     gpuarr_result r = widen(in, n_in, out, n_out, s, user);
@@ -725,7 +728,7 @@ static int most_at_once_with(int streams) {
     for (int i = 0; i < 4; i++) in[i] = ramp(gpuarr_host(), 8, (float)i);
     gpuarr_offload_desc d = odesc("host", GPUARR_OFFLOAD_AUTO);
     d.streams = streams;
-    most_at_once = 0;
+    most_at_once = calls_started = gathered = 0;
     want_together = streams ? streams : 2;
     TEST_OK(gpuarr_map(t, in, 4, out, &d, NULL));
     for (int i = 0; i < 4; i++) {
@@ -741,4 +744,36 @@ Test(offload, map_runs_two_items_at_once_per_device_by_default_and_streams_sets_
     cr_assert_eq(most_at_once_with(0), 2);
     cr_assert_eq(most_at_once_with(1), 1);
     cr_assert_eq(most_at_once_with(3), 3, "three streams");
+}
+
+/* gpuarr_map's streams start their first items together: every run that started before the
+   first one finished is a warm-up (it shares the one-off work: PoCL building the kernel), not a
+   sample of a young model. Three streams, three first items held until all three run. */
+Test(offload, map_runs_that_start_before_the_first_finishes_are_warm_ups) {
+    gpuarr_task_desc td;
+    memset(&td, 0, sizeof td);
+    td.name = "warmups";
+    td.impl[GPUARR_BACKEND_HOST] = td.impl[backend_of(test_device())] = widen_together;
+    td.n_in = td.n_out = 1;
+    gpuarr_task t;
+    TEST_OK(gpuarr_task_create(&td, &t));
+    enum { N = 6 };
+    gpuarr_array in[N], out[N];
+    for (int i = 0; i < N; i++) in[i] = ramp(gpuarr_host(), 8, (float)i);
+    gpuarr_offload_desc d = odesc(test_device_spec(), GPUARR_OFFLOAD_AUTO);
+    d.streams = 3;
+    most_at_once = calls_started = gathered = 0;
+    want_together = 3;
+    TEST_OK(gpuarr_map(t, in, N, out, &d, NULL));
+    cr_assert_eq(most_at_once, 3, "the first three items did not run together");
+    gpuarr_task_stats st;
+    TEST_OK(gpuarr_task_get_stats(t, test_device(), &st));
+    cr_assert_eq(st.calls, (uint64_t)N);
+    cr_assert_eq(st.samples, (uint64_t)N - 3, "%llu samples: the three first runs are warm-ups", (unsigned long long)st.samples);
+    for (int i = 0; i < N; i++) {
+        expect_ramp(out[i], 8, (float)i, GPUARR_F64);
+        TEST_OK(gpuarr_release(out[i]));
+        TEST_OK(gpuarr_release(in[i]));
+    }
+    TEST_OK(gpuarr_task_destroy(t));
 }

@@ -1,6 +1,8 @@
 /*
  * test_offload_models.c -- white-box: the task models of gpuarr_offload on synthetic timings. The
- * fit recovers a and b, outliers are refused (and a shift of the device's speed is followed);
+ * fit recovers a and b, predictions converge on the times measured and keep the small calls'
+ * fixed cost over a wide range of sizes, outliers are refused (and a shift of the device's speed
+ * is followed), a new size is not judged against an extrapolation and is measured again;
  * with models and transfer models set by hand (gpuarr__transfer_set_model, the interface the
  * transfer model provides) the choice goes to the device the numbers say, queued work counts,
  * exploration stays within its bounds, and a model 3x slower than its twin's is explored again.
@@ -72,6 +74,55 @@ Test(models, outliers_are_refused_and_a_lasting_shift_is_followed) {
     cr_assert_eq(m.count, GPUARR__MODEL_SHIFT);
 }
 
+/* Predictions converge on the times measured: exact at every size measured, between them on
+   the line joining their medians, and a spike in one bucket moves nothing once the bucket's
+   median holds. */
+Test(models, predictions_converge_on_the_measured_times_at_every_size) {
+    gpuarr__tmodel m;
+    memset(&m, 0, sizeof m);
+    const double sizes[4] = {1e3, 1e4, 1e5, 1e6}, times[4] = {3e-4, 5e-4, 2e-3, 1.5e-2}; /* no line fits these */
+    for (int rep = 0; rep < 5; rep++)
+        for (int i = 0; i < 4; i++) gpuarr__model_add(&m, sizes[i], times[i] * (rep == 1 ? 2.5 : 1.0)); /* x2.5: taken, outvoted */
+    for (int i = 0; i < 4; i++) expect_near(gpuarr__model_predict(&m, sizes[i]), times[i], "prediction at a measured size");
+    expect_near(gpuarr__model_predict(&m, 5.5e5), 0.5 * (2e-3 + 1.5e-2), "halfway between 1e5 and 1e6");
+    cr_assert(gpuarr__model_predict(&m, 2e6) > 1.5e-2, "beyond the largest size: more than there");
+}
+
+/* A fixed cost (a kernel launch and copies: 250 us) under a time proportional to size that
+   dominates from n = 2^18: the line through 5 orders of magnitude has a = 0 (the intercept is
+   clamped), which predicted 80 us for the smallest call, measured at 250 us (bench-offload's
+   run 4, the 32 x 32 matmul sent to the device). The prediction keeps what small calls measured,
+   at and below the smallest size. */
+Test(models, a_fit_over_a_wide_range_of_sizes_keeps_the_small_calls_fixed_cost) {
+    gpuarr__tmodel m;
+    memset(&m, 0, sizeof m);
+    const double fixed = 250e-6, per = 2.45e-9;
+    for (int rep = 0; rep < 3; rep++)
+        for (int side = 32; side <= 512; side *= 2) {
+            double n = (double)side * side * side, t = per * n;
+            gpuarr__model_add(&m, n, t > fixed ? t : fixed);
+        }
+    cr_assert(m.a < 0.5 * fixed, "the line itself has lost the fixed cost (a = %g): the case this test is about", m.a);
+    expect_near(gpuarr__model_predict(&m, 32.0 * 32 * 32), fixed, "32 x 32 x 32, measured");
+    expect_near(gpuarr__model_predict(&m, 16.0 * 16 * 16), fixed, "16 x 16 x 16, smaller than any measured");
+    expect_near(gpuarr__model_predict(&m, 512.0 * 512 * 512), per * 512.0 * 512 * 512, "512^3, measured");
+    expect_near(gpuarr__model_predict(&m, 1024.0 * 1024 * 1024), per * 1024.0 * 1024 * 1024, "1024^3: beyond, on the slope");
+}
+
+/* A trusted model measured at small sizes only judges a run at a size far beyond them (more than
+   4x) against nothing: the extrapolation is no measure of what is normal there. */
+Test(models, a_run_at_a_new_size_is_not_refused_as_an_outlier_of_the_extrapolation) {
+    gpuarr__tmodel m;
+    memset(&m, 0, sizeof m);
+    for (int i = 0; i < 6; i++) gpuarr__model_add(&m, (double)(256 << (i % 2)), 1e-4); /* 256 and 512: 100 us */
+    cr_assert(gpuarr__model_add(&m, 512 * 16, 1e-2), "a run 16x beyond the sizes measured was refused");
+    expect_near(gpuarr__model_predict(&m, 512 * 16), 1e-2, "the new size's time");
+    cr_assert_not(gpuarr__model_add(&m, 512 * 2, 1e-1), "within 4x of the sizes measured the outlier rule holds");
+}
+
+/* A run started and finished alone: a warm-up when it is the first of the process there. */
+static bool measured(gpuarr__tmodel *m, double n, double t) { return gpuarr__model_measured(m, n, t, gpuarr__model_warmup(m)); }
+
 /* The first run of (task, device) in a process, 100x the steady time (PoCL building the kernel),
    as observed with the README's program on opencl:0: it must not end in a young model. */
 Test(models, a_slow_first_run_in_a_process_is_a_warm_up_and_does_not_poison_a_young_model) {
@@ -79,10 +130,10 @@ Test(models, a_slow_first_run_in_a_process_is_a_warm_up_and_does_not_poison_a_yo
     gpuarr__tmodel *m = gpuarr__model_get("warmup", (int)(gpuarr__host_dev() - gpuarr__g.devices));
     cr_assert_not_null(m);
     const double n = 1e6, steady = 1e-3;
-    gpuarr__model_measured(m, n, 100 * steady);
+    measured(m, n, 100 * steady);
     cr_assert_eq(m->count, 0, "the warm-up was added");
     for (int i = 1; i <= 4; i++) {
-        gpuarr__model_measured(m, n, steady);
+        measured(m, n, steady);
         cr_assert_eq(m->count, i, "run %d was refused", i + 1);
         expect_near(gpuarr__model_predict(m, n), steady, "prediction at 1M elements");
     }
@@ -96,14 +147,14 @@ Test(models, a_trusted_model_judges_the_first_run_as_any_run) {
     memset(&m, 0, sizeof m);
     gpuarr__copy_string(m.task, sizeof m.task, "trusted"); /* it is saved */
     for (int i = 0; i < GPUARR__MODEL_TRUSTED; i++) gpuarr__model_add(&m, 1000, 1e-3);
-    cr_assert_not(gpuarr__model_measured(&m, 1000, 0.1), "a first run 100x slow was taken");
+    cr_assert_not(measured(&m, 1000, 0.1), "a first run 100x slow was taken");
     cr_assert_eq(m.rejected, 1u);
-    cr_assert(gpuarr__model_measured(&m, 1000, 1.1e-3), "a steady second run was refused");
+    cr_assert(measured(&m, 1000, 1.1e-3), "a steady second run was refused");
     cr_assert_eq(m.count, GPUARR__MODEL_TRUSTED + 1);
     memset(&m, 0, sizeof m);
     gpuarr__copy_string(m.task, sizeof m.task, "trusted");
     for (int i = 0; i < GPUARR__MODEL_TRUSTED; i++) gpuarr__model_add(&m, 1000, 1e-3);
-    cr_assert(gpuarr__model_measured(&m, 1000, 1.1e-3), "a steady first run of a trusted model was refused");
+    cr_assert(measured(&m, 1000, 1.1e-3), "a steady first run of a trusted model was refused");
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -212,6 +263,58 @@ Test(models, an_unmeasured_device_is_explored_only_within_10x_and_a_few_times) {
     cr_assert(st.changed_by_exploration >= 2 && st.changed_by_exploration <= st.explorations, "%llu of %llu changed the choice",
               (unsigned long long)st.changed_by_exploration, (unsigned long long)st.explorations);
     TEST_OK(gpuarr_task_destroy(t));
+}
+
+/* Adds one sample (n, t) to the model of (task, d). */
+static void add_sample(const char *task, gpuarr__dev *d, double n, double t) {
+    pthread_mutex_lock(&gpuarr__g.offload->lock);
+    gpuarr__tmodel *m = gpuarr__model_get(task, index_of(d));
+    cr_assert_not_null(m);
+    gpuarr__model_add(m, n, t);
+    pthread_mutex_unlock(&gpuarr__g.offload->lock);
+}
+
+/* bench-offload's n = 512 matmul: the device measured twice at small sizes (so "known", never
+   explored again before), its extrapolation 4x the host's at a size 2048x beyond them. It is
+   measured again there: explored twice (a warm-up, then a sample), then the models decide with
+   that sample. */
+Test(models, a_device_measured_only_at_small_sizes_is_measured_again_at_a_new_size) {
+    gpuarr__dev *cl = dev_or_skip("opencl:0"), *host = gpuarr__host_dev();
+    gpuarr_task t = task_on("resize");
+    for (int i = 16; i <= 21; i++) add_sample("resize", host, (double)(1 << i), 5e-8 * (double)(1 << i)); /* 52 ms at 2^20 */
+    add_sample("resize", cl, 256, 1e-4);
+    add_sample("resize", cl, 512, 1.5e-4); /* slope 1.95e-7: 0.2 s at 2^20 */
+    set_transfers(cl, 1e-6, 1e10);
+    cr_assert_eq(run(t, "host,opencl:0", 1 << 20), cl, "the new size was not explored");
+    for (int i = 0; i < 3; i++) run(t, "host,opencl:0", 1 << 20);
+    gpuarr_task_stats st = stats_of(t, cl);
+    cr_assert_eq(st.explorations, (uint64_t)GPUARR__SIZE_EXPLORE_MAX, "%llu explorations", (unsigned long long)st.explorations);
+    cr_assert_eq(st.changed_by_exploration, (uint64_t)GPUARR__SIZE_EXPLORE_MAX);
+    /* the warm-up, then a sample at 2^20 (then the models' choice: more there when it is faster) */
+    cr_assert(st.samples >= 3u && st.samples <= st.calls + 1u, "%llu samples of %llu calls", (unsigned long long)st.samples,
+              (unsigned long long)st.calls);
+    pthread_mutex_lock(&gpuarr__g.offload->lock);
+    gpuarr__tmodel *m = gpuarr__model_get("resize", index_of(cl));
+    cr_assert(!gpuarr__model_new_size(m, 1 << 20) && m->hi == (double)(1 << 20), "the range is 256..%g", m->hi);
+    pthread_mutex_unlock(&gpuarr__g.offload->lock);
+    TEST_OK(gpuarr_task_destroy(t));
+}
+
+Test(models, a_new_size_is_explored_only_within_10x_and_a_few_times_per_octave) {
+    gpuarr__tmodel m;
+    memset(&m, 0, sizeof m);
+    gpuarr__model_add(&m, 256, 1e-4);
+    gpuarr__model_add(&m, 512, 1.5e-4);
+    int octave;
+    cr_assert_not(gpuarr__off_explorable(&m, true, 2048, 1.0, 0.5, &octave), "4x beyond is no new size");
+    cr_assert_not(gpuarr__off_explorable(&m, true, 64, 1.0, 0.5, &octave), "4x below is no new size either");
+    cr_assert(gpuarr__off_explorable(&m, true, 32, 1.0, 0.5, &octave), "8x below is");
+    cr_assert(gpuarr__off_explorable(&m, true, 4096, 1.0, 0.5, &octave), "8x beyond is");
+    cr_assert_eq(octave, gpuarr__octave(4096));
+    cr_assert_not(gpuarr__off_explorable(&m, true, 4096, 1.0, 0.099, &octave), "more than 10x the best");
+    m.size_explorations[gpuarr__octave(4096)] = GPUARR__SIZE_EXPLORE_MAX;
+    cr_assert_not(gpuarr__off_explorable(&m, true, 4096, 1.0, 0.5, &octave), "that octave was explored enough");
+    cr_assert(gpuarr__off_explorable(&m, true, 8192, 1.0, 0.5, &octave), "the next octave was not");
 }
 
 Test(models, a_model_3x_slower_than_its_twins_is_explored_again_at_most_3_times) {

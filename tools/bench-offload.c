@@ -18,7 +18,10 @@
  * Regret = t / t_oracle - 1; printed: total, median and p95 per policy and task.
  *
  * --map DEVICES: gpuarr_map of --items saxpy items (4 MiB inputs; --matmul: 256 x 256 matmuls) on
- * those candidates, three passes (the first warms up and teaches the models), items/s.
+ * those candidates, three passes (the first warms up and teaches the models), items/s. Every
+ * item's output is checked against the host reference after each pass (saxpy exactly, matmul
+ * within 1e-4 relative); a mismatch exits 1 naming the item. --wrong-reference spoils one
+ * element of the last item's reference, to see that check fail.
  * Raw per-call lines go to stdout; a summary at the end. Timings are wall clock on whatever
  * machine it runs on: a loaded machine makes them noisy (say so with the numbers).
  */
@@ -229,16 +232,19 @@ static uint64_t next_rand(void) {
     return rng;
 }
 
-static gpuarr_array filled(int ndim, const int64_t *shape) {
+/* A host array of f32 values 0.00 .. 0.96, the pattern shifted by seed (so items differ). */
+static gpuarr_array filled_seed(int ndim, const int64_t *shape, int seed) {
     gpuarr_array a;
     void *p;
     CHECK(gpuarr_empty(gpuarr_host(), GPUARR_F32, ndim, shape, &a));
     CHECK(gpuarr_host_data(a, &p));
     int64_t count = ndim == 1 ? shape[0] : shape[0] * shape[1];
     float *f = p;
-    for (int64_t i = 0; i < count; i++) f[i] = (float)(i % 97) * 0.01f;
+    for (int64_t i = 0; i < count; i++) f[i] = (float)((i + seed) % 97) * 0.01f;
     return a;
 }
+
+static gpuarr_array filled(int ndim, const int64_t *shape) { return filled_seed(ndim, shape, 0); }
 
 /* Runs c with policy/devices; returns wall seconds (output back on the host, synced), *on_dev. */
 static double run_call_keep(gpuarr_task t, call *c, const char *devices, gpuarr_offload_policy pol, int *on_dev, gpuarr_device cl,
@@ -422,13 +428,61 @@ static int run_regret(int reps) {
     return 0;
 }
 
+/* The host's result for one map item (the host implementation's loops, run here), into ref. */
+static void map_reference(const gpuarr_array *in, bool matmul, int64_t count, float *ref) {
+    void *px, *py;
+    CHECK(gpuarr_host_data(in[0], &px));
+    CHECK(gpuarr_host_data(in[1], &py));
+    const float *x = px, *y = py;
+    if (!matmul) {
+        for (int64_t i = 0; i < count; i++) ref[i] = 2.0f * x[i] + y[i];
+        return;
+    }
+    int64_t n = side_of(in[0]);
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < n; j++) {
+            float sum = 0.0f;
+            for (int64_t k = 0; k < n; k++) sum += x[i * n + k] * y[k * n + j];
+            ref[i * n + j] = sum;
+        }
+}
+
+/* Every item's output against the host reference, wherever it was computed: saxpy exactly (2x
+   is exact in f32, so a fused multiply-add rounds 2x + y as the host loop does), matmul within
+   1e-4 relative (a device may fuse the multiply-adds of the dot product). Exits on a mismatch. */
+static void map_check(const gpuarr_array *out, int items, bool matmul, int64_t count, const float *refs, int pass) {
+    float *got = malloc(sizeof(float) * (size_t)count);
+    if (!got) exit(1);
+    for (int it = 0; it < items; it++) {
+        CHECK(gpuarr_to_host_as(out[it], GPUARR_F32, got, (size_t)count));
+        const float *ref = refs + (size_t)it * (size_t)count;
+        for (int64_t i = 0; i < count; i++) {
+            float d = got[i] - ref[i], m = ref[i] < 0 ? -ref[i] : ref[i];
+            if (matmul ? (d < 0 ? -d : d) > 1e-4f * (m + 1.0f) : got[i] != ref[i]) {
+                fprintf(stderr, "bench-offload: MISMATCH: map %s pass %d item %d element %lld: %.9g, the host's reference %.9g\n",
+                        matmul ? "matmul" : "saxpy", pass, it, (long long)i, (double)got[i], (double)ref[i]);
+                exit(1);
+            }
+        }
+    }
+    free(got);
+    printf("# checked: map %s pass %d: all %d items agree with the host reference (%s)\n", matmul ? "matmul" : "saxpy", pass, items,
+           matmul ? "within 1e-4 relative" : "exactly");
+}
+
 /* gpuarr_map of `items` items on `devices`: saxpy of 1M elements (4 MiB per input), or a matmul
-   of 256 x 256 (256 KiB per input). */
-static int run_map(const char *devices, int items, bool matmul) {
+   of 256 x 256 (256 KiB per input); each item's inputs differ, and every output is checked
+   against the host reference. wrong_ref: the reference of the last item is made wrong in one
+   element, to see the check fail. */
+static int run_map(const char *devices, int items, bool matmul, bool wrong_ref) {
     gpuarr_task t = make_task(matmul ? "bench.map.matmul" : "bench.map.saxpy", matmul);
     gpuarr_array *in = calloc((size_t)items * 2, sizeof *in), *out = calloc((size_t)items, sizeof *out);
-    int64_t shape[2] = {matmul ? 256 : 1 << 20, 256};
-    for (int i = 0; i < 2 * items; i++) in[i] = filled(matmul ? 2 : 1, shape);
+    int64_t shape[2] = {matmul ? 256 : 1 << 20, 256}, count = matmul ? 256 * 256 : 1 << 20;
+    for (int i = 0; i < 2 * items; i++) in[i] = filled_seed(matmul ? 2 : 1, shape, i);
+    float *refs = malloc(sizeof(float) * (size_t)count * (size_t)items);
+    if (!in || !out || !refs) return 1;
+    for (int i = 0; i < items; i++) map_reference(in + 2 * i, matmul, count, refs + (size_t)i * (size_t)count);
+    if (wrong_ref) refs[(size_t)(items - 1) * (size_t)count + (size_t)count / 2] += 1.0f;
     gpuarr_offload_desc d;
     memset(&d, 0, sizeof d);
     d.devices = devices;
@@ -438,6 +492,7 @@ static int run_map(const char *devices, int items, bool matmul) {
         CHECK(gpuarr_map(t, in, items, out, &d, NULL));
         for (int i = 0; i < items; i++) CHECK(gpuarr_array_sync(out[i]));
         double dt = now_s() - t0;
+        map_check(out, items, matmul, count, refs, pass);
         for (int i = 0; i < items; i++) CHECK(gpuarr_release(out[i]));
         printf("map %s %s pass %d: %d items in %.3f s, %.1f items/s\n", matmul ? "matmul" : "saxpy", devices, pass, items, dt, items / dt);
     }
@@ -449,22 +504,23 @@ static int run_map(const char *devices, int items, bool matmul) {
         printf("map %s: %llu items on %s\n", devices, (unsigned long long)st.calls, specs[i]);
     }
     for (int i = 0; i < 2 * items; i++) CHECK(gpuarr_release(in[i]));
-    free(in), free(out);
+    free(in), free(out), free(refs);
     CHECK(gpuarr_task_destroy(t));
     return 0;
 }
 
 int main(int argc, char **argv) {
     int reps = 3, items = 32;
-    bool matmul = false;
+    bool matmul = false, wrong_ref = false;
     const char *map_devices = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
         else if (strcmp(argv[i], "--map") == 0 && i + 1 < argc) map_devices = argv[++i];
         else if (strcmp(argv[i], "--items") == 0 && i + 1 < argc) items = atoi(argv[++i]);
         else if (strcmp(argv[i], "--matmul") == 0) matmul = true;
+        else if (strcmp(argv[i], "--wrong-reference") == 0) wrong_ref = true;
         else {
-            fprintf(stderr, "usage: bench-offload [--reps N] | --map DEVICES [--items N] [--matmul]\n");
+            fprintf(stderr, "usage: bench-offload [--reps N] | --map DEVICES [--items N] [--matmul] [--wrong-reference]\n");
             return 2;
         }
     }
@@ -478,7 +534,7 @@ int main(int argc, char **argv) {
     printf("# bench-offload: GPUARR_OPENCL_UNIFIED=%s GPUARR_CACHE_DIR=%s POCL_DEVICES=%s\n", getenv("GPUARR_OPENCL_UNIFIED"),
            getenv("GPUARR_CACHE_DIR"), getenv("POCL_DEVICES") ? getenv("POCL_DEVICES") : "(unset)");
     CHECK(gpuarr_init(NULL));
-    int rc = map_devices ? run_map(map_devices, items, matmul) : run_regret(reps);
+    int rc = map_devices ? run_map(map_devices, items, matmul, wrong_ref) : run_regret(reps);
     gpuarr_shutdown();
     return rc;
 }

@@ -112,6 +112,7 @@ static void shim_check_(int ok, int fatal, const char *file, int line, const cha
 
 #define cr_assert(cond, ...) SHIM_CHECK_((cond), 1, #cond, __VA_ARGS__)
 #define cr_expect(cond, ...) SHIM_CHECK_((cond), 0, #cond, __VA_ARGS__)
+#define cr_assert_not(cond, ...) SHIM_CHECK_(!(cond), 1, "!(" #cond ")", __VA_ARGS__)
 #define cr_assert_eq(a, b, ...) SHIM_CHECK_((a) == (b), 1, #a " == " #b, __VA_ARGS__)
 #define cr_expect_eq(a, b, ...) SHIM_CHECK_((a) == (b), 0, #a " == " #b, __VA_ARGS__)
 #define cr_assert_neq(a, b, ...) SHIM_CHECK_((a) != (b), 1, #a " != " #b, __VA_ARGS__)
