@@ -927,7 +927,8 @@
  * =============================================================================================
  * gpuarr_init and gpuarr_shutdown are reference counted and may race each other from any number
  * of threads; every other call must happen between a successful gpuarr_init and its matching
- * gpuarr_shutdown. All other functions are thread-safe. gpuarr_last_error(), the current device
+ * gpuarr_shutdown, but for gpuarr_local_rank, which reads only the environment (and, as getenv,
+ * must not run while another thread calls setenv). All other functions are thread-safe. gpuarr_last_error(), the current device
  * and the current stream are per thread.
  */
 #ifndef GPUARR_H_INCLUDED
