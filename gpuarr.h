@@ -576,12 +576,11 @@
  *
  * desc.devices lists the candidates (NULL = "gpu"): "gpu" is every GPU (GPUARR_ERROR_NO_DEVICE
  * when there is none), "any" every GPU, else the host; "all" every device, the host included,
- * each physical device once; "cuda" or "cuda:*" every CUDA device,
- * "cuda:N" one, the same for opencl; "host"; "local" or "local:R", the one device of a local
- * rank (see LOCAL RANK). A malformed item is GPUARR_ERROR_INVALID_ARGUMENT, a
- * device not present (or left out by GPUARR_DEVICES) GPUARR_ERROR_NO_DEVICE. A device that has
- * FAILED (see FAILURES) is never leased; when every candidate has failed the call returns
- * GPUARR_ERROR_DEVICE_LOST at once. Among the candidates with enough free slots (and, when
+ * each physical device once; "cuda" or "cuda:*" every CUDA device, "cuda:N" one, the same for
+ * opencl; "host"; "local" or "local:R", the one device of a local rank (see LOCAL RANK). A
+ * malformed item is GPUARR_ERROR_INVALID_ARGUMENT, a device not present (or left out by
+ * GPUARR_DEVICES) GPUARR_ERROR_NO_DEVICE. A device that has FAILED (see FAILURES) is never
+ * leased; when every candidate has failed the call returns GPUARR_ERROR_DEVICE_LOST at once. Among the candidates with enough free slots (and, when
  * desc.memory_bytes is set, at least that much free memory: the device's, less what its pool's
  * limit leaves), desc.placement chooses: DEFAULT and LEAST_LEASED the smallest share of slots in
  * use, ties by most free memory, then list order; MOST_FREE the most free memory, ties by least
@@ -928,8 +927,8 @@
  * gpuarr_init and gpuarr_shutdown are reference counted and may race each other from any number
  * of threads; every other call must happen between a successful gpuarr_init and its matching
  * gpuarr_shutdown, but for gpuarr_local_rank, which reads only the environment (and, as getenv,
- * must not run while another thread calls setenv). All other functions are thread-safe. gpuarr_last_error(), the current device
- * and the current stream are per thread.
+ * must not run while another thread calls setenv). All other functions are thread-safe.
+ * gpuarr_last_error(), the current device and the current stream are per thread.
  */
 #ifndef GPUARR_H_INCLUDED
 #define GPUARR_H_INCLUDED
