@@ -580,7 +580,8 @@
  * opencl; "host"; "local" or "local:R", the one device of a local rank (see LOCAL RANK). A
  * malformed item is GPUARR_ERROR_INVALID_ARGUMENT, a device not present (or left out by
  * GPUARR_DEVICES) GPUARR_ERROR_NO_DEVICE. A device that has FAILED (see FAILURES) is never
- * leased; when every candidate has failed the call returns GPUARR_ERROR_DEVICE_LOST at once. Among the candidates with enough free slots (and, when
+ * leased; when every candidate has failed the call returns GPUARR_ERROR_DEVICE_LOST at once.
+ * Among the candidates with enough free slots (and, when
  * desc.memory_bytes is set, at least that much free memory: the device's, less what its pool's
  * limit leaves), desc.placement chooses: DEFAULT and LEAST_LEASED the smallest share of slots in
  * use, ties by most free memory, then list order; MOST_FREE the most free memory, ties by least
