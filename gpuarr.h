@@ -1222,6 +1222,17 @@ typedef struct gpuarr_plan_step {
 GPUARR_API gpuarr_result gpuarr_plan(const gpuarr_plan_step *steps, int count, gpuarr_placement placement, gpuarr_device *out);
 
 /* ---------------------------------------------------------------------------------------------
+ * Local rank (see LOCAL RANK): a device per process of a launcher, by its node-local rank.
+ * ------------------------------------------------------------------------------------------- */
+/* The node-local rank the launcher gives: the first of OMPI_COMM_WORLD_LOCAL_RANK,
+   MV2_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID, PMI_LOCAL_RANK that is set (not
+   empty). *variable (unless variable is NULL) = its name, a static string, or NULL when none is
+   set: then *rank = 0 (a lone process is local rank 0). Read at each call; needs no gpuarr_init.
+   Errors: rank NULL, or the variable's value not a decimal integer 0..999999999: INVALID_ARGUMENT
+   naming the variable and its value (nothing is written). */
+GPUARR_API gpuarr_result gpuarr_local_rank(int *rank, const char **variable);
+
+/* ---------------------------------------------------------------------------------------------
  * Transfer estimates (see TRANSFER MODEL): predicted seconds to move data between devices.
  * ------------------------------------------------------------------------------------------- */
 /* Seconds predicted to move `bytes` of src's data (bytes == 0: the whole array; at most its
@@ -7495,6 +7506,77 @@ static gpuarr__dev *gpuarr__best_of_backend(gpuarr_backend b) {
     return best;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Local rank (LOCAL RANK): "local" spreads a launcher's processes over the devices by the rank
+ * its environment gives. Every process must map alike with no word between them, so the list is
+ * the registry's order, failed devices included.
+ * ------------------------------------------------------------------------------------------- */
+#define GPUARR__LOCAL_RANK_MAX 999999999
+#define GPUARR__LOCAL_NOTE 256 /* what a "local" item was resolved from, for messages */
+static const char *const gpuarr__local_rank_vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                                                      "SLURM_LOCALID", "PMI_LOCAL_RANK"};
+
+static gpuarr_result gpuarr__local_rank(int *rank, const char **variable) {
+    for (size_t i = 0; i < sizeof gpuarr__local_rank_vars / sizeof *gpuarr__local_rank_vars; i++) {
+        const char *name = gpuarr__local_rank_vars[i], *v = getenv(name);
+        long r;
+        if (!v || !*v) continue; /* empty counts as unset, as for gpuarr's own variables */
+        if (!gpuarr__parse_uint(v, strlen(v), GPUARR__LOCAL_RANK_MAX, &r))
+            return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "%s=\"%.64s\" is not a local rank (a decimal integer 0..%d)", name, v,
+                                GPUARR__LOCAL_RANK_MAX);
+        *rank = (int)r;
+        *variable = name;
+        return GPUARR_OK;
+    }
+    *rank = 0;
+    *variable = NULL;
+    return GPUARR_OK;
+}
+
+GPUARR_API gpuarr_result gpuarr_local_rank(int *rank, const char **variable) {
+    gpuarr__tls.api = __func__; /* the environment only: no gpuarr_init needed */
+    GPUARR__REQUIRE_PTR(rank);
+    int r;
+    const char *name;
+    GPUARR__CHECK(gpuarr__local_rank(&r, &name));
+    *rank = r;
+    if (variable) *variable = name;
+    return GPUARR_OK;
+}
+
+static bool gpuarr__is_local_spec(const char *spec) { return strncmp(spec, "local", 5) == 0 && (!spec[5] || spec[5] == ':'); }
+
+/* "local" or "local:R": device R % n of the n devices other than the host (a physical one once,
+   through the view that represents it), else the host. note: how, for messages. */
+static gpuarr_result gpuarr__find_local(const char *spec, gpuarr__dev **out, char *note, size_t cap) {
+    int rank = 0, n = 0;
+    const char *name = NULL;
+    long given;
+    if (spec[5] == ':') {
+        if (!gpuarr__parse_uint(spec + 6, strlen(spec + 6), GPUARR__LOCAL_RANK_MAX, &given))
+            return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "spec \"%s\": R in local:R must be a decimal integer 0..%d", spec,
+                                GPUARR__LOCAL_RANK_MAX);
+        rank = (int)given;
+    } else if (gpuarr__local_rank(&rank, &name) != GPUARR_OK) {
+        char why[sizeof gpuarr__tls.error_detail];
+        gpuarr__copy_string(why, sizeof why, gpuarr__tls.error_detail);
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "spec \"local\": %s", why);
+    }
+    for (int i = 1; i < gpuarr__g.device_count; i++) n += !gpuarr__is_duplicate(&gpuarr__g.devices[i]);
+    gpuarr__dev *found = gpuarr__host_dev();
+    for (int i = 1, k = n ? rank % n : -1; k >= 0 && i < gpuarr__g.device_count; i++)
+        if (!gpuarr__is_duplicate(&gpuarr__g.devices[i]) && k-- == 0) found = &gpuarr__g.devices[i];
+    if (spec[5] == ':') snprintf(note, cap, "local rank %d from the spec", rank);
+    else if (name) snprintf(note, cap, "local rank %d from %s", rank, name);
+    else snprintf(note, cap, "local rank 0 (none of OMPI_COMM_WORLD_LOCAL_RANK, MV2_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, "
+                             "SLURM_LOCALID, PMI_LOCAL_RANK is set)");
+    size_t len = strlen(note);
+    if (n) snprintf(note + len, cap - len, ": %s (%d mod %d devices = %d)", found->info.spec, rank, n, rank % n);
+    else snprintf(note + len, cap - len, ": host (no other device)");
+    *out = found;
+    return GPUARR_OK;
+}
+
 static gpuarr_result gpuarr__find_device(const char *spec, gpuarr__dev **out);
 
 GPUARR_API gpuarr_result gpuarr_device_find(const char *spec, gpuarr_device *out) {
@@ -7520,6 +7602,9 @@ static gpuarr_result gpuarr__find_device(const char *spec, gpuarr__dev **out) {
         if (gpuarr__g.best_gpu < 0)
             return gpuarr__fail(GPUARR_ERROR_NO_DEVICE, "spec \"gpu\": none of the %d devices is a GPU", gpuarr__g.device_count);
         found = &gpuarr__g.devices[gpuarr__g.best_gpu];
+    } else if (gpuarr__is_local_spec(spec)) {
+        char note[GPUARR__LOCAL_NOTE];
+        return gpuarr__find_local(spec, out, note, sizeof note);
     } else if (gpuarr__parse_backend_spec(spec, strlen(spec), false, &b, &index)) {
         if (gpuarr__backends[b] && gpuarr__backends[b]->builtin && index > 0)
             return gpuarr__fail(GPUARR_ERROR_NO_DEVICE, "spec \"%s\": there is one %s device, %s:0", spec, gpuarr__backend_names[b],
@@ -7541,7 +7626,7 @@ static gpuarr_result gpuarr__find_device(const char *spec, gpuarr__dev **out) {
                                 gpuarr__backends[b]->device_count(), gpuarr__backend_names[b]);
     } else {
         return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT,
-                            "spec \"%s\" is not one of host, cpu, gpu, any, cuda, cuda:N, opencl, opencl:N", spec);
+                            "spec \"%s\" is not one of host, cpu, gpu, any, local, local:R, cuda, cuda:N, opencl, opencl:N", spec);
     }
     *out = found;
     return GPUARR_OK;
