@@ -61,7 +61,9 @@ CFLAGS_TSAN := -std=c11 -O1 -g $(WARN) -fsanitize=thread
 TEST_CFLAGS = -I. -Itests
 
 HEADERS   := gpuarr.h $(wildcard backends/*.h)
-EXAMPLES  := $(basename $(notdir $(wildcard examples/*.c)))
+# examples that need MPI are built by mpicc, below (mpi-examples)
+MPI_EXAMPLES := mpi_heat
+EXAMPLES  := $(filter-out $(MPI_EXAMPLES),$(basename $(notdir $(wildcard examples/*.c))))
 TESTS     := $(basename $(notdir $(wildcard tests/test_*.c)))
 THREADED_TESTS := test_threads test_streams test_pool test_dlpack test_telemetry test_trace test_leases test_transfer_model test_transfer_model_fit \
                   test_offload
@@ -77,7 +79,8 @@ CUDA_H    := $(firstword $(wildcard $(CUDA_HOME)/include/cuda.h))
 NVML_H    ?= $(firstword $(wildcard $(CUDA_HOME)/include/nvml.h /usr/include/nvml.h))
 
 # --- Debian packages ------------------------------------------------------------------------
-TEST_PACKAGES  := gcc g++ clang make libcriterion-dev \
+MPI_PACKAGES   := libopenmpi-dev openmpi-bin
+TEST_PACKAGES  := gcc g++ clang make libcriterion-dev $(MPI_PACKAGES) \
                   pocl-opencl-icd ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-headers \
                   python3 python3-venv cmake pkgconf
 CHECK_PACKAGES := $(TEST_PACKAGES) valgrind
@@ -89,7 +92,8 @@ CHECK_PACKAGES := $(TEST_PACKAGES) valgrind
 
 CU_EXAMPLES := $(if $(NVCC),$(basename $(notdir $(wildcard examples/*.cu))))
 
-all: $(addprefix $(BUILD)/rel/examples/,$(EXAMPLES) $(CU_EXAMPLES)) $(addprefix $(BUILD)/rel/tools/,$(TOOLS))
+all: $(addprefix $(BUILD)/rel/examples/,$(EXAMPLES) $(CU_EXAMPLES) $(if $(MPI_EXAMPLES_BUILD),$(MPI_EXAMPLES))) \
+     $(addprefix $(BUILD)/rel/tools/,$(TOOLS))
 
 # .cu examples link the implementation compiled once as C (gpuarr.o), so a kernel edit
 # recompiles only the .cu file
@@ -258,10 +262,71 @@ run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAKE_NVML) $
 	@echo "== gpuarr-info --watch 0.1 --count 2 --json: a JSON line per device per tick (tools/check-watch-json.py)"
 	@$(PYTHON) tools/check-watch-json.py $(BUILD)/rel/tools/gpuarr-info
 	@$(if $(FAKE_CUDA),echo "== the same on the fake driver with the fake NVML" && $(FAKE_ENV) $(PYTHON) tools/check-watch-json.py $(BUILD)/rel/tools/gpuarr-info)
+	@$(MAKE) --no-print-directory mpi-examples
 	@echo "== GPUARR_TRACE on examples/quickstart: tests/python/check_trace.py validates the file"
 	@mkdir -p $(BUILD)/logs && GPUARR_TRACE=$(abspath $(BUILD))/logs/quickstart-trace.json $(BUILD)/rel/examples/quickstart >/dev/null
 	@$(PYTHON) tests/python/check_trace.py $(BUILD)/logs/quickstart-trace.json --expect alloc --expect free
 	@echo "make test: all suites passed on: $(TEST_DEVICES), opencl:0 as a discrete device, two PoCL devices, the fake CUDA driver, and CUDA where present"
+
+# --- MPI (issue 19) --------------------------------------------------------------------------
+# gpuarr-info is built by mpicc with GPUARR_MPI where mpicc is found (its --mpi; MPI_Init only
+# then), by $(CC) without it elsewhere; a stamp rebuilds it when that changes. The MPI examples
+# (examples/mpi_heat.c: its own implementation unit, an OpenCL kernel) need mpicc and CL/cl.h.
+# mpi-examples runs them under mpirun with each rank on the host or one of PoCL's two devices.
+MPICC  := $(shell command -v mpicc 2>/dev/null)
+MPIRUN := mpirun --oversubscribe $(shell [ "$$(id -u)" = 0 ] && echo --allow-run-as-root)
+MPI_EXAMPLES_BUILD := $(and $(MPICC),$(HAVE_CL_H))
+MPI_STAMP := $(BUILD)/rel/mpi-$(if $(MPICC),yes,no).stamp
+$(MPI_STAMP):
+	@mkdir -p $(@D) && rm -f $(BUILD)/rel/mpi-*.stamp && touch $@
+$(BUILD)/rel/tools/gpuarr-info: tools/gpuarr-info.c $(HEADERS) $(MPI_STAMP)
+	@mkdir -p $(@D)
+	$(if $(MPICC),$(MPICC) -DGPUARR_MPI,$(CC)) $(CFLAGS_REL) -I. $< -o $@ $(LIBS)
+# -ffp-contract=off: the host stencil rounds as the OpenCL kernel does (no fused multiply-add)
+$(BUILD)/rel/examples/mpi_heat: examples/mpi_heat.c $(HEADERS)
+	@mkdir -p $(@D)
+	$(MPICC) $(CFLAGS_REL) -ffp-contract=off -I. $< -o $@ -lOpenCL $(LIBS)
+
+# Each run: rank r on the (r mod 3)-th of host, opencl:0, opencl:1 (or as named), the field bit
+# for bit equal to the one-rank run on the host, and the ranks on the devices asked for.
+# $(1) ranks, $(2) --device list, $(3) environment, $(4) more arguments
+define mpi_heat_run
+	@echo "== mpirun -np $(1) examples/mpi_heat --device $(2) $(4)$(if $(3), ($(firstword $(3)) ...))"
+	@$(3) timeout 300 $(MPIRUN) -np $(1) $(BUILD)/rel/examples/mpi_heat --device $(2) $(4) > $(BUILD)/logs/mpi-heat.log 2>&1 && \
+	  grep -q ": identical$$" $(BUILD)/logs/mpi-heat.log && \
+	  awk -v specs="$(2)" -v n=$(1) 'BEGIN { k = split(specs, s, ",") } /^rank [0-9]+: rows / { seen++; if ($$NF != s[$$2 % k + 1]) bad = 1 } \
+	    END { exit bad || seen != n }' $(BUILD)/logs/mpi-heat.log || { cat $(BUILD)/logs/mpi-heat.log; exit 1; }
+endef
+comma := ,
+
+.PHONY: mpi-examples
+mpi-examples: $(if $(MPI_EXAMPLES_BUILD),$(BUILD)/rel/examples/mpi_heat) $(BUILD)/rel/tools/gpuarr-info $(FAKE_CUDA)
+ifeq ($(MPI_EXAMPLES_BUILD),)
+	@echo "== mpi-examples skipped: $(if $(MPICC),no CL/cl.h,no mpicc) (Debian: $(MPI_PACKAGES) ocl-icd-opencl-dev; make test installs them)"
+else
+	@mkdir -p $(BUILD)/logs
+	$(call mpi_heat_run,1,opencl:0)
+	$(call mpi_heat_run,2,host$(comma)opencl:0)
+	$(call mpi_heat_run,3,host$(comma)opencl:0$(comma)opencl:1)
+	$(call mpi_heat_run,4,host$(comma)opencl:0$(comma)opencl:1)
+	$(call mpi_heat_run,4,opencl:1$(comma)opencl:0,GPUARR_OPENCL_UNIFIED=off,--nx 37 --ny 23 --steps 40)
+	$(if $(FAKE_CUDA),$(call mpi_heat_run,3,cuda:0$(comma)opencl:0$(comma)cuda:1,$(FAKE_ENV),--steps 30))
+	@echo "== examples/mpi_heat refuses a grid with fewer rows than ranks (exit status 2)"
+	@timeout 60 $(MPIRUN) -np 4 $(BUILD)/rel/examples/mpi_heat --ny 3 >/dev/null 2>&1; [ $$? = 2 ]
+	@echo "== mpirun -np 4 gpuarr-info --mpi: a row per rank, gpuarr_mpi_device's pick local rank mod 2 of PoCL's two devices"
+	@timeout 120 $(MPIRUN) -np 4 $(BUILD)/rel/tools/gpuarr-info --mpi > $(BUILD)/logs/info-mpi.txt 2>&1 && \
+	  [ $$(grep -cE "^[0-9]+ " $(BUILD)/logs/info-mpi.txt) = 4 ] && \
+	  for r in 0 1 2 3; do grep -qE "^$$r +[^ ]+ +$$r OMPI_COMM_WORLD_LOCAL_RANK=$$r +opencl:$$((r % 2)) +host,opencl:0,opencl:1$$" $(BUILD)/logs/info-mpi.txt || exit 1; done || \
+	  { cat $(BUILD)/logs/info-mpi.txt; exit 1; }
+	@timeout 120 $(MPIRUN) -np 4 $(BUILD)/rel/tools/gpuarr-info --mpi --json > $(BUILD)/logs/info-mpi.json && \
+	  $(PYTHON) -c 'import json, sys; r = json.load(open(sys.argv[1]))["ranks"]; assert [x["rank"] for x in r] == [0, 1, 2, 3], r; assert all(x["error"] is None and x["device"] == "opencl:%d" % (x["local_rank"] % 2) for x in r), r' $(BUILD)/logs/info-mpi.json
+endif
+	@echo "== gpuarr-info --mpi without MPI in the build: says so, exit status 2"
+	@$(MAKE) --no-print-directory $(BUILD)/rel/tools/gpuarr-info-nompi >/dev/null
+	@$(BUILD)/rel/tools/gpuarr-info-nompi --mpi 2>&1 | grep -q "built without MPI" && { $(BUILD)/rel/tools/gpuarr-info-nompi --mpi 2>/dev/null; [ $$? = 2 ]; }
+$(BUILD)/rel/tools/gpuarr-info-nompi: tools/gpuarr-info.c $(HEADERS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_REL) -I. $< -o $@ $(LIBS)
 
 # DLPack against NumPy (tests/python/test_numpy.py, examples/numpy_interop.py): libgpuarr.so
 # loaded with ctypes by Debian's Python, in a virtual environment under build/ with NumPy >= 2.1
@@ -514,11 +579,19 @@ run-tsan: $(addprefix $(BUILD)/tsan/tests/,$(THREADED_TESTS)) $(FAKE_CUDA) $(FAK
 
 # Definite leaks only: an indirect leak hangs off a definite one, which is reported (or, for the
 # few of PoCL's own in tools/valgrind.supp, suppressed together with what hangs off them).
-run-valgrind: $(addprefix $(BUILD)/rel/examples/,$(EXAMPLES)) $(BUILD)/rel/tools/gpuarr-info
+# examples/mpi_heat: each of 2 ranks (host, opencl:0) under valgrind, with tools/valgrind-openmpi.supp
+# for Open MPI's own reports (stacks through MPI_Init, MPI_Finalize and PMIx's thread).
+run-valgrind: $(addprefix $(BUILD)/rel/examples/,$(EXAMPLES) $(if $(MPI_EXAMPLES_BUILD),$(MPI_EXAMPLES))) $(BUILD)/rel/tools/gpuarr-info
 	@set -e; for e in $(EXAMPLES); do \
 	  echo "== valgrind: examples/$$e"; \
 	  valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite --show-possibly-lost=no --suppressions=tools/valgrind.supp \
 	    $(BUILD)/rel/examples/$$e >/dev/null; done
+ifneq ($(MPI_EXAMPLES_BUILD),)
+	@echo "== valgrind: examples/mpi_heat, mpirun -np 2, a rank on the host and one on opencl:0"
+	@timeout 600 $(MPIRUN) -np 2 valgrind -q --error-exitcode=1 --num-callers=40 --leak-check=full --errors-for-leak-kinds=definite \
+	  --show-possibly-lost=no --suppressions=tools/valgrind.supp --suppressions=tools/valgrind-openmpi.supp \
+	  $(BUILD)/rel/examples/mpi_heat --device host,opencl:0 --steps 10 >/dev/null
+endif
 	@echo "== valgrind: tools/gpuarr-info"
 	@valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite --show-possibly-lost=no --suppressions=tools/valgrind.supp \
 	  $(BUILD)/rel/tools/gpuarr-info >/dev/null
