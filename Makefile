@@ -77,9 +77,10 @@ CUDA_H    := $(firstword $(wildcard $(CUDA_HOME)/include/cuda.h))
 NVML_H    ?= $(firstword $(wildcard $(CUDA_HOME)/include/nvml.h /usr/include/nvml.h))
 
 # --- Debian packages ------------------------------------------------------------------------
+MPI_PACKAGES   := libopenmpi-dev openmpi-bin
 TEST_PACKAGES  := gcc g++ clang make libcriterion-dev \
                   pocl-opencl-icd ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-headers \
-                  python3 python3-venv cmake pkgconf
+                  python3 python3-venv cmake pkgconf $(MPI_PACKAGES)
 CHECK_PACKAGES := $(TEST_PACKAGES) valgrind
 
 .PHONY: all demo test check bench install clean deps-test deps-check info compile-tests \
@@ -258,7 +259,8 @@ run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAKE_NVML) $
 	@echo "== GPUARR_TRACE on examples/quickstart: tests/python/check_trace.py validates the file"
 	@mkdir -p $(BUILD)/logs && GPUARR_TRACE=$(abspath $(BUILD))/logs/quickstart-trace.json $(BUILD)/rel/examples/quickstart >/dev/null
 	@$(PYTHON) tests/python/check_trace.py $(BUILD)/logs/quickstart-trace.json --expect alloc --expect free
-	@echo "make test: all suites passed on: $(TEST_DEVICES), opencl:0 as a discrete device, two PoCL devices, the fake CUDA driver, and CUDA where present"
+	@$(MAKE) --no-print-directory mpi-tests
+	@echo "make test: all suites passed on: $(TEST_DEVICES), opencl:0 as a discrete device, two PoCL devices, the fake CUDA driver, CUDA where present, and 4 MPI ranks"
 
 # DLPack against NumPy (tests/python/test_numpy.py, examples/numpy_interop.py): libgpuarr.so
 # loaded with ctypes by Debian's Python, in a virtual environment under build/ with NumPy >= 2.1
@@ -597,6 +599,39 @@ soak: $(BUILD)/fuzz-replay/soak
 # the soak's slice in make check
 soak-slice:
 	@$(MAKE) --no-print-directory soak SOAK_MINUTES=2
+
+# --- MPI (issue 19; the manual's MPI section) ------------------------------------------------
+# tests/mpi/test_mpi.c runs under mpirun, 4 ranks on 2 CPUs (--oversubscribe; --allow-run-as-root
+# when root), each on its own device (host, opencl:0, opencl:1, opencl:0 discrete), the whole job
+# bounded by MPI_TEST_TIMEOUT seconds; every rank must print its "0 failed" status line. The flags
+# come from Open MPI's wrapper (mpicc --showme), the compiler stays $(CC).
+MPI_CFLAGS = $(shell mpicc --showme:compile 2>/dev/null)
+MPI_LIBS = $(shell mpicc --showme:link 2>/dev/null)
+MPI_RANKS ?= 4
+MPIRUN = mpirun -np $(MPI_RANKS) --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-as-root)
+MPI_TEST_TIMEOUT ?= 300
+.PHONY: mpi-tests mpi-tests-asan bench-mpi
+$(BUILD)/rel/tests/mpi/test_mpi: tests/mpi/test_mpi.c $(HEADERS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_REL) $(MPI_CFLAGS) -I. $< -o $@ $(MPI_LIBS) $(LIBS)
+$(BUILD)/asan/tests/mpi/test_mpi: tests/mpi/test_mpi.c $(HEADERS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ASAN) $(MPI_CFLAGS) -I. $< -o $@ $(MPI_LIBS) $(LIBS)
+# $(1) flavour, $(2) environment
+define run_mpi_test
+	@mkdir -p $(BUILD)/logs
+	@echo "== $(1): tests/mpi/test_mpi under $(MPIRUN) (ranks on host, opencl:0, opencl:1, opencl:0 discrete)"
+	@$(2) timeout $(MPI_TEST_TIMEOUT) $(MPIRUN) $(BUILD)/$(1)/tests/mpi/test_mpi >$(BUILD)/logs/$(1)-mpi.log 2>&1 || \
+	  { cat $(BUILD)/logs/$(1)-mpi.log; echo "mpi-tests ($(1)): failed or timed out ($(MPI_TEST_TIMEOUT) s)"; exit 1; }
+	@grep "checks, \|ended in" $(BUILD)/logs/$(1)-mpi.log
+	@test "$$(grep -c 'checks, 0 failed' $(BUILD)/logs/$(1)-mpi.log)" = $(MPI_RANKS) || \
+	  { cat $(BUILD)/logs/$(1)-mpi.log; echo "mpi-tests ($(1)): not every rank reported success"; exit 1; }
+	@if grep -qE $(SANITIZER_REPORT) $(BUILD)/logs/$(1)-mpi.log; then cat $(BUILD)/logs/$(1)-mpi.log; echo "$(1): sanitizer report in test_mpi"; exit 1; fi
+endef
+mpi-tests: $(BUILD)/rel/tests/mpi/test_mpi
+	$(call run_mpi_test,rel,)
+mpi-tests-asan: $(BUILD)/asan/tests/mpi/test_mpi
+	$(call run_mpi_test,asan,ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1)
 
 # --- benchmarks -----------------------------------------------------------------------------
 bench: $(BUILD)/rel/tools/gpuarr-bench

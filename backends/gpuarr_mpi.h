@@ -77,6 +77,16 @@ static struct {
 /* The call's name back in the thread's error state before failing under it. */
 #define GPUARR__MPI_FAIL(fn, ...) (gpuarr__tls.api = (fn), gpuarr__fail(__VA_ARGS__))
 
+/* The name errors of the state machine are made under: left out of their messages. */
+static const char gpuarr__mpi_inside[] = "gpuarr_mpi";
+/* A gpuarr call inside a transfer's step: its name stays on its own error only. */
+#define GPUARR__MPI_INNER(expr)                                                                \
+    do {                                                                                       \
+        gpuarr_result gpuarr__ri = (expr);                                                     \
+        gpuarr__tls.api = gpuarr__mpi_inside;                                                  \
+        if (gpuarr__ri != GPUARR_OK) return gpuarr__ri;                                        \
+    } while (0)
+
 /* An error a gpuarr call inside made, given the MPI call's name: "api: inner: reason". */
 static gpuarr_result gpuarr__mpi_rename(const char *api, gpuarr_result r) {
     char detail[sizeof gpuarr__tls.error_detail];
@@ -244,10 +254,12 @@ static void gpuarr__mpi_req_cancel(gpuarr__mpi_req *q) {
     }
 }
 
-/* Ends q with the error now in the thread's state, prefixed with what q was. */
+/* Ends q with the error now in the thread's state, prefixed with what q was; an error of a
+   gpuarr call inside keeps that call's name. */
 static void gpuarr__mpi_req_error(gpuarr__mpi_req *q, gpuarr_result r) {
+    const char *why = gpuarr__tls.error_api == gpuarr__mpi_inside ? gpuarr__tls.error_detail : gpuarr_last_error();
     snprintf(q->error, sizeof q->error, "the %s %s rank %d (tag %d): %s", q->is_send ? "send" : "receive",
-             q->is_send ? "to" : "from", q->peer, q->tag, gpuarr_last_error());
+             q->is_send ? "to" : "from", q->peer, q->tag, why);
     q->result = r;
     q->finished = true;
     gpuarr__mpi_req_cancel(q);
@@ -263,13 +275,13 @@ static int64_t gpuarr__mpi_chunk_len(const gpuarr__mpi_req *q, int64_t k) {
 static gpuarr_result gpuarr__mpi_staging(gpuarr__mpi_req *q, gpuarr_device where) {
     int64_t n = q->count < q->chunk_elems ? q->count : q->chunk_elems;
     int64_t bytes = n * (int64_t)q->wsize;
-    GPUARR__CHECK(gpuarr_stream_create(where, 0, &q->stream));
+    GPUARR__MPI_INNER(gpuarr_stream_create(where, 0, &q->stream));
     for (int i = 0; i < 2 && i < q->nchunks; i++) {
-        GPUARR__CHECK(gpuarr_empty_pinned(where, GPUARR_U8, 1, &bytes, &q->buf[i]));
+        GPUARR__MPI_INNER(gpuarr_empty_pinned(where, GPUARR_U8, 1, &bytes, &q->buf[i]));
         void *p = NULL;
-        GPUARR__CHECK(gpuarr_host_data(q->buf[i], &p));
+        GPUARR__MPI_INNER(gpuarr_host_data(q->buf[i], &p));
         q->bufp[i] = (unsigned char *)p;
-        GPUARR__CHECK(gpuarr_event_create(where, 0, &q->ev[i]));
+        GPUARR__MPI_INNER(gpuarr_event_create(where, 0, &q->ev[i]));
     }
     return GPUARR_OK;
 }
@@ -351,8 +363,8 @@ static gpuarr_result gpuarr__mpi_step_send(gpuarr__mpi_req *q, bool *moved) {
     while (q->next_copy < q->nchunks && q->next_copy < q->next_done + 2) { /* the buffer is free */
         int64_t k = q->next_copy, n = gpuarr__mpi_chunk_len(q, k);
         if (!q->direct) {
-            GPUARR__CHECK(gpuarr_read_async(q->a, q->first + k * q->chunk_elems, n, q->wire, q->bufp[k % 2], q->stream));
-            GPUARR__CHECK(gpuarr_event_record(q->ev[k % 2], q->stream));
+            GPUARR__MPI_INNER(gpuarr_read_async(q->a, q->first + k * q->chunk_elems, n, q->wire, q->bufp[k % 2], q->stream));
+            GPUARR__MPI_INNER(gpuarr_event_record(q->ev[k % 2], q->stream));
         }
         q->next_copy++;
         *moved = true;
@@ -360,7 +372,7 @@ static gpuarr_result gpuarr__mpi_step_send(gpuarr__mpi_req *q, bool *moved) {
     while (q->next_post < q->next_copy) {
         int64_t k = q->next_post;
         bool ready = true;
-        if (!q->direct) GPUARR__CHECK(gpuarr_event_query(q->ev[k % 2], &ready));
+        if (!q->direct) GPUARR__MPI_INNER(gpuarr_event_query(q->ev[k % 2], &ready));
         if (!ready) break;
         int rc = MPI_Isend(gpuarr__mpi_chunk_ptr(q, k), (int)((size_t)gpuarr__mpi_chunk_len(q, k) * q->wsize), MPI_BYTE,
                            q->peer, q->tag, q->comm, &q->mreq[k % 2]);
@@ -401,15 +413,15 @@ static gpuarr_result gpuarr__mpi_step_recv(gpuarr__mpi_req *q, bool *moved) {
             return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "chunk %lld from rank %d holds %d bytes, expected %zu",
                                 (long long)k, q->src, bytes, (size_t)n * q->wsize);
         if (!q->direct && !q->drain) {
-            GPUARR__CHECK(gpuarr_write_async(q->a, q->first + k * q->chunk_elems, n, q->wire, q->bufp[k % 2], q->stream));
-            GPUARR__CHECK(gpuarr_event_record(q->ev[k % 2], q->stream));
+            GPUARR__MPI_INNER(gpuarr_write_async(q->a, q->first + k * q->chunk_elems, n, q->wire, q->bufp[k % 2], q->stream));
+            GPUARR__MPI_INNER(gpuarr_event_record(q->ev[k % 2], q->stream));
         }
         q->next_copy++;
         *moved = true;
     }
     while (q->next_done < q->next_copy) {
         bool ready = true;
-        if (!q->direct && !q->drain) GPUARR__CHECK(gpuarr_event_query(q->ev[q->next_done % 2], &ready));
+        if (!q->direct && !q->drain) GPUARR__MPI_INNER(gpuarr_event_query(q->ev[q->next_done % 2], &ready));
         if (!ready) break;
         q->next_done++;
         *moved = true;
@@ -457,6 +469,7 @@ static bool gpuarr__mpi_progress(void) {
         if (!q->used || q->finished) continue;
         gpuarr__mpi_eh eh;
         gpuarr__mpi_eh_enter(&eh, q->comm);
+        gpuarr__tls.api = gpuarr__mpi_inside;
         gpuarr_result r = gpuarr__mpi_step(q, &moved);
         if (r != GPUARR_OK) gpuarr__mpi_req_error(q, r);
         gpuarr__mpi_eh_leave(&eh);
