@@ -505,6 +505,7 @@ run-asan: $(addprefix $(BUILD)/asan/tests/,$(TESTS)) $(FAKE_CUDA) $(FAKE_NVML) $
 	@$(if $(FAKE_CUDA),$(FAKE_ENV)) ASAN_OPTIONS=detect_leaks=1:use_sigaltstack=0 UBSAN_OPTIONS=print_stacktrace=1 \
 	  $(BUILD)/asan/plugin/plugin_driver $(BUILD)/asan/plugin/libgpuarr-plugin.so >$(BUILD)/logs/asan-plugin.log 2>&1 || { cat $(BUILD)/logs/asan-plugin.log; exit 1; }
 	@if grep -qE $(SANITIZER_REPORT) $(BUILD)/logs/asan-plugin.log; then cat $(BUILD)/logs/asan-plugin.log; echo "asan: sanitizer report in the plugin test"; exit 1; fi
+	@$(MAKE) --no-print-directory mpi-tests-asan
 
 run-tsan: $(addprefix $(BUILD)/tsan/tests/,$(THREADED_TESTS)) $(FAKE_CUDA) $(FAKE_NVML)
 	$(call run_sanitized,tsan,$(THREADED_TESTS),GPUARR_STRESS_OPS=100000 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tools/tsan.supp",1,$(TEST_DEVICES))
@@ -619,7 +620,6 @@ $(BUILD)/asan/tests/mpi/test_mpi: tests/mpi/test_mpi.c $(HEADERS)
 	$(CC) $(CFLAGS_ASAN) $(MPI_CFLAGS) -I. $< -o $@ $(MPI_LIBS) $(LIBS)
 # $(1) flavour, $(2) environment
 define run_mpi_test
-	@mkdir -p $(BUILD)/logs
 	@echo "== $(1): tests/mpi/test_mpi under $(MPIRUN) (ranks on host, opencl:0, opencl:1, opencl:0 discrete)"
 	@$(2) timeout $(MPI_TEST_TIMEOUT) $(MPIRUN) $(BUILD)/$(1)/tests/mpi/test_mpi >$(BUILD)/logs/$(1)-mpi.log 2>&1 || \
 	  { cat $(BUILD)/logs/$(1)-mpi.log; echo "mpi-tests ($(1)): failed or timed out ($(MPI_TEST_TIMEOUT) s)"; exit 1; }
@@ -628,10 +628,24 @@ define run_mpi_test
 	  { cat $(BUILD)/logs/$(1)-mpi.log; echo "mpi-tests ($(1)): not every rank reported success"; exit 1; }
 	@if grep -qE $(SANITIZER_REPORT) $(BUILD)/logs/$(1)-mpi.log; then cat $(BUILD)/logs/$(1)-mpi.log; echo "$(1): sanitizer report in test_mpi"; exit 1; fi
 endef
-mpi-tests: $(BUILD)/rel/tests/mpi/test_mpi
+# tests/mpi/cuda_aware_build.c: the CUDA-aware branch compiled and linked (not run) against this
+# MPI, which is not CUDA-aware; and GPUARR_MPI without <mpi.h> must stop at the header's #error.
+$(BUILD)/rel/tests/mpi/cuda_aware_build: tests/mpi/cuda_aware_build.c $(HEADERS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_REL) -DMPIX_CUDA_AWARE_SUPPORT=1 -DGPUARR__MPI_NO_EXT $(MPI_CFLAGS) -I. $< -o $@ $(MPI_LIBS) $(LIBS)
+mpi-tests: $(BUILD)/rel/tests/mpi/test_mpi $(BUILD)/rel/tests/mpi/cuda_aware_build
+	@mkdir -p $(BUILD)/logs
+	@echo "== GPUARR_MPI defined without <mpi.h>: the header's #error"
+	@printf '#define GPUARR_MPI\n#include "gpuarr.h"\n' | { ! $(CC) -std=c11 -fsyntax-only -I. -x c - 2>$(BUILD)/logs/mpi-no-header.log; } && \
+	  grep -q 'include <mpi.h> before gpuarr.h' $(BUILD)/logs/mpi-no-header.log
 	$(call run_mpi_test,rel,)
+# Under ASan: Open MPI's own leaks from MPI_Init are suppressed (tools/lsan-openmpi.supp, which
+# needs full stacks and Open MPI's components kept loaded), gpuarr's are reported.
+MPI_ASAN_ENV := OMPI_MCA_mca_base_component_disable_dlclose=1 ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0 \
+  LSAN_OPTIONS=suppressions=$(CURDIR)/tools/lsan-openmpi.supp UBSAN_OPTIONS=print_stacktrace=1
 mpi-tests-asan: $(BUILD)/asan/tests/mpi/test_mpi
-	$(call run_mpi_test,asan,ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1)
+	@mkdir -p $(BUILD)/logs
+	$(call run_mpi_test,asan,$(MPI_ASAN_ENV))
 
 # --- benchmarks -----------------------------------------------------------------------------
 bench: $(BUILD)/rel/tools/gpuarr-bench

@@ -258,7 +258,7 @@ static void gpuarr__mpi_req_cancel(gpuarr__mpi_req *q) {
    gpuarr call inside keeps that call's name. */
 static void gpuarr__mpi_req_error(gpuarr__mpi_req *q, gpuarr_result r) {
     const char *why = gpuarr__tls.error_api == gpuarr__mpi_inside ? gpuarr__tls.error_detail : gpuarr_last_error();
-    snprintf(q->error, sizeof q->error, "the %s %s rank %d (tag %d): %s", q->is_send ? "send" : "receive",
+    snprintf(q->error, sizeof q->error, "the %s %s rank %d (tag %d): %.900s", q->is_send ? "send" : "receive",
              q->is_send ? "to" : "from", q->peer, q->tag, why);
     q->result = r;
     q->finished = true;

@@ -109,6 +109,7 @@ static void test_dtype_pairs(void) {
 
 /* Elements [10, 60) of 100 go to [5, 55) of the receiver's 80; count -1 = to the end. */
 static void test_ranges(void) {
+    setenv("GPUARR_MPI_TIMEOUT_MS", "-1", 1); /* forever: accepted */
     gpuarr_array out = make(GPUARR_I32, 100, small_int, 3), in = make(GPUARR_F32, 80, NULL, 0);
     CHECK_OK(gpuarr_mpi_sendrecv(out, 10, 50, right(), 500, in, 5, 50, GPUARR_I32, left(), 500, MPI_COMM_WORLD));
     expect(in, 5, 50, 5 - 10, small_int, 3, "range [10, 60) -> [5, 55)");
@@ -118,6 +119,7 @@ static void test_ranges(void) {
     gpuarr_release(out);
     gpuarr_release(in);
     gpuarr_release(in2);
+    setenv("GPUARR_MPI_TIMEOUT_MS", "60000", 1);
 }
 
 /* A message of many chunks (GPUARR_MPI_CHUNK small), with and without conversion, and two in
@@ -257,6 +259,23 @@ static void test_bad_input(void) {
     CHECK_OK(gpuarr_mpi_sendrecv(a, 0, 10, right(), 9, big, 1, 10, GPUARR_I32, left(), 9, MPI_COMM_WORLD));
     expect(big, 1, 10, 1, small_int, 5, "the message after two refused ones");
     gpuarr_release(big);
+
+    /* plain MPI bytes where a gpuarr message is expected: refused with MPI's words, and the
+       comm's error handler (MPI_ERRORS_ARE_FATAL, MPI's default) was swapped only for the call */
+    char raw[100] = {0};
+    MPI_Request rr;
+    MPI_Isend(raw, 100, MPI_BYTE, right(), 30, MPI_COMM_WORLD, &rr);
+    CHECK(gpuarr_mpi_recv(a, 0, -1, 0, left(), 30, MPI_COMM_WORLD) == GPUARR_ERROR_INVALID_ARGUMENT, "100 plain bytes");
+    CHECK(has(gpuarr_last_error(), "MPI_ERR_TRUNCATE"), "%s", gpuarr_last_error());
+    MPI_Wait(&rr, MPI_STATUS_IGNORE);
+    MPI_Isend(raw, 32, MPI_BYTE, right(), 31, MPI_COMM_WORLD, &rr);
+    CHECK(gpuarr_mpi_recv(a, 0, -1, 0, left(), 31, MPI_COMM_WORLD) == GPUARR_ERROR_INVALID_ARGUMENT, "32 plain bytes");
+    CHECK(has(gpuarr_last_error(), "not a gpuarr_mpi message"), "%s", gpuarr_last_error());
+    MPI_Wait(&rr, MPI_STATUS_IGNORE);
+    MPI_Errhandler eh;
+    MPI_Comm_get_errhandler(MPI_COMM_WORLD, &eh);
+    CHECK(eh == MPI_ERRORS_ARE_FATAL, "MPI_COMM_WORLD's error handler is back to MPI_ERRORS_ARE_FATAL");
+    MPI_Errhandler_free(&eh);
     gpuarr_release(a);
 }
 
