@@ -61,7 +61,7 @@ CFLAGS_TSAN := -std=c11 -O1 -g $(WARN) -fsanitize=thread
 TEST_CFLAGS = -I. -Itests
 
 HEADERS   := gpuarr.h $(wildcard backends/*.h)
-# examples that need MPI are built by mpicc, below (mpi-examples)
+# examples that need MPI are built with its flags, below (mpi-examples)
 MPI_EXAMPLES := mpi_heat
 EXAMPLES  := $(filter-out $(MPI_EXAMPLES),$(basename $(notdir $(wildcard examples/*.c))))
 TESTS     := $(basename $(notdir $(wildcard tests/test_*.c)))
@@ -80,9 +80,9 @@ NVML_H    ?= $(firstword $(wildcard $(CUDA_HOME)/include/nvml.h /usr/include/nvm
 
 # --- Debian packages ------------------------------------------------------------------------
 MPI_PACKAGES   := libopenmpi-dev openmpi-bin
-TEST_PACKAGES  := gcc g++ clang make libcriterion-dev $(MPI_PACKAGES) \
+TEST_PACKAGES  := gcc g++ clang make libcriterion-dev \
                   pocl-opencl-icd ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-headers \
-                  python3 python3-venv cmake pkgconf
+                  python3 python3-venv cmake pkgconf $(MPI_PACKAGES)
 CHECK_PACKAGES := $(TEST_PACKAGES) valgrind
 
 .PHONY: all demo test check bench install clean deps-test deps-check info compile-tests \
@@ -266,33 +266,35 @@ run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAKE_NVML) $
 	@echo "== GPUARR_TRACE on examples/quickstart: tests/python/check_trace.py validates the file"
 	@mkdir -p $(BUILD)/logs && GPUARR_TRACE=$(abspath $(BUILD))/logs/quickstart-trace.json $(BUILD)/rel/examples/quickstart >/dev/null
 	@$(PYTHON) tests/python/check_trace.py $(BUILD)/logs/quickstart-trace.json --expect alloc --expect free
-	@echo "make test: all suites passed on: $(TEST_DEVICES), opencl:0 as a discrete device, two PoCL devices, the fake CUDA driver, and CUDA where present"
+	@$(MAKE) --no-print-directory mpi-tests
+	@echo "make test: all suites passed on: $(TEST_DEVICES), opencl:0 as a discrete device, two PoCL devices, the fake CUDA driver, CUDA where present, and 4 MPI ranks"
 
-# --- MPI (issue 19) --------------------------------------------------------------------------
-# gpuarr-info is built by mpicc with GPUARR_MPI where mpicc is found (its --mpi; MPI_Init only
-# then), by $(CC) without it elsewhere; a stamp rebuilds it when that changes. The MPI examples
-# (examples/mpi_heat.c: its own implementation unit, an OpenCL kernel) need mpicc and CL/cl.h.
-# mpi-examples runs them under mpirun with each rank on the host or one of PoCL's two devices.
+# --- MPI examples and gpuarr-info --mpi (issue 19) ---------------------------------------------
+# gpuarr-info is built with GPUARR_MPI and Open MPI's flags (MPI_CFLAGS, MPI_LIBS below) where
+# mpicc is found (its --mpi; MPI_Init only then), without elsewhere; a stamp rebuilds it when that
+# changes. The MPI examples (examples/mpi_heat.c: its own implementation unit, an OpenCL kernel)
+# need mpicc and CL/cl.h. mpi-examples runs them under mpirun, each rank on the host or one of
+# PoCL's two devices.
 MPICC  := $(shell command -v mpicc 2>/dev/null)
-MPIRUN := mpirun --oversubscribe $(shell [ "$$(id -u)" = 0 ] && echo --allow-run-as-root)
+MPIRUN_NP = mpirun --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-as-root) -np
 MPI_EXAMPLES_BUILD := $(and $(MPICC),$(HAVE_CL_H))
 MPI_STAMP := $(BUILD)/rel/mpi-$(if $(MPICC),yes,no).stamp
 $(MPI_STAMP):
 	@mkdir -p $(@D) && rm -f $(BUILD)/rel/mpi-*.stamp && touch $@
 $(BUILD)/rel/tools/gpuarr-info: tools/gpuarr-info.c $(HEADERS) $(MPI_STAMP)
 	@mkdir -p $(@D)
-	$(if $(MPICC),$(MPICC) -DGPUARR_MPI,$(CC)) $(CFLAGS_REL) -I. $< -o $@ $(LIBS)
+	$(CC) $(CFLAGS_REL) $(if $(MPICC),-DGPUARR_MPI $(MPI_CFLAGS)) -I. $< -o $@ $(if $(MPICC),$(MPI_LIBS)) $(LIBS)
 # -ffp-contract=off: the host stencil rounds as the OpenCL kernel does (no fused multiply-add)
 $(BUILD)/rel/examples/mpi_heat: examples/mpi_heat.c $(HEADERS)
 	@mkdir -p $(@D)
-	$(MPICC) $(CFLAGS_REL) -ffp-contract=off -I. $< -o $@ -lOpenCL $(LIBS)
+	$(CC) $(CFLAGS_REL) -ffp-contract=off $(MPI_CFLAGS) -I. $< -o $@ $(MPI_LIBS) -lOpenCL $(LIBS)
 
 # Each run: rank r on the (r mod 3)-th of host, opencl:0, opencl:1 (or as named), the field bit
 # for bit equal to the one-rank run on the host, and the ranks on the devices asked for.
 # $(1) ranks, $(2) --device list, $(3) environment, $(4) more arguments
 define mpi_heat_run
 	@echo "== mpirun -np $(1) examples/mpi_heat --device $(2) $(4)$(if $(3), ($(firstword $(3)) ...))"
-	@$(3) timeout 300 $(MPIRUN) -np $(1) $(BUILD)/rel/examples/mpi_heat --device $(2) $(4) > $(BUILD)/logs/mpi-heat.log 2>&1 && \
+	@$(3) timeout 300 $(MPIRUN_NP) $(1) $(BUILD)/rel/examples/mpi_heat --device $(2) $(4) > $(BUILD)/logs/mpi-heat.log 2>&1 && \
 	  grep -q ": identical$$" $(BUILD)/logs/mpi-heat.log && \
 	  awk -v specs="$(2)" -v n=$(1) 'BEGIN { k = split(specs, s, ",") } /^rank [0-9]+: rows / { seen++; if ($$NF != s[$$2 % k + 1]) bad = 1 } \
 	    END { exit bad || seen != n }' $(BUILD)/logs/mpi-heat.log || { cat $(BUILD)/logs/mpi-heat.log; exit 1; }
@@ -312,13 +314,13 @@ else
 	$(call mpi_heat_run,4,opencl:1$(comma)opencl:0,GPUARR_OPENCL_UNIFIED=off,--nx 37 --ny 23 --steps 40)
 	$(if $(FAKE_CUDA),$(call mpi_heat_run,3,cuda:0$(comma)opencl:0$(comma)cuda:1,$(FAKE_ENV),--steps 30))
 	@echo "== examples/mpi_heat refuses a grid with fewer rows than ranks (exit status 2)"
-	@timeout 60 $(MPIRUN) -np 4 $(BUILD)/rel/examples/mpi_heat --ny 3 >/dev/null 2>&1; [ $$? = 2 ]
+	@timeout 60 $(MPIRUN_NP) 4 $(BUILD)/rel/examples/mpi_heat --ny 3 >/dev/null 2>&1; [ $$? = 2 ]
 	@echo "== mpirun -np 4 gpuarr-info --mpi: a row per rank, gpuarr_mpi_device's pick local rank mod 2 of PoCL's two devices"
-	@timeout 120 $(MPIRUN) -np 4 $(BUILD)/rel/tools/gpuarr-info --mpi > $(BUILD)/logs/info-mpi.txt 2>&1 && \
+	@timeout 120 $(MPIRUN_NP) 4 $(BUILD)/rel/tools/gpuarr-info --mpi > $(BUILD)/logs/info-mpi.txt 2>&1 && \
 	  [ $$(grep -cE "^[0-9]+ " $(BUILD)/logs/info-mpi.txt) = 4 ] && \
 	  for r in 0 1 2 3; do grep -qE "^$$r +[^ ]+ +$$r OMPI_COMM_WORLD_LOCAL_RANK=$$r +opencl:$$((r % 2)) +host,opencl:0,opencl:1$$" $(BUILD)/logs/info-mpi.txt || exit 1; done || \
 	  { cat $(BUILD)/logs/info-mpi.txt; exit 1; }
-	@timeout 120 $(MPIRUN) -np 4 $(BUILD)/rel/tools/gpuarr-info --mpi --json > $(BUILD)/logs/info-mpi.json && \
+	@timeout 120 $(MPIRUN_NP) 4 $(BUILD)/rel/tools/gpuarr-info --mpi --json > $(BUILD)/logs/info-mpi.json && \
 	  $(PYTHON) -c 'import json, sys; r = json.load(open(sys.argv[1]))["ranks"]; assert [x["rank"] for x in r] == [0, 1, 2, 3], r; assert all(x["error"] is None and x["device"] == "opencl:%d" % (x["local_rank"] % 2) for x in r), r' $(BUILD)/logs/info-mpi.json
 endif
 	@echo "== gpuarr-info --mpi without MPI in the build: says so, exit status 2"
@@ -572,6 +574,7 @@ run-asan: $(addprefix $(BUILD)/asan/tests/,$(TESTS)) $(FAKE_CUDA) $(FAKE_NVML) $
 	@$(if $(FAKE_CUDA),$(FAKE_ENV)) ASAN_OPTIONS=detect_leaks=1:use_sigaltstack=0 UBSAN_OPTIONS=print_stacktrace=1 \
 	  $(BUILD)/asan/plugin/plugin_driver $(BUILD)/asan/plugin/libgpuarr-plugin.so >$(BUILD)/logs/asan-plugin.log 2>&1 || { cat $(BUILD)/logs/asan-plugin.log; exit 1; }
 	@if grep -qE $(SANITIZER_REPORT) $(BUILD)/logs/asan-plugin.log; then cat $(BUILD)/logs/asan-plugin.log; echo "asan: sanitizer report in the plugin test"; exit 1; fi
+	@$(MAKE) --no-print-directory mpi-tests-asan
 
 run-tsan: $(addprefix $(BUILD)/tsan/tests/,$(THREADED_TESTS)) $(FAKE_CUDA) $(FAKE_NVML)
 	$(call run_sanitized,tsan,$(THREADED_TESTS),GPUARR_STRESS_OPS=100000 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tools/tsan.supp",1,$(TEST_DEVICES))
@@ -588,7 +591,7 @@ run-valgrind: $(addprefix $(BUILD)/rel/examples/,$(EXAMPLES) $(if $(MPI_EXAMPLES
 	    $(BUILD)/rel/examples/$$e >/dev/null; done
 ifneq ($(MPI_EXAMPLES_BUILD),)
 	@echo "== valgrind: examples/mpi_heat, mpirun -np 2, a rank on the host and one on opencl:0"
-	@timeout 600 $(MPIRUN) -np 2 valgrind -q --error-exitcode=1 --num-callers=40 --leak-check=full --errors-for-leak-kinds=definite \
+	@timeout 600 $(MPIRUN_NP) 2 valgrind -q --error-exitcode=1 --num-callers=40 --leak-check=full --errors-for-leak-kinds=definite \
 	  --show-possibly-lost=no --suppressions=tools/valgrind.supp --suppressions=tools/valgrind-openmpi.supp \
 	  $(BUILD)/rel/examples/mpi_heat --device host,opencl:0 --steps 10 >/dev/null
 endif
@@ -674,6 +677,52 @@ soak: $(BUILD)/fuzz-replay/soak
 # the soak's slice in make check
 soak-slice:
 	@$(MAKE) --no-print-directory soak SOAK_MINUTES=2
+
+# --- MPI (issue 19; the manual's MPI section) ------------------------------------------------
+# tests/mpi/test_mpi.c runs under mpirun, 4 ranks on 2 CPUs (--oversubscribe; --allow-run-as-root
+# when root), each on its own device (host, opencl:0, opencl:1, opencl:0 discrete), the whole job
+# bounded by MPI_TEST_TIMEOUT seconds; every rank must print its "0 failed" status line. The flags
+# come from Open MPI's wrapper (mpicc --showme), the compiler stays $(CC).
+MPI_CFLAGS = $(shell mpicc --showme:compile 2>/dev/null)
+MPI_LIBS = $(shell mpicc --showme:link 2>/dev/null)
+MPI_RANKS ?= 4
+MPIRUN = mpirun -np $(MPI_RANKS) --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-as-root)
+MPI_TEST_TIMEOUT ?= 300
+.PHONY: mpi-tests mpi-tests-asan bench-mpi
+$(BUILD)/rel/tests/mpi/test_mpi: tests/mpi/test_mpi.c $(HEADERS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_REL) $(MPI_CFLAGS) -I. $< -o $@ $(MPI_LIBS) $(LIBS)
+$(BUILD)/asan/tests/mpi/test_mpi: tests/mpi/test_mpi.c $(HEADERS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ASAN) $(MPI_CFLAGS) -I. $< -o $@ $(MPI_LIBS) $(LIBS)
+# $(1) flavour, $(2) environment
+define run_mpi_test
+	@echo "== $(1): tests/mpi/test_mpi under $(MPIRUN) (ranks on host, opencl:0, opencl:1, opencl:0 discrete)"
+	@$(2) timeout $(MPI_TEST_TIMEOUT) $(MPIRUN) $(BUILD)/$(1)/tests/mpi/test_mpi >$(BUILD)/logs/$(1)-mpi.log 2>&1 || \
+	  { cat $(BUILD)/logs/$(1)-mpi.log; echo "mpi-tests ($(1)): failed or timed out ($(MPI_TEST_TIMEOUT) s)"; exit 1; }
+	@grep "checks, \|ended in" $(BUILD)/logs/$(1)-mpi.log
+	@test "$$(grep -c 'checks, 0 failed' $(BUILD)/logs/$(1)-mpi.log)" = $(MPI_RANKS) || \
+	  { cat $(BUILD)/logs/$(1)-mpi.log; echo "mpi-tests ($(1)): not every rank reported success"; exit 1; }
+	@if grep -qE $(SANITIZER_REPORT) $(BUILD)/logs/$(1)-mpi.log; then cat $(BUILD)/logs/$(1)-mpi.log; echo "$(1): sanitizer report in test_mpi"; exit 1; fi
+endef
+# tests/mpi/cuda_aware_build.c: the CUDA-aware branch compiled and linked (not run) against this
+# MPI, which is not CUDA-aware; and GPUARR_MPI without <mpi.h> must stop at the header's #error.
+$(BUILD)/rel/tests/mpi/cuda_aware_build: tests/mpi/cuda_aware_build.c $(HEADERS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_REL) -DMPIX_CUDA_AWARE_SUPPORT=1 -DGPUARR__MPI_NO_EXT $(MPI_CFLAGS) -I. $< -o $@ $(MPI_LIBS) $(LIBS)
+mpi-tests: $(BUILD)/rel/tests/mpi/test_mpi $(BUILD)/rel/tests/mpi/cuda_aware_build
+	@mkdir -p $(BUILD)/logs
+	@echo "== GPUARR_MPI defined without <mpi.h>: the header's #error"
+	@printf '#define GPUARR_MPI\n#include "gpuarr.h"\n' | { ! $(CC) -std=c11 -fsyntax-only -I. -x c - 2>$(BUILD)/logs/mpi-no-header.log; } && \
+	  grep -q 'include <mpi.h> before gpuarr.h' $(BUILD)/logs/mpi-no-header.log
+	$(call run_mpi_test,rel,)
+# Under ASan: Open MPI's own leaks from MPI_Init are suppressed (tools/lsan-openmpi.supp, which
+# needs full stacks and Open MPI's components kept loaded), gpuarr's are reported.
+MPI_ASAN_ENV := OMPI_MCA_mca_base_component_disable_dlclose=1 ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0 \
+  LSAN_OPTIONS=suppressions=$(CURDIR)/tools/lsan-openmpi.supp UBSAN_OPTIONS=print_stacktrace=1
+mpi-tests-asan: $(BUILD)/asan/tests/mpi/test_mpi
+	@mkdir -p $(BUILD)/logs
+	$(call run_mpi_test,asan,$(MPI_ASAN_ENV))
 
 # --- benchmarks -----------------------------------------------------------------------------
 bench: $(BUILD)/rel/tools/gpuarr-bench

@@ -1982,6 +1982,44 @@ static inline gpuarr_result gpuarr_opencl_wrap_queue(gpuarr_device d, cl_command
 }
 #endif
 
+/* ---------------------------------------------------------------------------------------------
+ * MPI (the manual's MPI section): declared when GPUARR_MPI is defined, <mpi.h> included first.
+ * ------------------------------------------------------------------------------------------- */
+#if defined(GPUARR_MPI) && !defined(GPUARR__MPI_DECLARED)
+#define GPUARR__MPI_DECLARED
+#ifndef MPI_VERSION
+#error "gpuarr: GPUARR_MPI is defined but <mpi.h> is not included: include <mpi.h> before gpuarr.h"
+#endif
+#ifdef __cplusplus
+extern "C" {
+#endif
+typedef struct gpuarr_mpi_request { uint32_t id; } gpuarr_mpi_request; /* 0 = none */
+typedef enum gpuarr_mpi_op { GPUARR_MPI_SUM, GPUARR_MPI_MIN, GPUARR_MPI_MAX, GPUARR_MPI_OP_COUNT } gpuarr_mpi_op;
+/* The device of this rank: "local:R", R its rank among comm's ranks on this node. Collective. */
+GPUARR_API gpuarr_result gpuarr_mpi_device(MPI_Comm comm, gpuarr_device *out);
+/* Elements [first, first + count) of a (count -1 = to the end) to / from rank dest / source.
+   The wire carries the sender's dtype; the receiver names it in `sent` (0 = its own dtype) and
+   casts on the way in. */
+GPUARR_API gpuarr_result gpuarr_mpi_send(gpuarr_array a, int64_t first, int64_t count, int dest, int tag, MPI_Comm comm);
+GPUARR_API gpuarr_result gpuarr_mpi_recv(gpuarr_array a, int64_t first, int64_t count, gpuarr_dtype sent, int source,
+                                         int tag, MPI_Comm comm);
+GPUARR_API gpuarr_result gpuarr_mpi_isend(gpuarr_array a, int64_t first, int64_t count, int dest, int tag, MPI_Comm comm,
+                                          gpuarr_mpi_request *req);
+GPUARR_API gpuarr_result gpuarr_mpi_irecv(gpuarr_array a, int64_t first, int64_t count, gpuarr_dtype sent, int source,
+                                          int tag, MPI_Comm comm, gpuarr_mpi_request *req);
+/* Waits for *req (moving every pending gpuarr MPI transfer of the process on), then sets it to
+   {0}; {0} returns GPUARR_OK at once. */
+GPUARR_API gpuarr_result gpuarr_mpi_wait(gpuarr_mpi_request *req);
+GPUARR_API gpuarr_result gpuarr_mpi_sendrecv(gpuarr_array send, int64_t send_first, int64_t send_count, int dest,
+                                             int send_tag, gpuarr_array recv, int64_t recv_first, int64_t recv_count,
+                                             gpuarr_dtype sent, int source, int recv_tag, MPI_Comm comm);
+/* In place over every rank of comm; every rank passes an array of the same dtype and count. */
+GPUARR_API gpuarr_result gpuarr_mpi_allreduce(gpuarr_array a, gpuarr_mpi_op op, MPI_Comm comm);
+#ifdef __cplusplus
+}
+#endif
+#endif /* GPUARR_MPI */
+
 /* =============================================================================================
  * IMPLEMENTATION
  * ============================================================================================= */
@@ -9386,6 +9424,10 @@ GPUARR_BACKEND_LIST(GPUARR__INTEROP_CALLS)
 /* Transfer models: fitted, persisted, predicted (the manual's TRANSFER MODEL section). */
 #include "backends/gpuarr_transfer_model.h"
 #include "backends/gpuarr_offload.h"
+/* MPI: sends, receives and allreduce of arrays (the manual's MPI section), opt-in. */
+#ifdef GPUARR_MPI
+#include "backends/gpuarr_mpi.h"
+#endif
 
 #endif /* GPUARR_IMPLEMENTATION */
 
