@@ -481,8 +481,13 @@ $(BUILD)/matrix/static-api: tests/compile/static_api.c $(HEADERS)
 
 # Every ```c block of README.md compiles (programs also link and run): tools/readme-blocks.sh
 # says how a block is taken.
-readme-blocks: $(BUILD)/rel/gpuarr.o
-	@CC="$(CC)" LIBS="$(LIBS)" tools/readme-blocks.sh README.md $(BUILD)/readme $(BUILD)/rel/gpuarr.o
+# Blocks with <mpi.h> link the implementation built with GPUARR_MPI and run on 2 ranks.
+readme-blocks: $(BUILD)/rel/gpuarr.o $(if $(MPICC),$(BUILD)/rel/gpuarr-mpi.o)
+	@CC="$(CC)" LIBS="$(LIBS)" $(if $(MPICC),MPI_CFLAGS="$(MPI_CFLAGS)" MPI_LIBS="$(MPI_LIBS)" MPI_IMPL=$(BUILD)/rel/gpuarr-mpi.o MPIRUN="$(MPIRUN_NP)") \
+	  tools/readme-blocks.sh README.md $(BUILD)/readme $(BUILD)/rel/gpuarr.o
+$(BUILD)/rel/gpuarr-mpi.o: gpuarr.c $(HEADERS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_REL) -DGPUARR_MPI $(MPI_CFLAGS) -include mpi.h -I. -c $< -o $@
 
 # `make install` into a scratch DESTDIR (PREFIX=/usr), and programs built against that alone: one
 # with only its include directory, then tests/install/check.sh (pkg-config, CMake, libgpuarr
