@@ -289,14 +289,15 @@ $(BUILD)/rel/examples/mpi_heat: examples/mpi_heat.c $(HEADERS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_REL) -ffp-contract=off $(MPI_CFLAGS) -I. $< -o $@ $(MPI_LIBS) -lOpenCL $(LIBS)
 
-# Each run: rank r on the (r mod 3)-th of host, opencl:0, opencl:1 (or as named), the field bit
-# for bit equal to the one-rank run on the host, and the ranks on the devices asked for.
-# $(1) ranks, $(2) --device list, $(3) environment, $(4) more arguments
+# Each run: rank r on the (r mod count)-th device of the --device list, the field bit for bit
+# equal to the one-rank run on the host, and every rank on the device it should be on.
+# $(1) ranks, $(2) --device list (empty: gpuarr_mpi_device's choice, expected $(5)),
+# $(3) environment, $(4) more arguments
 define mpi_heat_run
-	@echo "== mpirun -np $(1) examples/mpi_heat --device $(2) $(4)$(if $(3), ($(firstword $(3)) ...))"
-	@$(3) timeout 300 $(MPIRUN_NP) $(1) $(BUILD)/rel/examples/mpi_heat --device $(2) $(4) > $(BUILD)/logs/mpi-heat.log 2>&1 && \
+	@echo "== mpirun -np $(1) examples/mpi_heat $(if $(2),--device $(2),(gpuarr_mpi_device's choice)) $(4)$(if $(3), ($(firstword $(3)) ...))"
+	@$(3) timeout 300 $(MPIRUN_NP) $(1) $(BUILD)/rel/examples/mpi_heat $(if $(2),--device $(2)) $(4) > $(BUILD)/logs/mpi-heat.log 2>&1 && \
 	  grep -q ": identical$$" $(BUILD)/logs/mpi-heat.log && \
-	  awk -v specs="$(2)" -v n=$(1) 'BEGIN { k = split(specs, s, ",") } /^rank [0-9]+: rows / { seen++; if ($$NF != s[$$2 % k + 1]) bad = 1 } \
+	  awk -v specs="$(or $(2),$(5))" -v n=$(1) 'BEGIN { k = split(specs, s, ",") } /^rank [0-9]+: rows / { seen++; if ($$NF != s[$$2 % k + 1]) bad = 1 } \
 	    END { exit bad || seen != n }' $(BUILD)/logs/mpi-heat.log || { cat $(BUILD)/logs/mpi-heat.log; exit 1; }
 endef
 comma := ,
@@ -313,6 +314,7 @@ else
 	$(call mpi_heat_run,4,host$(comma)opencl:0$(comma)opencl:1)
 	$(call mpi_heat_run,4,opencl:1$(comma)opencl:0,GPUARR_OPENCL_UNIFIED=off,--nx 37 --ny 23 --steps 40)
 	$(if $(FAKE_CUDA),$(call mpi_heat_run,3,cuda:0$(comma)opencl:0$(comma)cuda:1,$(FAKE_ENV),--steps 30))
+	$(call mpi_heat_run,4,,,--nx 16 --ny 9,opencl:0$(comma)opencl:1)
 	@echo "== examples/mpi_heat refuses a grid with fewer rows than ranks (exit status 2)"
 	@timeout 60 $(MPIRUN_NP) 4 $(BUILD)/rel/examples/mpi_heat --ny 3 >/dev/null 2>&1; [ $$? = 2 ]
 	@echo "== mpirun -np 4 gpuarr-info --mpi: a row per rank, gpuarr_mpi_device's pick local rank mod 2 of PoCL's two devices"
