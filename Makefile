@@ -77,6 +77,8 @@ NVCC      := $(firstword $(wildcard $(CUDA_HOME)/bin/nvcc) $(shell command -v nv
 HAVE_CL_H := $(wildcard /usr/include/CL/cl.h)
 CUDA_H    := $(firstword $(wildcard $(CUDA_HOME)/include/cuda.h))
 NVML_H    ?= $(firstword $(wildcard $(CUDA_HOME)/include/nvml.h /usr/include/nvml.h))
+MPICC     := $(shell command -v mpicc 2>/dev/null)
+MPI_EXAMPLES_BUILD := $(and $(MPICC),$(HAVE_CL_H))
 
 # --- Debian packages ------------------------------------------------------------------------
 MPI_PACKAGES   := libopenmpi-dev openmpi-bin
@@ -275,9 +277,7 @@ run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAKE_NVML) $
 # changes. The MPI examples (examples/mpi_heat.c: its own implementation unit, an OpenCL kernel)
 # need mpicc and CL/cl.h. mpi-examples runs them under mpirun, each rank on the host or one of
 # PoCL's two devices.
-MPICC  := $(shell command -v mpicc 2>/dev/null)
 MPIRUN_NP = mpirun --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-as-root) -np
-MPI_EXAMPLES_BUILD := $(and $(MPICC),$(HAVE_CL_H))
 MPI_STAMP := $(BUILD)/rel/mpi-$(if $(MPICC),yes,no).stamp
 $(MPI_STAMP):
 	@mkdir -p $(@D) && rm -f $(BUILD)/rel/mpi-*.stamp && touch $@
