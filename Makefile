@@ -7,7 +7,9 @@
 #                 implementation at -O3 and with -flto, GPUARR_STATIC, the README's code, an
 #                 installed copy used through pkg-config, CMake and libgpuarr, then uninstalled),
 #                 the DLPack tests against NumPy through ctypes (a venv under build/ with NumPy
-#                 from PyPI), and bench-smoke (gpuarr-bench --host-isa and --csv, checked)
+#                 from PyPI), bench-smoke (gpuarr-bench --host-isa and --csv, checked), and under
+#                 mpirun the MPI tests (mpi-tests), examples/mpi_heat and gpuarr-info --mpi
+#                 (mpi-examples)
 #   make check    the suite under ASan+UBSan, the threaded tests under TSan, valgrind on the
 #                 examples, a slice of the fault matrix, the fuzz corpus replayed (fuzz-replay)
 #                 and 2 minutes of the soak (soak-slice; its seed is printed, a failing input
