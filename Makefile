@@ -261,6 +261,8 @@ run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAKE_NVML) $
 	  grep -q "^task widen on host: t = " $(BUILD)/logs/models.txt && \
 	  { ! $(BUILD)/rel/tools/gpuarr-info | grep -q "^opencl:0 " || grep -q "^host -> opencl:0 .*latency" $(BUILD)/logs/models.txt; } || \
 	  { GPUARR_CACHE_DIR=$(abspath $(BUILD))/logs/models $(BUILD)/rel/tools/gpuarr-info --models; exit 1; }
+	@echo "== gpuarr-info --find local: local rank 3 on PoCL's two devices is opencl:1"
+	@test "$$(OMPI_COMM_WORLD_LOCAL_RANK=3 GPUARR_DEVICES=host,opencl $(BUILD)/rel/tools/gpuarr-info --find local)" = opencl:1
 	@echo "== gpuarr-info --leases lists every slot (GPUARR_SLOTS=host=2, a folder of its own)"
 	@rm -rf $(BUILD)/logs/leases && GPUARR_LEASE_DIR=$(abspath $(BUILD))/logs/leases GPUARR_SLOTS=host=2 $(BUILD)/rel/tools/gpuarr-info --leases | grep -q "^host slot 1: free$$"
 	@echo "== gpuarr-info --watch 0.1 --count 2 --json: a JSON line per device per tick (tools/check-watch-json.py)"

@@ -137,6 +137,9 @@
  *                    asks (see TRANSFER MODEL).
  *   GPUARR_OFFLOAD   auto | host | gpu: where gpuarr_offload and gpuarr_map run a task when the
  *                    call's policy is DEFAULT (see OFFLOAD). Default auto.
+ *   OMPI_COMM_WORLD_LOCAL_RANK, MV2_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID,
+ *   PMI_LOCAL_RANK   a launcher's node-local rank, for the spec "local" (see LOCAL RANK); read
+ *                    at each use, not by gpuarr_init.
  * A malformed value makes gpuarr_init fail with GPUARR_ERROR_INVALID_ARGUMENT naming it. A
  * library that cannot be loaded is not an error: its backend has no devices, and
  * gpuarr_device_find's error for them gives the path and the loader's reason.
@@ -153,6 +156,9 @@
  *                device whatever the filter)
  *   "gpu"        the best GPU (most compute units x clock, then memory), else GPUARR_ERROR_NO_DEVICE
  *   "any"        the best GPU, else the host
+ *   "local"      this process's device by its launcher's node-local rank r: device r mod n of the
+ *                n devices other than the host, else the host; "local:R" with rank R given
+ *                (see LOCAL RANK)
  * A malformed spec is GPUARR_ERROR_INVALID_ARGUMENT; a well-formed spec naming no present device
  * is GPUARR_ERROR_NO_DEVICE (the message says when the device exists but GPUARR_DEVICES leaves it
  * out, or why its backend is unavailable).
@@ -570,11 +576,12 @@
  *
  * desc.devices lists the candidates (NULL = "gpu"): "gpu" is every GPU (GPUARR_ERROR_NO_DEVICE
  * when there is none), "any" every GPU, else the host; "all" every device, the host included,
- * each physical device once; "cuda" or "cuda:*" every CUDA device,
- * "cuda:N" one, the same for opencl; "host". A malformed item is GPUARR_ERROR_INVALID_ARGUMENT, a
- * device not present (or left out by GPUARR_DEVICES) GPUARR_ERROR_NO_DEVICE. A device that has
- * FAILED (see FAILURES) is never leased; when every candidate has failed the call returns
- * GPUARR_ERROR_DEVICE_LOST at once. Among the candidates with enough free slots (and, when
+ * each physical device once; "cuda" or "cuda:*" every CUDA device, "cuda:N" one, the same for
+ * opencl; "host"; "local" or "local:R", the one device of a local rank (see LOCAL RANK). A
+ * malformed item is GPUARR_ERROR_INVALID_ARGUMENT, a device not present (or left out by
+ * GPUARR_DEVICES) GPUARR_ERROR_NO_DEVICE. A device that has FAILED (see FAILURES) is never
+ * leased; when every candidate has failed the call returns GPUARR_ERROR_DEVICE_LOST at once.
+ * Among the candidates with enough free slots (and, when
  * desc.memory_bytes is set, at least that much free memory: the device's, less what its pool's
  * limit leaves), desc.placement chooses: DEFAULT and LEAST_LEASED the smallest share of slots in
  * use, ties by most free memory, then list order; MOST_FREE the most free memory, ties by least
@@ -655,6 +662,47 @@
  * GPUARR_NEED_*, devices "" or malformed): GPUARR_ERROR_INVALID_ARGUMENT naming them. A plan
  * reserves nothing: to hold its devices while the pipeline runs, take a lease on each (desc
  * devices = the device's spec).
+ *
+ * =============================================================================================
+ * LOCAL RANK
+ * =============================================================================================
+ * A program started as several processes on one machine (mpirun, srun) gives each process a
+ * device of its own with the spec "local", and gpuarr's core needs no MPI for it.
+ * gpuarr_local_rank(&rank, &variable) reads the node-local rank that the launcher puts in the
+ * environment. It takes the first of these that is set and not empty: OMPI_COMM_WORLD_LOCAL_RANK
+ * (Open MPI), MV2_COMM_WORLD_LOCAL_RANK (MVAPICH2), MPI_LOCALRANKID (MPICH, Intel MPI),
+ * SLURM_LOCALID (srun), PMI_LOCAL_RANK. It reads them at each call and needs no gpuarr_init.
+ * variable is set to the name it used; when none is set, variable is NULL and rank is 0 (a lone
+ * process is local rank 0). A value that is not a decimal integer 0..999999999 is
+ * GPUARR_ERROR_INVALID_ARGUMENT, and the message names the variable and the value.
+ *
+ * "local" is device r mod n of the n devices other than the host that GPUARR_DEVICES allows,
+ * in registry order (CUDA's, then OpenCL's). A GPU seen through CUDA and OpenCL counts once,
+ * through its CUDA view. Every device counts, not only GPUs: PoCL's two CPU devices are two. A
+ * FAILED device keeps its place, so that processes map alike without talking to each other;
+ * give them all the same GPUARR_DEVICES. When no device other than the host is left, "local" is
+ * the host. "local:R" is the same with the rank R given (a decimal integer 0..999999999), reading
+ * no variable. Both work in gpuarr_device_find, in the candidate lists of leases and plans, and
+ * in `gpuarr-info --find`. A bad variable makes "local" fail as gpuarr_local_rank does; a malformed
+ * R ("local:", "local:x", "local:-1") is GPUARR_ERROR_INVALID_ARGUMENT.
+ *
+ * "local" by itself places processes, and limits nothing: with more processes than devices,
+ * several share one. A lease on "local" keeps each device to its slots, through the slot files
+ * that processes share (see LEASES: the same GPUARR_LEASE_DIR and GPUARR_SLOTS in every
+ * process). A process that holds such a lease for its lifetime waits while other processes hold
+ * its device's slots, or fails once desc.timeout_ms has passed:
+ *
+ *     gpuarr_lease_desc ld = {0};
+ *     ld.devices = "local"; ld.timeout_ms = -1;        // wait as long as it takes
+ *     gpuarr_lease lease;
+ *     gpuarr_device dev;
+ *     gpuarr_lease_acquire(&ld, &lease);               // with GPUARR_SLOTS="opencl:*=1": one
+ *     gpuarr_lease_device(lease, &dev);                // process per device at a time
+ *
+ * On a timeout, GPUARR_ERROR_TIMEOUT's message says how the device was chosen, then who holds
+ * it: 'no 1 free slot on "local" (local rank 3 from OMPI_COMM_WORLD_LOCAL_RANK: opencl:1 (3 mod 2
+ * devices = 1)) within 100 ms: opencl:1: ... in other processes (slot 0 pid 4242 ...)'. When the
+ * device has failed, GPUARR_ERROR_DEVICE_LOST's message says the same.
  *
  * =============================================================================================
  * TRANSFER MODEL
@@ -879,8 +927,9 @@
  * =============================================================================================
  * gpuarr_init and gpuarr_shutdown are reference counted and may race each other from any number
  * of threads; every other call must happen between a successful gpuarr_init and its matching
- * gpuarr_shutdown. All other functions are thread-safe. gpuarr_last_error(), the current device
- * and the current stream are per thread.
+ * gpuarr_shutdown, but for gpuarr_local_rank, which reads only the environment (and, as getenv,
+ * must not run while another thread calls setenv). All other functions are thread-safe.
+ * gpuarr_last_error(), the current device and the current stream are per thread.
  */
 #ifndef GPUARR_H_INCLUDED
 #define GPUARR_H_INCLUDED
@@ -1177,7 +1226,7 @@ typedef enum gpuarr_placement {
 typedef struct gpuarr_lease_desc {
     const char *devices;        /* candidates, comma separated: "gpu" (every GPU; the default), "any"
                                    (every GPU, else the host), "all" (every device, the host included),
-                                   host, cuda, cuda:*, cuda:N, opencl... */
+                                   host, cuda, cuda:*, cuda:N, opencl..., local, local:R */
     gpuarr_placement placement;
     const char *affinity;       /* leases with the same key go to the same physical device while it
                                    has free slots; NULL = none (at most 127 characters) */

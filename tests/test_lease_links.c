@@ -109,7 +109,7 @@ Test(lease_links, local_ranks_count_a_gpu_seen_through_two_backends_once) {
     static const char *const unlinked[] = {"cuda:0", "cuda:1", "opencl:0", "opencl:1"};
     gpuarr_device d;
     for (int r = 0; r < 4; r++) {
-        char spec[16];
+        char spec[24];
         gpuarr_device_info info;
         snprintf(spec, sizeof spec, "local:%d", r);
         TEST_OK(gpuarr_device_find(spec, &d));
@@ -123,7 +123,7 @@ Test(lease_links, local_ranks_count_a_gpu_seen_through_two_backends_once) {
     linked[1]->info.same_as = cl;
     const gpuarr_device linked_order[] = {cu0, cu1, cl1};
     for (int r = 0; r < 6; r++) {
-        char spec[16];
+        char spec[24];
         snprintf(spec, sizeof spec, "local:%d", r);
         TEST_OK(gpuarr_device_find(spec, &d));
         cr_assert_eq(d.id, linked_order[r % 3].id, "%s after the link", spec);
