@@ -582,12 +582,13 @@ static gpuarr_result gpuarr__mpi_wait_many(const char *api, gpuarr__mpi_req **qs
         for (int i = 0; i < n; i++) failed = failed || (qs[i]->finished && qs[i]->result != GPUARR_OK);
         if (failed) break;
         bool moved = gpuarr__mpi_progress();
+        if (moved) deadline = gpuarr__now_ms() + (double)timeout; /* the limit is on standing still */
         if (!moved && timeout >= 0 && gpuarr__now_ms() > deadline) {
             for (int i = 0; i < n; i++) {
                 gpuarr__mpi_req *q = qs[i];
                 if (q->finished) continue;
                 snprintf(q->error, sizeof q->error,
-                         "the %s %s rank %d (tag %d) did not complete within %ld ms (GPUARR_MPI_TIMEOUT_MS): "
+                         "the %s %s rank %d (tag %d) did not move for %ld ms (GPUARR_MPI_TIMEOUT_MS): "
                          "cancelled, %lld of %lld chunks done%s",
                          q->is_send ? "send" : "receive", q->is_send ? "to" : "from", q->peer, q->tag, timeout,
                          (long long)q->next_done, (long long)q->nchunks, q->hdr_done ? "" : ", no header yet");
