@@ -173,7 +173,7 @@ $(eval $(call flavour_rules,tsan,$(CFLAGS_TSAN)))
 # One suite, run on each device class: the host, and OpenCL on PoCL (installed above, so its
 # absence is a failure: GPUARR_TEST_REQUIRE=1). The OpenCL-specific tests use two PoCL devices.
 TEST_DEVICES ?= host opencl:0
-GENERIC_TESTS := $(filter-out test_opencl test_cuda test_failures $(WHITEBOX_TESTS),$(TESTS))
+GENERIC_TESTS := $(filter-out test_opencl test_cuda test_failures test_local_rank $(WHITEBOX_TESTS),$(TESTS))
 # ... and again on opencl:0 handled as a discrete GPU (own memory, pinned staging): the paths a
 # CUDA or discrete OpenCL device takes, on PoCL. The cast tables are the same there: not rerun.
 DISCRETE_TESTS := $(filter-out test_casts,$(GENERIC_TESTS))
@@ -219,6 +219,9 @@ run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAKE_NVML) $
 	@set -e; for t in $(WHITEBOX_TESTS); do echo "== $$t (white-box)"; $(BUILD)/rel/tests/$$t --jobs 2; done
 	@echo "== test_opencl (POCL_DEVICES=\"$$POCL_DEVICES\")"
 	@GPUARR_TEST_FAULT_OPENCL=$(abspath $(FAULT_OPENCL)) $(BUILD)/rel/tests/test_opencl --jobs 2
+	@echo "== test_local_rank: \"local\" over PoCL's two devices, 4 processes on 1 slot each (then with the fake driver's GPUs too)"
+	@$(BUILD)/rel/tests/test_local_rank --jobs 2
+	@$(if $(FAKE_CUDA),$(FAKE_ENV) $(BUILD)/rel/tests/test_local_rank --jobs 2)
 	@echo "== test_cuda (its GPU tests skip, saying why, where there is no GPU)"
 	@$(BUILD)/rel/tests/test_cuda --jobs 2
 	@set -e; if $(BUILD)/rel/tools/gpuarr-info | grep -q "^cuda:0 "; then \
@@ -251,6 +254,8 @@ run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAKE_NVML) $
 	  grep -q "^task widen on host: t = " $(BUILD)/logs/models.txt && \
 	  { ! $(BUILD)/rel/tools/gpuarr-info | grep -q "^opencl:0 " || grep -q "^host -> opencl:0 .*latency" $(BUILD)/logs/models.txt; } || \
 	  { GPUARR_CACHE_DIR=$(abspath $(BUILD))/logs/models $(BUILD)/rel/tools/gpuarr-info --models; exit 1; }
+	@echo "== gpuarr-info --find local: local rank 3 on PoCL's two devices is opencl:1"
+	@test "$$(OMPI_COMM_WORLD_LOCAL_RANK=3 GPUARR_DEVICES=host,opencl $(BUILD)/rel/tools/gpuarr-info --find local)" = opencl:1
 	@echo "== gpuarr-info --leases lists every slot (GPUARR_SLOTS=host=2, a folder of its own)"
 	@rm -rf $(BUILD)/logs/leases && GPUARR_LEASE_DIR=$(abspath $(BUILD))/logs/leases GPUARR_SLOTS=host=2 $(BUILD)/rel/tools/gpuarr-info --leases | grep -q "^host slot 1: free$$"
 	@echo "== gpuarr-info --watch 0.1 --count 2 --json: a JSON line per device per tick (tools/check-watch-json.py)"
@@ -496,6 +501,7 @@ run-asan: $(addprefix $(BUILD)/asan/tests/,$(TESTS)) $(FAKE_CUDA) $(FAKE_NVML) $
 	$(call run_sanitized,asan,$(WHITEBOX_TESTS),ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,host)
 	$(call run_sanitized,asan,test_opencl,GPUARR_TEST_FAULT_OPENCL=$(abspath $(FAULT_OPENCL)) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,opencl:0)
 	$(call run_sanitized,asan,test_cuda,ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,host)
+	$(call run_sanitized,asan,test_local_rank,$(if $(FAKE_CUDA),$(FAKE_ENV)) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,host)
 	$(call run_sanitized,asan,$(DISCRETE_TESTS),GPUARR_OPENCL_UNIFIED=off ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,opencl:0)
 	$(if $(FAKE_CUDA),$(call run_sanitized,asan,$(GENERIC_TESTS) test_cuda,$(FAKE_ENV) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,cuda:0))
 	$(call run_sanitized,asan,test_failures,$(if $(FAKE_CUDA),$(FAKE_ENV)) GPUARR_TEST_FAULT_OPENCL=$(abspath $(FAULT_OPENCL)) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,cuda:0)

@@ -138,6 +138,9 @@
  *                    asks (see TRANSFER MODEL).
  *   GPUARR_OFFLOAD   auto | host | gpu: where gpuarr_offload and gpuarr_map run a task when the
  *                    call's policy is DEFAULT (see OFFLOAD). Default auto.
+ *   OMPI_COMM_WORLD_LOCAL_RANK, MV2_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID,
+ *   PMI_LOCAL_RANK   a launcher's node-local rank, for the spec "local" (see LOCAL RANK); read
+ *                    at each use, not by gpuarr_init.
  *   GPUARR_MPI_CHUNK, GPUARR_MPI_TIMEOUT_MS, GPUARR_MPI_CUDA_AWARE  the MPI part's, read at each
  *                    of its calls, not at gpuarr_init: see MPI.
  * A malformed value makes gpuarr_init fail with GPUARR_ERROR_INVALID_ARGUMENT naming it. A
@@ -156,6 +159,9 @@
  *                device whatever the filter)
  *   "gpu"        the best GPU (most compute units x clock, then memory), else GPUARR_ERROR_NO_DEVICE
  *   "any"        the best GPU, else the host
+ *   "local"      this process's device by its launcher's node-local rank r: device r mod n of the
+ *                n devices other than the host, else the host; "local:R" with rank R given
+ *                (see LOCAL RANK)
  * A malformed spec is GPUARR_ERROR_INVALID_ARGUMENT; a well-formed spec naming no present device
  * is GPUARR_ERROR_NO_DEVICE (the message says when the device exists but GPUARR_DEVICES leaves it
  * out, or why its backend is unavailable).
@@ -573,11 +579,12 @@
  *
  * desc.devices lists the candidates (NULL = "gpu"): "gpu" is every GPU (GPUARR_ERROR_NO_DEVICE
  * when there is none), "any" every GPU, else the host; "all" every device, the host included,
- * each physical device once; "cuda" or "cuda:*" every CUDA device,
- * "cuda:N" one, the same for opencl; "host". A malformed item is GPUARR_ERROR_INVALID_ARGUMENT, a
- * device not present (or left out by GPUARR_DEVICES) GPUARR_ERROR_NO_DEVICE. A device that has
- * FAILED (see FAILURES) is never leased; when every candidate has failed the call returns
- * GPUARR_ERROR_DEVICE_LOST at once. Among the candidates with enough free slots (and, when
+ * each physical device once; "cuda" or "cuda:*" every CUDA device, "cuda:N" one, the same for
+ * opencl; "host"; "local" or "local:R", the one device of a local rank (see LOCAL RANK). A
+ * malformed item is GPUARR_ERROR_INVALID_ARGUMENT, a device not present (or left out by
+ * GPUARR_DEVICES) GPUARR_ERROR_NO_DEVICE. A device that has FAILED (see FAILURES) is never
+ * leased; when every candidate has failed the call returns GPUARR_ERROR_DEVICE_LOST at once.
+ * Among the candidates with enough free slots (and, when
  * desc.memory_bytes is set, at least that much free memory: the device's, less what its pool's
  * limit leaves), desc.placement chooses: DEFAULT and LEAST_LEASED the smallest share of slots in
  * use, ties by most free memory, then list order; MOST_FREE the most free memory, ties by least
@@ -658,6 +665,47 @@
  * GPUARR_NEED_*, devices "" or malformed): GPUARR_ERROR_INVALID_ARGUMENT naming them. A plan
  * reserves nothing: to hold its devices while the pipeline runs, take a lease on each (desc
  * devices = the device's spec).
+ *
+ * =============================================================================================
+ * LOCAL RANK
+ * =============================================================================================
+ * A program started as several processes on one machine (mpirun, srun) gives each process a
+ * device of its own with the spec "local", and gpuarr's core needs no MPI for it.
+ * gpuarr_local_rank(&rank, &variable) reads the node-local rank that the launcher puts in the
+ * environment. It takes the first of these that is set and not empty: OMPI_COMM_WORLD_LOCAL_RANK
+ * (Open MPI), MV2_COMM_WORLD_LOCAL_RANK (MVAPICH2), MPI_LOCALRANKID (MPICH, Intel MPI),
+ * SLURM_LOCALID (srun), PMI_LOCAL_RANK. It reads them at each call and needs no gpuarr_init.
+ * variable is set to the name it used; when none is set, variable is NULL and rank is 0 (a lone
+ * process is local rank 0). A value that is not a decimal integer 0..999999999 is
+ * GPUARR_ERROR_INVALID_ARGUMENT, and the message names the variable and the value.
+ *
+ * "local" is device r mod n of the n devices other than the host that GPUARR_DEVICES allows,
+ * in registry order (CUDA's, then OpenCL's). A GPU seen through CUDA and OpenCL counts once,
+ * through its CUDA view. Every device counts, not only GPUs: PoCL's two CPU devices are two. A
+ * FAILED device keeps its place, so that processes map alike without talking to each other;
+ * give them all the same GPUARR_DEVICES. When no device other than the host is left, "local" is
+ * the host. "local:R" is the same with the rank R given (a decimal integer 0..999999999), reading
+ * no variable. Both work in gpuarr_device_find, in the candidate lists of leases and plans, and
+ * in `gpuarr-info --find`. A bad variable makes "local" fail as gpuarr_local_rank does; a malformed
+ * R ("local:", "local:x", "local:-1") is GPUARR_ERROR_INVALID_ARGUMENT.
+ *
+ * "local" by itself places processes, and limits nothing: with more processes than devices,
+ * several share one. A lease on "local" keeps each device to its slots, through the slot files
+ * that processes share (see LEASES: the same GPUARR_LEASE_DIR and GPUARR_SLOTS in every
+ * process). A process that holds such a lease for its lifetime waits while other processes hold
+ * its device's slots, or fails once desc.timeout_ms has passed:
+ *
+ *     gpuarr_lease_desc ld = {0};
+ *     ld.devices = "local"; ld.timeout_ms = -1;        // wait as long as it takes
+ *     gpuarr_lease lease;
+ *     gpuarr_device dev;
+ *     gpuarr_lease_acquire(&ld, &lease);               // with GPUARR_SLOTS="opencl:*=1": one
+ *     gpuarr_lease_device(lease, &dev);                // process per device at a time
+ *
+ * On a timeout, GPUARR_ERROR_TIMEOUT's message says how the device was chosen, then who holds
+ * it: 'no 1 free slot on "local" (local rank 3 from OMPI_COMM_WORLD_LOCAL_RANK: opencl:1 (3 mod 2
+ * devices = 1)) within 100 ms: opencl:1: ... in other processes (slot 0 pid 4242 ...)'. When the
+ * device has failed, GPUARR_ERROR_DEVICE_LOST's message says the same.
  *
  * =============================================================================================
  * TRANSFER MODEL
@@ -888,7 +936,7 @@
  *
  * gpuarr_mpi_device(comm, &dev) is collective over comm: the rank's number among comm's ranks on
  * its node (MPI_Comm_split_type with MPI_COMM_TYPE_SHARED) is R, and dev is gpuarr_device_find
- * of "local:R" (see LOCAL RANK); an error of that carries its message.
+ * of "local:R" (see LOCAL RANK).
  *
  * gpuarr_mpi_send(a, first, count, dest, tag, comm) sends elements [first, first + count) of a,
  * in C order (count -1 = to the end), and gpuarr_mpi_recv(a, first, count, sent, source, tag,
@@ -962,8 +1010,9 @@
  * =============================================================================================
  * gpuarr_init and gpuarr_shutdown are reference counted and may race each other from any number
  * of threads; every other call must happen between a successful gpuarr_init and its matching
- * gpuarr_shutdown. All other functions are thread-safe. gpuarr_last_error(), the current device
- * and the current stream are per thread.
+ * gpuarr_shutdown, but for gpuarr_local_rank, which reads only the environment (and, as getenv,
+ * must not run while another thread calls setenv). All other functions are thread-safe.
+ * gpuarr_last_error(), the current device and the current stream are per thread.
  */
 #ifndef GPUARR_H_INCLUDED
 #define GPUARR_H_INCLUDED
@@ -1260,7 +1309,7 @@ typedef enum gpuarr_placement {
 typedef struct gpuarr_lease_desc {
     const char *devices;        /* candidates, comma separated: "gpu" (every GPU; the default), "any"
                                    (every GPU, else the host), "all" (every device, the host included),
-                                   host, cuda, cuda:*, cuda:N, opencl... */
+                                   host, cuda, cuda:*, cuda:N, opencl..., local, local:R */
     gpuarr_placement placement;
     const char *affinity;       /* leases with the same key go to the same physical device while it
                                    has free slots; NULL = none (at most 127 characters) */
@@ -1303,6 +1352,17 @@ typedef struct gpuarr_plan_step {
    named), NO_DEVICE (a step no candidate can take: the message names the step and says why of
    each candidate). Thread-safe. */
 GPUARR_API gpuarr_result gpuarr_plan(const gpuarr_plan_step *steps, int count, gpuarr_placement placement, gpuarr_device *out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Local rank (see LOCAL RANK): a device per process of a launcher, by its node-local rank.
+ * ------------------------------------------------------------------------------------------- */
+/* The node-local rank the launcher gives: the first of OMPI_COMM_WORLD_LOCAL_RANK,
+   MV2_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID, PMI_LOCAL_RANK that is set (not
+   empty). *variable (unless variable is NULL) = its name, a static string, or NULL when none is
+   set: then *rank = 0 (a lone process is local rank 0). Read at each call; needs no gpuarr_init.
+   Errors: rank NULL, or the variable's value not a decimal integer 0..999999999: INVALID_ARGUMENT
+   naming the variable and its value (nothing is written). */
+GPUARR_API gpuarr_result gpuarr_local_rank(int *rank, const char **variable);
 
 /* ---------------------------------------------------------------------------------------------
  * Transfer estimates (see TRANSFER MODEL): predicted seconds to move data between devices.
@@ -7616,6 +7676,77 @@ static gpuarr__dev *gpuarr__best_of_backend(gpuarr_backend b) {
     return best;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Local rank (LOCAL RANK): "local" spreads a launcher's processes over the devices by the rank
+ * its environment gives. Every process must map alike with no word between them, so the list is
+ * the registry's order, failed devices included.
+ * ------------------------------------------------------------------------------------------- */
+#define GPUARR__LOCAL_RANK_MAX 999999999
+#define GPUARR__LOCAL_NOTE 256 /* what a "local" item was resolved from, for messages */
+static const char *const gpuarr__local_rank_vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                                                      "SLURM_LOCALID", "PMI_LOCAL_RANK"};
+
+static gpuarr_result gpuarr__local_rank(int *rank, const char **variable) {
+    for (size_t i = 0; i < sizeof gpuarr__local_rank_vars / sizeof *gpuarr__local_rank_vars; i++) {
+        const char *name = gpuarr__local_rank_vars[i], *v = getenv(name);
+        long r;
+        if (!v || !*v) continue; /* empty counts as unset, as for gpuarr's own variables */
+        if (!gpuarr__parse_uint(v, strlen(v), GPUARR__LOCAL_RANK_MAX, &r))
+            return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "%s=\"%.64s\" is not a local rank (a decimal integer 0..%d)", name, v,
+                                GPUARR__LOCAL_RANK_MAX);
+        *rank = (int)r;
+        *variable = name;
+        return GPUARR_OK;
+    }
+    *rank = 0;
+    *variable = NULL;
+    return GPUARR_OK;
+}
+
+GPUARR_API gpuarr_result gpuarr_local_rank(int *rank, const char **variable) {
+    gpuarr__tls.api = __func__; /* the environment only: no gpuarr_init needed */
+    GPUARR__REQUIRE_PTR(rank);
+    int r;
+    const char *name;
+    GPUARR__CHECK(gpuarr__local_rank(&r, &name));
+    *rank = r;
+    if (variable) *variable = name;
+    return GPUARR_OK;
+}
+
+static bool gpuarr__is_local_spec(const char *spec) { return strncmp(spec, "local", 5) == 0 && (!spec[5] || spec[5] == ':'); }
+
+/* "local" or "local:R": device R % n of the n devices other than the host (a physical one once,
+   through the view that represents it), else the host. note: how, for messages. */
+static gpuarr_result gpuarr__find_local(const char *spec, gpuarr__dev **out, char *note, size_t cap) {
+    int rank = 0, n = 0;
+    const char *name = NULL;
+    long given;
+    if (spec[5] == ':') {
+        if (!gpuarr__parse_uint(spec + 6, strlen(spec + 6), GPUARR__LOCAL_RANK_MAX, &given))
+            return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "spec \"%s\": R in local:R must be a decimal integer 0..%d", spec,
+                                GPUARR__LOCAL_RANK_MAX);
+        rank = (int)given;
+    } else if (gpuarr__local_rank(&rank, &name) != GPUARR_OK) {
+        char why[sizeof gpuarr__tls.error_detail];
+        gpuarr__copy_string(why, sizeof why, gpuarr__tls.error_detail);
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "spec \"local\": %s", why);
+    }
+    for (int i = 1; i < gpuarr__g.device_count; i++) n += !gpuarr__is_duplicate(&gpuarr__g.devices[i]);
+    gpuarr__dev *found = gpuarr__host_dev();
+    for (int i = 1, k = n ? rank % n : -1; k >= 0 && i < gpuarr__g.device_count; i++)
+        if (!gpuarr__is_duplicate(&gpuarr__g.devices[i]) && k-- == 0) found = &gpuarr__g.devices[i];
+    if (spec[5] == ':') snprintf(note, cap, "local rank %d from the spec", rank);
+    else if (name) snprintf(note, cap, "local rank %d from %s", rank, name);
+    else snprintf(note, cap, "local rank 0 (none of OMPI_COMM_WORLD_LOCAL_RANK, MV2_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, "
+                             "SLURM_LOCALID, PMI_LOCAL_RANK is set)");
+    size_t len = strlen(note);
+    if (n) snprintf(note + len, cap - len, ": %s (%d mod %d devices = %d)", found->info.spec, rank, n, rank % n);
+    else snprintf(note + len, cap - len, ": host (no other device)");
+    *out = found;
+    return GPUARR_OK;
+}
+
 static gpuarr_result gpuarr__find_device(const char *spec, gpuarr__dev **out);
 
 GPUARR_API gpuarr_result gpuarr_device_find(const char *spec, gpuarr_device *out) {
@@ -7641,6 +7772,9 @@ static gpuarr_result gpuarr__find_device(const char *spec, gpuarr__dev **out) {
         if (gpuarr__g.best_gpu < 0)
             return gpuarr__fail(GPUARR_ERROR_NO_DEVICE, "spec \"gpu\": none of the %d devices is a GPU", gpuarr__g.device_count);
         found = &gpuarr__g.devices[gpuarr__g.best_gpu];
+    } else if (gpuarr__is_local_spec(spec)) {
+        char note[GPUARR__LOCAL_NOTE];
+        return gpuarr__find_local(spec, out, note, sizeof note);
     } else if (gpuarr__parse_backend_spec(spec, strlen(spec), false, &b, &index)) {
         if (gpuarr__backends[b] && gpuarr__backends[b]->builtin && index > 0)
             return gpuarr__fail(GPUARR_ERROR_NO_DEVICE, "spec \"%s\": there is one %s device, %s:0", spec, gpuarr__backend_names[b],
@@ -7662,7 +7796,7 @@ static gpuarr_result gpuarr__find_device(const char *spec, gpuarr__dev **out) {
                                 gpuarr__backends[b]->device_count(), gpuarr__backend_names[b]);
     } else {
         return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT,
-                            "spec \"%s\" is not one of host, cpu, gpu, any, cuda, cuda:N, opencl, opencl:N", spec);
+                            "spec \"%s\" is not one of host, cpu, gpu, any, local, local:R, cuda, cuda:N, opencl, opencl:N", spec);
     }
     *out = found;
     return GPUARR_OK;

@@ -415,6 +415,7 @@ typedef struct gpuarr__lease_cands {
     int *view;  /* registry indices, in the order the list gives them */
     int count;
     bool *wants; /* by registry index: the physical devices among them */
+    char local[GPUARR__LOCAL_NOTE]; /* how a "local" item was resolved ("" = none), for messages */
 } gpuarr__lease_cands;
 
 static void gpuarr__cands_add(gpuarr__lease_cands *c, int index) {
@@ -467,7 +468,7 @@ static gpuarr_result gpuarr__cands_item(gpuarr__lease_cands *c, const char *arg,
         return gpuarr__fail(GPUARR_ERROR_NO_DEVICE, "%s = \"%s\": no %s device is present", arg, list, gpuarr__backend_names[b]);
     }
     gpuarr__dev *d;
-    gpuarr_result r = gpuarr__find_device(item, &d);
+    gpuarr_result r = gpuarr__is_local_spec(item) ? gpuarr__find_local(item, &d, c->local, sizeof c->local) : gpuarr__find_device(item, &d);
     if (r != GPUARR_OK) { /* the finder's reason, said of this argument */
         char why[sizeof gpuarr__tls.error_detail];
         gpuarr__copy_string(why, sizeof why, gpuarr__tls.error_detail);
@@ -481,6 +482,7 @@ static gpuarr_result gpuarr__cands_item(gpuarr__lease_cands *c, const char *arg,
 static gpuarr_result gpuarr__cands_parse(const char *arg, const char *list, gpuarr__lease_cands *c) {
     size_t n = (size_t)gpuarr__g.device_count;
     c->count = 0;
+    c->local[0] = '\0';
     c->view = (int *)gpuarr__calloc(sizeof(int) * n);
     c->wants = (bool *)gpuarr__calloc(sizeof(bool) * n);
     if (!c->view || !c->wants) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the candidate devices");
@@ -725,7 +727,8 @@ static gpuarr_result gpuarr__lease_wait(const gpuarr_lease_desc *d, const char *
         if (!alive) {
             char why[768] = "";
             gpuarr__lease_holders(c, why, sizeof why);
-            r = gpuarr__fail(GPUARR_ERROR_DEVICE_LOST, "desc->devices = \"%s\": every candidate has failed: %s", list, why);
+            r = gpuarr__fail(GPUARR_ERROR_DEVICE_LOST, "desc->devices = \"%s\"%s%s%s: every candidate has failed: %s", list,
+                             c->local[0] ? " (" : "", c->local, c->local[0] ? ")" : "", why);
             break;
         }
         uint32_t index = gpuarr__lease_new_rec();
@@ -762,8 +765,8 @@ static gpuarr_result gpuarr__lease_wait(const gpuarr_lease_desc *d, const char *
         if (d->timeout_ms == 0 || (d->timeout_ms > 0 && !gpuarr__lease_before(&now, &deadline))) {
             char why[768] = "";
             gpuarr__lease_holders(c, why, sizeof why);
-            r = gpuarr__fail(GPUARR_ERROR_TIMEOUT, "no %d free slot%s on \"%s\" within %lld ms%s: %s", slots, slots == 1 ? "" : "s", list,
-                             (long long)d->timeout_ms,
+            r = gpuarr__fail(GPUARR_ERROR_TIMEOUT, "no %d free slot%s on \"%s\"%s%s%s within %lld ms%s: %s", slots, slots == 1 ? "" : "s",
+                             list, c->local[0] ? " (" : "", c->local, c->local[0] ? ")" : "", (long long)d->timeout_ms,
                              memory_short ? " (and too little free memory where slots were free)" : "", why);
             break;
         }

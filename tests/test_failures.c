@@ -386,6 +386,21 @@ Test(failures, a_failed_device_is_never_leased) {
     TEST_FAIL_WITH(gpuarr_lease_acquire(&ld, &l[0]), GPUARR_ERROR_TIMEOUT, "opencl:0: failed (CL_DEVICE_NOT_AVAILABLE");
     ld.devices = "opencl:0";
     TEST_FAIL_WITH(gpuarr_lease_acquire(&ld, &l[0]), GPUARR_ERROR_DEVICE_LOST, "every candidate has failed");
+    /* "local" (LOCAL RANK) keeps a failed device's place, so every rank maps alike; its lease fails, naming the rank */
+    char spec[24], why[96];
+    int k = -1;
+    for (int i = 0; i < gpuarr_device_count() && k < 0; i++) {
+        gpuarr_device on;
+        snprintf(spec, sizeof spec, "local:%d", i);
+        TEST_OK(gpuarr_device_find(spec, &on));
+        if (on.id == d0.id) k = i;
+    }
+    cr_assert(k >= 0, "no local:R names the failed opencl:0");
+    snprintf(spec, sizeof spec, "local:%d", k);
+    snprintf(why, sizeof why, "(local rank %d from the spec: opencl:0 (", k);
+    ld.devices = spec;
+    TEST_FAIL_WITH(gpuarr_lease_acquire(&ld, &l[0]), GPUARR_ERROR_DEVICE_LOST, why);
+    ld.devices = "opencl:0";
     for (int i = 0; i < 4; i++) TEST_OK(gpuarr_lease_release(l[i]));
     /* nor planned (PLANS) */
     gpuarr_plan_step steps[2] = {{"a", "opencl:*", 0, 0}, {"b", "opencl:*", 0, 0}};

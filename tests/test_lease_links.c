@@ -101,3 +101,36 @@ Test(lease_links, a_plan_puts_cuda_and_opencl_steps_on_the_gpu_both_views_show) 
     cr_assert_eq(out[2].id, cu1.id);
     cr_assert_eq(out[3].id, gpuarr_host().id);
 }
+
+/* "local" (LOCAL RANK): one view per physical device, so with opencl:0 the same GPU as cuda:1 the
+   ranks go over cuda:0, cuda:1, opencl:1 (and a lease on "local" counts cuda:1's slots). */
+Test(lease_links, local_ranks_count_a_gpu_seen_through_two_backends_once) {
+    gpuarr_device cl = find_or_skip("opencl:0"), cu1 = find_or_skip("cuda:1"), cu0 = find_or_skip("cuda:0"), cl1 = find_or_skip("opencl:1");
+    static const char *const unlinked[] = {"cuda:0", "cuda:1", "opencl:0", "opencl:1"};
+    gpuarr_device d;
+    for (int r = 0; r < 4; r++) {
+        char spec[24];
+        gpuarr_device_info info;
+        snprintf(spec, sizeof spec, "local:%d", r);
+        TEST_OK(gpuarr_device_find(spec, &d));
+        TEST_OK(gpuarr_device_get_info(d, &info));
+        cr_assert_str_eq(info.spec, unlinked[r], "%s before the link", spec);
+    }
+    gpuarr__tls.api = "gpuarr_test";
+    TEST_OK(gpuarr__get_dev(cl, "cl", &linked[0]));
+    TEST_OK(gpuarr__get_dev(cu1, "cu1", &linked[1]));
+    linked[0]->info.same_as = cu1;
+    linked[1]->info.same_as = cl;
+    const gpuarr_device linked_order[] = {cu0, cu1, cl1};
+    for (int r = 0; r < 6; r++) {
+        char spec[24];
+        snprintf(spec, sizeof spec, "local:%d", r);
+        TEST_OK(gpuarr_device_find(spec, &d));
+        cr_assert_eq(d.id, linked_order[r % 3].id, "%s after the link", spec);
+    }
+    TEST_OK(gpuarr_device_set_slots(cu1, 1));
+    gpuarr_lease a;
+    cr_assert_eq(leased("local:1", NULL, &a).id, cu1.id);
+    expect_slots(cl, 1, 1);
+    TEST_OK(gpuarr_lease_release(a));
+}

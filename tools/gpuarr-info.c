@@ -8,7 +8,7 @@
  *   gpuarr-info --models  every transfer model (see TRANSFER MODEL), then every task model of
  *                         gpuarr_offload (see OFFLOAD), kept in the cache folder for this
  *                         machine's devices, with its fit: a line each
- *   gpuarr-info --find SPEC  the device SPEC ("gpu", "cuda:1", ...) names, or why there is none
+ *   gpuarr-info --find SPEC  the device SPEC ("gpu", "cuda:1", "local", ...) names, or why there is none
  *                            (exit status 1)
  *   gpuarr-info --watch [SECONDS] [--count N] [--json]
  *                         every SECONDS (default 1) a line per device, like nvidia-smi dmon:

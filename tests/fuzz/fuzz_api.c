@@ -833,8 +833,10 @@ static void op_device(fz *z) {
         for (size_t i = 0; i < n; i++) spec[i] = (char)u8(z);
         spec[n] = '\0';
         gpuarr_device d = {FZ_SENTINEL};
-        static const char *const known[] = {"host", "cpu", "gpu", "any", "cuda:0", "opencl:1", "cuda:7", "opencl", "cuda:", "Host"};
-        const char *s = (how & 0x40) ? spec : known[(how >> 3) % 10];
+        static const char *const known[] = {"host", "cpu", "gpu", "any", "cuda:0", "opencl:1", "cuda:7", "opencl", "cuda:", "Host",
+                                            "local", "local:3", "local:x"};
+        unsigned k = (unsigned)how >> 3; /* 20..22 (host, cpu, gpu a second time before): the local specs */
+        const char *s = (how & 0x40) ? spec : known[k >= 20 && k <= 22 ? k - 10 : k % 10];
         FZ_CALL(r, "gpuarr_device_find", gpuarr_device_find((how & 0x80) && (how & 0x40) ? NULL : s, &d));
         if (r != GPUARR_OK && d.id != FZ_SENTINEL) fz_die("gpuarr_device_find failed but wrote *out");
         break;
@@ -1140,11 +1142,12 @@ static void op_lease(fz *z) {
     case 0:
     case 1: {
         static const char *const lists[] = {NULL, "host", "opencl:*", "cuda:*", "host,opencl:0", "gpu", "any", "opencl:9", "gpu0", "",
-                                            "cuda,opencl", "host,,cuda:1"};
+                                            "cuda,opencl", "host,,cuda:1", "local", "local:5,host"};
         static const char *const keys[] = {NULL, "a", "b", ""};
         gpuarr_lease_desc d;
         memset(&d, 0, sizeof d);
-        d.devices = lists[u8(z) % 12];
+        uint8_t list = u8(z); /* 252, 253 (NULL, "host" a second time before): the local lists */
+        d.devices = lists[list >= 252 && list <= 253 ? list - 240 : list % 12];
         d.placement = (gpuarr_placement)((int)(u8(z) % 6) - 1);
         d.slots = (int)(u8(z) % 5) - 1;
         d.affinity = keys[u8(z) % 4];
@@ -1386,6 +1389,12 @@ static void op_misc(fz *z) {
         (void)gpuarr_backend_compiled(b);
         (void)gpuarr_version_string();
         (void)gpuarr_last_error();
+        int rank = -1;
+        const char *var = "?";
+        gpuarr_result lr;
+        if (FZ_CALL(lr, "gpuarr_local_rank", gpuarr_local_rank((how & 0x40) ? NULL : &rank, (how & 0x80) ? NULL : &var)) == GPUARR_OK &&
+            (rank < 0 || (var && strcmp(var, "?") == 0 && !(how & 0x80))))
+            fz_die("gpuarr_local_rank: rank %d, variable %s", rank, var ? var : "NULL");
         break;
     }
     case 1: {

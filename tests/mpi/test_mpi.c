@@ -197,6 +197,30 @@ static void test_any_and_order(void) {
     gpuarr_release(in);
 }
 
+/* gpuarr_mpi_device: the node-local rank within the comm given, through "local:R". mpirun puts
+   every rank on this node, so on MPI_COMM_WORLD it agrees with the launcher's variable ("local");
+   with PoCL's two devices and no filter, local rank r gets opencl:(r % 2). */
+static void test_device(void) {
+    gpuarr_device d = {0}, by_env = {0};
+    gpuarr_device_info info;
+    CHECK_OK(gpuarr_mpi_device(MPI_COMM_WORLD, &d));
+    CHECK_OK(gpuarr_device_find("local", &by_env));
+    CHECK(d.id == by_env.id, "gpuarr_mpi_device(MPI_COMM_WORLD) and \"local\" agree");
+    char want[32];
+    snprintf(want, sizeof want, "opencl:%d", rank % 2);
+    CHECK(gpuarr_device_get_info(d, &info) == GPUARR_OK && strcmp(info.spec, want) == 0, "rank %d got %s, expected %s", rank,
+          info.spec, want);
+    MPI_Comm half; /* ranks of one parity: local ranks 0, 1, ... within it */
+    MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &half);
+    CHECK_OK(gpuarr_mpi_device(half, &d));
+    snprintf(want, sizeof want, "opencl:%d", (rank / 2) % 2);
+    CHECK(gpuarr_device_get_info(d, &info) == GPUARR_OK && strcmp(info.spec, want) == 0, "in a comm of every other rank, "
+          "rank %d got %s, expected %s", rank, info.spec, want);
+    MPI_Comm_free(&half);
+    CHECK(gpuarr_mpi_device(MPI_COMM_NULL, &d) == GPUARR_ERROR_INVALID_ARGUMENT, "MPI_COMM_NULL");
+    CHECK(gpuarr_mpi_device(MPI_COMM_WORLD, NULL) == GPUARR_ERROR_INVALID_ARGUMENT, "out NULL");
+}
+
 static void test_proc_null(void) {
     gpuarr_array a = make(GPUARR_I16, 10, small_int, 1);
     CHECK_OK(gpuarr_mpi_send(a, 0, -1, MPI_PROC_NULL, 1, MPI_COMM_WORLD));
@@ -396,7 +420,7 @@ int main(int argc, char **argv) {
     struct {
         const char *name;
         void (*fn)(void);
-    } tests[] = {{"dtype_pairs", test_dtype_pairs}, {"ranges", test_ranges},       {"chunks", test_chunks},
+    } tests[] = {{"device", test_device},           {"dtype_pairs", test_dtype_pairs}, {"ranges", test_ranges},       {"chunks", test_chunks},
                  {"staging", test_staging},         {"any_and_order", test_any_and_order},
                  {"proc_null", test_proc_null},     {"allreduce", test_allreduce}, {"bad_input", test_bad_input},
                  {"early_exit", test_early_exit}};
