@@ -735,6 +735,15 @@ mpi-tests-asan: $(BUILD)/asan/tests/mpi/test_mpi
 	@mkdir -p $(BUILD)/logs
 	$(call run_mpi_test,asan,$(MPI_ASAN_ENV))
 
+# `make bench-mpi`: tools/bench-mpi.c, one-way bandwidth between 2 ranks, 4 KiB..64 MiB, gpuarr
+# arrays on the host and opencl:0 (unified, discrete) against MPI_Send of malloc'ed buffers, in
+# one run (bench/results/mpi.md). Not part of make test.
+$(BUILD)/rel/tools/bench-mpi: tools/bench-mpi.c $(HEADERS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_REL) $(MPI_CFLAGS) -I. $< -o $@ $(MPI_LIBS) $(LIBS)
+bench-mpi: $(BUILD)/rel/tools/bench-mpi
+	$(subst -np $(MPI_RANKS),-np 2,$(MPIRUN)) $(BUILD)/rel/tools/bench-mpi $(BENCH_MPI_FLAGS)
+
 # --- benchmarks -----------------------------------------------------------------------------
 bench: $(BUILD)/rel/tools/gpuarr-bench
 	$(BUILD)/rel/tools/gpuarr-bench

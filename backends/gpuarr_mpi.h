@@ -70,9 +70,10 @@ typedef struct gpuarr__mpi_zombie {
 static struct {
     pthread_mutex_t lock;
     gpuarr__mpi_req *reqs; /* GPUARR__MPI_MAX_REQUESTS slots, made at first use */
+    int top;               /* slots [top, max) are unused: the scans stop there */
     uint64_t seq;
     gpuarr__mpi_zombie *zombies;
-} gpuarr__mpi = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, NULL};
+} gpuarr__mpi = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, NULL};
 
 /* The call's name back in the thread's error state before failing under it. */
 #define GPUARR__MPI_FAIL(fn, ...) (gpuarr__tls.api = (fn), gpuarr__fail(__VA_ARGS__))
@@ -208,6 +209,7 @@ static void gpuarr__mpi_req_free(gpuarr__mpi_req *q) {
     uint16_t gen = (uint16_t)(q->gen + 1);
     memset(q, 0, sizeof *q);
     q->gen = gen ? gen : 1;
+    while (gpuarr__mpi.top > 0 && !gpuarr__mpi.reqs[gpuarr__mpi.top - 1].used) gpuarr__mpi.top--;
 }
 
 static void gpuarr__mpi_zombie_reap(void) {
@@ -271,11 +273,14 @@ static int64_t gpuarr__mpi_chunk_len(const gpuarr__mpi_req *q, int64_t k) {
     return left < q->chunk_elems ? left : q->chunk_elems;
 }
 
-/* Staging buffers (pinned, from dev's pool) and a stream, for chunks of q->chunk_elems. */
+/* Staging buffers (pinned, from dev's pool), for chunks of q->chunk_elems. The copies go on the
+   stream {0} (the calling thread's current or default stream on the device): making a stream per
+   transfer costs more than a small message (a command queue on OpenCL). Each chunk's copy and
+   its event are queued in one step, so a step on another thread, on another stream, is as safe:
+   a buffer is reused only after its event (or its MPI request) has completed. */
 static gpuarr_result gpuarr__mpi_staging(gpuarr__mpi_req *q, gpuarr_device where) {
     int64_t n = q->count < q->chunk_elems ? q->count : q->chunk_elems;
     int64_t bytes = n * (int64_t)q->wsize;
-    GPUARR__MPI_INNER(gpuarr_stream_create(where, 0, &q->stream));
     for (int i = 0; i < 2 && i < q->nchunks; i++) {
         GPUARR__MPI_INNER(gpuarr_empty_pinned(where, GPUARR_U8, 1, &bytes, &q->buf[i]));
         void *p = NULL;
@@ -288,7 +293,7 @@ static gpuarr_result gpuarr__mpi_staging(gpuarr__mpi_req *q, gpuarr_device where
 
 /* Whether an earlier live transfer must post all its parts before q posts its first. */
 static bool gpuarr__mpi_blocked(const gpuarr__mpi_req *q) {
-    for (int i = 0; i < GPUARR__MPI_MAX_REQUESTS; i++) {
+    for (int i = 0; i < gpuarr__mpi.top; i++) {
         const gpuarr__mpi_req *o = &gpuarr__mpi.reqs[i];
         if (!o->used || o == q || o->finished || o->seq > q->seq || o->is_send != q->is_send || o->comm != q->comm) continue;
         bool all_posted = o->started && (o->is_send || o->hdr_done) && o->next_post == o->nchunks;
@@ -464,7 +469,7 @@ static gpuarr_result gpuarr__mpi_step(gpuarr__mpi_req *q, bool *moved) {
 static bool gpuarr__mpi_progress(void) {
     bool moved = false;
     gpuarr__mpi_zombie_reap();
-    for (int i = 0; i < GPUARR__MPI_MAX_REQUESTS; i++) {
+    for (int i = 0; i < gpuarr__mpi.top; i++) {
         gpuarr__mpi_req *q = &gpuarr__mpi.reqs[i];
         if (!q->used || q->finished) continue;
         gpuarr__mpi_eh eh;
@@ -522,6 +527,7 @@ static gpuarr_result gpuarr__mpi_new(const char *api, bool is_send, gpuarr_array
     gpuarr__mpi_req *q = NULL;
     for (int i = 0; i < GPUARR__MPI_MAX_REQUESTS && !q; i++)
         if (!gpuarr__mpi.reqs[i].used) q = &gpuarr__mpi.reqs[i];
+    if (q && (int)(q - gpuarr__mpi.reqs) >= gpuarr__mpi.top) gpuarr__mpi.top = (int)(q - gpuarr__mpi.reqs) + 1;
     if (!q) return GPUARR__MPI_FAIL(api, GPUARR_ERROR_OUT_OF_MEMORY, "%d gpuarr_mpi transfers are pending already", GPUARR__MPI_MAX_REQUESTS);
     if (!q->gen) q->gen = 1;
     q->used = true;
@@ -542,8 +548,12 @@ static gpuarr_result gpuarr__mpi_new(const char *api, bool is_send, gpuarr_array
     if (q->chunk_elems < 1) q->chunk_elems = 1;
     q->nchunks = q->count ? (q->count + q->chunk_elems - 1) / q->chunk_elems : 0;
     q->seq = ++gpuarr__mpi.seq;
-    gpuarr_device_info dinfo;
-    bool cuda = gpuarr_device_get_info(info.device, &dinfo) == GPUARR_OK && dinfo.backend == GPUARR_BACKEND_CUDA;
+    bool cuda = false; /* the backend, without gpuarr_device_get_info's query of free memory */
+    gpuarr__array *arr = NULL;
+    if (gpuarr__get_array(a, "a", &arr) == GPUARR_OK) {
+        cuda = arr->dev->backend->id == GPUARR_BACKEND_CUDA;
+        gpuarr__obj_release(&arr->obj);
+    }
     bool same = q->wire == info.dtype;
     void *p = NULL;
     if (same && info.device.id == gpuarr_host().id) { /* host memory: MPI reads and writes it itself */
@@ -573,7 +583,7 @@ static gpuarr_result gpuarr__mpi_new(const char *api, bool is_send, gpuarr_array
 static gpuarr_result gpuarr__mpi_wait_many(const char *api, gpuarr__mpi_req **qs, int n) {
     long timeout = 0;
     gpuarr_result r = gpuarr__mpi_timeout_ms(api, &timeout);
-    double deadline = gpuarr__now_ms() + (double)timeout;
+    double deadline = gpuarr__now_ms() + (double)timeout, idle_since = 0;
     for (;;) {
         bool all = true;
         for (int i = 0; i < n; i++) all = all && qs[i]->finished;
@@ -582,12 +592,13 @@ static gpuarr_result gpuarr__mpi_wait_many(const char *api, gpuarr__mpi_req **qs
         for (int i = 0; i < n; i++) failed = failed || (qs[i]->finished && qs[i]->result != GPUARR_OK);
         if (failed) break;
         bool moved = gpuarr__mpi_progress();
+        if (moved) deadline = gpuarr__now_ms() + (double)timeout; /* the limit is on standing still */
         if (!moved && timeout >= 0 && gpuarr__now_ms() > deadline) {
             for (int i = 0; i < n; i++) {
                 gpuarr__mpi_req *q = qs[i];
                 if (q->finished) continue;
                 snprintf(q->error, sizeof q->error,
-                         "the %s %s rank %d (tag %d) did not complete within %ld ms (GPUARR_MPI_TIMEOUT_MS): "
+                         "the %s %s rank %d (tag %d) did not move for %ld ms (GPUARR_MPI_TIMEOUT_MS): "
                          "cancelled, %lld of %lld chunks done%s",
                          q->is_send ? "send" : "receive", q->is_send ? "to" : "from", q->peer, q->tag, timeout,
                          (long long)q->next_done, (long long)q->nchunks, q->hdr_done ? "" : ", no header yet");
@@ -600,9 +611,13 @@ static gpuarr_result gpuarr__mpi_wait_many(const char *api, gpuarr__mpi_req **qs
             }
             break;
         }
-        if (!moved) {
+        if (moved) idle_since = 0;
+        else if (idle_since == 0)
+            idle_since = gpuarr__now_ms();
+        else if (gpuarr__now_ms() - idle_since > 0.2) { /* polled 200 us in vain: sleep between polls */
             pthread_mutex_unlock(&gpuarr__mpi.lock);
-            struct timespec ts = {0, 20000}; /* 20 us: MPI's shared-memory latency is ~1 us */
+            double idle = gpuarr__now_ms() - idle_since;
+            struct timespec ts = {0, idle < 10 ? 20000 : 1000000}; /* 20 us, after 10 ms 1 ms */
             nanosleep(&ts, NULL);
             pthread_mutex_lock(&gpuarr__mpi.lock);
         }

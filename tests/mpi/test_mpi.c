@@ -149,6 +149,78 @@ static void test_chunks(void) {
     gpuarr_release(rb);
 }
 
+/* Host arrays with no cast go to MPI directly; other transfers take two chunk-sized buffers
+   from the device's pinned pool (the host's own pool for the host). */
+static void test_staging(void) {
+    setenv("GPUARR_MPI_CHUNK", "4K", 1);
+    int64_t n = 10000; /* 40000 bytes of f32: 10 chunks of 1024 elements */
+    gpuarr_array out = make(GPUARR_F32, n, small_int, 2), in = make(GPUARR_F32, n, NULL, 0);
+    gpuarr_array in64 = make(GPUARR_F64, n, NULL, 0);
+    bool host = dev.id == gpuarr_host().id;
+    gpuarr_pool_stats s0, s1, s2;
+    gpuarr_result (*stats)(gpuarr_device, gpuarr_pool_stats *) = host ? gpuarr_pool_get_stats : gpuarr_pool_get_pinned_stats;
+    CHECK_OK(stats(dev, &s0));
+    CHECK_OK(gpuarr_mpi_sendrecv(out, 0, -1, right(), 40, in, 0, -1, 0, left(), 40, MPI_COMM_WORLD));
+    CHECK_OK(stats(dev, &s1));
+    CHECK_OK(gpuarr_mpi_sendrecv(out, 0, -1, right(), 41, in64, 0, -1, GPUARR_F32, left(), 41, MPI_COMM_WORLD));
+    CHECK_OK(stats(dev, &s2));
+    expect(in, 0, n, 0, small_int, 2, "staging test, f32");
+    expect(in64, 0, n, 0, small_int, 2, "staging test, f32 -> f64");
+    uint64_t b1 = s1.total_allocations - s0.total_allocations, b2 = s2.total_allocations - s1.total_allocations;
+    uint64_t r1 = s1.total_requested_bytes - s0.total_requested_bytes, r2 = s2.total_requested_bytes - s1.total_requested_bytes;
+    if (host) {
+        CHECK(b1 == 0, "host, no cast: no staging buffer (%llu taken)", (unsigned long long)b1);
+        CHECK(b2 == 2 && r2 == 2 * 4096, "host, a cast on receipt: 2 buffers of 4096 bytes (%llu, %llu bytes)",
+              (unsigned long long)b2, (unsigned long long)r2);
+    } else {
+        CHECK(b1 == 4 && r1 == 4 * 4096, "device: 2 pinned buffers of 4096 bytes each way (%llu, %llu bytes)",
+              (unsigned long long)b1, (unsigned long long)r1);
+        CHECK(b2 == 4 && r2 == 4 * 4096, "device, a cast on receipt: the same (%llu, %llu bytes)", (unsigned long long)b2,
+              (unsigned long long)r2);
+    }
+    unsetenv("GPUARR_MPI_CHUNK");
+    gpuarr_release(out);
+    gpuarr_release(in);
+    gpuarr_release(in64);
+}
+
+/* Wildcards in receives; a ring waited for sends first. */
+static void test_any_and_order(void) {
+    gpuarr_array out = make(GPUARR_U16, 64, small_int, 8), in = make(GPUARR_I32, 64, NULL, 0);
+    gpuarr_mpi_request rq = {0}, sq = {0};
+    CHECK_OK(gpuarr_mpi_irecv(in, 0, -1, GPUARR_U16, MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &rq));
+    CHECK_OK(gpuarr_mpi_isend(out, 0, -1, right(), 300 + rank, MPI_COMM_WORLD, &sq));
+    CHECK_OK(gpuarr_mpi_wait(&sq));
+    CHECK_OK(gpuarr_mpi_wait(&rq));
+    expect(in, 0, 64, 0, small_int, 8, "MPI_ANY_SOURCE, MPI_ANY_TAG");
+    gpuarr_release(out);
+    gpuarr_release(in);
+}
+
+/* gpuarr_mpi_device: the node-local rank within the comm given, through "local:R". mpirun puts
+   every rank on this node, so on MPI_COMM_WORLD it agrees with the launcher's variable ("local");
+   with PoCL's two devices and no filter, local rank r gets opencl:(r % 2). */
+static void test_device(void) {
+    gpuarr_device d = {0}, by_env = {0};
+    gpuarr_device_info info;
+    CHECK_OK(gpuarr_mpi_device(MPI_COMM_WORLD, &d));
+    CHECK_OK(gpuarr_device_find("local", &by_env));
+    CHECK(d.id == by_env.id, "gpuarr_mpi_device(MPI_COMM_WORLD) and \"local\" agree");
+    char want[32];
+    snprintf(want, sizeof want, "opencl:%d", rank % 2);
+    CHECK(gpuarr_device_get_info(d, &info) == GPUARR_OK && strcmp(info.spec, want) == 0, "rank %d got %s, expected %s", rank,
+          info.spec, want);
+    MPI_Comm half; /* ranks of one parity: local ranks 0, 1, ... within it */
+    MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &half);
+    CHECK_OK(gpuarr_mpi_device(half, &d));
+    snprintf(want, sizeof want, "opencl:%d", (rank / 2) % 2);
+    CHECK(gpuarr_device_get_info(d, &info) == GPUARR_OK && strcmp(info.spec, want) == 0, "in a comm of every other rank, "
+          "rank %d got %s, expected %s", rank, info.spec, want);
+    MPI_Comm_free(&half);
+    CHECK(gpuarr_mpi_device(MPI_COMM_NULL, &d) == GPUARR_ERROR_INVALID_ARGUMENT, "MPI_COMM_NULL");
+    CHECK(gpuarr_mpi_device(MPI_COMM_WORLD, NULL) == GPUARR_ERROR_INVALID_ARGUMENT, "out NULL");
+}
+
 static void test_proc_null(void) {
     gpuarr_array a = make(GPUARR_I16, 10, small_int, 1);
     CHECK_OK(gpuarr_mpi_send(a, 0, -1, MPI_PROC_NULL, 1, MPI_COMM_WORLD));
@@ -243,6 +315,10 @@ static void test_bad_input(void) {
     CHECK(gpuarr_mpi_send(a, 0, -1, MPI_PROC_NULL, 1, MPI_COMM_WORLD) == GPUARR_ERROR_INVALID_ARGUMENT, "bad timeout");
     CHECK(has(gpuarr_last_error(), "GPUARR_MPI_TIMEOUT_MS"), "%s", gpuarr_last_error());
     unsetenv("GPUARR_MPI_TIMEOUT_MS");
+    setenv("GPUARR_MPI_CUDA_AWARE", "maybe", 1);
+    CHECK(gpuarr_mpi_send(a, 0, -1, right(), 1, MPI_COMM_WORLD) == GPUARR_ERROR_INVALID_ARGUMENT, "bad GPUARR_MPI_CUDA_AWARE");
+    CHECK(has(gpuarr_last_error(), "GPUARR_MPI_CUDA_AWARE"), "%s", gpuarr_last_error());
+    unsetenv("GPUARR_MPI_CUDA_AWARE");
 
     /* count mismatch: 10 elements arrive where 12 are expected; the next message is intact */
     gpuarr_array big = make(GPUARR_I32, 12, NULL, 0);
@@ -344,7 +420,8 @@ int main(int argc, char **argv) {
     struct {
         const char *name;
         void (*fn)(void);
-    } tests[] = {{"dtype_pairs", test_dtype_pairs}, {"ranges", test_ranges},       {"chunks", test_chunks},
+    } tests[] = {{"device", test_device},           {"dtype_pairs", test_dtype_pairs}, {"ranges", test_ranges},       {"chunks", test_chunks},
+                 {"staging", test_staging},         {"any_and_order", test_any_and_order},
                  {"proc_null", test_proc_null},     {"allreduce", test_allreduce}, {"bad_input", test_bad_input},
                  {"early_exit", test_early_exit}};
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
