@@ -319,8 +319,10 @@ else
 	$(call mpi_heat_run,4,opencl:1$(comma)opencl:0,GPUARR_OPENCL_UNIFIED=off,--nx 37 --ny 23 --steps 40)
 	$(if $(FAKE_CUDA),$(call mpi_heat_run,3,cuda:0$(comma)opencl:0$(comma)cuda:1,$(FAKE_ENV),--steps 30))
 	$(call mpi_heat_run,4,,,--nx 16 --ny 9,opencl:0$(comma)opencl:1)
-	@echo "== examples/mpi_heat refuses a grid with fewer rows than ranks (exit status 2)"
+	@echo "== examples/mpi_heat refuses a grid with fewer rows than ranks (exit status 2), and a device that is not there (1, naming it)"
 	@timeout 60 $(MPIRUN_NP) 4 $(BUILD)/rel/examples/mpi_heat --ny 3 >/dev/null 2>&1; [ $$? = 2 ]
+	@timeout 60 $(MPIRUN_NP) 2 $(BUILD)/rel/examples/mpi_heat --device host,opencl:7 > $(BUILD)/logs/mpi-heat-bad.log 2>&1; \
+	  [ $$? = 1 ] && grep -q 'spec "opencl:7": no such device' $(BUILD)/logs/mpi-heat-bad.log || { cat $(BUILD)/logs/mpi-heat-bad.log; exit 1; }
 	@echo "== mpirun -np 4 gpuarr-info --mpi: a row per rank, gpuarr_mpi_device's pick local rank mod 2 of PoCL's two devices"
 	@timeout 120 $(MPIRUN_NP) 4 $(BUILD)/rel/tools/gpuarr-info --mpi > $(BUILD)/logs/info-mpi.txt 2>&1 && \
 	  [ $$(grep -cE "^[0-9]+ " $(BUILD)/logs/info-mpi.txt) = 4 ] && \
@@ -328,6 +330,9 @@ else
 	  { cat $(BUILD)/logs/info-mpi.txt; exit 1; }
 	@timeout 120 $(MPIRUN_NP) 4 $(BUILD)/rel/tools/gpuarr-info --mpi --json > $(BUILD)/logs/info-mpi.json && \
 	  $(PYTHON) -c 'import json, sys; r = json.load(open(sys.argv[1]))["ranks"]; assert [x["rank"] for x in r] == [0, 1, 2, 3], r; assert all(x["error"] is None and x["device"] == "opencl:%d" % (x["local_rank"] % 2) for x in r), r' $(BUILD)/logs/info-mpi.json
+	@echo "== gpuarr-info --mpi where gpuarr_init fails on every rank: each row says why, exit status 1"
+	@GPUARR_LOG=bogus timeout 120 $(MPIRUN_NP) 2 $(BUILD)/rel/tools/gpuarr-info --mpi > $(BUILD)/logs/info-mpi-bad.txt 2>&1; [ $$? = 1 ] && \
+	  [ $$(grep -cE '^[01] .*gpuarr_init: GPUARR_LOG="bogus"' $(BUILD)/logs/info-mpi-bad.txt) = 2 ] || { cat $(BUILD)/logs/info-mpi-bad.txt; exit 1; }
 endif
 	@echo "== gpuarr-info --mpi without MPI in the build: says so, exit status 2"
 	@$(MAKE) --no-print-directory $(BUILD)/rel/tools/gpuarr-info-nompi >/dev/null
