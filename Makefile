@@ -731,6 +731,10 @@ mpi-tests: $(BUILD)/rel/tests/mpi/test_mpi $(BUILD)/rel/tests/mpi/cuda_aware_bui
 	@echo "== GPUARR_MPI defined without <mpi.h>: the header's #error"
 	@printf '#define GPUARR_MPI\n#include "gpuarr.h"\n' | { ! $(CC) -std=c11 -fsyntax-only -I. -x c - 2>$(BUILD)/logs/mpi-no-header.log; } && \
 	  grep -q 'include <mpi.h> before gpuarr.h' $(BUILD)/logs/mpi-no-header.log
+	@echo "== the MPI part compiles warning-free with clang (C11) and g++ (C++17, Open MPI's C++ bindings off)"
+	@printf '#include <mpi.h>\n#define GPUARR_MPI\n#define GPUARR_IMPLEMENTATION\n#include "gpuarr.h"\n' > $(BUILD)/logs/mpi-impl.c
+	@$(CLANG) -std=c11 $(WARN) $(MPI_CFLAGS) -I. -fsyntax-only $(BUILD)/logs/mpi-impl.c
+	@$(CXX) -std=c++17 $(WARN) -DOMPI_SKIP_MPICXX $(MPI_CFLAGS) -I. -fsyntax-only -x c++ $(BUILD)/logs/mpi-impl.c
 	$(call run_mpi_test,rel,)
 # Under ASan: Open MPI's own leaks from MPI_Init are suppressed (tools/lsan-openmpi.supp, which
 # needs full stacks and Open MPI's components kept loaded), gpuarr's are reported.

@@ -669,7 +669,7 @@ static gpuarr_result gpuarr__mpi_post(const char *api, bool is_send, gpuarr_arra
 }
 
 GPUARR_API gpuarr_result gpuarr_mpi_send(gpuarr_array a, int64_t first, int64_t count, int dest, int tag, MPI_Comm comm) {
-    return gpuarr__mpi_post(__func__, true, a, first, count, 0, dest, tag, comm, NULL);
+    return gpuarr__mpi_post(__func__, true, a, first, count, GPUARR_DTYPE_INVALID, dest, tag, comm, NULL);
 }
 
 GPUARR_API gpuarr_result gpuarr_mpi_recv(gpuarr_array a, int64_t first, int64_t count, gpuarr_dtype sent, int source, int tag,
@@ -681,7 +681,7 @@ GPUARR_API gpuarr_result gpuarr_mpi_isend(gpuarr_array a, int64_t first, int64_t
                                           gpuarr_mpi_request *req) {
     GPUARR__BEGIN();
     GPUARR__REQUIRE_PTR(req);
-    return gpuarr__mpi_post(__func__, true, a, first, count, 0, dest, tag, comm, req);
+    return gpuarr__mpi_post(__func__, true, a, first, count, GPUARR_DTYPE_INVALID, dest, tag, comm, req);
 }
 
 GPUARR_API gpuarr_result gpuarr_mpi_irecv(gpuarr_array a, int64_t first, int64_t count, gpuarr_dtype sent, int source, int tag,
@@ -716,7 +716,7 @@ GPUARR_API gpuarr_result gpuarr_mpi_sendrecv(gpuarr_array send, int64_t send_fir
     gpuarr_mpi_request rq = {0}, sq = {0};
     gpuarr_result r = gpuarr__mpi_post(__func__, false, recv, recv_first, recv_count, sent, source, recv_tag, comm, &rq);
     if (r != GPUARR_OK) return r;
-    r = gpuarr__mpi_post(__func__, true, send, send_first, send_count, 0, dest, send_tag, comm, &sq);
+    r = gpuarr__mpi_post(__func__, true, send, send_first, send_count, GPUARR_DTYPE_INVALID, dest, send_tag, comm, &sq);
     pthread_mutex_lock(&gpuarr__mpi.lock);
     gpuarr__mpi_req *qs[2] = {gpuarr__mpi_lookup(rq.id), gpuarr__mpi_lookup(sq.id)};
     if (r != GPUARR_OK) { /* the receive goes, the error of the send stays */

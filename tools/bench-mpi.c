@@ -2,7 +2,8 @@
  * bench-mpi.c -- one-way send/recv bandwidth between two MPI ranks on one machine (issue 19):
  * gpuarr_mpi_send/recv of f32 arrays on the host, on opencl:0 (PoCL, unified memory) and on
  * opencl:0 handled as a discrete device (GPUARR_OPENCL_UNIFIED=off: pinned staging), against
- * plain MPI_Send/MPI_Recv of malloc'ed host buffers, in one run (make bench-mpi):
+ * plain MPI_Send/MPI_Recv of malloc'ed host buffers and of buffers allocated as gpuarr's host
+ * pool allocates (2 MiB aligned, MADV_HUGEPAGE), in one run (make bench-mpi):
  *
  *   mpirun -np 2 build/rel/tools/bench-mpi [--reps N] [--max-mib M]
  *
@@ -18,15 +19,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #define GPUARR_MPI
 #define GPUARR_IMPLEMENTATION
 #include "gpuarr.h"
 
-enum { MODES = 4, MAX_REPS = 64 };
-static const char *mode_names[MODES] = {"MPI_Send (malloc)", "gpuarr host", "gpuarr opencl:0 unified",
-                                        "gpuarr opencl:0 discrete"};
+enum { MODES = 5, MPI_MODES = 2, MAX_REPS = 64 };
+static const char *mode_names[MODES] = {"MPI_Send (malloc)", "MPI_Send (huge pages)", "gpuarr host",
+                                        "gpuarr opencl:0 unified", "gpuarr opencl:0 discrete"};
 static int rank;
 
 static int cmp_double(const void *a, const void *b) {
@@ -46,7 +48,7 @@ static double sample(int mode, gpuarr_array a, void *buf, size_t bytes, int iter
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = MPI_Wtime();
     for (int i = 0; i < iters; i++) {
-        if (mode == 0) {
+        if (mode < MPI_MODES) {
             if (rank == 0) MPI_Send(buf, (int)bytes, MPI_BYTE, 1, 5, MPI_COMM_WORLD);
             else MPI_Recv(buf, (int)bytes, MPI_BYTE, 0, 5, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         } else if (rank == 0) {
@@ -80,12 +82,12 @@ int main(int argc, char **argv) {
     for (size_t s = 4096; s <= (size_t)max_mib << 20 && nsizes < 16; s *= 4) sizes[nsizes++] = s;
     double gbs[MODES][16];
     for (int mode = 0; mode < MODES; mode++) {
-        if (mode >= 1) {
-            if (mode == 3) setenv("GPUARR_OPENCL_UNIFIED", "off", 1);
+        if (mode >= MPI_MODES) {
+            if (mode == 4) setenv("GPUARR_OPENCL_UNIFIED", "off", 1);
             must(gpuarr_init(NULL), "gpuarr_init");
         }
         gpuarr_device dev = gpuarr_host();
-        if (mode >= 2) must(gpuarr_device_find("opencl:0", &dev), "gpuarr_device_find(opencl:0)");
+        if (mode >= 3) must(gpuarr_device_find("opencl:0", &dev), "gpuarr_device_find(opencl:0)");
         for (int k = 0; k < nsizes; k++) {
             size_t bytes = sizes[k];
             int iters = (int)(((size_t)64 << 20) / bytes);
@@ -94,6 +96,11 @@ int main(int argc, char **argv) {
             gpuarr_array a = {0};
             if (mode == 0) {
                 buf = malloc(bytes);
+                memset(buf, 1, bytes);
+            } else if (mode == 1) { /* as gpuarr's host pool allocates: 2 MiB aligned, huge pages asked */
+                size_t huge = (size_t)2 << 20, rounded = (bytes + huge - 1) / huge * huge;
+                buf = aligned_alloc(huge, rounded);
+                madvise(buf, rounded, MADV_HUGEPAGE);
                 memset(buf, 1, bytes);
             } else {
                 int64_t n = (int64_t)(bytes / 4);
@@ -107,8 +114,8 @@ int main(int argc, char **argv) {
             free(buf);
             if (a.id) gpuarr_release(a);
         }
-        if (mode >= 1) gpuarr_shutdown();
-        if (mode == 3) unsetenv("GPUARR_OPENCL_UNIFIED");
+        if (mode >= MPI_MODES) gpuarr_shutdown();
+        if (mode == 4) unsetenv("GPUARR_OPENCL_UNIFIED");
     }
     if (rank == 0) {
         printf("| size |");
