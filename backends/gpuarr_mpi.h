@@ -643,8 +643,8 @@ static gpuarr_result gpuarr__mpi_wait_many(const char *api, gpuarr__mpi_req **qs
     return r;
 }
 
-static gpuarr_result gpuarr__mpi_post(const char *api, bool is_send, gpuarr_array a, int64_t first, int64_t count,
-                                      gpuarr_dtype sent, int peer, int tag, MPI_Comm comm, gpuarr_mpi_request *req) {
+/* gpuarr and MPI both up. */
+static gpuarr_result gpuarr__mpi_ready(const char *api) {
     gpuarr__tls.api = api;
     if (!gpuarr__initialized()) return gpuarr__fail(GPUARR_ERROR_NOT_INITIALIZED, "gpuarr is not initialized (call gpuarr_init first)");
     int mpi_up = 0, mpi_down = 0;
@@ -652,6 +652,12 @@ static gpuarr_result gpuarr__mpi_post(const char *api, bool is_send, gpuarr_arra
     MPI_Finalized(&mpi_down);
     if (!mpi_up || mpi_down)
         return gpuarr__fail(GPUARR_ERROR_NOT_INITIALIZED, "MPI is %s", mpi_down ? "finalized already" : "not initialized (call MPI_Init first)");
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__mpi_post(const char *api, bool is_send, gpuarr_array a, int64_t first, int64_t count,
+                                      gpuarr_dtype sent, int peer, int tag, MPI_Comm comm, gpuarr_mpi_request *req) {
+    GPUARR__CHECK(gpuarr__mpi_ready(api));
     pthread_mutex_lock(&gpuarr__mpi.lock);
     gpuarr__mpi_eh eh;
     gpuarr__mpi_eh_enter(&eh, comm);
@@ -712,25 +718,20 @@ GPUARR_API gpuarr_result gpuarr_mpi_wait(gpuarr_mpi_request *req) {
 GPUARR_API gpuarr_result gpuarr_mpi_sendrecv(gpuarr_array send, int64_t send_first, int64_t send_count, int dest, int send_tag,
                                              gpuarr_array recv, int64_t recv_first, int64_t recv_count, gpuarr_dtype sent,
                                              int source, int recv_tag, MPI_Comm comm) {
-    GPUARR__BEGIN();
-    gpuarr_mpi_request rq = {0}, sq = {0};
-    gpuarr_result r = gpuarr__mpi_post(__func__, false, recv, recv_first, recv_count, sent, source, recv_tag, comm, &rq);
-    if (r != GPUARR_OK) return r;
-    r = gpuarr__mpi_post(__func__, true, send, send_first, send_count, GPUARR_DTYPE_INVALID, dest, send_tag, comm, &sq);
+    GPUARR__CHECK(gpuarr__mpi_ready(__func__));
+    /* both halves checked before either posts anything: a receive posted, then cancelled, could
+       already have matched (and lost) the peer's next message */
     pthread_mutex_lock(&gpuarr__mpi.lock);
-    gpuarr__mpi_req *qs[2] = {gpuarr__mpi_lookup(rq.id), gpuarr__mpi_lookup(sq.id)};
-    if (r != GPUARR_OK) { /* the receive goes, the error of the send stays */
-        gpuarr__error_saved sv;
-        gpuarr__error_save(&sv);
-        gpuarr__mpi_eh eh;
-        gpuarr__mpi_eh_enter(&eh, comm);
-        gpuarr__mpi_req_cancel(qs[0]);
-        gpuarr__mpi_eh_leave(&eh);
-        gpuarr__mpi_req_free(qs[0]);
-        gpuarr__error_restore(&sv);
-    } else {
-        r = gpuarr__mpi_wait_many(__func__, qs, 2);
+    gpuarr__mpi_eh eh;
+    gpuarr__mpi_eh_enter(&eh, comm);
+    gpuarr__mpi_req *qs[2] = {NULL, NULL};
+    gpuarr_result r = gpuarr__mpi_new(__func__, false, recv, recv_first, recv_count, sent, source, recv_tag, comm, &qs[0]);
+    if (r == GPUARR_OK) {
+        r = gpuarr__mpi_new(__func__, true, send, send_first, send_count, GPUARR_DTYPE_INVALID, dest, send_tag, comm, &qs[1]);
+        if (r != GPUARR_OK) gpuarr__mpi_req_free(qs[0]); /* not started: nothing to cancel */
     }
+    gpuarr__mpi_eh_leave(&eh);
+    if (r == GPUARR_OK) r = gpuarr__mpi_wait_many(__func__, qs, 2);
     pthread_mutex_unlock(&gpuarr__mpi.lock);
     return r;
 }

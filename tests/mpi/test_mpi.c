@@ -332,8 +332,12 @@ static void test_bad_input(void) {
     CHECK(gpuarr_mpi_recv(big, 0, 10, GPUARR_F32, left(), 9, MPI_COMM_WORLD) == GPUARR_ERROR_INVALID_ARGUMENT, "dtype mismatch");
     CHECK(has(gpuarr_last_error(), "of i32") && has(gpuarr_last_error(), "of f32"), "%s", gpuarr_last_error());
     CHECK_OK(gpuarr_mpi_wait(&q));
+    /* a sendrecv whose send is wrong posts nothing, its receive neither */
+    CHECK(gpuarr_mpi_sendrecv(a, 0, 10, size + 5, 9, big, 1, 10, GPUARR_I32, left(), 9, MPI_COMM_WORLD) ==
+              GPUARR_ERROR_INVALID_ARGUMENT, "sendrecv with dest out of range");
+    CHECK(has(gpuarr_last_error(), "gpuarr_mpi_sendrecv: dest ="), "%s", gpuarr_last_error());
     CHECK_OK(gpuarr_mpi_sendrecv(a, 0, 10, right(), 9, big, 1, 10, GPUARR_I32, left(), 9, MPI_COMM_WORLD));
-    expect(big, 1, 10, 1, small_int, 5, "the message after two refused ones");
+    expect(big, 1, 10, 1, small_int, 5, "the message after three refused ones");
     gpuarr_release(big);
 
     /* plain MPI bytes where a gpuarr message is expected: refused with MPI's words, and the
@@ -400,6 +404,19 @@ static void pick_device(void) {
 }
 
 int main(int argc, char **argv) {
+    /* before MPI_Init: refused, saying so (checked once the rank is known) */
+    gpuarr_result before_init = GPUARR_OK;
+    char before_msg[256] = "";
+    if (gpuarr_init(NULL) == GPUARR_OK) {
+        int64_t one = 1;
+        gpuarr_array x;
+        if (gpuarr_zeros(gpuarr_host(), GPUARR_I32, 1, &one, &x) == GPUARR_OK) {
+            before_init = gpuarr_mpi_send(x, 0, -1, 0, 0, MPI_COMM_WORLD);
+            snprintf(before_msg, sizeof before_msg, "%s", gpuarr_last_error());
+            gpuarr_release(x);
+        }
+        gpuarr_shutdown();
+    }
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -417,6 +434,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "rank %d: no device %s: %s\n", rank, spec, gpuarr_last_error());
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
+    CHECK(before_init == GPUARR_ERROR_NOT_INITIALIZED && has(before_msg, "MPI is not initialized"),
+          "gpuarr_mpi_send before MPI_Init: %s", before_msg);
     struct {
         const char *name;
         void (*fn)(void);
