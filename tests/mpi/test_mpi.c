@@ -116,6 +116,8 @@ static void test_ranges(void) {
     gpuarr_array in2 = make(GPUARR_I64, 30, NULL, 0);
     CHECK_OK(gpuarr_mpi_sendrecv(out, 80, -1, right(), 501, in2, 10, -1, GPUARR_I32, left(), 501, MPI_COMM_WORLD));
     expect(in2, 10, 20, 10 - 80, small_int, 3, "range [80, end) -> [10, end)");
+    CHECK_OK(gpuarr_mpi_sendrecv(out, 5, 0, right(), 502, in2, 3, 0, GPUARR_I32, left(), 502, MPI_COMM_WORLD));
+    expect(in2, 10, 20, 10 - 80, small_int, 3, "an empty range changes nothing");
     gpuarr_release(out);
     gpuarr_release(in);
     gpuarr_release(in2);
