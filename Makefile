@@ -35,6 +35,10 @@
 #                 not in make test)
 #   make bench-offload-starpu  the same workload under StarPU's dmda scheduler (needs
 #                 libstarpu-dev, installed the same way; not in make test)
+#   make mpi-tests  tests/mpi/test_mpi under mpirun -np 4 (host and PoCL ranks; part of make test,
+#                 mpi-tests-asan of make check), plus compile checks of the MPI part
+#   make bench-mpi  send/recv bandwidth between 2 MPI ranks, gpuarr arrays against MPI_Send
+#                 (tools/bench-mpi.c; bench/results/mpi.md; not in make test)
 #   make lib      build/lib/: libgpuarr.a and libgpuarr.so.<version> (soname libgpuarr.so.<major>,
 #                 links of both names and libgpuarr.so), from gpuarr.c; only gpuarr_ symbols exported
 #   make install  gpuarr.h and backends/ to $(PREFIX)/include/gpuarr (programs include
