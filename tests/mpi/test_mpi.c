@@ -6,7 +6,8 @@
  * Each rank puts its arrays on its own device: rank 0 the host, 1 opencl:0, 2 opencl:1, 3 opencl:0
  * handled as a discrete device (GPUARR_OPENCL_UNIFIED=off), with POCL_DEVICES="pthread pthread";
  * TEST_MPI_DEVICES="host,opencl:0,..." overrides the list (rank r takes item r % n; an item
- * "X/discrete" sets GPUARR_OPENCL_UNIFIED=off). Every rank prints one status line; the exit
+ * "X/discrete" sets GPUARR_OPENCL_UNIFIED=off); make mpi-tests also runs host,cuda:0,opencl:0,cuda:1
+ * on the fake CUDA driver (tests/fake_cuda). Every rank prints one status line; the exit
  * status is 0 only when every check of that rank passed. The last test has the last rank call
  * MPI_Finalize and exit before it sends: rank 0's receive from it must end in GPUARR_ERROR_TIMEOUT
  * within GPUARR_MPI_TIMEOUT_MS (2000 here), and the job must end.
@@ -200,25 +201,29 @@ static void test_any_and_order(void) {
     gpuarr_release(in);
 }
 
-/* gpuarr_mpi_device: the node-local rank within the comm given, through "local:R". mpirun puts
-   every rank on this node, so on MPI_COMM_WORLD it agrees with the launcher's variable ("local");
-   with PoCL's two devices and no filter, local rank r gets opencl:(r % 2). */
+/* gpuarr_mpi_device: the node-local rank within the comm given, then "local:R". mpirun puts every
+   rank on this node, so on MPI_COMM_WORLD R is the rank and agrees with the launcher's variable
+   ("local"); in a comm of every other rank R is rank / 2. With only PoCL's two devices (no CUDA)
+   local rank R gets opencl:(R % 2). */
 static void test_device(void) {
-    gpuarr_device d = {0}, by_env = {0};
-    gpuarr_device_info info;
+    gpuarr_device d = {0}, want = {0};
+    char spec[32];
     CHECK_OK(gpuarr_mpi_device(MPI_COMM_WORLD, &d));
-    CHECK_OK(gpuarr_device_find("local", &by_env));
-    CHECK(d.id == by_env.id, "gpuarr_mpi_device(MPI_COMM_WORLD) and \"local\" agree");
-    char want[32];
-    snprintf(want, sizeof want, "opencl:%d", rank % 2);
-    CHECK(gpuarr_device_get_info(d, &info) == GPUARR_OK && strcmp(info.spec, want) == 0, "rank %d got %s, expected %s", rank,
-          info.spec, want);
-    MPI_Comm half; /* ranks of one parity: local ranks 0, 1, ... within it */
+    CHECK_OK(gpuarr_device_find("local", &want));
+    CHECK(d.id == want.id, "gpuarr_mpi_device(MPI_COMM_WORLD) and \"local\" agree");
+    snprintf(spec, sizeof spec, "local:%d", rank);
+    CHECK(gpuarr_device_find(spec, &want) == GPUARR_OK && d.id == want.id, "MPI_COMM_WORLD: %s", spec);
+    gpuarr_device_info info;
+    char pocl[32];
+    snprintf(pocl, sizeof pocl, "opencl:%d", rank % 2);
+    if (gpuarr_device_count() == 3)
+        CHECK(gpuarr_device_get_info(d, &info) == GPUARR_OK && strcmp(info.spec, pocl) == 0, "rank %d got %s, expected %s",
+              rank, info.spec, pocl);
+    MPI_Comm half;
     MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &half);
     CHECK_OK(gpuarr_mpi_device(half, &d));
-    snprintf(want, sizeof want, "opencl:%d", (rank / 2) % 2);
-    CHECK(gpuarr_device_get_info(d, &info) == GPUARR_OK && strcmp(info.spec, want) == 0, "in a comm of every other rank, "
-          "rank %d got %s, expected %s", rank, info.spec, want);
+    snprintf(spec, sizeof spec, "local:%d", rank / 2);
+    CHECK(gpuarr_device_find(spec, &want) == GPUARR_OK && d.id == want.id, "in a comm of every other rank: %s", spec);
     MPI_Comm_free(&half);
     CHECK(gpuarr_mpi_device(MPI_COMM_NULL, &d) == GPUARR_ERROR_INVALID_ARGUMENT, "MPI_COMM_NULL");
     CHECK(gpuarr_mpi_device(MPI_COMM_WORLD, NULL) == GPUARR_ERROR_INVALID_ARGUMENT, "out NULL");
