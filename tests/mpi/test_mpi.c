@@ -119,6 +119,15 @@ static void test_ranges(void) {
     expect(in2, 10, 20, 10 - 80, small_int, 3, "range [80, end) -> [10, end)");
     CHECK_OK(gpuarr_mpi_sendrecv(out, 5, 0, right(), 502, in2, 3, 0, GPUARR_I32, left(), 502, MPI_COMM_WORLD));
     expect(in2, 10, 20, 10 - 80, small_int, 3, "an empty range changes nothing");
+    /* one array, as in a halo exchange: elements [0, 40) go out, [60, 100) come in */
+    gpuarr_array field = make(GPUARR_F32, 100, small_int, 4);
+    CHECK_OK(gpuarr_mpi_sendrecv(field, 0, 40, right(), 503, field, 60, 40, GPUARR_F32, left(), 503, MPI_COMM_WORLD));
+    double got[100];
+    CHECK_OK(gpuarr_read(field, 0, 100, GPUARR_F64, got));
+    int bad = 0;
+    for (int i = 0; i < 100; i++) bad += got[i] != small_int(i < 60 ? i : i - 60, 4);
+    CHECK(bad == 0, "send and receive in one array: %d elements wrong", bad);
+    gpuarr_release(field);
     gpuarr_release(out);
     gpuarr_release(in);
     gpuarr_release(in2);
