@@ -37,6 +37,10 @@
 #                 not in make test)
 #   make bench-offload-starpu  the same workload under StarPU's dmda scheduler (needs
 #                 libstarpu-dev, installed the same way; not in make test)
+#   make mpi-tests  tests/mpi/test_mpi under mpirun -np 4 (host and PoCL ranks; part of make test,
+#                 mpi-tests-asan of make check), plus compile checks of the MPI part
+#   make bench-mpi  send/recv bandwidth between 2 MPI ranks, gpuarr arrays against MPI_Send
+#                 (tools/bench-mpi.c; bench/results/mpi.md; not in make test)
 #   make lib      build/lib/: libgpuarr.a and libgpuarr.so.<version> (soname libgpuarr.so.<major>,
 #                 links of both names and libgpuarr.so), from gpuarr.c; only gpuarr_ symbols exported
 #   make install  gpuarr.h and backends/ to $(PREFIX)/include/gpuarr (programs include
@@ -696,7 +700,8 @@ soak-slice:
 
 # --- MPI (issue 19; the manual's MPI section) ------------------------------------------------
 # tests/mpi/test_mpi.c runs under mpirun, 4 ranks on 2 CPUs (--oversubscribe; --allow-run-as-root
-# when root), each on its own device (host, opencl:0, opencl:1, opencl:0 discrete), the whole job
+# when root), each on its own device (host, opencl:0, opencl:1, opencl:0 discrete; then host,
+# cuda:0, opencl:0, cuda:1 on the fake CUDA driver where it is built), each job
 # bounded by MPI_TEST_TIMEOUT seconds; every rank must print its "0 failed" status line. The flags
 # come from Open MPI's wrapper (mpicc --showme), the compiler stays $(CC).
 MPI_CFLAGS = $(shell mpicc --showme:compile 2>/dev/null)
@@ -711,22 +716,25 @@ $(BUILD)/rel/tests/mpi/test_mpi: tests/mpi/test_mpi.c $(HEADERS)
 $(BUILD)/asan/tests/mpi/test_mpi: tests/mpi/test_mpi.c $(HEADERS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ASAN) $(MPI_CFLAGS) -I. $< -o $@ $(MPI_LIBS) $(LIBS)
-# $(1) flavour, $(2) environment
+# $(1) flavour, $(2) environment, $(3) the ranks' devices (TEST_MPI_DEVICES), $(4) the log's name
 define run_mpi_test
-	@echo "== $(1): tests/mpi/test_mpi under $(MPIRUN) (ranks on host, opencl:0, opencl:1, opencl:0 discrete)"
-	@$(2) timeout $(MPI_TEST_TIMEOUT) $(MPIRUN) $(BUILD)/$(1)/tests/mpi/test_mpi >$(BUILD)/logs/$(1)-mpi.log 2>&1 || \
-	  { cat $(BUILD)/logs/$(1)-mpi.log; echo "mpi-tests ($(1)): failed or timed out ($(MPI_TEST_TIMEOUT) s)"; exit 1; }
-	@grep "checks, \|ended in" $(BUILD)/logs/$(1)-mpi.log
-	@test "$$(grep -c 'checks, 0 failed' $(BUILD)/logs/$(1)-mpi.log)" = $(MPI_RANKS) || \
-	  { cat $(BUILD)/logs/$(1)-mpi.log; echo "mpi-tests ($(1)): not every rank reported success"; exit 1; }
-	@if grep -qE $(SANITIZER_REPORT) $(BUILD)/logs/$(1)-mpi.log; then cat $(BUILD)/logs/$(1)-mpi.log; echo "$(1): sanitizer report in test_mpi"; exit 1; fi
+	@echo "== $(1): tests/mpi/test_mpi under $(MPIRUN) (ranks on $(3))"
+	@$(2) TEST_MPI_DEVICES="$(3)" timeout $(MPI_TEST_TIMEOUT) $(MPIRUN) $(BUILD)/$(1)/tests/mpi/test_mpi >$(BUILD)/logs/$(4).log 2>&1 || \
+	  { cat $(BUILD)/logs/$(4).log; echo "mpi-tests ($(1)): failed or timed out ($(MPI_TEST_TIMEOUT) s)"; exit 1; }
+	@grep "checks, \|ended in" $(BUILD)/logs/$(4).log
+	@test "$$(grep -c 'checks, 0 failed' $(BUILD)/logs/$(4).log)" = $(MPI_RANKS) || \
+	  { cat $(BUILD)/logs/$(4).log; echo "mpi-tests ($(1)): not every rank reported success"; exit 1; }
+	@if grep -qE $(SANITIZER_REPORT) $(BUILD)/logs/$(4).log; then cat $(BUILD)/logs/$(4).log; echo "$(1): sanitizer report in test_mpi"; exit 1; fi
 endef
+MPI_TEST_DEVICES := host,opencl:0,opencl:1,opencl:0/discrete
+# with the fake CUDA driver (tests/fake_cuda), where cuda.h is: CUDA ranks, staged through pinned memory
+MPI_TEST_DEVICES_FAKE := host,cuda:0,opencl:0,cuda:1
 # tests/mpi/cuda_aware_build.c: the CUDA-aware branch compiled and linked (not run) against this
 # MPI, which is not CUDA-aware; and GPUARR_MPI without <mpi.h> must stop at the header's #error.
 $(BUILD)/rel/tests/mpi/cuda_aware_build: tests/mpi/cuda_aware_build.c $(HEADERS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_REL) -DMPIX_CUDA_AWARE_SUPPORT=1 -DGPUARR__MPI_NO_EXT $(MPI_CFLAGS) -I. $< -o $@ $(MPI_LIBS) $(LIBS)
-mpi-tests: $(BUILD)/rel/tests/mpi/test_mpi $(BUILD)/rel/tests/mpi/cuda_aware_build
+mpi-tests: $(BUILD)/rel/tests/mpi/test_mpi $(BUILD)/rel/tests/mpi/cuda_aware_build $(FAKE_CUDA)
 	@mkdir -p $(BUILD)/logs
 	@echo "== GPUARR_MPI defined without <mpi.h>: the header's #error"
 	@printf '#define GPUARR_MPI\n#include "gpuarr.h"\n' | { ! $(CC) -std=c11 -fsyntax-only -I. -x c - 2>$(BUILD)/logs/mpi-no-header.log; } && \
@@ -735,14 +743,15 @@ mpi-tests: $(BUILD)/rel/tests/mpi/test_mpi $(BUILD)/rel/tests/mpi/cuda_aware_bui
 	@printf '#include <mpi.h>\n#define GPUARR_MPI\n#define GPUARR_IMPLEMENTATION\n#include "gpuarr.h"\n' > $(BUILD)/logs/mpi-impl.c
 	@$(CLANG) -std=c11 $(WARN) $(MPI_CFLAGS) -I. -fsyntax-only $(BUILD)/logs/mpi-impl.c
 	@$(CXX) -std=c++17 $(WARN) -DOMPI_SKIP_MPICXX $(MPI_CFLAGS) -I. -fsyntax-only -x c++ $(BUILD)/logs/mpi-impl.c
-	$(call run_mpi_test,rel,)
+	$(call run_mpi_test,rel,,$(MPI_TEST_DEVICES),rel-mpi)
+	$(if $(FAKE_CUDA),$(call run_mpi_test,rel,$(FAKE_ENV),$(MPI_TEST_DEVICES_FAKE),rel-mpi-fake-cuda))
 # Under ASan: Open MPI's own leaks from MPI_Init are suppressed (tools/lsan-openmpi.supp, which
 # needs full stacks and Open MPI's components kept loaded), gpuarr's are reported.
 MPI_ASAN_ENV := OMPI_MCA_mca_base_component_disable_dlclose=1 ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0 \
   LSAN_OPTIONS=suppressions=$(CURDIR)/tools/lsan-openmpi.supp UBSAN_OPTIONS=print_stacktrace=1
 mpi-tests-asan: $(BUILD)/asan/tests/mpi/test_mpi
 	@mkdir -p $(BUILD)/logs
-	$(call run_mpi_test,asan,$(MPI_ASAN_ENV))
+	$(call run_mpi_test,asan,$(MPI_ASAN_ENV),$(MPI_TEST_DEVICES),asan-mpi)
 
 # `make bench-mpi`: tools/bench-mpi.c, one-way bandwidth between 2 ranks, 4 KiB..64 MiB, gpuarr
 # arrays on the host and opencl:0 (unified, discrete) against MPI_Send of malloc'ed buffers, in

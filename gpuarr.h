@@ -923,7 +923,7 @@
  * An opt-in part for programs that run as MPI ranks: define GPUARR_MPI and include <mpi.h> before
  * gpuarr.h (in every file that uses it, and in the one with the implementation, which then needs
  * the MPI library: mpicc, or the flags of `mpicc --showme`). GPUARR_MPI without <mpi.h> stops at
- * an #error. The core never needs MPI.
+ * an #error. The core never needs MPI, and libgpuarr (make lib) is built without this part.
  *
  *     MPI_Init(&argc, &argv);
  *     gpuarr_init(NULL);
@@ -949,7 +949,9 @@
  * blocking calls wait too) moves every pending transfer of the process on, so a ring of isends and
  * irecvs, waited for in any order, completes; between gpuarr_mpi calls nothing moves (MPI itself
  * may still deliver what was posted). source and dest may be MPI_PROC_NULL (nothing happens, as
- * in MPI); source MPI_ANY_SOURCE and tag MPI_ANY_TAG work in receives.
+ * in MPI); source MPI_ANY_SOURCE and tag MPI_ANY_TAG work in receives. As with MPI's own buffers, the
+ * elements of a pending transfer must not be written (a send's) or used (a receive's) until its
+ * wait has returned: a send may read them, chunk by chunk, until then.
  *
  * On the wire a transfer is several MPI messages on comm with the given peer and tag: a 32-byte
  * header (dtype, count, chunk size; both ranks must share the byte order) and the elements in

@@ -46,7 +46,7 @@ typedef struct gpuarr__mpi_req {
     int peer, tag;              /* as given (a receive may name MPI_ANY_*) */
     int src, rtag;              /* a receive's matched source and tag, from the header */
     MPI_Comm comm;
-    gpuarr__mpi_header hdr;
+    gpuarr__mpi_header *hdr;   /* its own memory: a cancelled receive may outlive the slot */
     MPI_Request hreq;
     bool hdr_posted, hdr_done;
     unsigned char *base;        /* direct: the array's memory at `first` */
@@ -64,6 +64,7 @@ typedef struct gpuarr__mpi_req {
 typedef struct gpuarr__mpi_zombie {
     MPI_Request r[3];
     gpuarr_array keep[3];
+    gpuarr__mpi_header *hdr;
     struct gpuarr__mpi_zombie *next;
 } gpuarr__mpi_zombie;
 
@@ -205,6 +206,7 @@ static void gpuarr__mpi_req_free(gpuarr__mpi_req *q) {
     }
     if (q->stream.id) gpuarr_stream_destroy(q->stream);
     if (q->a.id) gpuarr_release(q->a);
+    free(q->hdr);
     gpuarr__error_restore(&sv);
     uint16_t gen = (uint16_t)(q->gen + 1);
     memset(q, 0, sizeof *q);
@@ -227,6 +229,7 @@ static void gpuarr__mpi_zombie_reap(void) {
         }
         for (int i = 0; i < 3; i++)
             if (z->keep[i].id) gpuarr_release(z->keep[i]);
+        free(z->hdr);
         *p = z->next;
         free(z);
     }
@@ -248,11 +251,14 @@ static void gpuarr__mpi_req_cancel(gpuarr__mpi_req *q) {
     if (z) {
         memcpy(z->r, rs, sizeof rs);
         z->keep[0] = q->a, z->keep[1] = q->buf[0], z->keep[2] = q->buf[1];
+        z->hdr = q->hdr;
         q->a.id = q->buf[0].id = q->buf[1].id = 0;
+        q->hdr = NULL;
         z->next = gpuarr__mpi.zombies;
         gpuarr__mpi.zombies = z;
     } else if (pending) { /* no memory for the record: keep the memory alive for good */
         q->a.id = q->buf[0].id = q->buf[1].id = 0;
+        q->hdr = NULL;
     }
 }
 
@@ -308,15 +314,15 @@ static bool gpuarr__mpi_blocked(const gpuarr__mpi_req *q) {
 static gpuarr_result gpuarr__mpi_start(gpuarr__mpi_req *q) {
     int rc;
     if (q->is_send) {
-        q->hdr.magic = GPUARR__MPI_MAGIC;
-        q->hdr.dtype = (int32_t)q->wire;
-        q->hdr.count = q->count;
-        q->hdr.chunk_elems = q->chunk_elems;
-        rc = MPI_Isend(&q->hdr, (int)sizeof q->hdr, MPI_BYTE, q->peer, q->tag, q->comm, &q->hreq);
+        q->hdr->magic = GPUARR__MPI_MAGIC;
+        q->hdr->dtype = (int32_t)q->wire;
+        q->hdr->count = q->count;
+        q->hdr->chunk_elems = q->chunk_elems;
+        if (!q->direct) GPUARR__CHECK(gpuarr__mpi_staging(q, q->dev)); /* before the header: all or nothing */
+        rc = MPI_Isend(q->hdr, (int)sizeof *q->hdr, MPI_BYTE, q->peer, q->tag, q->comm, &q->hreq);
         if (rc != MPI_SUCCESS) return gpuarr__mpi_error(rc, "MPI_Isend of the header");
-        if (!q->direct) GPUARR__CHECK(gpuarr__mpi_staging(q, q->dev));
     } else {
-        rc = MPI_Irecv(&q->hdr, (int)sizeof q->hdr, MPI_BYTE, q->peer, q->tag, q->comm, &q->hreq);
+        rc = MPI_Irecv(q->hdr, (int)sizeof *q->hdr, MPI_BYTE, q->peer, q->tag, q->comm, &q->hreq);
         if (rc != MPI_SUCCESS) return gpuarr__mpi_error(rc, "MPI_Irecv of the header");
     }
     q->hdr_posted = true;
@@ -331,26 +337,27 @@ static gpuarr_result gpuarr__mpi_recv_header(gpuarr__mpi_req *q, const MPI_Statu
     MPI_Get_count(st, MPI_BYTE, &bytes);
     q->src = st->MPI_SOURCE;
     q->rtag = st->MPI_TAG;
-    if (bytes != (int)sizeof q->hdr || q->hdr.magic != GPUARR__MPI_MAGIC)
+    if (bytes != (int)sizeof *q->hdr || q->hdr->magic != GPUARR__MPI_MAGIC)
         return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "rank %d sent %d bytes with tag %d that are not a gpuarr_mpi message",
                             q->src, bytes, q->rtag);
-    gpuarr_dtype sent = (gpuarr_dtype)q->hdr.dtype;
+    gpuarr_dtype sent = (gpuarr_dtype)q->hdr->dtype;
     bool ok_dtype = gpuarr_dtype_size(sent) != 0;
-    if (!ok_dtype || q->hdr.count < 0 || q->hdr.chunk_elems <= 0)
+    if (!ok_dtype || q->hdr->count < 0 || q->hdr->chunk_elems <= 0 ||
+        (uint64_t)q->hdr->chunk_elems > GPUARR__MPI_MAX_CHUNK / gpuarr_dtype_size(sent))
         return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "rank %d sent a damaged gpuarr_mpi header (dtype %d, count %lld)",
-                            q->src, (int)q->hdr.dtype, (long long)q->hdr.count);
+                            q->src, (int)q->hdr->dtype, (long long)q->hdr->count);
     gpuarr_result r = GPUARR_OK;
-    if (sent != q->wire || q->hdr.count != q->count)
+    if (sent != q->wire || q->hdr->count != q->count)
         r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT,
                          "rank %d sent %lld elements of %s (tag %d); this receive expected %lld elements of %s",
-                         q->src, (long long)q->hdr.count, gpuarr_dtype_name(sent), q->rtag, (long long)q->count,
+                         q->src, (long long)q->hdr->count, gpuarr_dtype_name(sent), q->rtag, (long long)q->count,
                          gpuarr_dtype_name(q->wire));
     /* from here on the message's layout is the sender's */
     q->drain = r != GPUARR_OK;
     q->wire = sent;
     q->wsize = gpuarr_dtype_size(sent);
-    q->count = q->hdr.count;
-    q->chunk_elems = q->hdr.chunk_elems;
+    q->count = q->hdr->count;
+    q->chunk_elems = q->hdr->chunk_elems;
     q->nchunks = q->count ? (q->count + q->chunk_elems - 1) / q->chunk_elems : 0;
     if (q->drain) q->direct = false;
     if (!q->direct) {
@@ -548,6 +555,7 @@ static gpuarr_result gpuarr__mpi_new(const char *api, bool is_send, gpuarr_array
     if (q->chunk_elems < 1) q->chunk_elems = 1;
     q->nchunks = q->count ? (q->count + q->chunk_elems - 1) / q->chunk_elems : 0;
     q->seq = ++gpuarr__mpi.seq;
+    q->hdr = (gpuarr__mpi_header *)calloc(1, sizeof *q->hdr);
     bool cuda = false; /* the backend, without gpuarr_device_get_info's query of free memory */
     gpuarr__array *arr = NULL;
     if (gpuarr__get_array(a, "a", &arr) == GPUARR_OK) {
@@ -566,6 +574,7 @@ static gpuarr_result gpuarr__mpi_new(const char *api, bool is_send, gpuarr_array
         q->direct = true;
     }
     q->base = p ? (unsigned char *)p + (size_t)first * info.itemsize : NULL;
+    if (r == GPUARR_OK && !q->hdr) r = gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no memory for a message header");
     if (r != GPUARR_OK) {
         r = gpuarr__mpi_rename(api, r);
         gpuarr__mpi_req_free(q);
@@ -643,8 +652,8 @@ static gpuarr_result gpuarr__mpi_wait_many(const char *api, gpuarr__mpi_req **qs
     return r;
 }
 
-static gpuarr_result gpuarr__mpi_post(const char *api, bool is_send, gpuarr_array a, int64_t first, int64_t count,
-                                      gpuarr_dtype sent, int peer, int tag, MPI_Comm comm, gpuarr_mpi_request *req) {
+/* gpuarr and MPI both up. */
+static gpuarr_result gpuarr__mpi_ready(const char *api) {
     gpuarr__tls.api = api;
     if (!gpuarr__initialized()) return gpuarr__fail(GPUARR_ERROR_NOT_INITIALIZED, "gpuarr is not initialized (call gpuarr_init first)");
     int mpi_up = 0, mpi_down = 0;
@@ -652,6 +661,12 @@ static gpuarr_result gpuarr__mpi_post(const char *api, bool is_send, gpuarr_arra
     MPI_Finalized(&mpi_down);
     if (!mpi_up || mpi_down)
         return gpuarr__fail(GPUARR_ERROR_NOT_INITIALIZED, "MPI is %s", mpi_down ? "finalized already" : "not initialized (call MPI_Init first)");
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__mpi_post(const char *api, bool is_send, gpuarr_array a, int64_t first, int64_t count,
+                                      gpuarr_dtype sent, int peer, int tag, MPI_Comm comm, gpuarr_mpi_request *req) {
+    GPUARR__CHECK(gpuarr__mpi_ready(api));
     pthread_mutex_lock(&gpuarr__mpi.lock);
     gpuarr__mpi_eh eh;
     gpuarr__mpi_eh_enter(&eh, comm);
@@ -712,25 +727,20 @@ GPUARR_API gpuarr_result gpuarr_mpi_wait(gpuarr_mpi_request *req) {
 GPUARR_API gpuarr_result gpuarr_mpi_sendrecv(gpuarr_array send, int64_t send_first, int64_t send_count, int dest, int send_tag,
                                              gpuarr_array recv, int64_t recv_first, int64_t recv_count, gpuarr_dtype sent,
                                              int source, int recv_tag, MPI_Comm comm) {
-    GPUARR__BEGIN();
-    gpuarr_mpi_request rq = {0}, sq = {0};
-    gpuarr_result r = gpuarr__mpi_post(__func__, false, recv, recv_first, recv_count, sent, source, recv_tag, comm, &rq);
-    if (r != GPUARR_OK) return r;
-    r = gpuarr__mpi_post(__func__, true, send, send_first, send_count, GPUARR_DTYPE_INVALID, dest, send_tag, comm, &sq);
+    GPUARR__CHECK(gpuarr__mpi_ready(__func__));
+    /* both halves checked before either posts anything: a receive posted, then cancelled, could
+       already have matched (and lost) the peer's next message */
     pthread_mutex_lock(&gpuarr__mpi.lock);
-    gpuarr__mpi_req *qs[2] = {gpuarr__mpi_lookup(rq.id), gpuarr__mpi_lookup(sq.id)};
-    if (r != GPUARR_OK) { /* the receive goes, the error of the send stays */
-        gpuarr__error_saved sv;
-        gpuarr__error_save(&sv);
-        gpuarr__mpi_eh eh;
-        gpuarr__mpi_eh_enter(&eh, comm);
-        gpuarr__mpi_req_cancel(qs[0]);
-        gpuarr__mpi_eh_leave(&eh);
-        gpuarr__mpi_req_free(qs[0]);
-        gpuarr__error_restore(&sv);
-    } else {
-        r = gpuarr__mpi_wait_many(__func__, qs, 2);
+    gpuarr__mpi_eh eh;
+    gpuarr__mpi_eh_enter(&eh, comm);
+    gpuarr__mpi_req *qs[2] = {NULL, NULL};
+    gpuarr_result r = gpuarr__mpi_new(__func__, false, recv, recv_first, recv_count, sent, source, recv_tag, comm, &qs[0]);
+    if (r == GPUARR_OK) {
+        r = gpuarr__mpi_new(__func__, true, send, send_first, send_count, GPUARR_DTYPE_INVALID, dest, send_tag, comm, &qs[1]);
+        if (r != GPUARR_OK) gpuarr__mpi_req_free(qs[0]); /* not started: nothing to cancel */
     }
+    gpuarr__mpi_eh_leave(&eh);
+    if (r == GPUARR_OK) r = gpuarr__mpi_wait_many(__func__, qs, 2);
     pthread_mutex_unlock(&gpuarr__mpi.lock);
     return r;
 }

@@ -9,7 +9,8 @@
  *
  * Each point: rank 0 sends `iters` messages of the size, rank 1 receives them and answers with
  * one byte; the time from the first send to the answer, divided by iters, is one sample; the
- * median of --reps samples (default 7) is printed, as GB/s (1e9 bytes/s). Both ranks use the same
+ * median of --reps samples (default 7; one per round, each round every mode and size in turn)
+ * is printed, as GB/s (1e9 bytes/s). Both ranks use the same
  * kind of device (each process has its own PoCL). GPUARR_MPI_CHUNK is the default (4 MiB) unless
  * set. The answer's latency is in every sample (at most about 1/iters of it).
  */
@@ -80,43 +81,49 @@ int main(int argc, char **argv) {
     size_t sizes[16];
     int nsizes = 0;
     for (size_t s = 4096; s <= (size_t)max_mib << 20 && nsizes < 16; s *= 4) sizes[nsizes++] = s;
-    double gbs[MODES][16];
-    for (int mode = 0; mode < MODES; mode++) {
-        if (mode >= MPI_MODES) {
-            if (mode == 4) setenv("GPUARR_OPENCL_UNIFIED", "off", 1);
-            must(gpuarr_init(NULL), "gpuarr_init");
-        }
-        gpuarr_device dev = gpuarr_host();
-        if (mode >= 3) must(gpuarr_device_find("opencl:0", &dev), "gpuarr_device_find(opencl:0)");
-        for (int k = 0; k < nsizes; k++) {
-            size_t bytes = sizes[k];
-            int iters = (int)(((size_t)64 << 20) / bytes);
-            iters = iters < 4 ? 4 : iters > 200 ? 200 : iters;
-            void *buf = NULL;
-            gpuarr_array a = {0};
-            if (mode == 0) {
-                buf = malloc(bytes);
-                memset(buf, 1, bytes);
-            } else if (mode == 1) { /* as gpuarr's host pool allocates: 2 MiB aligned, huge pages asked */
-                size_t huge = (size_t)2 << 20, rounded = (bytes + huge - 1) / huge * huge;
-                buf = aligned_alloc(huge, rounded);
-                madvise(buf, rounded, MADV_HUGEPAGE);
-                memset(buf, 1, bytes);
-            } else {
-                int64_t n = (int64_t)(bytes / 4);
-                must(gpuarr_zeros(dev, GPUARR_F32, 1, &n, &a), "gpuarr_zeros");
+    /* rounds outside, modes inside: a burst of load from elsewhere on the machine falls on every
+       mode alike rather than on one column (gpuarr is started anew for each mode and round) */
+    static double t[MODES][16][MAX_REPS];
+    for (int rep = 0; rep < reps; rep++)
+        for (int mode = 0; mode < MODES; mode++) {
+            if (mode >= MPI_MODES) {
+                if (mode == 4) setenv("GPUARR_OPENCL_UNIFIED", "off", 1);
+                must(gpuarr_init(NULL), "gpuarr_init");
             }
-            sample(mode, a, buf, bytes, iters < 8 ? iters : 8); /* warm-up: pools, kernels, MPI's paths */
-            double t[MAX_REPS];
-            for (int r = 0; r < reps; r++) t[r] = sample(mode, a, buf, bytes, iters);
-            qsort(t, (size_t)reps, sizeof t[0], cmp_double);
-            gbs[mode][k] = (double)bytes / t[reps / 2] / 1e9;
-            free(buf);
-            if (a.id) gpuarr_release(a);
+            gpuarr_device dev = gpuarr_host();
+            if (mode >= 3) must(gpuarr_device_find("opencl:0", &dev), "gpuarr_device_find(opencl:0)");
+            for (int k = 0; k < nsizes; k++) {
+                size_t bytes = sizes[k];
+                int iters = (int)(((size_t)64 << 20) / bytes);
+                iters = iters < 4 ? 4 : iters > 200 ? 200 : iters;
+                void *buf = NULL;
+                gpuarr_array a = {0};
+                if (mode == 0) {
+                    buf = malloc(bytes);
+                    memset(buf, 1, bytes);
+                } else if (mode == 1) { /* as gpuarr's host pool allocates: 2 MiB aligned, huge pages asked */
+                    size_t huge = (size_t)2 << 20, rounded = (bytes + huge - 1) / huge * huge;
+                    buf = aligned_alloc(huge, rounded);
+                    madvise(buf, rounded, MADV_HUGEPAGE);
+                    memset(buf, 1, bytes);
+                } else {
+                    int64_t n = (int64_t)(bytes / 4);
+                    must(gpuarr_zeros(dev, GPUARR_F32, 1, &n, &a), "gpuarr_zeros");
+                }
+                sample(mode, a, buf, bytes, 2); /* warm-up: pools, kernels, MPI's paths */
+                t[mode][k][rep] = sample(mode, a, buf, bytes, iters);
+                free(buf);
+                if (a.id) gpuarr_release(a);
+            }
+            if (mode >= MPI_MODES) gpuarr_shutdown();
+            if (mode == 4) unsetenv("GPUARR_OPENCL_UNIFIED");
         }
-        if (mode >= MPI_MODES) gpuarr_shutdown();
-        if (mode == 4) unsetenv("GPUARR_OPENCL_UNIFIED");
-    }
+    double gbs[MODES][16];
+    for (int mode = 0; mode < MODES; mode++)
+        for (int k = 0; k < nsizes; k++) {
+            qsort(t[mode][k], (size_t)reps, sizeof(double), cmp_double);
+            gbs[mode][k] = (double)sizes[k] / t[mode][k][reps / 2] / 1e9;
+        }
     if (rank == 0) {
         printf("| size |");
         for (int m = 0; m < MODES; m++) printf(" %s GB/s |", mode_names[m]);

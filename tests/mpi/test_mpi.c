@@ -6,7 +6,8 @@
  * Each rank puts its arrays on its own device: rank 0 the host, 1 opencl:0, 2 opencl:1, 3 opencl:0
  * handled as a discrete device (GPUARR_OPENCL_UNIFIED=off), with POCL_DEVICES="pthread pthread";
  * TEST_MPI_DEVICES="host,opencl:0,..." overrides the list (rank r takes item r % n; an item
- * "X/discrete" sets GPUARR_OPENCL_UNIFIED=off). Every rank prints one status line; the exit
+ * "X/discrete" sets GPUARR_OPENCL_UNIFIED=off); make mpi-tests also runs host,cuda:0,opencl:0,cuda:1
+ * on the fake CUDA driver (tests/fake_cuda). Every rank prints one status line; the exit
  * status is 0 only when every check of that rank passed. The last test has the last rank call
  * MPI_Finalize and exit before it sends: rank 0's receive from it must end in GPUARR_ERROR_TIMEOUT
  * within GPUARR_MPI_TIMEOUT_MS (2000 here), and the job must end.
@@ -116,6 +117,17 @@ static void test_ranges(void) {
     gpuarr_array in2 = make(GPUARR_I64, 30, NULL, 0);
     CHECK_OK(gpuarr_mpi_sendrecv(out, 80, -1, right(), 501, in2, 10, -1, GPUARR_I32, left(), 501, MPI_COMM_WORLD));
     expect(in2, 10, 20, 10 - 80, small_int, 3, "range [80, end) -> [10, end)");
+    CHECK_OK(gpuarr_mpi_sendrecv(out, 5, 0, right(), 502, in2, 3, 0, GPUARR_I32, left(), 502, MPI_COMM_WORLD));
+    expect(in2, 10, 20, 10 - 80, small_int, 3, "an empty range changes nothing");
+    /* one array, as in a halo exchange: elements [0, 40) go out, [60, 100) come in */
+    gpuarr_array field = make(GPUARR_F32, 100, small_int, 4);
+    CHECK_OK(gpuarr_mpi_sendrecv(field, 0, 40, right(), 503, field, 60, 40, GPUARR_F32, left(), 503, MPI_COMM_WORLD));
+    double got[100];
+    CHECK_OK(gpuarr_read(field, 0, 100, GPUARR_F64, got));
+    int bad = 0;
+    for (int i = 0; i < 100; i++) bad += got[i] != small_int(i < 60 ? i : i - 60, 4);
+    CHECK(bad == 0, "send and receive in one array: %d elements wrong", bad);
+    gpuarr_release(field);
     gpuarr_release(out);
     gpuarr_release(in);
     gpuarr_release(in2);
@@ -125,7 +137,8 @@ static void test_ranges(void) {
 /* A message of many chunks (GPUARR_MPI_CHUNK small), with and without conversion, and two in
    flight at once on one peer and tag: they arrive whole and in order. */
 static void test_chunks(void) {
-    setenv("GPUARR_MPI_CHUNK", "1000", 1); /* 125 f64, 250 f32: not a divisor of the count */
+    /* 250 or 602 f32 per chunk, not divisors of the count; neighbours differ: the sender's counts */
+    setenv("GPUARR_MPI_CHUNK", rank % 2 ? "1000" : "2408", 1);
     int64_t n = 100003;
     gpuarr_array a = make(GPUARR_F32, n, small_int, 11), b = make(GPUARR_F32, n, small_int, 12);
     gpuarr_array ra = make(GPUARR_F64, n, NULL, 0), rb = make(GPUARR_F32, n, NULL, 0);
@@ -197,25 +210,29 @@ static void test_any_and_order(void) {
     gpuarr_release(in);
 }
 
-/* gpuarr_mpi_device: the node-local rank within the comm given, through "local:R". mpirun puts
-   every rank on this node, so on MPI_COMM_WORLD it agrees with the launcher's variable ("local");
-   with PoCL's two devices and no filter, local rank r gets opencl:(r % 2). */
+/* gpuarr_mpi_device: the node-local rank within the comm given, then "local:R". mpirun puts every
+   rank on this node, so on MPI_COMM_WORLD R is the rank and agrees with the launcher's variable
+   ("local"); in a comm of every other rank R is rank / 2. With only PoCL's two devices (no CUDA)
+   local rank R gets opencl:(R % 2). */
 static void test_device(void) {
-    gpuarr_device d = {0}, by_env = {0};
-    gpuarr_device_info info;
+    gpuarr_device d = {0}, want = {0};
+    char spec[32];
     CHECK_OK(gpuarr_mpi_device(MPI_COMM_WORLD, &d));
-    CHECK_OK(gpuarr_device_find("local", &by_env));
-    CHECK(d.id == by_env.id, "gpuarr_mpi_device(MPI_COMM_WORLD) and \"local\" agree");
-    char want[32];
-    snprintf(want, sizeof want, "opencl:%d", rank % 2);
-    CHECK(gpuarr_device_get_info(d, &info) == GPUARR_OK && strcmp(info.spec, want) == 0, "rank %d got %s, expected %s", rank,
-          info.spec, want);
-    MPI_Comm half; /* ranks of one parity: local ranks 0, 1, ... within it */
+    CHECK_OK(gpuarr_device_find("local", &want));
+    CHECK(d.id == want.id, "gpuarr_mpi_device(MPI_COMM_WORLD) and \"local\" agree");
+    snprintf(spec, sizeof spec, "local:%d", rank);
+    CHECK(gpuarr_device_find(spec, &want) == GPUARR_OK && d.id == want.id, "MPI_COMM_WORLD: %s", spec);
+    gpuarr_device_info info;
+    char pocl[32];
+    snprintf(pocl, sizeof pocl, "opencl:%d", rank % 2);
+    if (gpuarr_device_count() == 3)
+        CHECK(gpuarr_device_get_info(d, &info) == GPUARR_OK && strcmp(info.spec, pocl) == 0, "rank %d got %s, expected %s",
+              rank, info.spec, pocl);
+    MPI_Comm half;
     MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &half);
     CHECK_OK(gpuarr_mpi_device(half, &d));
-    snprintf(want, sizeof want, "opencl:%d", (rank / 2) % 2);
-    CHECK(gpuarr_device_get_info(d, &info) == GPUARR_OK && strcmp(info.spec, want) == 0, "in a comm of every other rank, "
-          "rank %d got %s, expected %s", rank, info.spec, want);
+    snprintf(spec, sizeof spec, "local:%d", rank / 2);
+    CHECK(gpuarr_device_find(spec, &want) == GPUARR_OK && d.id == want.id, "in a comm of every other rank: %s", spec);
     MPI_Comm_free(&half);
     CHECK(gpuarr_mpi_device(MPI_COMM_NULL, &d) == GPUARR_ERROR_INVALID_ARGUMENT, "MPI_COMM_NULL");
     CHECK(gpuarr_mpi_device(MPI_COMM_WORLD, NULL) == GPUARR_ERROR_INVALID_ARGUMENT, "out NULL");
@@ -332,8 +349,12 @@ static void test_bad_input(void) {
     CHECK(gpuarr_mpi_recv(big, 0, 10, GPUARR_F32, left(), 9, MPI_COMM_WORLD) == GPUARR_ERROR_INVALID_ARGUMENT, "dtype mismatch");
     CHECK(has(gpuarr_last_error(), "of i32") && has(gpuarr_last_error(), "of f32"), "%s", gpuarr_last_error());
     CHECK_OK(gpuarr_mpi_wait(&q));
+    /* a sendrecv whose send is wrong posts nothing, its receive neither */
+    CHECK(gpuarr_mpi_sendrecv(a, 0, 10, size + 5, 9, big, 1, 10, GPUARR_I32, left(), 9, MPI_COMM_WORLD) ==
+              GPUARR_ERROR_INVALID_ARGUMENT, "sendrecv with dest out of range");
+    CHECK(has(gpuarr_last_error(), "gpuarr_mpi_sendrecv: dest ="), "%s", gpuarr_last_error());
     CHECK_OK(gpuarr_mpi_sendrecv(a, 0, 10, right(), 9, big, 1, 10, GPUARR_I32, left(), 9, MPI_COMM_WORLD));
-    expect(big, 1, 10, 1, small_int, 5, "the message after two refused ones");
+    expect(big, 1, 10, 1, small_int, 5, "the message after three refused ones");
     gpuarr_release(big);
 
     /* plain MPI bytes where a gpuarr message is expected: refused with MPI's words, and the
@@ -347,6 +368,12 @@ static void test_bad_input(void) {
     MPI_Isend(raw, 32, MPI_BYTE, right(), 31, MPI_COMM_WORLD, &rr);
     CHECK(gpuarr_mpi_recv(a, 0, -1, 0, left(), 31, MPI_COMM_WORLD) == GPUARR_ERROR_INVALID_ARGUMENT, "32 plain bytes");
     CHECK(has(gpuarr_last_error(), "not a gpuarr_mpi message"), "%s", gpuarr_last_error());
+    MPI_Wait(&rr, MPI_STATUS_IGNORE);
+    /* a header with gpuarr's magic number (backends/gpuarr_mpi.h) but a dtype that is none */
+    struct { uint32_t magic; int32_t dtype; int64_t count, chunk, reserved; } fake = {0x67614d31u, 99, 10, 10, 0};
+    MPI_Isend(&fake, (int)sizeof fake, MPI_BYTE, right(), 32, MPI_COMM_WORLD, &rr);
+    CHECK(gpuarr_mpi_recv(a, 0, -1, 0, left(), 32, MPI_COMM_WORLD) == GPUARR_ERROR_INVALID_ARGUMENT, "damaged header");
+    CHECK(has(gpuarr_last_error(), "damaged"), "%s", gpuarr_last_error());
     MPI_Wait(&rr, MPI_STATUS_IGNORE);
     MPI_Errhandler eh;
     MPI_Comm_get_errhandler(MPI_COMM_WORLD, &eh);
@@ -400,6 +427,19 @@ static void pick_device(void) {
 }
 
 int main(int argc, char **argv) {
+    /* before MPI_Init: refused, saying so (checked once the rank is known) */
+    gpuarr_result before_init = GPUARR_OK;
+    char before_msg[256] = "";
+    if (gpuarr_init(NULL) == GPUARR_OK) {
+        int64_t one = 1;
+        gpuarr_array x;
+        if (gpuarr_zeros(gpuarr_host(), GPUARR_I32, 1, &one, &x) == GPUARR_OK) {
+            before_init = gpuarr_mpi_send(x, 0, -1, 0, 0, MPI_COMM_WORLD);
+            snprintf(before_msg, sizeof before_msg, "%s", gpuarr_last_error());
+            gpuarr_release(x);
+        }
+        gpuarr_shutdown();
+    }
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -417,6 +457,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "rank %d: no device %s: %s\n", rank, spec, gpuarr_last_error());
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
+    CHECK(before_init == GPUARR_ERROR_NOT_INITIALIZED && has(before_msg, "MPI is not initialized"),
+          "gpuarr_mpi_send before MPI_Init: %s", before_msg);
     struct {
         const char *name;
         void (*fn)(void);
