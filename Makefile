@@ -7,7 +7,9 @@
 #                 implementation at -O3 and with -flto, GPUARR_STATIC, the README's code, an
 #                 installed copy used through pkg-config, CMake and libgpuarr, then uninstalled),
 #                 the DLPack tests against NumPy through ctypes (a venv under build/ with NumPy
-#                 from PyPI), and bench-smoke (gpuarr-bench --host-isa and --csv, checked)
+#                 from PyPI), bench-smoke (gpuarr-bench --host-isa and --csv, checked), and under
+#                 mpirun the MPI tests (mpi-tests), examples/mpi_heat and gpuarr-info --mpi
+#                 (mpi-examples)
 #   make check    the suite under ASan+UBSan, the threaded tests under TSan, valgrind on the
 #                 examples, a slice of the fault matrix, the fuzz corpus replayed (fuzz-replay)
 #                 and 2 minutes of the soak (soak-slice; its seed is printed, a failing input
@@ -35,6 +37,10 @@
 #                 not in make test)
 #   make bench-offload-starpu  the same workload under StarPU's dmda scheduler (needs
 #                 libstarpu-dev, installed the same way; not in make test)
+#   make mpi-tests  tests/mpi/test_mpi under mpirun -np 4 (host and PoCL ranks; part of make test,
+#                 mpi-tests-asan of make check), plus compile checks of the MPI part
+#   make bench-mpi  send/recv bandwidth between 2 MPI ranks, gpuarr arrays against MPI_Send
+#                 (tools/bench-mpi.c; bench/results/mpi.md; not in make test)
 #   make lib      build/lib/: libgpuarr.a and libgpuarr.so.<version> (soname libgpuarr.so.<major>,
 #                 links of both names and libgpuarr.so), from gpuarr.c; only gpuarr_ symbols exported
 #   make install  gpuarr.h and backends/ to $(PREFIX)/include/gpuarr (programs include
@@ -61,7 +67,9 @@ CFLAGS_TSAN := -std=c11 -O1 -g $(WARN) -fsanitize=thread
 TEST_CFLAGS = -I. -Itests
 
 HEADERS   := gpuarr.h $(wildcard backends/*.h)
-EXAMPLES  := $(basename $(notdir $(wildcard examples/*.c)))
+# examples that need MPI are built with its flags, below (mpi-examples)
+MPI_EXAMPLES := mpi_heat
+EXAMPLES  := $(filter-out $(MPI_EXAMPLES),$(basename $(notdir $(wildcard examples/*.c))))
 TESTS     := $(basename $(notdir $(wildcard tests/test_*.c)))
 THREADED_TESTS := test_threads test_streams test_pool test_dlpack test_telemetry test_trace test_leases test_transfer_model test_transfer_model_fit \
                   test_offload
@@ -75,11 +83,14 @@ NVCC      := $(firstword $(wildcard $(CUDA_HOME)/bin/nvcc) $(shell command -v nv
 HAVE_CL_H := $(wildcard /usr/include/CL/cl.h)
 CUDA_H    := $(firstword $(wildcard $(CUDA_HOME)/include/cuda.h))
 NVML_H    ?= $(firstword $(wildcard $(CUDA_HOME)/include/nvml.h /usr/include/nvml.h))
+MPICC     := $(shell command -v mpicc 2>/dev/null)
+MPI_EXAMPLES_BUILD := $(and $(MPICC),$(HAVE_CL_H))
 
 # --- Debian packages ------------------------------------------------------------------------
+MPI_PACKAGES   := libopenmpi-dev openmpi-bin
 TEST_PACKAGES  := gcc g++ clang make libcriterion-dev \
                   pocl-opencl-icd ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-headers \
-                  python3 python3-venv cmake pkgconf
+                  python3 python3-venv cmake pkgconf $(MPI_PACKAGES)
 CHECK_PACKAGES := $(TEST_PACKAGES) valgrind
 
 .PHONY: all demo test check bench install clean deps-test deps-check info compile-tests \
@@ -89,7 +100,8 @@ CHECK_PACKAGES := $(TEST_PACKAGES) valgrind
 
 CU_EXAMPLES := $(if $(NVCC),$(basename $(notdir $(wildcard examples/*.cu))))
 
-all: $(addprefix $(BUILD)/rel/examples/,$(EXAMPLES) $(CU_EXAMPLES)) $(addprefix $(BUILD)/rel/tools/,$(TOOLS))
+all: $(addprefix $(BUILD)/rel/examples/,$(EXAMPLES) $(CU_EXAMPLES) $(if $(MPI_EXAMPLES_BUILD),$(MPI_EXAMPLES))) \
+     $(addprefix $(BUILD)/rel/tools/,$(TOOLS))
 
 # .cu examples link the implementation compiled once as C (gpuarr.o), so a kernel edit
 # recompiles only the .cu file
@@ -260,10 +272,78 @@ run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAKE_NVML) $
 	@echo "== gpuarr-info --watch 0.1 --count 2 --json: a JSON line per device per tick (tools/check-watch-json.py)"
 	@$(PYTHON) tools/check-watch-json.py $(BUILD)/rel/tools/gpuarr-info
 	@$(if $(FAKE_CUDA),echo "== the same on the fake driver with the fake NVML" && $(FAKE_ENV) $(PYTHON) tools/check-watch-json.py $(BUILD)/rel/tools/gpuarr-info)
+	@$(MAKE) --no-print-directory mpi-examples
 	@echo "== GPUARR_TRACE on examples/quickstart: tests/python/check_trace.py validates the file"
 	@mkdir -p $(BUILD)/logs && GPUARR_TRACE=$(abspath $(BUILD))/logs/quickstart-trace.json $(BUILD)/rel/examples/quickstart >/dev/null
 	@$(PYTHON) tests/python/check_trace.py $(BUILD)/logs/quickstart-trace.json --expect alloc --expect free
-	@echo "make test: all suites passed on: $(TEST_DEVICES), opencl:0 as a discrete device, two PoCL devices, the fake CUDA driver, and CUDA where present"
+	@$(MAKE) --no-print-directory mpi-tests
+	@echo "make test: all suites passed on: $(TEST_DEVICES), opencl:0 as a discrete device, two PoCL devices, the fake CUDA driver, CUDA where present, and 4 MPI ranks"
+
+# --- MPI examples and gpuarr-info --mpi (issue 19) ---------------------------------------------
+# gpuarr-info is built with GPUARR_MPI and Open MPI's flags (MPI_CFLAGS, MPI_LIBS below) where
+# mpicc is found (its --mpi; MPI_Init only then), without elsewhere; a stamp rebuilds it when that
+# changes. The MPI examples (examples/mpi_heat.c: its own implementation unit, an OpenCL kernel)
+# need mpicc and CL/cl.h. mpi-examples runs them under mpirun, each rank on the host or one of
+# PoCL's two devices.
+MPIRUN_NP = mpirun --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-as-root) -np
+MPI_STAMP := $(BUILD)/rel/mpi-$(if $(MPICC),yes,no).stamp
+$(MPI_STAMP):
+	@mkdir -p $(@D) && rm -f $(BUILD)/rel/mpi-*.stamp && touch $@
+$(BUILD)/rel/tools/gpuarr-info: tools/gpuarr-info.c $(HEADERS) $(MPI_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_REL) $(if $(MPICC),-DGPUARR_MPI $(MPI_CFLAGS)) -I. $< -o $@ $(if $(MPICC),$(MPI_LIBS)) $(LIBS)
+# -ffp-contract=off: the host stencil rounds as the OpenCL kernel does (no fused multiply-add)
+$(BUILD)/rel/examples/mpi_heat: examples/mpi_heat.c $(HEADERS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_REL) -ffp-contract=off $(MPI_CFLAGS) -I. $< -o $@ $(MPI_LIBS) -lOpenCL $(LIBS)
+
+# Each run: rank r on the (r mod count)-th device of the --device list, the field bit for bit
+# equal to the one-rank run on the host, and every rank on the device it should be on.
+# $(1) ranks, $(2) --device list (empty: gpuarr_mpi_device's choice, expected $(5)),
+# $(3) environment, $(4) more arguments
+define mpi_heat_run
+	@echo "== mpirun -np $(1) examples/mpi_heat $(if $(2),--device $(2),(gpuarr_mpi_device's choice)) $(4)$(if $(3), ($(firstword $(3)) ...))"
+	@$(3) timeout 300 $(MPIRUN_NP) $(1) $(BUILD)/rel/examples/mpi_heat $(if $(2),--device $(2)) $(4) > $(BUILD)/logs/mpi-heat.log 2>&1 && \
+	  grep -q ": identical$$" $(BUILD)/logs/mpi-heat.log && \
+	  awk -v specs="$(or $(2),$(5))" -v n=$(1) 'BEGIN { k = split(specs, s, ",") } /^rank [0-9]+: rows / { seen++; if ($$NF != s[$$2 % k + 1]) bad = 1 } \
+	    END { exit bad || seen != n }' $(BUILD)/logs/mpi-heat.log || { cat $(BUILD)/logs/mpi-heat.log; exit 1; }
+endef
+comma := ,
+
+.PHONY: mpi-examples
+mpi-examples: $(if $(MPI_EXAMPLES_BUILD),$(BUILD)/rel/examples/mpi_heat) $(BUILD)/rel/tools/gpuarr-info $(FAKE_CUDA)
+ifeq ($(MPI_EXAMPLES_BUILD),)
+	@echo "== mpi-examples skipped: $(if $(MPICC),no CL/cl.h,no mpicc) (Debian: $(MPI_PACKAGES) ocl-icd-opencl-dev; make test installs them)"
+else
+	@mkdir -p $(BUILD)/logs
+	$(call mpi_heat_run,1,opencl:0)
+	$(call mpi_heat_run,2,host$(comma)opencl:0)
+	$(call mpi_heat_run,3,host$(comma)opencl:0$(comma)opencl:1)
+	$(call mpi_heat_run,4,host$(comma)opencl:0$(comma)opencl:1)
+	$(call mpi_heat_run,4,opencl:1$(comma)opencl:0,GPUARR_OPENCL_UNIFIED=off,--nx 37 --ny 23 --steps 40)
+	$(if $(FAKE_CUDA),$(call mpi_heat_run,3,cuda:0$(comma)opencl:0$(comma)cuda:1,$(FAKE_ENV),--steps 30))
+	$(call mpi_heat_run,4,,,--nx 16 --ny 9,opencl:0$(comma)opencl:1)
+	@echo "== examples/mpi_heat refuses a grid with fewer rows than ranks (exit status 2), and a device that is not there (1, naming it)"
+	@timeout 60 $(MPIRUN_NP) 4 $(BUILD)/rel/examples/mpi_heat --ny 3 >/dev/null 2>&1; [ $$? = 2 ]
+	@timeout 60 $(MPIRUN_NP) 2 $(BUILD)/rel/examples/mpi_heat --device host,opencl:7 > $(BUILD)/logs/mpi-heat-bad.log 2>&1; \
+	  [ $$? = 1 ] && grep -q 'spec "opencl:7": no such device' $(BUILD)/logs/mpi-heat-bad.log || { cat $(BUILD)/logs/mpi-heat-bad.log; exit 1; }
+	@echo "== mpirun -np 4 gpuarr-info --mpi: a row per rank, gpuarr_mpi_device's pick local rank mod 2 of PoCL's two devices"
+	@timeout 120 $(MPIRUN_NP) 4 $(BUILD)/rel/tools/gpuarr-info --mpi > $(BUILD)/logs/info-mpi.txt 2>&1 && \
+	  [ $$(grep -cE "^[0-9]+ " $(BUILD)/logs/info-mpi.txt) = 4 ] && \
+	  for r in 0 1 2 3; do grep -qE "^$$r +[^ ]+ +$$r OMPI_COMM_WORLD_LOCAL_RANK=$$r +opencl:$$((r % 2)) +host,opencl:0,opencl:1$$" $(BUILD)/logs/info-mpi.txt || exit 1; done || \
+	  { cat $(BUILD)/logs/info-mpi.txt; exit 1; }
+	@timeout 120 $(MPIRUN_NP) 4 $(BUILD)/rel/tools/gpuarr-info --mpi --json > $(BUILD)/logs/info-mpi.json && \
+	  $(PYTHON) -c 'import json, sys; r = json.load(open(sys.argv[1]))["ranks"]; assert [x["rank"] for x in r] == [0, 1, 2, 3], r; assert all(x["error"] is None and x["device"] == "opencl:%d" % (x["local_rank"] % 2) for x in r), r' $(BUILD)/logs/info-mpi.json
+	@echo "== gpuarr-info --mpi where gpuarr_init fails on every rank: each row says why, exit status 1"
+	@GPUARR_LOG=bogus timeout 120 $(MPIRUN_NP) 2 $(BUILD)/rel/tools/gpuarr-info --mpi > $(BUILD)/logs/info-mpi-bad.txt 2>&1; [ $$? = 1 ] && \
+	  [ $$(grep -cE '^[01] .*gpuarr_init: GPUARR_LOG="bogus"' $(BUILD)/logs/info-mpi-bad.txt) = 2 ] || { cat $(BUILD)/logs/info-mpi-bad.txt; exit 1; }
+endif
+	@echo "== gpuarr-info --mpi without MPI in the build: says so, exit status 2"
+	@$(MAKE) --no-print-directory $(BUILD)/rel/tools/gpuarr-info-nompi >/dev/null
+	@$(BUILD)/rel/tools/gpuarr-info-nompi --mpi 2>&1 | grep -q "built without MPI" && { $(BUILD)/rel/tools/gpuarr-info-nompi --mpi 2>/dev/null; [ $$? = 2 ]; }
+$(BUILD)/rel/tools/gpuarr-info-nompi: tools/gpuarr-info.c $(HEADERS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_REL) -I. $< -o $@ $(LIBS)
 
 # DLPack against NumPy (tests/python/test_numpy.py, examples/numpy_interop.py): libgpuarr.so
 # loaded with ctypes by Debian's Python, in a virtual environment under build/ with NumPy >= 2.1
@@ -416,8 +496,13 @@ $(BUILD)/matrix/static-api: tests/compile/static_api.c $(HEADERS)
 
 # Every ```c block of README.md compiles (programs also link and run): tools/readme-blocks.sh
 # says how a block is taken.
-readme-blocks: $(BUILD)/rel/gpuarr.o
-	@CC="$(CC)" LIBS="$(LIBS)" tools/readme-blocks.sh README.md $(BUILD)/readme $(BUILD)/rel/gpuarr.o
+# Blocks with <mpi.h> link the implementation built with GPUARR_MPI and run on 2 ranks.
+readme-blocks: $(BUILD)/rel/gpuarr.o $(if $(MPICC),$(BUILD)/rel/gpuarr-mpi.o)
+	@CC="$(CC)" LIBS="$(LIBS)" $(if $(MPICC),MPI_CFLAGS="$(MPI_CFLAGS)" MPI_LIBS="$(MPI_LIBS)" MPI_IMPL=$(BUILD)/rel/gpuarr-mpi.o MPIRUN="$(MPIRUN_NP)") \
+	  tools/readme-blocks.sh README.md $(BUILD)/readme $(BUILD)/rel/gpuarr.o
+$(BUILD)/rel/gpuarr-mpi.o: gpuarr.c $(HEADERS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_REL) -DGPUARR_MPI $(MPI_CFLAGS) -include mpi.h -I. -c $< -o $@
 
 # `make install` into a scratch DESTDIR (PREFIX=/usr), and programs built against that alone: one
 # with only its include directory, then tests/install/check.sh (pkg-config, CMake, libgpuarr
@@ -509,6 +594,7 @@ run-asan: $(addprefix $(BUILD)/asan/tests/,$(TESTS)) $(FAKE_CUDA) $(FAKE_NVML) $
 	@$(if $(FAKE_CUDA),$(FAKE_ENV)) ASAN_OPTIONS=detect_leaks=1:use_sigaltstack=0 UBSAN_OPTIONS=print_stacktrace=1 \
 	  $(BUILD)/asan/plugin/plugin_driver $(BUILD)/asan/plugin/libgpuarr-plugin.so >$(BUILD)/logs/asan-plugin.log 2>&1 || { cat $(BUILD)/logs/asan-plugin.log; exit 1; }
 	@if grep -qE $(SANITIZER_REPORT) $(BUILD)/logs/asan-plugin.log; then cat $(BUILD)/logs/asan-plugin.log; echo "asan: sanitizer report in the plugin test"; exit 1; fi
+	@$(MAKE) --no-print-directory mpi-tests-asan
 
 run-tsan: $(addprefix $(BUILD)/tsan/tests/,$(THREADED_TESTS)) $(FAKE_CUDA) $(FAKE_NVML)
 	$(call run_sanitized,tsan,$(THREADED_TESTS),GPUARR_STRESS_OPS=100000 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tools/tsan.supp",1,$(TEST_DEVICES))
@@ -516,11 +602,19 @@ run-tsan: $(addprefix $(BUILD)/tsan/tests/,$(THREADED_TESTS)) $(FAKE_CUDA) $(FAK
 
 # Definite leaks only: an indirect leak hangs off a definite one, which is reported (or, for the
 # few of PoCL's own in tools/valgrind.supp, suppressed together with what hangs off them).
-run-valgrind: $(addprefix $(BUILD)/rel/examples/,$(EXAMPLES)) $(BUILD)/rel/tools/gpuarr-info
+# examples/mpi_heat: each of 2 ranks (host, opencl:0) under valgrind, with tools/valgrind-openmpi.supp
+# for Open MPI's own reports (stacks through MPI_Init, MPI_Finalize and PMIx's thread).
+run-valgrind: $(addprefix $(BUILD)/rel/examples/,$(EXAMPLES) $(if $(MPI_EXAMPLES_BUILD),$(MPI_EXAMPLES))) $(BUILD)/rel/tools/gpuarr-info
 	@set -e; for e in $(EXAMPLES); do \
 	  echo "== valgrind: examples/$$e"; \
 	  valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite --show-possibly-lost=no --suppressions=tools/valgrind.supp \
 	    $(BUILD)/rel/examples/$$e >/dev/null; done
+ifneq ($(MPI_EXAMPLES_BUILD),)
+	@echo "== valgrind: examples/mpi_heat, mpirun -np 2, a rank on the host and one on opencl:0"
+	@timeout 600 $(MPIRUN_NP) 2 valgrind -q --error-exitcode=1 --num-callers=40 --leak-check=full --errors-for-leak-kinds=definite \
+	  --show-possibly-lost=no --suppressions=tools/valgrind.supp --suppressions=tools/valgrind-openmpi.supp \
+	  $(BUILD)/rel/examples/mpi_heat --device host,opencl:0 --steps 10 >/dev/null
+endif
 	@echo "== valgrind: tools/gpuarr-info"
 	@valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite --show-possibly-lost=no --suppressions=tools/valgrind.supp \
 	  $(BUILD)/rel/tools/gpuarr-info >/dev/null
@@ -603,6 +697,70 @@ soak: $(BUILD)/fuzz-replay/soak
 # the soak's slice in make check
 soak-slice:
 	@$(MAKE) --no-print-directory soak SOAK_MINUTES=2
+
+# --- MPI (issue 19; the manual's MPI section) ------------------------------------------------
+# tests/mpi/test_mpi.c runs under mpirun, 4 ranks on 2 CPUs (--oversubscribe; --allow-run-as-root
+# when root), each on its own device (host, opencl:0, opencl:1, opencl:0 discrete; then host,
+# cuda:0, opencl:0, cuda:1 on the fake CUDA driver where it is built), each job
+# bounded by MPI_TEST_TIMEOUT seconds; every rank must print its "0 failed" status line. The flags
+# come from Open MPI's wrapper (mpicc --showme), the compiler stays $(CC).
+MPI_CFLAGS = $(shell mpicc --showme:compile 2>/dev/null)
+MPI_LIBS = $(shell mpicc --showme:link 2>/dev/null)
+MPI_RANKS ?= 4
+MPIRUN = mpirun -np $(MPI_RANKS) --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-as-root)
+MPI_TEST_TIMEOUT ?= 300
+.PHONY: mpi-tests mpi-tests-asan bench-mpi
+$(BUILD)/rel/tests/mpi/test_mpi: tests/mpi/test_mpi.c $(HEADERS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_REL) $(MPI_CFLAGS) -I. $< -o $@ $(MPI_LIBS) $(LIBS)
+$(BUILD)/asan/tests/mpi/test_mpi: tests/mpi/test_mpi.c $(HEADERS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ASAN) $(MPI_CFLAGS) -I. $< -o $@ $(MPI_LIBS) $(LIBS)
+# $(1) flavour, $(2) environment, $(3) the ranks' devices (TEST_MPI_DEVICES), $(4) the log's name
+define run_mpi_test
+	@echo "== $(1): tests/mpi/test_mpi under $(MPIRUN) (ranks on $(3))"
+	@$(2) TEST_MPI_DEVICES="$(3)" timeout $(MPI_TEST_TIMEOUT) $(MPIRUN) $(BUILD)/$(1)/tests/mpi/test_mpi >$(BUILD)/logs/$(4).log 2>&1 || \
+	  { cat $(BUILD)/logs/$(4).log; echo "mpi-tests ($(1)): failed or timed out ($(MPI_TEST_TIMEOUT) s)"; exit 1; }
+	@grep "checks, \|ended in" $(BUILD)/logs/$(4).log
+	@test "$$(grep -c 'checks, 0 failed' $(BUILD)/logs/$(4).log)" = $(MPI_RANKS) || \
+	  { cat $(BUILD)/logs/$(4).log; echo "mpi-tests ($(1)): not every rank reported success"; exit 1; }
+	@if grep -qE $(SANITIZER_REPORT) $(BUILD)/logs/$(4).log; then cat $(BUILD)/logs/$(4).log; echo "$(1): sanitizer report in test_mpi"; exit 1; fi
+endef
+MPI_TEST_DEVICES := host,opencl:0,opencl:1,opencl:0/discrete
+# with the fake CUDA driver (tests/fake_cuda), where cuda.h is: CUDA ranks, staged through pinned memory
+MPI_TEST_DEVICES_FAKE := host,cuda:0,opencl:0,cuda:1
+# tests/mpi/cuda_aware_build.c: the CUDA-aware branch compiled and linked (not run) against this
+# MPI, which is not CUDA-aware; and GPUARR_MPI without <mpi.h> must stop at the header's #error.
+$(BUILD)/rel/tests/mpi/cuda_aware_build: tests/mpi/cuda_aware_build.c $(HEADERS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_REL) -DMPIX_CUDA_AWARE_SUPPORT=1 -DGPUARR__MPI_NO_EXT $(MPI_CFLAGS) -I. $< -o $@ $(MPI_LIBS) $(LIBS)
+mpi-tests: $(BUILD)/rel/tests/mpi/test_mpi $(BUILD)/rel/tests/mpi/cuda_aware_build $(FAKE_CUDA)
+	@mkdir -p $(BUILD)/logs
+	@echo "== GPUARR_MPI defined without <mpi.h>: the header's #error"
+	@printf '#define GPUARR_MPI\n#include "gpuarr.h"\n' | { ! $(CC) -std=c11 -fsyntax-only -I. -x c - 2>$(BUILD)/logs/mpi-no-header.log; } && \
+	  grep -q 'include <mpi.h> before gpuarr.h' $(BUILD)/logs/mpi-no-header.log
+	@echo "== the MPI part compiles warning-free with clang (C11) and g++ (C++17, Open MPI's C++ bindings off)"
+	@printf '#include <mpi.h>\n#define GPUARR_MPI\n#define GPUARR_IMPLEMENTATION\n#include "gpuarr.h"\n' > $(BUILD)/logs/mpi-impl.c
+	@$(CLANG) -std=c11 $(WARN) $(MPI_CFLAGS) -I. -fsyntax-only $(BUILD)/logs/mpi-impl.c
+	@$(CXX) -std=c++17 $(WARN) -DOMPI_SKIP_MPICXX $(MPI_CFLAGS) -I. -fsyntax-only -x c++ $(BUILD)/logs/mpi-impl.c
+	$(call run_mpi_test,rel,,$(MPI_TEST_DEVICES),rel-mpi)
+	$(if $(FAKE_CUDA),$(call run_mpi_test,rel,$(FAKE_ENV),$(MPI_TEST_DEVICES_FAKE),rel-mpi-fake-cuda))
+# Under ASan: Open MPI's own leaks from MPI_Init are suppressed (tools/lsan-openmpi.supp, which
+# needs full stacks and Open MPI's components kept loaded), gpuarr's are reported.
+MPI_ASAN_ENV := OMPI_MCA_mca_base_component_disable_dlclose=1 ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0 \
+  LSAN_OPTIONS=suppressions=$(CURDIR)/tools/lsan-openmpi.supp UBSAN_OPTIONS=print_stacktrace=1
+mpi-tests-asan: $(BUILD)/asan/tests/mpi/test_mpi
+	@mkdir -p $(BUILD)/logs
+	$(call run_mpi_test,asan,$(MPI_ASAN_ENV),$(MPI_TEST_DEVICES),asan-mpi)
+
+# `make bench-mpi`: tools/bench-mpi.c, one-way bandwidth between 2 ranks, 4 KiB..64 MiB, gpuarr
+# arrays on the host and opencl:0 (unified, discrete) against MPI_Send of malloc'ed buffers, in
+# one run (bench/results/mpi.md). Not part of make test.
+$(BUILD)/rel/tools/bench-mpi: tools/bench-mpi.c $(HEADERS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_REL) $(MPI_CFLAGS) -I. $< -o $@ $(MPI_LIBS) $(LIBS)
+bench-mpi: $(BUILD)/rel/tools/bench-mpi
+	$(subst -np $(MPI_RANKS),-np 2,$(MPIRUN)) $(BUILD)/rel/tools/bench-mpi $(BENCH_MPI_FLAGS)
 
 # --- benchmarks -----------------------------------------------------------------------------
 bench: $(BUILD)/rel/tools/gpuarr-bench

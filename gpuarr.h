@@ -90,6 +90,7 @@
  *                            (plain GPUARR_API=static warns about each one not called)
  *   GPUARR_NO_CUDA           leave the CUDA backend out
  *   GPUARR_NO_OPENCL         leave the OpenCL backend out
+ *   GPUARR_MPI               declare and compile the MPI part (see MPI); <mpi.h> first
  *   GPUARR_NO_TRACE          leave the trace's hooks out (see TRACING; gpuarr_trace_start then
  *                            fails with GPUARR_ERROR_UNSUPPORTED)
  *   GPUARR_NO_RUNTIME_LINKING  link the backends' libraries (-lcuda, -lOpenCL) instead of loading
@@ -140,6 +141,8 @@
  *   OMPI_COMM_WORLD_LOCAL_RANK, MV2_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID,
  *   PMI_LOCAL_RANK   a launcher's node-local rank, for the spec "local" (see LOCAL RANK); read
  *                    at each use, not by gpuarr_init.
+ *   GPUARR_MPI_CHUNK, GPUARR_MPI_TIMEOUT_MS, GPUARR_MPI_CUDA_AWARE  the MPI part's, read at each
+ *                    of its calls, not at gpuarr_init: see MPI.
  * A malformed value makes gpuarr_init fail with GPUARR_ERROR_INVALID_ARGUMENT naming it. A
  * library that cannot be loaded is not an error: its backend has no devices, and
  * gpuarr_device_find's error for them gives the path and the loader's reason.
@@ -923,6 +926,88 @@
  * gives the figure), an OpenCL command a retain of its event, and gpuarr_trace_stop reads the
  * device times, sorts and writes everything.
  * tests/python/check_trace.py validates a trace file against the format.
+ *
+ * =============================================================================================
+ * MPI
+ * =============================================================================================
+ * An opt-in part for programs that run as MPI ranks: define GPUARR_MPI and include <mpi.h> before
+ * gpuarr.h (in every file that uses it, and in the one with the implementation, which then needs
+ * the MPI library: mpicc, or the flags of `mpicc --showme`). GPUARR_MPI without <mpi.h> stops at
+ * an #error. The core never needs MPI, and libgpuarr (make lib) is built without this part.
+ *
+ *     MPI_Init(&argc, &argv);
+ *     gpuarr_init(NULL);
+ *     gpuarr_device dev;
+ *     gpuarr_mpi_device(MPI_COMM_WORLD, &dev);           // this rank's device on its node
+ *     ...
+ *     gpuarr_mpi_sendrecv(out, 0, -1, right, 0,           // all of out to rank `right`
+ *                         in, 0, -1, GPUARR_F32, left, 0, // into in, from rank `left`, cast
+ *                         MPI_COMM_WORLD);                // from f32 to in's dtype
+ *
+ * gpuarr_mpi_device(comm, &dev) is collective over comm: the rank's number among comm's ranks on
+ * its node (MPI_Comm_split_type with MPI_COMM_TYPE_SHARED) is R, and dev is gpuarr_device_find
+ * of "local:R" (see LOCAL RANK).
+ *
+ * gpuarr_mpi_send(a, first, count, dest, tag, comm) sends elements [first, first + count) of a,
+ * in C order (count -1 = to the end), and gpuarr_mpi_recv(a, first, count, sent, source, tag,
+ * comm) receives into them; a may be on any device, the two ranks' devices need not be alike.
+ * The elements travel in the sender's dtype (a send never casts); the receiver names that dtype
+ * in `sent` (0 = its own) and the elements are cast to its array's dtype on the way in, by the
+ * CONVERSION RULES. gpuarr_mpi_isend and gpuarr_mpi_irecv start the same and return a request;
+ * gpuarr_mpi_wait(&req) finishes it and sets req to {0} ({0} itself returns GPUARR_OK at once).
+ * gpuarr_mpi_sendrecv does a receive and a send together (halo exchanges, rings). Every wait (the
+ * blocking calls wait too) moves every pending transfer of the process on, so a ring of isends and
+ * irecvs, waited for in any order, completes; between gpuarr_mpi calls nothing moves (MPI itself
+ * may still deliver what was posted). source and dest may be MPI_PROC_NULL (nothing happens, as
+ * in MPI); source MPI_ANY_SOURCE and tag MPI_ANY_TAG work in receives. As with MPI's own buffers, the
+ * elements of a pending transfer must not be written (a send's) or used (a receive's) until its
+ * wait has returned: a send may read them, chunk by chunk, until then.
+ *
+ * On the wire a transfer is several MPI messages on comm with the given peer and tag: a 32-byte
+ * header (dtype, count, chunk size; both ranks must share the byte order) and the elements in
+ * chunks of GPUARR_MPI_CHUNK bytes (the sender's; default 4 MiB, from 8 bytes to 1 GiB, K/M/G
+ * suffixes). Transfers between two ranks on one comm and tag arrive whole and in the order they
+ * were started (gpuarr starts the next only once the one before has posted its last chunk), but
+ * do not mix them with your own MPI messages on that tag and peer: a plain MPI message where a
+ * gpuarr one is expected is refused (GPUARR_ERROR_INVALID_ARGUMENT). Host arrays with no cast
+ * go to and from MPI directly. Other transfers are staged through two chunk-sized buffers from
+ * the device's pinned pool (gpuarr_empty_pinned; for a host array with a cast, the host's
+ * pool), with the device copies (gpuarr_read_async / gpuarr_write_async, which
+ * cast) on a stream of the transfer's own: while one chunk travels, the next is copied. With a
+ * CUDA-aware MPI, CUDA arrays with no cast skip the staging: their device memory goes to MPI.
+ * That happens when GPUARR_MPI_CUDA_AWARE is on, or auto (the default) and gpuarr was built
+ * with Open MPI's MPIX_CUDA_AWARE_SUPPORT (from <mpi-ext.h>) and MPIX_Query_cuda_support() says
+ * yes at run time; off never does it. (Debian's Open MPI is not CUDA-aware: gpuarr's tests
+ * build this branch but cannot run it.)
+ *
+ * Checks and errors: a handle that is not a live array (GPUARR_ERROR_INVALID_HANDLE), a range
+ * not within the array, `sent` not a dtype, a rank outside comm, a tag outside 0..MPI_TAG_UB,
+ * comm MPI_COMM_NULL, req NULL, a malformed GPUARR_MPI_* variable
+ * (GPUARR_ERROR_INVALID_ARGUMENT) fail before anything is sent. A receive whose header says
+ * another count or dtype than the receive expects fails with GPUARR_ERROR_INVALID_ARGUMENT
+ * saying what arrived and what was expected ("rank 1 sent 10 elements of i32 (tag 9); this
+ * receive expected 12 elements of i32"); its chunks are still taken (and dropped), so the next
+ * transfer from that rank on that tag arrives intact; the sender is not told. gpuarr_mpi_wait
+ * on a request that is not pending: GPUARR_ERROR_INVALID_HANDLE. MPI errors come back as gpuarr
+ * results with MPI_Error_string's words (MPI_ERR_TRUNCATE, from a plain MPI message too long
+ * for a header, as GPUARR_ERROR_INVALID_ARGUMENT): during each gpuarr_mpi call the comm's error
+ * handler is MPI_ERRORS_RETURN, and the caller's handler is put back before the call returns
+ * (no duplicate comm: MPI_Comm_dup would be collective).
+ *
+ * A wait gives up once no pending transfer has moved for GPUARR_MPI_TIMEOUT_MS milliseconds
+ * (default 60000; -1 waits forever): it cancels what the transfer posted and returns
+ * GPUARR_ERROR_TIMEOUT naming the peer rank and tag ("the receive from rank 3 (tag 77) did not
+ * move for 2000 ms (GPUARR_MPI_TIMEOUT_MS): cancelled, ..."), so a rank that has left makes its
+ * peers fail, not hang. The GPUARR_MPI_* variables are read at each call, not at gpuarr_init.
+ *
+ * gpuarr_mpi_allreduce(a, op, comm) (collective) replaces every element of a by the sum, minimum
+ * or maximum of that element over comm's ranks (GPUARR_MPI_SUM, _MIN, _MAX); every rank passes an
+ * array of the same count and dtype, on any device. It goes through host memory (a's count in
+ * host memory, at most INT_MAX elements): integer sums wrap as the dtype does (modulo 2^bits),
+ * f16 and bf16 are reduced as f32 and rounded back once, bool sum and max are "any", min "all".
+ *
+ * tests/mpi/test_mpi.c runs all of this under mpirun, 4 ranks on the host and PoCL devices
+ * (make mpi-tests); tests/fuzz does not reach these calls (they need MPI_Init).
  *
  * =============================================================================================
  * CALLBACKS
@@ -2042,6 +2127,44 @@ static inline gpuarr_result gpuarr_opencl_wrap_queue(gpuarr_device d, cl_command
     return gpuarr_opencl_wrap_queue_raw(d, (void *)q, out);
 }
 #endif
+
+/* ---------------------------------------------------------------------------------------------
+ * MPI (the manual's MPI section): declared when GPUARR_MPI is defined, <mpi.h> included first.
+ * ------------------------------------------------------------------------------------------- */
+#if defined(GPUARR_MPI) && !defined(GPUARR__MPI_DECLARED)
+#define GPUARR__MPI_DECLARED
+#ifndef MPI_VERSION
+#error "gpuarr: GPUARR_MPI is defined but <mpi.h> is not included: include <mpi.h> before gpuarr.h"
+#endif
+#ifdef __cplusplus
+extern "C" {
+#endif
+typedef struct gpuarr_mpi_request { uint32_t id; } gpuarr_mpi_request; /* 0 = none */
+typedef enum gpuarr_mpi_op { GPUARR_MPI_SUM, GPUARR_MPI_MIN, GPUARR_MPI_MAX, GPUARR_MPI_OP_COUNT } gpuarr_mpi_op;
+/* The device of this rank: "local:R", R its rank among comm's ranks on this node. Collective. */
+GPUARR_API gpuarr_result gpuarr_mpi_device(MPI_Comm comm, gpuarr_device *out);
+/* Elements [first, first + count) of a (count -1 = to the end) to / from rank dest / source.
+   The wire carries the sender's dtype; the receiver names it in `sent` (0 = its own dtype) and
+   casts on the way in. */
+GPUARR_API gpuarr_result gpuarr_mpi_send(gpuarr_array a, int64_t first, int64_t count, int dest, int tag, MPI_Comm comm);
+GPUARR_API gpuarr_result gpuarr_mpi_recv(gpuarr_array a, int64_t first, int64_t count, gpuarr_dtype sent, int source,
+                                         int tag, MPI_Comm comm);
+GPUARR_API gpuarr_result gpuarr_mpi_isend(gpuarr_array a, int64_t first, int64_t count, int dest, int tag, MPI_Comm comm,
+                                          gpuarr_mpi_request *req);
+GPUARR_API gpuarr_result gpuarr_mpi_irecv(gpuarr_array a, int64_t first, int64_t count, gpuarr_dtype sent, int source,
+                                          int tag, MPI_Comm comm, gpuarr_mpi_request *req);
+/* Waits for *req (moving every pending gpuarr MPI transfer of the process on), then sets it to
+   {0}; {0} returns GPUARR_OK at once. */
+GPUARR_API gpuarr_result gpuarr_mpi_wait(gpuarr_mpi_request *req);
+GPUARR_API gpuarr_result gpuarr_mpi_sendrecv(gpuarr_array send, int64_t send_first, int64_t send_count, int dest,
+                                             int send_tag, gpuarr_array recv, int64_t recv_first, int64_t recv_count,
+                                             gpuarr_dtype sent, int source, int recv_tag, MPI_Comm comm);
+/* In place over every rank of comm; every rank passes an array of the same dtype and count. */
+GPUARR_API gpuarr_result gpuarr_mpi_allreduce(gpuarr_array a, gpuarr_mpi_op op, MPI_Comm comm);
+#ifdef __cplusplus
+}
+#endif
+#endif /* GPUARR_MPI */
 
 /* =============================================================================================
  * IMPLEMENTATION
@@ -9455,6 +9578,10 @@ GPUARR_BACKEND_LIST(GPUARR__INTEROP_CALLS)
 /* Transfer models: fitted, persisted, predicted (the manual's TRANSFER MODEL section). */
 #include "backends/gpuarr_transfer_model.h"
 #include "backends/gpuarr_offload.h"
+/* MPI: sends, receives and allreduce of arrays (the manual's MPI section), opt-in. */
+#ifdef GPUARR_MPI
+#include "backends/gpuarr_mpi.h"
+#endif
 
 #endif /* GPUARR_IMPLEMENTATION */
 

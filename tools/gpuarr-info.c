@@ -16,8 +16,18 @@
  *                         telemetry, "-" where it has none) and the pool's allocated/reserved
  *                         bytes; --json: one JSON object per device per tick, a line each
  *                         (null where a reading is missing); --count N: stop after N ticks
+ *   mpirun ... gpuarr-info --mpi [--json]
+ *                         every rank's machine, node-local rank (MPI_COMM_TYPE_SHARED; and the
+ *                         launcher's variable), the device gpuarr_mpi_device picks for it and the
+ *                         devices it sees, gathered to rank 0 and printed there, a row per rank
+ *                         (--json: one object with a "ranks" array). Only in a build with MPI
+ *                         (mpicc -DGPUARR_MPI, as the Makefile does where mpicc is); otherwise it
+ *                         says so and exits with status 2. MPI_Init is called only for --mpi.
  *
  * GPUARR_DEVICES filters the list as it does for any program. */
+#ifdef GPUARR_MPI
+#include <mpi.h> /* before gpuarr.h: its MPI part */
+#endif
 #define GPUARR_IMPLEMENTATION
 #include "gpuarr.h"
 
@@ -261,8 +271,105 @@ static int watch(double seconds, long count, bool json) {
     return status;
 }
 
+/* --mpi: what each rank sees, gathered to rank 0 as fixed-size records. */
+#ifdef GPUARR_MPI
+typedef struct rank_record {
+    int local_rank, launcher_rank; /* launcher_rank: -1 when no launcher variable is set */
+    char host[MPI_MAX_PROCESSOR_NAME];
+    char variable[64];             /* the launcher's variable gpuarr_local_rank read, or "" */
+    char device[32];               /* gpuarr_mpi_device's pick, or "" */
+    char devices[1024];            /* every device this rank sees, comma separated */
+    char error[256];               /* what failed on this rank, or "" */
+} rank_record;
+
+static void rank_record_fill(rank_record *rec, bool initialized) {
+    memset(rec, 0, sizeof *rec);
+    int len, ok = 1;
+    MPI_Get_processor_name(rec->host, &len);
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &rec->local_rank);
+    MPI_Comm_free(&node);
+    const char *variable = NULL;
+    int launcher_rank;
+    rec->launcher_rank = -1;
+    if (initialized && gpuarr_local_rank(&launcher_rank, &variable) != GPUARR_OK) ok = 0;
+    else if (variable) rec->launcher_rank = launcher_rank, snprintf(rec->variable, sizeof rec->variable, "%s", variable);
+    gpuarr_device dev;
+    gpuarr_device_info info;
+    if (ok && initialized && gpuarr_mpi_device(MPI_COMM_WORLD, &dev) == GPUARR_OK && gpuarr_device_get_info(dev, &info) == GPUARR_OK)
+        snprintf(rec->device, sizeof rec->device, "%s", info.spec);
+    else ok = 0;
+    for (int i = 0; ok && i < gpuarr_device_count(); i++) {
+        size_t used = strlen(rec->devices);
+        if (gpuarr_device_get_info(gpuarr_device_at(i), &info) == GPUARR_OK)
+            snprintf(rec->devices + used, sizeof rec->devices - used, "%s%s", used ? "," : "", info.spec);
+    }
+    if (!ok) snprintf(rec->error, sizeof rec->error, "%s", gpuarr_last_error()); /* gpuarr_init's too */
+}
+
+static void print_mpi_json(const rank_record *recs, int ranks) {
+    printf("{\n  \"version\": \"%s\",\n  \"ranks\": [", gpuarr_version_string());
+    for (int r = 0; r < ranks; r++) {
+        const rank_record *rec = &recs[r];
+        printf("%s\n    {\"rank\": %d, \"host\": ", r ? "," : "", r);
+        json_string(rec->host);
+        printf(", \"local_rank\": %d, \"launcher_variable\": ", rec->local_rank);
+        if (rec->variable[0]) json_string(rec->variable), printf(", \"launcher_local_rank\": %d", rec->launcher_rank);
+        else printf("null, \"launcher_local_rank\": null");
+        printf(", \"device\": ");
+        if (rec->device[0]) json_string(rec->device);
+        else printf("null");
+        printf(", \"devices\": [");
+        char list[sizeof rec->devices];
+        snprintf(list, sizeof list, "%s", rec->devices);
+        int n = 0;
+        for (char *save = NULL, *spec = strtok_r(list, ",", &save); spec; spec = strtok_r(NULL, ",", &save)) {
+            printf("%s", n++ ? ", " : "");
+            json_string(spec);
+        }
+        printf("], \"error\": ");
+        if (rec->error[0]) json_string(rec->error);
+        else printf("null");
+        printf("}");
+    }
+    printf("\n  ]\n}\n");
+}
+
+static void print_mpi_table(const rank_record *recs, int ranks) {
+    printf("gpuarr %s: %d rank%s\n\n%-5s %-20s %5s %-32s %-10s %s\n", gpuarr_version_string(), ranks, ranks == 1 ? "" : "s", "rank",
+           "host", "local", "launcher variable", "device", "devices");
+    for (int r = 0; r < ranks; r++) {
+        const rank_record *rec = &recs[r];
+        char launcher[96] = "-";
+        if (rec->variable[0]) snprintf(launcher, sizeof launcher, "%s=%d", rec->variable, rec->launcher_rank);
+        printf("%-5d %-20.20s %5d %-32.32s %-10s %s\n", r, rec->host, rec->local_rank, launcher,
+               rec->device[0] ? rec->device : "-", rec->error[0] ? rec->error : rec->devices);
+    }
+}
+
+/* Every rank fills its record; rank 0 prints them all. 1 if any rank failed. */
+static int mpi_ranks(bool initialized, bool json) {
+    int rank, ranks, status = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+    rank_record mine, *all = NULL;
+    rank_record_fill(&mine, initialized);
+    if (rank == 0 && !(all = calloc((size_t)ranks, sizeof *all))) MPI_Abort(MPI_COMM_WORLD, 1);
+    MPI_Gather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, 0, MPI_COMM_WORLD);
+    if (rank == 0) {
+        if (json) print_mpi_json(all, ranks);
+        else print_mpi_table(all, ranks);
+        for (int r = 0; r < ranks; r++) status |= all[r].error[0] != 0;
+        free(all);
+    }
+    MPI_Bcast(&status, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    return status;
+}
+#endif
+
 int main(int argc, char **argv) {
-    bool json = false, memory = false, watching = false, leases = false, models = false;
+    bool json = false, memory = false, watching = false, leases = false, models = false, mpi = false;
     double seconds = 1.0;
     long count = 0;
     const char *spec = NULL;
@@ -291,16 +398,31 @@ int main(int argc, char **argv) {
             leases = true;
         } else if (strcmp(argv[i], "--models") == 0) {
             models = true;
+        } else if (strcmp(argv[i], "--mpi") == 0) {
+            mpi = true;
         } else if (strcmp(argv[i], "--find") == 0 && i + 1 < argc) {
             spec = argv[++i];
         } else {
-            fprintf(stderr, "usage: %s [--json | --memory | --leases | --models | --find SPEC | --watch [SECONDS] [--count N] [--json]]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--json | --memory | --leases | --models | --find SPEC | --watch [SECONDS] [--count N] [--json] | --mpi [--json]]\n", argv[0]);
             return strcmp(argv[i], "--help") == 0 ? 0 : 2;
         }
     }
     if (count && !watching) {
         fprintf(stderr, "gpuarr-info: --count goes with --watch\n");
         return 2;
+    }
+    if (mpi) {
+#ifdef GPUARR_MPI
+        MPI_Init(&argc, &argv);
+        bool initialized = gpuarr_init(NULL) == GPUARR_OK; /* a rank that fails still reports */
+        int status = mpi_ranks(initialized, json);
+        if (initialized) gpuarr_shutdown();
+        MPI_Finalize();
+        return status;
+#else
+        fprintf(stderr, "gpuarr-info: --mpi: this gpuarr-info was built without MPI (make builds it with mpicc -DGPUARR_MPI where mpicc is found)\n");
+        return 2;
+#endif
     }
     if (gpuarr_init(NULL) != GPUARR_OK) {
         fprintf(stderr, "gpuarr-info: %s\n", gpuarr_last_error());

@@ -1,0 +1,488 @@
+/*
+ * test_mpi.c -- the MPI layer (the manual's MPI section) under mpirun, a plain C program per rank:
+ *
+ *   mpirun -np 4 --oversubscribe build/rel/tests/mpi/test_mpi     (make mpi-tests)
+ *
+ * Each rank puts its arrays on its own device: rank 0 the host, 1 opencl:0, 2 opencl:1, 3 opencl:0
+ * handled as a discrete device (GPUARR_OPENCL_UNIFIED=off), with POCL_DEVICES="pthread pthread";
+ * TEST_MPI_DEVICES="host,opencl:0,..." overrides the list (rank r takes item r % n; an item
+ * "X/discrete" sets GPUARR_OPENCL_UNIFIED=off); make mpi-tests also runs host,cuda:0,opencl:0,cuda:1
+ * on the fake CUDA driver (tests/fake_cuda). Every rank prints one status line; the exit
+ * status is 0 only when every check of that rank passed. The last test has the last rank call
+ * MPI_Finalize and exit before it sends: rank 0's receive from it must end in GPUARR_ERROR_TIMEOUT
+ * within GPUARR_MPI_TIMEOUT_MS (2000 here), and the job must end.
+ */
+#define _DEFAULT_SOURCE 1
+#include <mpi.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define GPUARR_MPI
+#define GPUARR_IMPLEMENTATION
+#include "gpuarr.h"
+
+static int rank, size, failures, checks;
+static char device_spec[64];
+static gpuarr_device dev;
+
+#define CHECK(cond, ...)                                                                          \
+    do {                                                                                          \
+        checks++;                                                                                 \
+        if (!(cond)) {                                                                            \
+            failures++;                                                                           \
+            fprintf(stderr, "rank %d (%s) FAILED %s:%d: %s: ", rank, device_spec, __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                                         \
+            fprintf(stderr, " [last error: %s]\n", gpuarr_last_error());                         \
+        }                                                                                         \
+    } while (0)
+#define CHECK_OK(expr) CHECK((expr) == GPUARR_OK, "%s", #expr)
+
+static const gpuarr_dtype dtypes[] = {GPUARR_BOOL, GPUARR_I8,  GPUARR_U8,  GPUARR_I16, GPUARR_U16,
+                                      GPUARR_I32,  GPUARR_U32, GPUARR_I64, GPUARR_U64, GPUARR_F16,
+                                      GPUARR_BF16, GPUARR_F32, GPUARR_F64};
+#define NDTYPES ((int)(sizeof dtypes / sizeof dtypes[0]))
+
+static double seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* An array of n elements of t on this rank's device, element i = f(i) (exact in every dtype). */
+static gpuarr_array make(gpuarr_dtype t, int64_t n, double (*f)(int64_t, int), int salt) {
+    double *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+    for (int64_t i = 0; i < n; i++) v[i] = f ? f(i, salt) : 0.0;
+    gpuarr_array a = {0};
+    gpuarr_result r = gpuarr_empty(dev, t, 1, &n, &a);
+    if (r == GPUARR_OK && n) r = gpuarr_write(a, 0, n, GPUARR_F64, v);
+    CHECK(r == GPUARR_OK, "make %s[%lld]", gpuarr_dtype_name(t), (long long)n);
+    free(v);
+    return a;
+}
+
+static double small_int(int64_t i, int salt) { return (double)((i * 7 + salt) % 101); }
+static double zero_one(int64_t i, int salt) { return (double)((i + salt) % 2); }
+
+/* Elements [first, first + n) of a equal f(i - shift, salt), the others zero. */
+static void expect(gpuarr_array a, int64_t first, int64_t n, int64_t shift, double (*f)(int64_t, int), int salt,
+                   const char *what) {
+    gpuarr_array_info info;
+    CHECK_OK(gpuarr_array_get_info(a, &info));
+    double *v = malloc((size_t)(info.count ? info.count : 1) * sizeof *v);
+    CHECK_OK(gpuarr_read(a, 0, info.count, GPUARR_F64, v));
+    int bad = 0;
+    for (int64_t i = 0; i < info.count && bad < 3; i++) {
+        double want = i >= first && i < first + n ? f(i - shift, salt) : 0.0;
+        if (v[i] != want) {
+            bad++;
+            CHECK(v[i] == want, "%s: element %lld is %g, expected %g", what, (long long)i, v[i], want);
+        }
+    }
+    free(v);
+}
+
+static int right(void) { return (rank + 1) % size; }
+static int left(void) { return (rank + size - 1) % size; }
+
+/* Every dtype pair: the ring sends dtype s, every rank receives into dtype r. */
+static void test_dtype_pairs(void) {
+    for (int si = 0; si < NDTYPES; si++)
+        for (int ri = 0; ri < NDTYPES; ri++) {
+            gpuarr_dtype s = dtypes[si], r = dtypes[ri];
+            double (*f)(int64_t, int) = s == GPUARR_BOOL || r == GPUARR_BOOL ? zero_one : small_int;
+            int64_t n = 257;
+            gpuarr_array out = make(s, n, f, left()), in = make(r, n, NULL, 0);
+            /* the receiver checks what its left neighbour sent: salt = the sender's rank */
+            int tag = si * NDTYPES + ri;
+            CHECK(gpuarr_mpi_sendrecv(out, 0, -1, right(), tag, in, 0, -1, s, left(), tag, MPI_COMM_WORLD) == GPUARR_OK,
+                  "sendrecv %s -> %s", gpuarr_dtype_name(s), gpuarr_dtype_name(r));
+            char what[64];
+            snprintf(what, sizeof what, "%s -> %s", gpuarr_dtype_name(s), gpuarr_dtype_name(r));
+            expect(in, 0, n, 0, f, (rank + size - 2) % size, what);
+            gpuarr_release(out);
+            gpuarr_release(in);
+        }
+}
+
+/* Elements [10, 60) of 100 go to [5, 55) of the receiver's 80; count -1 = to the end. */
+static void test_ranges(void) {
+    setenv("GPUARR_MPI_TIMEOUT_MS", "-1", 1); /* forever: accepted */
+    gpuarr_array out = make(GPUARR_I32, 100, small_int, 3), in = make(GPUARR_F32, 80, NULL, 0);
+    CHECK_OK(gpuarr_mpi_sendrecv(out, 10, 50, right(), 500, in, 5, 50, GPUARR_I32, left(), 500, MPI_COMM_WORLD));
+    expect(in, 5, 50, 5 - 10, small_int, 3, "range [10, 60) -> [5, 55)");
+    gpuarr_array in2 = make(GPUARR_I64, 30, NULL, 0);
+    CHECK_OK(gpuarr_mpi_sendrecv(out, 80, -1, right(), 501, in2, 10, -1, GPUARR_I32, left(), 501, MPI_COMM_WORLD));
+    expect(in2, 10, 20, 10 - 80, small_int, 3, "range [80, end) -> [10, end)");
+    CHECK_OK(gpuarr_mpi_sendrecv(out, 5, 0, right(), 502, in2, 3, 0, GPUARR_I32, left(), 502, MPI_COMM_WORLD));
+    expect(in2, 10, 20, 10 - 80, small_int, 3, "an empty range changes nothing");
+    /* one array, as in a halo exchange: elements [0, 40) go out, [60, 100) come in */
+    gpuarr_array field = make(GPUARR_F32, 100, small_int, 4);
+    CHECK_OK(gpuarr_mpi_sendrecv(field, 0, 40, right(), 503, field, 60, 40, GPUARR_F32, left(), 503, MPI_COMM_WORLD));
+    double got[100];
+    CHECK_OK(gpuarr_read(field, 0, 100, GPUARR_F64, got));
+    int bad = 0;
+    for (int i = 0; i < 100; i++) bad += got[i] != small_int(i < 60 ? i : i - 60, 4);
+    CHECK(bad == 0, "send and receive in one array: %d elements wrong", bad);
+    gpuarr_release(field);
+    gpuarr_release(out);
+    gpuarr_release(in);
+    gpuarr_release(in2);
+    setenv("GPUARR_MPI_TIMEOUT_MS", "60000", 1);
+}
+
+/* A message of many chunks (GPUARR_MPI_CHUNK small), with and without conversion, and two in
+   flight at once on one peer and tag: they arrive whole and in order. */
+static void test_chunks(void) {
+    /* 250 or 602 f32 per chunk, not divisors of the count; neighbours differ: the sender's counts */
+    setenv("GPUARR_MPI_CHUNK", rank % 2 ? "1000" : "2408", 1);
+    int64_t n = 100003;
+    gpuarr_array a = make(GPUARR_F32, n, small_int, 11), b = make(GPUARR_F32, n, small_int, 12);
+    gpuarr_array ra = make(GPUARR_F64, n, NULL, 0), rb = make(GPUARR_F32, n, NULL, 0);
+    gpuarr_mpi_request q[4] = {{0}, {0}, {0}, {0}};
+    CHECK_OK(gpuarr_mpi_irecv(ra, 0, -1, GPUARR_F32, left(), 7, MPI_COMM_WORLD, &q[0]));
+    CHECK_OK(gpuarr_mpi_irecv(rb, 0, -1, GPUARR_F32, left(), 7, MPI_COMM_WORLD, &q[1]));
+    CHECK_OK(gpuarr_mpi_isend(a, 0, -1, right(), 7, MPI_COMM_WORLD, &q[2]));
+    CHECK_OK(gpuarr_mpi_isend(b, 0, -1, right(), 7, MPI_COMM_WORLD, &q[3]));
+    CHECK(q[0].id && q[1].id && q[2].id && q[3].id, "requests are not {0}");
+    for (int i = 0; i < 4; i++) {
+        CHECK_OK(gpuarr_mpi_wait(&q[i]));
+        CHECK(q[i].id == 0, "wait sets *req to {0}");
+    }
+    expect(ra, 0, n, 0, small_int, 11, "first of two chunked messages, f32 -> f64");
+    expect(rb, 0, n, 0, small_int, 12, "second of two chunked messages, f32");
+    CHECK_OK(gpuarr_mpi_wait(&q[0])); /* {0}: nothing to wait for */
+    unsetenv("GPUARR_MPI_CHUNK");
+    gpuarr_release(a);
+    gpuarr_release(b);
+    gpuarr_release(ra);
+    gpuarr_release(rb);
+}
+
+/* Host arrays with no cast go to MPI directly; other transfers take two chunk-sized buffers
+   from the device's pinned pool (the host's own pool for the host). */
+static void test_staging(void) {
+    setenv("GPUARR_MPI_CHUNK", "4K", 1);
+    int64_t n = 10000; /* 40000 bytes of f32: 10 chunks of 1024 elements */
+    gpuarr_array out = make(GPUARR_F32, n, small_int, 2), in = make(GPUARR_F32, n, NULL, 0);
+    gpuarr_array in64 = make(GPUARR_F64, n, NULL, 0);
+    bool host = dev.id == gpuarr_host().id;
+    gpuarr_pool_stats s0, s1, s2;
+    gpuarr_result (*stats)(gpuarr_device, gpuarr_pool_stats *) = host ? gpuarr_pool_get_stats : gpuarr_pool_get_pinned_stats;
+    CHECK_OK(stats(dev, &s0));
+    CHECK_OK(gpuarr_mpi_sendrecv(out, 0, -1, right(), 40, in, 0, -1, 0, left(), 40, MPI_COMM_WORLD));
+    CHECK_OK(stats(dev, &s1));
+    CHECK_OK(gpuarr_mpi_sendrecv(out, 0, -1, right(), 41, in64, 0, -1, GPUARR_F32, left(), 41, MPI_COMM_WORLD));
+    CHECK_OK(stats(dev, &s2));
+    expect(in, 0, n, 0, small_int, 2, "staging test, f32");
+    expect(in64, 0, n, 0, small_int, 2, "staging test, f32 -> f64");
+    uint64_t b1 = s1.total_allocations - s0.total_allocations, b2 = s2.total_allocations - s1.total_allocations;
+    uint64_t r1 = s1.total_requested_bytes - s0.total_requested_bytes, r2 = s2.total_requested_bytes - s1.total_requested_bytes;
+    if (host) {
+        CHECK(b1 == 0, "host, no cast: no staging buffer (%llu taken)", (unsigned long long)b1);
+        CHECK(b2 == 2 && r2 == 2 * 4096, "host, a cast on receipt: 2 buffers of 4096 bytes (%llu, %llu bytes)",
+              (unsigned long long)b2, (unsigned long long)r2);
+    } else {
+        CHECK(b1 == 4 && r1 == 4 * 4096, "device: 2 pinned buffers of 4096 bytes each way (%llu, %llu bytes)",
+              (unsigned long long)b1, (unsigned long long)r1);
+        CHECK(b2 == 4 && r2 == 4 * 4096, "device, a cast on receipt: the same (%llu, %llu bytes)", (unsigned long long)b2,
+              (unsigned long long)r2);
+    }
+    unsetenv("GPUARR_MPI_CHUNK");
+    gpuarr_release(out);
+    gpuarr_release(in);
+    gpuarr_release(in64);
+}
+
+/* Wildcards in receives; a ring waited for sends first. */
+static void test_any_and_order(void) {
+    gpuarr_array out = make(GPUARR_U16, 64, small_int, 8), in = make(GPUARR_I32, 64, NULL, 0);
+    gpuarr_mpi_request rq = {0}, sq = {0};
+    CHECK_OK(gpuarr_mpi_irecv(in, 0, -1, GPUARR_U16, MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &rq));
+    CHECK_OK(gpuarr_mpi_isend(out, 0, -1, right(), 300 + rank, MPI_COMM_WORLD, &sq));
+    CHECK_OK(gpuarr_mpi_wait(&sq));
+    CHECK_OK(gpuarr_mpi_wait(&rq));
+    expect(in, 0, 64, 0, small_int, 8, "MPI_ANY_SOURCE, MPI_ANY_TAG");
+    gpuarr_release(out);
+    gpuarr_release(in);
+}
+
+/* gpuarr_mpi_device: the node-local rank within the comm given, then "local:R". mpirun puts every
+   rank on this node, so on MPI_COMM_WORLD R is the rank and agrees with the launcher's variable
+   ("local"); in a comm of every other rank R is rank / 2. With only PoCL's two devices (no CUDA)
+   local rank R gets opencl:(R % 2). */
+static void test_device(void) {
+    gpuarr_device d = {0}, want = {0};
+    char spec[32];
+    CHECK_OK(gpuarr_mpi_device(MPI_COMM_WORLD, &d));
+    CHECK_OK(gpuarr_device_find("local", &want));
+    CHECK(d.id == want.id, "gpuarr_mpi_device(MPI_COMM_WORLD) and \"local\" agree");
+    snprintf(spec, sizeof spec, "local:%d", rank);
+    CHECK(gpuarr_device_find(spec, &want) == GPUARR_OK && d.id == want.id, "MPI_COMM_WORLD: %s", spec);
+    gpuarr_device_info info;
+    char pocl[32];
+    snprintf(pocl, sizeof pocl, "opencl:%d", rank % 2);
+    if (gpuarr_device_count() == 3)
+        CHECK(gpuarr_device_get_info(d, &info) == GPUARR_OK && strcmp(info.spec, pocl) == 0, "rank %d got %s, expected %s",
+              rank, info.spec, pocl);
+    MPI_Comm half;
+    MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &half);
+    CHECK_OK(gpuarr_mpi_device(half, &d));
+    snprintf(spec, sizeof spec, "local:%d", rank / 2);
+    CHECK(gpuarr_device_find(spec, &want) == GPUARR_OK && d.id == want.id, "in a comm of every other rank: %s", spec);
+    MPI_Comm_free(&half);
+    CHECK(gpuarr_mpi_device(MPI_COMM_NULL, &d) == GPUARR_ERROR_INVALID_ARGUMENT, "MPI_COMM_NULL");
+    CHECK(gpuarr_mpi_device(MPI_COMM_WORLD, NULL) == GPUARR_ERROR_INVALID_ARGUMENT, "out NULL");
+}
+
+static void test_proc_null(void) {
+    gpuarr_array a = make(GPUARR_I16, 10, small_int, 1);
+    CHECK_OK(gpuarr_mpi_send(a, 0, -1, MPI_PROC_NULL, 1, MPI_COMM_WORLD));
+    CHECK_OK(gpuarr_mpi_recv(a, 0, -1, GPUARR_F64, MPI_PROC_NULL, 1, MPI_COMM_WORLD));
+    expect(a, 0, 10, 0, small_int, 1, "a receive from MPI_PROC_NULL leaves the array");
+    gpuarr_mpi_request q = {0};
+    CHECK_OK(gpuarr_mpi_isend(a, 0, -1, MPI_PROC_NULL, 1, MPI_COMM_WORLD, &q));
+    CHECK(q.id != 0, "a request even for MPI_PROC_NULL");
+    CHECK_OK(gpuarr_mpi_wait(&q));
+    gpuarr_release(a);
+}
+
+static double rank_value(int64_t i, int r) { return (double)(r + 1 + i % 5); }
+
+static void test_allreduce(void) {
+    double sum_ranks = 0;
+    for (int r = 0; r < size; r++) sum_ranks += r + 1;
+    for (int di = 0; di < NDTYPES; di++) {
+        gpuarr_dtype t = dtypes[di];
+        int64_t n = 50;
+        double *v = malloc((size_t)n * sizeof *v);
+        for (int op = 0; op < GPUARR_MPI_OP_COUNT; op++) {
+            gpuarr_array a = t == GPUARR_BOOL ? make(t, n, zero_one, rank) : make(t, n, rank_value, rank);
+            CHECK(gpuarr_mpi_allreduce(a, (gpuarr_mpi_op)op, MPI_COMM_WORLD) == GPUARR_OK, "allreduce %s op %d",
+                  gpuarr_dtype_name(t), op);
+            CHECK_OK(gpuarr_read(a, 0, n, GPUARR_F64, v));
+            for (int64_t i = 0; i < n; i++) {
+                double want;
+                if (t == GPUARR_BOOL) { /* ranks alternate 0/1 at each i: any = 1, all = 0 */
+                    want = op == GPUARR_MPI_MIN ? 0.0 : 1.0;
+                } else {
+                    want = op == GPUARR_MPI_SUM ? sum_ranks + (double)size * (double)(i % 5)
+                           : op == GPUARR_MPI_MIN ? 1.0 + (double)(i % 5)
+                                                  : (double)size + (double)(i % 5);
+                }
+                if (v[i] != want) {
+                    CHECK(v[i] == want, "allreduce %s op %d element %lld: %g, expected %g", gpuarr_dtype_name(t), op,
+                          (long long)i, v[i], want);
+                    break;
+                }
+            }
+            gpuarr_release(a);
+        }
+        free(v);
+    }
+    /* integer sums wrap as the dtype does: 4 x 200 in u8 = 800 mod 256 = 32; 4 x 100 in i8 = -112 */
+    gpuarr_array u = make(GPUARR_U8, 3, NULL, 0), s = make(GPUARR_I8, 3, NULL, 0);
+    uint8_t u200 = 200;
+    int8_t s100 = 100;
+    CHECK_OK(gpuarr_fill(u, u200));
+    CHECK_OK(gpuarr_fill(s, s100));
+    CHECK_OK(gpuarr_mpi_allreduce(u, GPUARR_MPI_SUM, MPI_COMM_WORLD));
+    CHECK_OK(gpuarr_mpi_allreduce(s, GPUARR_MPI_SUM, MPI_COMM_WORLD));
+    uint8_t ub[3];
+    int8_t sb[3];
+    CHECK_OK(gpuarr_to_host(u, ub, 3));
+    CHECK_OK(gpuarr_to_host(s, sb, 3));
+    CHECK(ub[0] == (uint8_t)(200 * size) && ub[2] == (uint8_t)(200 * size), "u8 sum wraps: %d", ub[0]);
+    CHECK(sb[1] == (int8_t)(uint8_t)(100 * size), "i8 sum wraps: %d", sb[1]);
+    gpuarr_release(u);
+    gpuarr_release(s);
+}
+
+static bool has(const char *text, const char *part) { return strstr(text, part) != NULL; }
+
+/* Wrong input: a specific result and a message, and the traffic after it still right. */
+static void test_bad_input(void) {
+    gpuarr_array a = make(GPUARR_I32, 10, small_int, 5), forged = {12345};
+    gpuarr_mpi_request q = {0};
+    CHECK(gpuarr_mpi_send(forged, 0, -1, right(), 1, MPI_COMM_WORLD) == GPUARR_ERROR_INVALID_HANDLE, "forged array");
+    CHECK(has(gpuarr_last_error(), "gpuarr_mpi_send"), "message names the call: %s", gpuarr_last_error());
+    CHECK(gpuarr_mpi_send(a, 5, 6, right(), 1, MPI_COMM_WORLD) == GPUARR_ERROR_INVALID_ARGUMENT, "range past the end");
+    CHECK(has(gpuarr_last_error(), "[5, 11)"), "message gives the range: %s", gpuarr_last_error());
+    CHECK(gpuarr_mpi_recv(a, -1, 2, GPUARR_I32, left(), 1, MPI_COMM_WORLD) == GPUARR_ERROR_INVALID_ARGUMENT, "first < 0");
+    CHECK(gpuarr_mpi_recv(a, 0, -2, GPUARR_I32, left(), 1, MPI_COMM_WORLD) == GPUARR_ERROR_INVALID_ARGUMENT, "count < -1");
+    CHECK(gpuarr_mpi_recv(a, 0, -1, (gpuarr_dtype)99, left(), 1, MPI_COMM_WORLD) == GPUARR_ERROR_INVALID_ARGUMENT, "sent 99");
+    CHECK(gpuarr_mpi_send(a, 0, -1, size, 1, MPI_COMM_WORLD) == GPUARR_ERROR_INVALID_ARGUMENT, "dest = size");
+    CHECK(has(gpuarr_last_error(), "not a rank"), "%s", gpuarr_last_error());
+    CHECK(gpuarr_mpi_send(a, 0, -1, right(), -3, MPI_COMM_WORLD) == GPUARR_ERROR_INVALID_ARGUMENT, "tag -3");
+    CHECK(gpuarr_mpi_send(a, 0, -1, right(), 1, MPI_COMM_NULL) == GPUARR_ERROR_INVALID_ARGUMENT, "MPI_COMM_NULL");
+    CHECK(gpuarr_mpi_isend(a, 0, -1, right(), 1, MPI_COMM_WORLD, NULL) == GPUARR_ERROR_INVALID_ARGUMENT, "NULL request");
+    CHECK(gpuarr_mpi_irecv(a, 0, -1, 0, left(), 1, MPI_COMM_WORLD, NULL) == GPUARR_ERROR_INVALID_ARGUMENT, "NULL request");
+    CHECK(gpuarr_mpi_wait(NULL) == GPUARR_ERROR_INVALID_ARGUMENT, "wait(NULL)");
+    q.id = 0x00420007u;
+    CHECK(gpuarr_mpi_wait(&q) == GPUARR_ERROR_INVALID_HANDLE, "forged request");
+    CHECK(gpuarr_mpi_allreduce(a, GPUARR_MPI_OP_COUNT, MPI_COMM_WORLD) == GPUARR_ERROR_INVALID_ARGUMENT, "bad op");
+    setenv("GPUARR_MPI_CHUNK", "lots", 1);
+    CHECK(gpuarr_mpi_send(a, 0, -1, right(), 1, MPI_COMM_WORLD) == GPUARR_ERROR_INVALID_ARGUMENT, "bad GPUARR_MPI_CHUNK");
+    CHECK(has(gpuarr_last_error(), "GPUARR_MPI_CHUNK"), "%s", gpuarr_last_error());
+    unsetenv("GPUARR_MPI_CHUNK");
+    setenv("GPUARR_MPI_TIMEOUT_MS", "soon", 1);
+    CHECK(gpuarr_mpi_send(a, 0, -1, MPI_PROC_NULL, 1, MPI_COMM_WORLD) == GPUARR_ERROR_INVALID_ARGUMENT, "bad timeout");
+    CHECK(has(gpuarr_last_error(), "GPUARR_MPI_TIMEOUT_MS"), "%s", gpuarr_last_error());
+    unsetenv("GPUARR_MPI_TIMEOUT_MS");
+    setenv("GPUARR_MPI_CUDA_AWARE", "maybe", 1);
+    CHECK(gpuarr_mpi_send(a, 0, -1, right(), 1, MPI_COMM_WORLD) == GPUARR_ERROR_INVALID_ARGUMENT, "bad GPUARR_MPI_CUDA_AWARE");
+    CHECK(has(gpuarr_last_error(), "GPUARR_MPI_CUDA_AWARE"), "%s", gpuarr_last_error());
+    unsetenv("GPUARR_MPI_CUDA_AWARE");
+
+    /* count mismatch: 10 elements arrive where 12 are expected; the next message is intact */
+    gpuarr_array big = make(GPUARR_I32, 12, NULL, 0);
+    CHECK_OK(gpuarr_mpi_isend(a, 0, 10, right(), 9, MPI_COMM_WORLD, &q));
+    CHECK(gpuarr_mpi_recv(big, 0, 12, GPUARR_I32, left(), 9, MPI_COMM_WORLD) == GPUARR_ERROR_INVALID_ARGUMENT, "count mismatch");
+    CHECK(has(gpuarr_last_error(), "sent 10 elements of i32") && has(gpuarr_last_error(), "expected 12 elements of i32"),
+          "%s", gpuarr_last_error());
+    CHECK_OK(gpuarr_mpi_wait(&q));
+    /* dtype mismatch: i32 arrives, the receive says f32 */
+    CHECK_OK(gpuarr_mpi_isend(a, 0, 10, right(), 9, MPI_COMM_WORLD, &q));
+    CHECK(gpuarr_mpi_recv(big, 0, 10, GPUARR_F32, left(), 9, MPI_COMM_WORLD) == GPUARR_ERROR_INVALID_ARGUMENT, "dtype mismatch");
+    CHECK(has(gpuarr_last_error(), "of i32") && has(gpuarr_last_error(), "of f32"), "%s", gpuarr_last_error());
+    CHECK_OK(gpuarr_mpi_wait(&q));
+    /* a sendrecv whose send is wrong posts nothing, its receive neither */
+    CHECK(gpuarr_mpi_sendrecv(a, 0, 10, size + 5, 9, big, 1, 10, GPUARR_I32, left(), 9, MPI_COMM_WORLD) ==
+              GPUARR_ERROR_INVALID_ARGUMENT, "sendrecv with dest out of range");
+    CHECK(has(gpuarr_last_error(), "gpuarr_mpi_sendrecv: dest ="), "%s", gpuarr_last_error());
+    CHECK_OK(gpuarr_mpi_sendrecv(a, 0, 10, right(), 9, big, 1, 10, GPUARR_I32, left(), 9, MPI_COMM_WORLD));
+    expect(big, 1, 10, 1, small_int, 5, "the message after three refused ones");
+    gpuarr_release(big);
+
+    /* plain MPI bytes where a gpuarr message is expected: refused with MPI's words, and the
+       comm's error handler (MPI_ERRORS_ARE_FATAL, MPI's default) was swapped only for the call */
+    char raw[100] = {0};
+    MPI_Request rr;
+    MPI_Isend(raw, 100, MPI_BYTE, right(), 30, MPI_COMM_WORLD, &rr);
+    CHECK(gpuarr_mpi_recv(a, 0, -1, 0, left(), 30, MPI_COMM_WORLD) == GPUARR_ERROR_INVALID_ARGUMENT, "100 plain bytes");
+    CHECK(has(gpuarr_last_error(), "MPI_ERR_TRUNCATE"), "%s", gpuarr_last_error());
+    MPI_Wait(&rr, MPI_STATUS_IGNORE);
+    MPI_Isend(raw, 32, MPI_BYTE, right(), 31, MPI_COMM_WORLD, &rr);
+    CHECK(gpuarr_mpi_recv(a, 0, -1, 0, left(), 31, MPI_COMM_WORLD) == GPUARR_ERROR_INVALID_ARGUMENT, "32 plain bytes");
+    CHECK(has(gpuarr_last_error(), "not a gpuarr_mpi message"), "%s", gpuarr_last_error());
+    MPI_Wait(&rr, MPI_STATUS_IGNORE);
+    /* a header with gpuarr's magic number (backends/gpuarr_mpi.h) but a dtype that is none */
+    struct { uint32_t magic; int32_t dtype; int64_t count, chunk, reserved; } fake = {0x67614d31u, 99, 10, 10, 0};
+    MPI_Isend(&fake, (int)sizeof fake, MPI_BYTE, right(), 32, MPI_COMM_WORLD, &rr);
+    CHECK(gpuarr_mpi_recv(a, 0, -1, 0, left(), 32, MPI_COMM_WORLD) == GPUARR_ERROR_INVALID_ARGUMENT, "damaged header");
+    CHECK(has(gpuarr_last_error(), "damaged"), "%s", gpuarr_last_error());
+    MPI_Wait(&rr, MPI_STATUS_IGNORE);
+    MPI_Errhandler eh;
+    MPI_Comm_get_errhandler(MPI_COMM_WORLD, &eh);
+    CHECK(eh == MPI_ERRORS_ARE_FATAL, "MPI_COMM_WORLD's error handler is back to MPI_ERRORS_ARE_FATAL");
+    MPI_Errhandler_free(&eh);
+    gpuarr_release(a);
+}
+
+/* The last rank leaves before it sends; rank 0's receive times out, within bounds. */
+static void test_early_exit(void) {
+    int last = size - 1;
+    if (rank == last) {
+        printf("rank %d (%s): %d checks, %d failed; leaving early (MPI_Finalize) before sending to rank 0\n", rank,
+               device_spec, checks, failures);
+        fflush(stdout);
+        gpuarr_shutdown();
+        MPI_Finalize();
+        exit(failures ? 1 : 0);
+    }
+    if (rank == 0) {
+        setenv("GPUARR_MPI_TIMEOUT_MS", "2000", 1);
+        gpuarr_array a = make(GPUARR_F32, 1000, NULL, 0);
+        double t0 = seconds();
+        gpuarr_result r = gpuarr_mpi_recv(a, 0, -1, GPUARR_F32, last, 77, MPI_COMM_WORLD);
+        double dt = seconds() - t0;
+        CHECK(r == GPUARR_ERROR_TIMEOUT, "the receive from a rank that left: %s", gpuarr_result_string(r));
+        char want[64];
+        snprintf(want, sizeof want, "rank %d (tag 77)", last);
+        CHECK(has(gpuarr_last_error(), want) && has(gpuarr_last_error(), "GPUARR_MPI_TIMEOUT_MS"), "%s", gpuarr_last_error());
+        CHECK(dt >= 1.9 && dt < 10.0, "timed out after %.2f s (2 s asked)", dt);
+        printf("rank 0: the receive from rank %d that left ended in %.2f s: %s\n", last, dt, gpuarr_last_error());
+        gpuarr_release(a);
+    }
+}
+
+static void pick_device(void) {
+    const char *list = getenv("TEST_MPI_DEVICES");
+    if (!list || !*list) list = "host,opencl:0,opencl:1,opencl:0/discrete";
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", list);
+    int n = 0;
+    char *items[32], *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t && n < 32; t = strtok_r(NULL, ",", &save)) items[n++] = t;
+    snprintf(device_spec, sizeof device_spec, "%s", items[rank % n]);
+    char *slash = strchr(device_spec, '/');
+    if (slash && strcmp(slash, "/discrete") == 0) {
+        setenv("GPUARR_OPENCL_UNIFIED", "off", 1);
+        *slash = '\0';
+        snprintf(device_spec + strlen(device_spec), sizeof device_spec - strlen(device_spec), " discrete");
+    }
+}
+
+int main(int argc, char **argv) {
+    /* before MPI_Init: refused, saying so (checked once the rank is known) */
+    gpuarr_result before_init = GPUARR_OK;
+    char before_msg[256] = "";
+    if (gpuarr_init(NULL) == GPUARR_OK) {
+        int64_t one = 1;
+        gpuarr_array x;
+        if (gpuarr_zeros(gpuarr_host(), GPUARR_I32, 1, &one, &x) == GPUARR_OK) {
+            before_init = gpuarr_mpi_send(x, 0, -1, 0, 0, MPI_COMM_WORLD);
+            snprintf(before_msg, sizeof before_msg, "%s", gpuarr_last_error());
+            gpuarr_release(x);
+        }
+        gpuarr_shutdown();
+    }
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    pick_device();
+    setenv("GPUARR_MPI_TIMEOUT_MS", "60000", 1);
+    if (gpuarr_init(NULL) != GPUARR_OK) {
+        fprintf(stderr, "rank %d: gpuarr_init: %s\n", rank, gpuarr_last_error());
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    char spec[64];
+    snprintf(spec, sizeof spec, "%s", device_spec);
+    char *space = strchr(spec, ' ');
+    if (space) *space = '\0';
+    if (gpuarr_device_find(spec, &dev) != GPUARR_OK) {
+        fprintf(stderr, "rank %d: no device %s: %s\n", rank, spec, gpuarr_last_error());
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    CHECK(before_init == GPUARR_ERROR_NOT_INITIALIZED && has(before_msg, "MPI is not initialized"),
+          "gpuarr_mpi_send before MPI_Init: %s", before_msg);
+    struct {
+        const char *name;
+        void (*fn)(void);
+    } tests[] = {{"device", test_device},           {"dtype_pairs", test_dtype_pairs}, {"ranges", test_ranges},       {"chunks", test_chunks},
+                 {"staging", test_staging},         {"any_and_order", test_any_and_order},
+                 {"proc_null", test_proc_null},     {"allreduce", test_allreduce}, {"bad_input", test_bad_input},
+                 {"early_exit", test_early_exit}};
+    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
+        int before = failures;
+        double t0 = seconds();
+        if (size < 2) {
+            fprintf(stderr, "test_mpi needs 2 ranks or more\n");
+            failures++;
+            break;
+        }
+        tests[i].fn();
+        if (rank == 0 || failures != before)
+            printf("rank %d (%s): %-12s %s (%.2f s)\n", rank, device_spec, tests[i].name, failures == before ? "ok" : "FAILED",
+                   seconds() - t0);
+        fflush(stdout);
+    }
+    printf("rank %d (%s): %d checks, %d failed\n", rank, device_spec, checks, failures);
+    fflush(stdout);
+    gpuarr_shutdown();
+    MPI_Finalize();
+    return failures ? 1 : 0;
+}
