@@ -238,6 +238,49 @@ static void test_device(void) {
     CHECK(gpuarr_mpi_device(MPI_COMM_WORLD, NULL) == GPUARR_ERROR_INVALID_ARGUMENT, "out NULL");
 }
 
+/* Random transfers, the same sequence on every rank (a seed they share, TEST_MPI_SEED or 1):
+   dtype pairs, ranges in larger arrays, chunk sizes, blocking or not, waits in either order. */
+static uint64_t next_random(uint64_t *state) {
+    *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+    return *state >> 33;
+}
+
+static void test_random(void) {
+    const char *env = getenv("TEST_MPI_SEED");
+    uint64_t state = env && *env ? strtoull(env, NULL, 10) : 1;
+    if (rank == 0) printf("rank 0: test_random seed %llu (TEST_MPI_SEED)\n", (unsigned long long)state);
+    for (int round = 0; round < 40; round++) {
+        gpuarr_dtype s = dtypes[next_random(&state) % NDTYPES], r = dtypes[next_random(&state) % NDTYPES];
+        int64_t n = (int64_t)(next_random(&state) % 3000), fs = (int64_t)(next_random(&state) % 50),
+                fr = (int64_t)(next_random(&state) % 50), extra = (int64_t)(next_random(&state) % 3);
+        char chunk[32];
+        snprintf(chunk, sizeof chunk, "%llu", (unsigned long long)(256 + next_random(&state) % 4096));
+        int how = (int)(next_random(&state) % 3);
+        setenv("GPUARR_MPI_CHUNK", chunk, 1);
+        double (*f)(int64_t, int) = s == GPUARR_BOOL || r == GPUARR_BOOL ? zero_one : small_int;
+        /* the sender's values start at fs: its element fs + i is f(fs + i); the receiver's fr + i gets it */
+        gpuarr_array out = make(s, fs + n + extra, f, round), in = make(r, fr + n + extra, NULL, 0);
+        int64_t count = extra == 0 ? -1 : n; /* -1: to the end, which is n when nothing follows */
+        int tag = 1000 + round;
+        if (how == 0) {
+            CHECK_OK(gpuarr_mpi_sendrecv(out, fs, count, right(), tag, in, fr, count, s, left(), tag, MPI_COMM_WORLD));
+        } else {
+            gpuarr_mpi_request rq = {0}, sq = {0};
+            CHECK_OK(gpuarr_mpi_irecv(in, fr, count, s, left(), tag, MPI_COMM_WORLD, &rq));
+            CHECK_OK(gpuarr_mpi_isend(out, fs, count, right(), tag, MPI_COMM_WORLD, &sq));
+            CHECK_OK(gpuarr_mpi_wait(how == 1 ? &rq : &sq));
+            CHECK_OK(gpuarr_mpi_wait(how == 1 ? &sq : &rq));
+        }
+        char what[96];
+        snprintf(what, sizeof what, "round %d: %s -> %s, %lld elements, chunk %s, mode %d", round, gpuarr_dtype_name(s),
+                 gpuarr_dtype_name(r), (long long)n, chunk, how);
+        expect(in, fr, n, fr - fs, f, round, what);
+        gpuarr_release(out);
+        gpuarr_release(in);
+    }
+    unsetenv("GPUARR_MPI_CHUNK");
+}
+
 static void test_proc_null(void) {
     gpuarr_array a = make(GPUARR_I16, 10, small_int, 1);
     CHECK_OK(gpuarr_mpi_send(a, 0, -1, MPI_PROC_NULL, 1, MPI_COMM_WORLD));
@@ -464,6 +507,7 @@ int main(int argc, char **argv) {
         void (*fn)(void);
     } tests[] = {{"device", test_device},           {"dtype_pairs", test_dtype_pairs}, {"ranges", test_ranges},       {"chunks", test_chunks},
                  {"staging", test_staging},         {"any_and_order", test_any_and_order},
+                 {"random", test_random},
                  {"proc_null", test_proc_null},     {"allreduce", test_allreduce}, {"bad_input", test_bad_input},
                  {"early_exit", test_early_exit}};
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
