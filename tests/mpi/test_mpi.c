@@ -281,6 +281,24 @@ static void test_random(void) {
     unsetenv("GPUARR_MPI_CHUNK");
 }
 
+/* GPUARR_MPI_TIMEOUT_MS bounds standing still, not the whole transfer: 8192 chunks of 256 bytes
+   take longer than 500 ms where a PoCL rank copies each (about 60 us a copy here), and succeed. */
+static void test_slow_but_moving(void) {
+    setenv("GPUARR_MPI_TIMEOUT_MS", "500", 1);
+    setenv("GPUARR_MPI_CHUNK", "256", 1);
+    int64_t n = 524288;
+    gpuarr_array out = make(GPUARR_F32, n, small_int, 9), in = make(GPUARR_F32, n, NULL, 0);
+    double t0 = seconds();
+    CHECK_OK(gpuarr_mpi_sendrecv(out, 0, -1, right(), 600, in, 0, -1, 0, left(), 600, MPI_COMM_WORLD));
+    double dt = seconds() - t0;
+    expect(in, 0, n, 0, small_int, 9, "8192 chunks");
+    printf("rank %d (%s): 8192 chunks each way in %.2f s, GPUARR_MPI_TIMEOUT_MS=500\n", rank, device_spec, dt);
+    unsetenv("GPUARR_MPI_CHUNK");
+    setenv("GPUARR_MPI_TIMEOUT_MS", "60000", 1);
+    gpuarr_release(out);
+    gpuarr_release(in);
+}
+
 static void test_proc_null(void) {
     gpuarr_array a = make(GPUARR_I16, 10, small_int, 1);
     CHECK_OK(gpuarr_mpi_send(a, 0, -1, MPI_PROC_NULL, 1, MPI_COMM_WORLD));
@@ -507,7 +525,7 @@ int main(int argc, char **argv) {
         void (*fn)(void);
     } tests[] = {{"device", test_device},           {"dtype_pairs", test_dtype_pairs}, {"ranges", test_ranges},       {"chunks", test_chunks},
                  {"staging", test_staging},         {"any_and_order", test_any_and_order},
-                 {"random", test_random},
+                 {"random", test_random},           {"slow_but_moving", test_slow_but_moving},
                  {"proc_null", test_proc_null},     {"allreduce", test_allreduce}, {"bad_input", test_bad_input},
                  {"early_exit", test_early_exit}};
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
