@@ -443,6 +443,22 @@ static void test_bad_input(void) {
     gpuarr_release(a);
 }
 
+/* A send nobody receives: rank 1's send to rank 2 times out, names the peer and tag, and what it
+   posted is cancelled (or, where MPI cannot cancel a send, kept until MPI lets it go). */
+static void test_send_timeout(void) {
+    if (size < 3 || rank != 1) return;
+    setenv("GPUARR_MPI_TIMEOUT_MS", "300", 1);
+    gpuarr_array a = make(GPUARR_F64, 1 << 17, small_int, 1); /* 1 MiB: past MPI's eager sizes */
+    double t0 = seconds();
+    gpuarr_result r = gpuarr_mpi_send(a, 0, -1, 2, 900, MPI_COMM_WORLD);
+    double dt = seconds() - t0;
+    CHECK(r == GPUARR_ERROR_TIMEOUT, "a send nobody receives: %s", gpuarr_result_string(r));
+    CHECK(has(gpuarr_last_error(), "the send to rank 2 (tag 900) did not move for 300 ms"), "%s", gpuarr_last_error());
+    CHECK(dt >= 0.29 && dt < 5.0, "timed out after %.2f s (0.3 s asked)", dt);
+    CHECK_OK(gpuarr_release(a)); /* the handle goes; memory MPI may still read stays until it is done */
+    setenv("GPUARR_MPI_TIMEOUT_MS", "60000", 1);
+}
+
 /* The last rank leaves before it sends; rank 0's receive times out, within bounds. */
 static void test_early_exit(void) {
     int last = size - 1;
@@ -527,7 +543,7 @@ int main(int argc, char **argv) {
                  {"staging", test_staging},         {"any_and_order", test_any_and_order},
                  {"random", test_random},           {"slow_but_moving", test_slow_but_moving},
                  {"proc_null", test_proc_null},     {"allreduce", test_allreduce}, {"bad_input", test_bad_input},
-                 {"early_exit", test_early_exit}};
+                 {"send_timeout", test_send_timeout}, {"early_exit", test_early_exit}};
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
         int before = failures;
         double t0 = seconds();
