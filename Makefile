@@ -746,8 +746,9 @@ mpi-tests: $(BUILD)/rel/tests/mpi/test_mpi $(BUILD)/rel/tests/mpi/cuda_aware_bui
 	$(call run_mpi_test,rel,,$(MPI_TEST_DEVICES),rel-mpi)
 	$(if $(FAKE_CUDA),$(call run_mpi_test,rel,$(FAKE_ENV),$(MPI_TEST_DEVICES_FAKE),rel-mpi-fake-cuda))
 # Under ASan: Open MPI's own leaks from MPI_Init are suppressed (tools/lsan-openmpi.supp, which
-# needs full stacks and Open MPI's components kept loaded), gpuarr's are reported.
-MPI_ASAN_ENV := OMPI_MCA_mca_base_component_disable_dlclose=1 ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0 \
+# needs full stacks and Open MPI's components kept loaded), gpuarr's are reported; the test of a
+# transfer longer than its time limit gets 5 s (its transfer takes 8-16 s there).
+MPI_ASAN_ENV := TEST_MPI_SLOW_TIMEOUT_MS=5000 OMPI_MCA_mca_base_component_disable_dlclose=1 ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0 \
   LSAN_OPTIONS=suppressions=$(CURDIR)/tools/lsan-openmpi.supp UBSAN_OPTIONS=print_stacktrace=1
 mpi-tests-asan: $(BUILD)/asan/tests/mpi/test_mpi
 	@mkdir -p $(BUILD)/logs

@@ -967,13 +967,18 @@
  * header (dtype, count, chunk size; both ranks must share the byte order) and the elements in
  * chunks of GPUARR_MPI_CHUNK bytes (the sender's; default 4 MiB, from 8 bytes to 1 GiB, K/M/G
  * suffixes). Transfers between two ranks on one comm and tag arrive whole and in the order they
- * were started (gpuarr starts the next only once the one before has posted its last chunk), but
- * do not mix them with your own MPI messages on that tag and peer: a plain MPI message where a
- * gpuarr one is expected is refused (GPUARR_ERROR_INVALID_ARGUMENT). Host arrays with no cast
- * go to and from MPI directly. Other transfers are staged through two chunk-sized buffers from
- * the device's pinned pool (gpuarr_empty_pinned; for a host array with a cast, the host's
- * pool), with the device copies (gpuarr_read_async / gpuarr_write_async, which
- * cast) on a stream of the transfer's own: while one chunk travels, the next is copied. With a
+ * were started: a send posts nothing until the sends started before it to that rank and tag
+ * have posted their last chunk, and a receive nothing until the receives started before it that
+ * could take the same messages (the same or a wildcard source and tag) have taken their header
+ * and posted their last chunk. So a receive with a wildcard also waits for an earlier receive
+ * whose message has not come yet, where MPI would let it match another message first. Do not
+ * mix gpuarr transfers with your own MPI messages on that tag and peer: a plain MPI message
+ * where a gpuarr one is expected is refused (GPUARR_ERROR_INVALID_ARGUMENT). Host arrays with
+ * no cast go to and from MPI directly. Other transfers are staged through two chunk-sized
+ * buffers from the device's pinned pool (gpuarr_empty_pinned; for a host array with a cast, the
+ * host's pool), with the device copies (gpuarr_read_async / gpuarr_write_async, which cast) on
+ * the stream {0} of the thread whose call moves the transfer: while one chunk travels, the next
+ * is copied. With a
  * CUDA-aware MPI, CUDA arrays with no cast skip the staging: their device memory goes to MPI.
  * That happens when GPUARR_MPI_CUDA_AWARE is on, or auto (the default) and gpuarr was built
  * with Open MPI's MPIX_CUDA_AWARE_SUPPORT (from <mpi-ext.h>) and MPIX_Query_cuda_support() says

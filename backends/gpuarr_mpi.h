@@ -41,18 +41,18 @@ typedef struct gpuarr__mpi_req {
     gpuarr_array a;             /* retained while the transfer runs */
     gpuarr_device dev;          /* a's device */
     int64_t first, count;
-    gpuarr_dtype adtype, wire;  /* the array's, the sender's */
+    gpuarr_dtype wire;          /* the sender's dtype: what travels */
     size_t wsize;
     int peer, tag;              /* as given (a receive may name MPI_ANY_*) */
     int src, rtag;              /* a receive's matched source and tag, from the header */
     MPI_Comm comm;
     gpuarr__mpi_header *hdr;   /* its own memory: a cancelled receive may outlive the slot */
     MPI_Request hreq;
-    bool hdr_posted, hdr_done;
+    bool hdr_done;
     unsigned char *base;        /* direct: the array's memory at `first` */
     int64_t chunk_elems, nchunks, next_copy, next_post, next_done;
     MPI_Request mreq[2];
-    gpuarr_stream stream;
+    gpuarr_stream stream;       /* {0}: see gpuarr__mpi_staging */
     gpuarr_array buf[2];
     unsigned char *bufp[2];
     gpuarr_event ev[2];
@@ -204,7 +204,6 @@ static void gpuarr__mpi_req_free(gpuarr__mpi_req *q) {
         if (q->buf[i].id) gpuarr_release(q->buf[i]);
         if (q->ev[i].id) gpuarr_event_destroy(q->ev[i]);
     }
-    if (q->stream.id) gpuarr_stream_destroy(q->stream);
     if (q->a.id) gpuarr_release(q->a);
     free(q->hdr);
     gpuarr__error_restore(&sv);
@@ -325,7 +324,6 @@ static gpuarr_result gpuarr__mpi_start(gpuarr__mpi_req *q) {
         rc = MPI_Irecv(q->hdr, (int)sizeof *q->hdr, MPI_BYTE, q->peer, q->tag, q->comm, &q->hreq);
         if (rc != MPI_SUCCESS) return gpuarr__mpi_error(rc, "MPI_Irecv of the header");
     }
-    q->hdr_posted = true;
     q->started = true;
     return GPUARR_OK;
 }
@@ -544,7 +542,6 @@ static gpuarr_result gpuarr__mpi_new(const char *api, bool is_send, gpuarr_array
     q->dev = info.device;
     q->first = first;
     q->count = count < 0 ? info.count - first : count;
-    q->adtype = info.dtype;
     q->wire = is_send || !sent ? info.dtype : sent;
     q->wsize = gpuarr_dtype_size(q->wire);
     q->peer = q->src = peer;

@@ -238,6 +238,71 @@ static void test_device(void) {
     CHECK(gpuarr_mpi_device(MPI_COMM_WORLD, NULL) == GPUARR_ERROR_INVALID_ARGUMENT, "out NULL");
 }
 
+/* Random transfers, the same sequence on every rank (a seed they share, TEST_MPI_SEED or 1):
+   dtype pairs, ranges in larger arrays, chunk sizes, blocking or not, waits in either order. */
+static uint64_t next_random(uint64_t *state) {
+    *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+    return *state >> 33;
+}
+
+static void test_random(void) {
+    const char *env = getenv("TEST_MPI_SEED");
+    uint64_t state = env && *env ? strtoull(env, NULL, 10) : 1;
+    if (rank == 0) printf("rank 0: test_random seed %llu (TEST_MPI_SEED)\n", (unsigned long long)state);
+    for (int round = 0; round < 40; round++) {
+        gpuarr_dtype s = dtypes[next_random(&state) % NDTYPES], r = dtypes[next_random(&state) % NDTYPES];
+        int64_t n = (int64_t)(next_random(&state) % 3000), fs = (int64_t)(next_random(&state) % 50),
+                fr = (int64_t)(next_random(&state) % 50), extra = (int64_t)(next_random(&state) % 3);
+        char chunk[32];
+        snprintf(chunk, sizeof chunk, "%llu", (unsigned long long)(256 + next_random(&state) % 4096));
+        int how = (int)(next_random(&state) % 3);
+        setenv("GPUARR_MPI_CHUNK", chunk, 1);
+        double (*f)(int64_t, int) = s == GPUARR_BOOL || r == GPUARR_BOOL ? zero_one : small_int;
+        /* the sender's values start at fs: its element fs + i is f(fs + i); the receiver's fr + i gets it */
+        gpuarr_array out = make(s, fs + n + extra, f, round), in = make(r, fr + n + extra, NULL, 0);
+        int64_t count = extra == 0 ? -1 : n; /* -1: to the end, which is n when nothing follows */
+        int tag = 1000 + round;
+        if (how == 0) {
+            CHECK_OK(gpuarr_mpi_sendrecv(out, fs, count, right(), tag, in, fr, count, s, left(), tag, MPI_COMM_WORLD));
+        } else {
+            gpuarr_mpi_request rq = {0}, sq = {0};
+            CHECK_OK(gpuarr_mpi_irecv(in, fr, count, s, left(), tag, MPI_COMM_WORLD, &rq));
+            CHECK_OK(gpuarr_mpi_isend(out, fs, count, right(), tag, MPI_COMM_WORLD, &sq));
+            CHECK_OK(gpuarr_mpi_wait(how == 1 ? &rq : &sq));
+            CHECK_OK(gpuarr_mpi_wait(how == 1 ? &sq : &rq));
+        }
+        char what[96];
+        snprintf(what, sizeof what, "round %d: %s -> %s, %lld elements, chunk %s, mode %d", round, gpuarr_dtype_name(s),
+                 gpuarr_dtype_name(r), (long long)n, chunk, how);
+        expect(in, fr, n, fr - fs, f, round, what);
+        gpuarr_release(out);
+        gpuarr_release(in);
+    }
+    unsetenv("GPUARR_MPI_CHUNK");
+}
+
+/* GPUARR_MPI_TIMEOUT_MS bounds standing still, not the whole transfer: 8192 chunks of 256 bytes
+   take longer than the limit (1000 ms; TEST_MPI_SLOW_TIMEOUT_MS, which the ASan job raises, its
+   transfers being slower too) where a PoCL rank copies each (about 60 us a copy here), and
+   succeed. */
+static void test_slow_but_moving(void) {
+    const char *limit = getenv("TEST_MPI_SLOW_TIMEOUT_MS");
+    if (!limit || !*limit) limit = "1000";
+    setenv("GPUARR_MPI_TIMEOUT_MS", limit, 1);
+    setenv("GPUARR_MPI_CHUNK", "256", 1);
+    int64_t n = 524288;
+    gpuarr_array out = make(GPUARR_F32, n, small_int, 9), in = make(GPUARR_F32, n, NULL, 0);
+    double t0 = seconds();
+    CHECK_OK(gpuarr_mpi_sendrecv(out, 0, -1, right(), 600, in, 0, -1, 0, left(), 600, MPI_COMM_WORLD));
+    double dt = seconds() - t0;
+    expect(in, 0, n, 0, small_int, 9, "8192 chunks");
+    printf("rank %d (%s): 8192 chunks each way in %.2f s, GPUARR_MPI_TIMEOUT_MS=%s\n", rank, device_spec, dt, limit);
+    unsetenv("GPUARR_MPI_CHUNK");
+    setenv("GPUARR_MPI_TIMEOUT_MS", "60000", 1);
+    gpuarr_release(out);
+    gpuarr_release(in);
+}
+
 static void test_proc_null(void) {
     gpuarr_array a = make(GPUARR_I16, 10, small_int, 1);
     CHECK_OK(gpuarr_mpi_send(a, 0, -1, MPI_PROC_NULL, 1, MPI_COMM_WORLD));
@@ -382,6 +447,22 @@ static void test_bad_input(void) {
     gpuarr_release(a);
 }
 
+/* A send nobody receives: rank 1's send to rank 2 times out, names the peer and tag, and what it
+   posted is cancelled (or, where MPI cannot cancel a send, kept until MPI lets it go). */
+static void test_send_timeout(void) {
+    if (size < 3 || rank != 1) return;
+    setenv("GPUARR_MPI_TIMEOUT_MS", "300", 1);
+    gpuarr_array a = make(GPUARR_F64, 1 << 17, small_int, 1); /* 1 MiB: past MPI's eager sizes */
+    double t0 = seconds();
+    gpuarr_result r = gpuarr_mpi_send(a, 0, -1, 2, 900, MPI_COMM_WORLD);
+    double dt = seconds() - t0;
+    CHECK(r == GPUARR_ERROR_TIMEOUT, "a send nobody receives: %s", gpuarr_result_string(r));
+    CHECK(has(gpuarr_last_error(), "the send to rank 2 (tag 900) did not move for 300 ms"), "%s", gpuarr_last_error());
+    CHECK(dt >= 0.29 && dt < 5.0, "timed out after %.2f s (0.3 s asked)", dt);
+    CHECK_OK(gpuarr_release(a)); /* the handle goes; memory MPI may still read stays until it is done */
+    setenv("GPUARR_MPI_TIMEOUT_MS", "60000", 1);
+}
+
 /* The last rank leaves before it sends; rank 0's receive times out, within bounds. */
 static void test_early_exit(void) {
     int last = size - 1;
@@ -464,8 +545,9 @@ int main(int argc, char **argv) {
         void (*fn)(void);
     } tests[] = {{"device", test_device},           {"dtype_pairs", test_dtype_pairs}, {"ranges", test_ranges},       {"chunks", test_chunks},
                  {"staging", test_staging},         {"any_and_order", test_any_and_order},
+                 {"random", test_random},           {"slow_but_moving", test_slow_but_moving},
                  {"proc_null", test_proc_null},     {"allreduce", test_allreduce}, {"bad_input", test_bad_input},
-                 {"early_exit", test_early_exit}};
+                 {"send_timeout", test_send_timeout}, {"early_exit", test_early_exit}};
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
         int before = failures;
         double t0 = seconds();
