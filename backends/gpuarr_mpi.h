@@ -35,6 +35,9 @@ typedef struct gpuarr__mpi_header {
 
 typedef struct gpuarr__mpi_req {
     bool used, finished, is_send, started, direct, drain;
+    bool waited;                /* a gpuarr_mpi_wait has it: a second one is refused */
+    bool recorded[2];           /* ev[i] was recorded: synced before buf[i] goes */
+    long timeout_ms;            /* GPUARR_MPI_TIMEOUT_MS, read when the transfer was made */
     uint16_t gen;
     gpuarr_result result;
     char error[1024];
@@ -63,6 +66,7 @@ typedef struct gpuarr__mpi_req {
    they do (MPI may still write into it). */
 typedef struct gpuarr__mpi_zombie {
     MPI_Request r[3];
+    MPI_Comm comm;              /* its MPI_Test runs under MPI_ERRORS_RETURN too */
     gpuarr_array keep[3];
     gpuarr__mpi_header *hdr;
     struct gpuarr__mpi_zombie *next;
@@ -74,7 +78,10 @@ static struct {
     int top;               /* slots [top, max) are unused: the scans stop there */
     uint64_t seq;
     gpuarr__mpi_zombie *zombies;
-} gpuarr__mpi = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, NULL};
+    double moved_at; /* when a transfer of the process last moved: the timeouts' clock */
+    pthread_mutex_t eh_lock; /* the error handler swaps (gpuarr__mpi_eh_enter) */
+    struct gpuarr__mpi_swap *swaps;
+} gpuarr__mpi = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, NULL, 0, PTHREAD_MUTEX_INITIALIZER, NULL};
 
 /* The call's name back in the thread's error state before failing under it. */
 #define GPUARR__MPI_FAIL(fn, ...) (gpuarr__tls.api = (fn), gpuarr__fail(__VA_ARGS__))
@@ -142,23 +149,58 @@ static gpuarr_result gpuarr__mpi_cuda_aware(const char *api, int *out) {
 /* ---- MPI errors: the comm's handler is MPI_ERRORS_RETURN during gpuarr's calls only ---- */
 typedef struct gpuarr__mpi_eh {
     MPI_Comm comm;
-    MPI_Errhandler saved;
     bool swapped;
 } gpuarr__mpi_eh;
+
+/* A comm whose handler gpuarr has swapped: the caller's, put back when the last of the calls
+   inside (on any thread) leaves; a second swap saving MPI_ERRORS_RETURN would lose it. */
+typedef struct gpuarr__mpi_swap {
+    MPI_Comm comm;
+    MPI_Errhandler saved;
+    int users;
+    struct gpuarr__mpi_swap *next;
+} gpuarr__mpi_swap;
 
 static void gpuarr__mpi_eh_enter(gpuarr__mpi_eh *eh, MPI_Comm comm) {
     eh->comm = comm;
     eh->swapped = false;
     if (comm == MPI_COMM_NULL) return;
-    if (MPI_Comm_get_errhandler(comm, &eh->saved) != MPI_SUCCESS) return;
-    eh->swapped = MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN) == MPI_SUCCESS;
-    if (!eh->swapped) MPI_Errhandler_free(&eh->saved);
+    pthread_mutex_lock(&gpuarr__mpi.eh_lock);
+    gpuarr__mpi_swap *w = gpuarr__mpi.swaps;
+    while (w && w->comm != comm) w = w->next;
+    if (w) {
+        w->users++;
+        eh->swapped = true;
+    } else if ((w = (gpuarr__mpi_swap *)calloc(1, sizeof *w)) != NULL) {
+        if (MPI_Comm_get_errhandler(comm, &w->saved) == MPI_SUCCESS) {
+            if (MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN) == MPI_SUCCESS) {
+                w->comm = comm;
+                w->users = 1;
+                w->next = gpuarr__mpi.swaps;
+                gpuarr__mpi.swaps = w;
+                eh->swapped = true;
+            } else {
+                MPI_Errhandler_free(&w->saved);
+            }
+        }
+        if (!eh->swapped) free(w);
+    }
+    pthread_mutex_unlock(&gpuarr__mpi.eh_lock);
 }
 
 static void gpuarr__mpi_eh_leave(gpuarr__mpi_eh *eh) {
     if (!eh->swapped) return;
-    MPI_Comm_set_errhandler(eh->comm, eh->saved);
-    MPI_Errhandler_free(&eh->saved);
+    pthread_mutex_lock(&gpuarr__mpi.eh_lock);
+    for (gpuarr__mpi_swap **p = &gpuarr__mpi.swaps; *p; p = &(*p)->next) {
+        gpuarr__mpi_swap *w = *p;
+        if (w->comm != eh->comm || --w->users > 0) continue;
+        MPI_Comm_set_errhandler(w->comm, w->saved);
+        MPI_Errhandler_free(&w->saved);
+        *p = w->next;
+        free(w);
+        break;
+    }
+    pthread_mutex_unlock(&gpuarr__mpi.eh_lock);
     eh->swapped = false;
 }
 
@@ -196,8 +238,20 @@ static gpuarr__mpi_req *gpuarr__mpi_lookup(uint32_t id) {
     return q->used && q->gen == (uint16_t)(id >> 16) ? q : NULL;
 }
 
+/* Waits for the device copies q queued: a staging buffer goes back to the pool (where the next
+   owner gets it at once) only once no copy into or out of it is left. */
+static void gpuarr__mpi_req_quiesce(gpuarr__mpi_req *q) {
+    gpuarr__error_saved sv;
+    gpuarr__error_save(&sv);
+    for (int i = 0; i < 2; i++)
+        if (q->recorded[i] && q->ev[i].id) gpuarr_event_sync(q->ev[i]);
+    q->recorded[0] = q->recorded[1] = false;
+    gpuarr__error_restore(&sv);
+}
+
 /* Frees what the request holds; its MPI requests are all complete or handed to a zombie. */
 static void gpuarr__mpi_req_free(gpuarr__mpi_req *q) {
+    gpuarr__mpi_req_quiesce(q);
     gpuarr__error_saved sv;
     gpuarr__error_save(&sv);
     for (int i = 0; i < 2; i++) {
@@ -210,6 +264,7 @@ static void gpuarr__mpi_req_free(gpuarr__mpi_req *q) {
     uint16_t gen = (uint16_t)(q->gen + 1);
     memset(q, 0, sizeof *q);
     q->gen = gen ? gen : 1;
+    q->hreq = q->mreq[0] = q->mreq[1] = MPI_REQUEST_NULL; /* not 0: MPI_REQUEST_NULL need not be */
     while (gpuarr__mpi.top > 0 && !gpuarr__mpi.reqs[gpuarr__mpi.top - 1].used) gpuarr__mpi.top--;
 }
 
@@ -217,11 +272,15 @@ static void gpuarr__mpi_zombie_reap(void) {
     for (gpuarr__mpi_zombie **p = &gpuarr__mpi.zombies; *p;) {
         gpuarr__mpi_zombie *z = *p;
         bool all = true;
+        gpuarr__mpi_eh eh;
+        gpuarr__mpi_eh_enter(&eh, z->comm);
         for (int i = 0; i < 3; i++) {
-            int flag = 1;
-            if (z->r[i] != MPI_REQUEST_NULL) MPI_Test(&z->r[i], &flag, MPI_STATUS_IGNORE);
+            if (z->r[i] == MPI_REQUEST_NULL) continue;
+            int flag = 0; /* an erring MPI_Test keeps the memory: MPI may still touch it */
+            if (MPI_Test(&z->r[i], &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) flag = 0;
             all = all && flag;
         }
+        gpuarr__mpi_eh_leave(&eh);
         if (!all) {
             p = &z->next;
             continue;
@@ -236,6 +295,7 @@ static void gpuarr__mpi_zombie_reap(void) {
 
 /* Cancels what q posted and frees it; memory MPI may still touch waits in a zombie. */
 static void gpuarr__mpi_req_cancel(gpuarr__mpi_req *q) {
+    gpuarr__mpi_req_quiesce(q); /* the memory may go to a zombie, then to the pool */
     MPI_Request rs[3] = {q->hreq, q->mreq[0], q->mreq[1]};
     bool pending = false;
     for (int i = 0; i < 3; i++) {
@@ -249,6 +309,7 @@ static void gpuarr__mpi_req_cancel(gpuarr__mpi_req *q) {
     gpuarr__mpi_zombie *z = pending ? (gpuarr__mpi_zombie *)calloc(1, sizeof *z) : NULL;
     if (z) {
         memcpy(z->r, rs, sizeof rs);
+        z->comm = q->comm;
         z->keep[0] = q->a, z->keep[1] = q->buf[0], z->keep[2] = q->buf[1];
         z->hdr = q->hdr;
         q->a.id = q->buf[0].id = q->buf[1].id = 0;
@@ -266,7 +327,7 @@ static void gpuarr__mpi_req_cancel(gpuarr__mpi_req *q) {
 static void gpuarr__mpi_req_error(gpuarr__mpi_req *q, gpuarr_result r) {
     const char *why = gpuarr__tls.error_api == gpuarr__mpi_inside ? gpuarr__tls.error_detail : gpuarr_last_error();
     snprintf(q->error, sizeof q->error, "the %s %s rank %d (tag %d): %.900s", q->is_send ? "send" : "receive",
-             q->is_send ? "to" : "from", q->peer, q->tag, why);
+             q->is_send ? "to" : "from", q->src, q->rtag, why);
     q->result = r;
     q->finished = true;
     gpuarr__mpi_req_cancel(q);
@@ -352,6 +413,7 @@ static gpuarr_result gpuarr__mpi_recv_header(gpuarr__mpi_req *q, const MPI_Statu
                          gpuarr_dtype_name(q->wire));
     /* from here on the message's layout is the sender's */
     q->drain = r != GPUARR_OK;
+    if (q->drain) gpuarr__copy_string(q->error, sizeof q->error, gpuarr__tls.error_detail);
     q->wire = sent;
     q->wsize = gpuarr_dtype_size(sent);
     q->count = q->hdr->count;
@@ -360,6 +422,13 @@ static gpuarr_result gpuarr__mpi_recv_header(gpuarr__mpi_req *q, const MPI_Statu
     if (q->drain) q->direct = false;
     if (!q->direct) {
         gpuarr_result s = gpuarr__mpi_staging(q, q->drain ? gpuarr_host() : q->dev);
+        if (s != GPUARR_OK && q->drain) { /* no buffer to drain into: fail now, chunks left behind */
+            char why[sizeof gpuarr__tls.error_detail];
+            gpuarr__copy_string(why, sizeof why, gpuarr__tls.error_detail);
+            q->drain = false;
+            return gpuarr__fail(s, "%.400s; and its chunks cannot be drained (%.400s): this peer and tag are out of step",
+                                q->error[0] ? q->error : "mismatch", why);
+        }
         if (r == GPUARR_OK) r = s;
     }
     return r;
@@ -375,6 +444,7 @@ static gpuarr_result gpuarr__mpi_step_send(gpuarr__mpi_req *q, bool *moved) {
         if (!q->direct) {
             GPUARR__MPI_INNER(gpuarr_read_async(q->a, q->first + k * q->chunk_elems, n, q->wire, q->bufp[k % 2], q->stream));
             GPUARR__MPI_INNER(gpuarr_event_record(q->ev[k % 2], q->stream));
+            q->recorded[k % 2] = true; /* synced before the buffer goes */
         }
         q->next_copy++;
         *moved = true;
@@ -425,6 +495,7 @@ static gpuarr_result gpuarr__mpi_step_recv(gpuarr__mpi_req *q, bool *moved) {
         if (!q->direct && !q->drain) {
             GPUARR__MPI_INNER(gpuarr_write_async(q->a, q->first + k * q->chunk_elems, n, q->wire, q->bufp[k % 2], q->stream));
             GPUARR__MPI_INNER(gpuarr_event_record(q->ev[k % 2], q->stream));
+            q->recorded[k % 2] = true;
         }
         q->next_copy++;
         *moved = true;
@@ -485,6 +556,7 @@ static bool gpuarr__mpi_progress(void) {
         gpuarr__mpi_eh_leave(&eh);
         if (r != GPUARR_OK) moved = true;
     }
+    if (moved) gpuarr__mpi.moved_at = gpuarr__now_ms();
     return moved;
 }
 
@@ -526,6 +598,8 @@ static gpuarr_result gpuarr__mpi_new(const char *api, bool is_send, gpuarr_array
     GPUARR__CHECK(gpuarr__mpi_check_peer(api, is_send ? "dest" : "source", peer, !is_send, tag, comm));
     uint64_t chunk = 0;
     int aware = 0;
+    long timeout = 0; /* every variable read now: a malformed one fails before anything is posted */
+    GPUARR__CHECK(gpuarr__mpi_timeout_ms(api, &timeout));
     GPUARR__CHECK(gpuarr__mpi_chunk_bytes(api, &chunk));
     GPUARR__CHECK(gpuarr__mpi_cuda_aware(api, &aware));
     if (gpuarr__mpi_table() != GPUARR_OK) return GPUARR__MPI_FAIL(api, GPUARR_ERROR_OUT_OF_MEMORY, "no memory for the MPI request table");
@@ -537,6 +611,7 @@ static gpuarr_result gpuarr__mpi_new(const char *api, bool is_send, gpuarr_array
     if (!q->gen) q->gen = 1;
     q->used = true;
     q->is_send = is_send;
+    q->timeout_ms = timeout;
     q->a = a;
     gpuarr_retain(a);
     q->dev = info.device;
@@ -585,28 +660,34 @@ static gpuarr_result gpuarr__mpi_new(const char *api, bool is_send, gpuarr_array
     return GPUARR_OK;
 }
 
-/* Waits for n transfers with one deadline; the first error wins, the others are cancelled. */
+/* Waits for n transfers (all made by one call: one GPUARR_MPI_TIMEOUT_MS); the first error wins,
+   the others are cancelled. The limit is on standing still: it counts from the last time any
+   transfer of the process moved (gpuarr__mpi.moved_at, whoever's poll saw it), or from this
+   wait's start. The lock is let go between polls, so the waits of other threads poll too; only
+   this wait frees qs (they are marked waited), so they stay valid. Called and returns locked. */
 static gpuarr_result gpuarr__mpi_wait_many(const char *api, gpuarr__mpi_req **qs, int n) {
-    long timeout = 0;
-    gpuarr_result r = gpuarr__mpi_timeout_ms(api, &timeout);
-    double deadline = gpuarr__now_ms() + (double)timeout, idle_since = 0;
+    gpuarr_result r = GPUARR_OK;
+    long timeout = qs[0]->timeout_ms;
+    for (int i = 0; i < n; i++) qs[i]->waited = true;
+    double start = gpuarr__now_ms(), idle_since = 0;
     for (;;) {
         bool all = true;
         for (int i = 0; i < n; i++) all = all && qs[i]->finished;
-        if (all || r != GPUARR_OK) break;
+        if (all) break;
         bool failed = false;
         for (int i = 0; i < n; i++) failed = failed || (qs[i]->finished && qs[i]->result != GPUARR_OK);
         if (failed) break;
         bool moved = gpuarr__mpi_progress();
-        if (moved) deadline = gpuarr__now_ms() + (double)timeout; /* the limit is on standing still */
-        if (!moved && timeout >= 0 && gpuarr__now_ms() > deadline) {
+        double now = gpuarr__now_ms();
+        double still = now - (gpuarr__mpi.moved_at > start ? gpuarr__mpi.moved_at : start);
+        if (!moved && timeout >= 0 && still > (double)timeout) {
             for (int i = 0; i < n; i++) {
                 gpuarr__mpi_req *q = qs[i];
                 if (q->finished) continue;
                 snprintf(q->error, sizeof q->error,
                          "the %s %s rank %d (tag %d) did not move for %ld ms (GPUARR_MPI_TIMEOUT_MS): "
                          "cancelled, %lld of %lld chunks done%s",
-                         q->is_send ? "send" : "receive", q->is_send ? "to" : "from", q->peer, q->tag, timeout,
+                         q->is_send ? "send" : "receive", q->is_send ? "to" : "from", q->src, q->rtag, timeout,
                          (long long)q->next_done, (long long)q->nchunks, q->hdr_done ? "" : ", no header yet");
                 q->result = GPUARR_ERROR_TIMEOUT;
                 q->finished = true;
@@ -617,20 +698,19 @@ static gpuarr_result gpuarr__mpi_wait_many(const char *api, gpuarr__mpi_req **qs
             }
             break;
         }
+        pthread_mutex_unlock(&gpuarr__mpi.lock); /* other threads' waits poll in between */
         if (moved) idle_since = 0;
         else if (idle_since == 0)
-            idle_since = gpuarr__now_ms();
-        else if (gpuarr__now_ms() - idle_since > 0.2) { /* polled 200 us in vain: sleep between polls */
-            pthread_mutex_unlock(&gpuarr__mpi.lock);
-            double idle = gpuarr__now_ms() - idle_since;
-            struct timespec ts = {0, idle < 10 ? 20000 : 1000000}; /* 20 us, after 10 ms 1 ms */
+            idle_since = now;
+        else if (now - idle_since > 0.2) { /* polled 200 us in vain: sleep between polls */
+            struct timespec ts = {0, now - idle_since < 10 ? 20000 : 1000000}; /* 20 us, after 10 ms 1 ms */
             nanosleep(&ts, NULL);
-            pthread_mutex_lock(&gpuarr__mpi.lock);
         }
+        pthread_mutex_lock(&gpuarr__mpi.lock);
     }
     /* the first error (in argument order), then cancel and free everything */
     int bad = -1;
-    for (int i = 0; i < n && bad < 0 && r == GPUARR_OK; i++)
+    for (int i = 0; i < n && bad < 0; i++)
         if (qs[i]->finished && qs[i]->result != GPUARR_OK) bad = i;
     if (bad >= 0) {
         r = qs[bad]->result;
@@ -706,6 +786,7 @@ GPUARR_API gpuarr_result gpuarr_mpi_irecv(gpuarr_array a, int64_t first, int64_t
 GPUARR_API gpuarr_result gpuarr_mpi_wait(gpuarr_mpi_request *req) {
     GPUARR__BEGIN();
     GPUARR__REQUIRE_PTR(req);
+    GPUARR__CHECK(gpuarr__mpi_ready(__func__));
     if (req->id == 0) return GPUARR_OK;
     pthread_mutex_lock(&gpuarr__mpi.lock);
     gpuarr__mpi_req *q = gpuarr__mpi_lookup(req->id);
@@ -713,6 +794,8 @@ GPUARR_API gpuarr_result gpuarr_mpi_wait(gpuarr_mpi_request *req) {
     if (!q)
         r = gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "req {%u} is not a pending gpuarr_mpi request (waited for already, or forged)",
                          req->id);
+    else if (q->waited)
+        r = gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "req {%u} is being waited for by another thread", req->id);
     else {
         r = gpuarr__mpi_wait_many(__func__, &q, 1);
         req->id = 0;
@@ -746,6 +829,7 @@ GPUARR_API gpuarr_result gpuarr_mpi_sendrecv(gpuarr_array send, int64_t send_fir
 GPUARR_API gpuarr_result gpuarr_mpi_device(MPI_Comm comm, gpuarr_device *out) {
     GPUARR__BEGIN();
     GPUARR__REQUIRE_PTR(out);
+    GPUARR__CHECK(gpuarr__mpi_ready(__func__));
     if (comm == MPI_COMM_NULL) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "comm is MPI_COMM_NULL");
     gpuarr__mpi_eh eh;
     gpuarr__mpi_eh_enter(&eh, comm);
@@ -786,6 +870,7 @@ static MPI_Datatype gpuarr__mpi_type(gpuarr_dtype t, bool wrap) {
 
 GPUARR_API gpuarr_result gpuarr_mpi_allreduce(gpuarr_array a, gpuarr_mpi_op op, MPI_Comm comm) {
     GPUARR__BEGIN();
+    GPUARR__CHECK(gpuarr__mpi_ready(__func__));
     if ((int)op < 0 || op >= GPUARR_MPI_OP_COUNT)
         return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "op = %d is not a gpuarr_mpi_op", (int)op);
     if (comm == MPI_COMM_NULL) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "comm is MPI_COMM_NULL");
