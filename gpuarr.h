@@ -141,8 +141,8 @@
  *   OMPI_COMM_WORLD_LOCAL_RANK, MV2_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID,
  *   PMI_LOCAL_RANK   a launcher's node-local rank, for the spec "local" (see LOCAL RANK); read
  *                    at each use, not by gpuarr_init.
- *   GPUARR_MPI_CHUNK, GPUARR_MPI_TIMEOUT_MS, GPUARR_MPI_CUDA_AWARE  the MPI part's, read at each
- *                    of its calls, not at gpuarr_init: see MPI.
+ *   GPUARR_MPI_CHUNK, GPUARR_MPI_TIMEOUT_MS, GPUARR_MPI_CUDA_AWARE  the MPI part's, read by each
+ *                    call that starts a transfer, not at gpuarr_init: see MPI.
  * A malformed value makes gpuarr_init fail with GPUARR_ERROR_INVALID_ARGUMENT naming it. A
  * library that cannot be loaded is not an error: its backend has no devices, and
  * gpuarr_device_find's error for them gives the path and the loader's reason.
@@ -982,28 +982,45 @@
  * CUDA-aware MPI, CUDA arrays with no cast skip the staging: their device memory goes to MPI.
  * That happens when GPUARR_MPI_CUDA_AWARE is on, or auto (the default) and gpuarr was built
  * with Open MPI's MPIX_CUDA_AWARE_SUPPORT (from <mpi-ext.h>) and MPIX_Query_cuda_support() says
- * yes at run time; off never does it. (Debian's Open MPI is not CUDA-aware: gpuarr's tests
- * build this branch but cannot run it.)
+ * yes at run time; off never does it (CUDA arrays are staged). on asks MPI nothing: it hands
+ * device memory to an MPI that is not CUDA-aware too, which then crashes; use it only for a
+ * CUDA-aware MPI that auto cannot detect. (Debian's Open MPI is not CUDA-aware: gpuarr's tests
+ * build this branch but cannot run it; they run off, auto and on, the latter not on CUDA arrays.)
  *
  * Checks and errors: a handle that is not a live array (GPUARR_ERROR_INVALID_HANDLE), a range
  * not within the array, `sent` not a dtype, a rank outside comm, a tag outside 0..MPI_TAG_UB,
- * comm MPI_COMM_NULL, req NULL, a malformed GPUARR_MPI_* variable
- * (GPUARR_ERROR_INVALID_ARGUMENT) fail before anything is sent. A receive whose header says
+ * comm MPI_COMM_NULL, req NULL, a malformed GPUARR_MPI_* variable (all three are read when the
+ * transfer is made, by the call that starts it) (GPUARR_ERROR_INVALID_ARGUMENT) fail before
+ * anything is sent. Before MPI_Init and after MPI_Finalize every gpuarr_mpi function returns
+ * GPUARR_ERROR_NOT_INITIALIZED, saying which. A receive whose header says
  * another count or dtype than the receive expects fails with GPUARR_ERROR_INVALID_ARGUMENT
  * saying what arrived and what was expected ("rank 1 sent 10 elements of i32 (tag 9); this
  * receive expected 12 elements of i32"); its chunks are still taken (and dropped), so the next
  * transfer from that rank on that tag arrives intact; the sender is not told. gpuarr_mpi_wait
- * on a request that is not pending: GPUARR_ERROR_INVALID_HANDLE. MPI errors come back as gpuarr
- * results with MPI_Error_string's words (MPI_ERR_TRUNCATE, from a plain MPI message too long
- * for a header, as GPUARR_ERROR_INVALID_ARGUMENT): during each gpuarr_mpi call the comm's error
- * handler is MPI_ERRORS_RETURN, and the caller's handler is put back before the call returns
- * (no duplicate comm: MPI_Comm_dup would be collective).
+ * on a request that is not pending: GPUARR_ERROR_INVALID_HANDLE. The errors of a receive with
+ * MPI_ANY_SOURCE or MPI_ANY_TAG name the rank and tag its header came with, once it came. MPI
+ * errors come back as gpuarr results with MPI_Error_string's words (MPI_ERR_TRUNCATE, from a
+ * plain MPI message too long for a header, as GPUARR_ERROR_INVALID_ARGUMENT): while gpuarr_mpi
+ * calls run on a comm its error handler is MPI_ERRORS_RETURN (for every thread's MPI calls on
+ * it), and the caller's handler is put back when the last of them returns (no duplicate comm:
+ * MPI_Comm_dup would be collective). A transfer that ends in an error or a timeout after its
+ * first part was posted or taken may leave parts of its message behind or missing (only a count
+ * or dtype mismatch is drained): that comm, peer and tag are then out of step, a later receive
+ * may take a leftover part as its own, and they should not carry gpuarr transfers again.
  *
- * A wait gives up once no pending transfer has moved for GPUARR_MPI_TIMEOUT_MS milliseconds
- * (default 60000; -1 waits forever): it cancels what the transfer posted and returns
- * GPUARR_ERROR_TIMEOUT naming the peer rank and tag ("the receive from rank 3 (tag 77) did not
- * move for 2000 ms (GPUARR_MPI_TIMEOUT_MS): cancelled, ..."), so a rank that has left makes its
- * peers fail, not hang. The GPUARR_MPI_* variables are read at each call, not at gpuarr_init.
+ * A wait gives up once no pending transfer of the process has moved (whichever thread's wait
+ * moved it) for GPUARR_MPI_TIMEOUT_MS milliseconds, counted from the wait's start at the
+ * earliest (default 60000; -1 waits forever; the value the transfer was made with): it cancels
+ * what the transfer posted and returns GPUARR_ERROR_TIMEOUT naming the peer rank and tag ("the
+ * receive from rank 3 (tag 77) did not move for 2000 ms (GPUARR_MPI_TIMEOUT_MS): cancelled,
+ * ..."), so a rank that has left makes its peers fail, not hang.
+ *
+ * Threads: the gpuarr_mpi functions call MPI on the calling thread. Called from several threads
+ * at once they need MPI_Init_thread with MPI_THREAD_MULTIPLE; below that level call them from one
+ * thread at a time (at MPI_THREAD_FUNNELED or MPI_THREAD_SINGLE, MPI's main thread). Waits on
+ * several threads all move every transfer on (each lets the others poll between its polls), and
+ * a request is waited for by one thread: a second gpuarr_mpi_wait on it while the first runs
+ * returns GPUARR_ERROR_INVALID_HANDLE.
  *
  * gpuarr_mpi_allreduce(a, op, comm) (collective) replaces every element of a by the sum, minimum
  * or maximum of that element over comm's ranks (GPUARR_MPI_SUM, _MIN, _MAX); every rank passes an
@@ -1011,8 +1028,10 @@
  * host memory, at most INT_MAX elements): integer sums wrap as the dtype does (modulo 2^bits),
  * f16 and bf16 are reduced as f32 and rounded back once, bool sum and max are "any", min "all".
  *
- * tests/mpi/test_mpi.c runs all of this under mpirun, 4 ranks on the host and PoCL devices
- * (make mpi-tests); tests/fuzz does not reach these calls (they need MPI_Init).
+ * tests/mpi/test_mpi.c runs these calls under mpirun (make mpi-tests), 4 ranks on the host and
+ * PoCL devices, then with ranks on the fake CUDA driver (staged: the CUDA-aware path is compiled,
+ * never run), MPI_THREAD_MULTIPLE with two threads; tests/fuzz does not reach these calls (they
+ * need MPI_Init).
  *
  * =============================================================================================
  * CALLBACKS
@@ -1028,7 +1047,8 @@
  * gpuarr_init and gpuarr_shutdown are reference counted and may race each other from any number
  * of threads; every other call must happen between a successful gpuarr_init and its matching
  * gpuarr_shutdown, but for gpuarr_local_rank, which reads only the environment (and, as getenv,
- * must not run while another thread calls setenv). All other functions are thread-safe.
+ * must not run while another thread calls setenv). All other functions are thread-safe, but for
+ * the gpuarr_mpi_* ones, which are as far as MPI's thread level allows (see MPI).
  * gpuarr_last_error(), the current device and the current stream are per thread.
  */
 #ifndef GPUARR_H_INCLUDED
