@@ -7,7 +7,8 @@
  * handled as a discrete device (GPUARR_OPENCL_UNIFIED=off), with POCL_DEVICES="pthread pthread";
  * TEST_MPI_DEVICES="host,opencl:0,..." overrides the list (rank r takes item r % n; an item
  * "X/discrete" sets GPUARR_OPENCL_UNIFIED=off); make mpi-tests also runs host,cuda:0,opencl:0,cuda:1
- * on the fake CUDA driver (tests/fake_cuda). Every rank prints one status line; the exit
+ * on the fake CUDA driver (tests/fake_cuda). MPI is started with MPI_THREAD_MULTIPLE (the
+ * two-thread test is skipped, saying so, where MPI gives less). Every rank prints one status line; the exit
  * status is 0 only when every check of that rank passed. The last test has the last rank call
  * MPI_Finalize and exit before it sends: rank 0's receive from it must end in GPUARR_ERROR_TIMEOUT
  * within GPUARR_MPI_TIMEOUT_MS (2000 here), and the job must end.
