@@ -631,6 +631,19 @@ static void *slow_transfer(void *p) {
     return NULL;
 }
 
+static void *allreduce_loop(void *p) {
+    int *wrong = p;
+    gpuarr_array x = make(GPUARR_I32, 4, NULL, 0);
+    for (int i = 0; i < 200; i++) {
+        int32_t v[4] = {1, 1, 1, 1};
+        if (gpuarr_write(x, 0, 4, GPUARR_I32, v) != GPUARR_OK || gpuarr_mpi_allreduce(x, GPUARR_MPI_SUM, MPI_COMM_WORLD) != GPUARR_OK ||
+            gpuarr_read(x, 0, 4, GPUARR_I32, v) != GPUARR_OK || v[3] != size)
+            ++*wrong;
+    }
+    gpuarr_release(x);
+    return NULL;
+}
+
 static void test_threads(void) {
     if (thread_level < MPI_THREAD_MULTIPLE) {
         if (rank == 0) printf("rank 0: test_threads skipped: MPI gives thread level %d, not MPI_THREAD_MULTIPLE\n", thread_level);
@@ -674,6 +687,24 @@ static void test_threads(void) {
     if (rank == 0) printf("rank 0: two threads' 4096 chunks each way in %.2f s\n", dt);
     unsetenv("GPUARR_MPI_CHUNK");
     setenv("GPUARR_MPI_TIMEOUT_MS", "60000", 1);
+
+    /* allreduces on one thread, transfers on another, both on MPI_COMM_WORLD: each swaps its
+       error handler; MPI_ERRORS_ARE_FATAL is back at the end */
+    pthread_t ta;
+    int sums_wrong = 0;
+    pthread_create(&ta, NULL, allreduce_loop, &sums_wrong);
+    gpuarr_array out2 = make(GPUARR_I32, 16, small_int, 18), in2 = make(GPUARR_I32, 16, NULL, 0);
+    for (int i = 0; i < 200; i++)
+        CHECK(gpuarr_mpi_sendrecv(out2, 0, -1, right(), 620, in2, 0, -1, 0, left(), 620, MPI_COMM_WORLD) == GPUARR_OK, "transfer %d", i);
+    pthread_join(ta, NULL);
+    CHECK(sums_wrong == 0, "%d allreduces wrong or failed beside the transfers", sums_wrong);
+    expect(in2, 0, 16, 0, small_int, 18, "transfers beside allreduces");
+    MPI_Errhandler eh;
+    MPI_Comm_get_errhandler(MPI_COMM_WORLD, &eh);
+    CHECK(eh == MPI_ERRORS_ARE_FATAL, "MPI_COMM_WORLD's handler is MPI_ERRORS_ARE_FATAL after two threads' calls");
+    MPI_Errhandler_free(&eh);
+    gpuarr_release(out2);
+    gpuarr_release(in2);
 }
 
 /* A send nobody receives: rank 1's send to rank 2 times out, names the peer and tag, and what it
