@@ -995,8 +995,11 @@
  * GPUARR_ERROR_NOT_INITIALIZED, saying which. A receive whose header says
  * another count or dtype than the receive expects fails with GPUARR_ERROR_INVALID_ARGUMENT
  * saying what arrived and what was expected ("rank 1 sent 10 elements of i32 (tag 9); this
- * receive expected 12 elements of i32"); its chunks are still taken (and dropped), so the next
- * transfer from that rank on that tag arrives intact; the sender is not told. gpuarr_mpi_wait
+ * receive expected 12 elements of i32"); its chunks are still taken (and dropped, through two
+ * chunk-sized buffers of the host's pool), so the next transfer from that rank on that tag
+ * arrives intact; the sender is not told. Where the host's pool cannot give those buffers the
+ * receive fails with GPUARR_ERROR_OUT_OF_MEMORY ("... cannot be drained ...") and the chunks
+ * are left behind (see below). gpuarr_mpi_wait
  * on a request that is not pending: GPUARR_ERROR_INVALID_HANDLE. The errors of a receive with
  * MPI_ANY_SOURCE or MPI_ANY_TAG name the rank and tag its header came with, once it came. MPI
  * errors come back as gpuarr results with MPI_Error_string's words (MPI_ERR_TRUNCATE, from a

@@ -707,6 +707,30 @@ static void test_threads(void) {
     gpuarr_release(in2);
 }
 
+/* A receive whose header does not match drains the chunks through two host buffers; where the
+   host's pool cannot give them (faults injected above 1 MiB), the receive fails saying so (it
+   must not receive into no memory) and the sender, whose chunks nobody takes, times out. */
+static void test_drain_without_memory(void) {
+    setenv("GPUARR_MPI_CHUNK", "2M", 1);
+    setenv("GPUARR_MPI_TIMEOUT_MS", "500", 1);
+    gpuarr_array big = make(GPUARR_I32, 1 << 20, small_int, 19), small = make(GPUARR_I32, 10, NULL, 0);
+    gpuarr_mpi_request q = {0};
+    CHECK_OK(gpuarr_pool_trim(gpuarr_host()));
+    CHECK_OK(gpuarr_pool_inject_faults(gpuarr_host(), 0, 1 << 20));
+    CHECK_OK(gpuarr_mpi_isend(big, 0, -1, right(), 45, MPI_COMM_WORLD, &q));
+    gpuarr_result r = gpuarr_mpi_recv(small, 0, -1, 0, left(), 45, MPI_COMM_WORLD);
+    CHECK(r == GPUARR_ERROR_OUT_OF_MEMORY && has(gpuarr_last_error(), "cannot be drained") &&
+              has(gpuarr_last_error(), "expected 10 elements of i32"),
+          "a mismatch with no memory to drain: %s", gpuarr_result_string(r));
+    CHECK_OK(gpuarr_pool_inject_faults(gpuarr_host(), 0, 0));
+    r = gpuarr_mpi_wait(&q);
+    CHECK(r == GPUARR_ERROR_TIMEOUT, "the send whose chunks nobody takes: %s", gpuarr_result_string(r));
+    unsetenv("GPUARR_MPI_CHUNK");
+    setenv("GPUARR_MPI_TIMEOUT_MS", "60000", 1);
+    gpuarr_release(big);
+    gpuarr_release(small);
+}
+
 /* A send nobody receives: rank 1's send to rank 2 times out, names the peer and tag, and what it
    posted is cancelled (or, where MPI cannot cancel a send, kept until MPI lets it go). */
 static void test_send_timeout(void) {
@@ -826,7 +850,7 @@ int main(int argc, char **argv) {
                  {"random", test_random},           {"slow_but_moving", test_slow_but_moving},
                  {"proc_null", test_proc_null},     {"allreduce", test_allreduce}, {"bad_input", test_bad_input},
                  {"failed_recv", test_failed_receive_staging}, {"default_chunk", test_default_chunk},
-                 {"cuda_aware", test_cuda_aware_setting}, {"threads", test_threads},
+                 {"cuda_aware", test_cuda_aware_setting}, {"threads", test_threads}, {"drain_no_memory", test_drain_without_memory},
                  {"send_timeout", test_send_timeout}, {"early_exit", test_early_exit}};
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
         int before = failures;
