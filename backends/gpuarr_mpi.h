@@ -8,7 +8,8 @@
    before it that could match the same messages have posted theirs (MPI's order does the rest).
    Each transfer is a small state machine moved on by every gpuarr_mpi_wait of the process: two
    chunks in flight, one copied between the device and pinned host memory on a gpuarr stream
-   while the other travels. */
+   while the other travels. gpuarr__mpi.lock guards the table and every MPI call of a transfer;
+   a wait lets it go between polls, so the waits of other threads poll too. */
 
 #if defined(OPEN_MPI) && OPEN_MPI && !defined(GPUARR__MPI_NO_EXT)
 #include <mpi-ext.h> /* MPIX_CUDA_AWARE_SUPPORT, MPIX_Query_cuda_support */
@@ -103,7 +104,7 @@ static gpuarr_result gpuarr__mpi_rename(const char *api, gpuarr_result r) {
     return GPUARR__MPI_FAIL(api, r, "%s", detail);
 }
 
-/* ---- settings, read at each call: GPUARR_MPI_CHUNK, _TIMEOUT_MS, _CUDA_AWARE ---- */
+/* ---- settings, read when a transfer is made: GPUARR_MPI_CHUNK, _TIMEOUT_MS, _CUDA_AWARE ---- */
 static gpuarr_result gpuarr__mpi_chunk_bytes(const char *api, uint64_t *out) {
     const char *v = getenv("GPUARR_MPI_CHUNK");
     *out = GPUARR__MPI_DEFAULT_CHUNK;
