@@ -230,6 +230,9 @@ run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAKE_NVML) $
 	@set -e; for t in $(WHITEBOX_TESTS); do echo "== $$t (white-box)"; $(BUILD)/rel/tests/$$t --jobs 2; done
 	@echo "== test_opencl (POCL_DEVICES=\"$$POCL_DEVICES\")"
 	@GPUARR_TEST_FAULT_OPENCL=$(abspath $(FAULT_OPENCL)) $(BUILD)/rel/tests/test_opencl --jobs 2
+	@echo "== test_trace on opencl:0 whose markers report a wrong end (as NVIDIA's OpenCL did): host times instead"
+	@GPUARR_OPENCL_LIBRARY=$(abspath $(FAULT_OPENCL)) FAULT_OPENCL_PROFILING=marker-end-far GPUARR_TEST_DEVICE=opencl:0 \
+	  $(BUILD)/rel/tests/test_trace --filter 'trace/events_nest*' --jobs 2
 	@echo "== test_local_rank: \"local\" over PoCL's two devices, 4 processes on 1 slot each (then with the fake driver's GPUs too)"
 	@$(BUILD)/rel/tests/test_local_rank --jobs 2
 	@$(if $(FAKE_CUDA),$(FAKE_ENV) $(BUILD)/rel/tests/test_local_rank --jobs 2)

@@ -99,7 +99,8 @@
  *
  * Run-time: gpuarr_desc passed to gpuarr_init (zero or NULL = default for every field), then the
  * environment for fields left zero. gpuarr_init reads each variable below once (an empty one
- * counts as unset) and the library uses what it parsed then. Keywords match in any case
+ * counts as unset) and the library uses what it parsed then, except the launchers' local ranks
+ * and the GPUARR_MPI_* ones at the end of the list, read by the calls that use them. Keywords match in any case
  * ("OFF" = "off"); a switch takes on|off, 1|0, true|false or yes|no; paths and lists are taken
  * as written, at most 480 characters.
  *   GPUARR_DEVICES   device filter, comma separated: host, cuda, cuda:*, cuda:N, opencl,
@@ -143,8 +144,8 @@
  *                    at each use, not by gpuarr_init.
  *   GPUARR_MPI_CHUNK, GPUARR_MPI_TIMEOUT_MS, GPUARR_MPI_CUDA_AWARE  the MPI part's, read by each
  *                    call that starts a transfer, not at gpuarr_init: see MPI.
- * A malformed value makes gpuarr_init fail with GPUARR_ERROR_INVALID_ARGUMENT naming it. A
- * library that cannot be loaded is not an error: its backend has no devices, and
+ * A malformed value makes gpuarr_init fail with GPUARR_ERROR_INVALID_ARGUMENT naming it (one of
+ * those read at use: the call that reads it, never gpuarr_init). A library that cannot be loaded is not an error: its backend has no devices, and
  * gpuarr_device_find's error for them gives the path and the loader's reason.
  *
  * =============================================================================================
@@ -804,8 +805,9 @@
  * never less: a call smaller than any measured costs at least the fixed cost the small calls
  * measured (a line fitted over a wide range of sizes loses it). Once a model has
  * 5 samples, a run outside x3 or /3 of its prediction is refused as an outlier (counted in
- * stats.rejected), so a spike cannot poison it, except at a new size: more than 4x beyond the
- * sizes the model has samples of, where an extrapolation is no measure of what is normal. 4
+ * stats.rejected), so a spike cannot poison it, except at a new size: more than 4x above the
+ * largest or below the smallest size the model has samples of, where an extrapolation is no
+ * measure of what is normal. 4
  * outliers in a row on the same side mean the device itself changed, and the model starts over
  * from them. A run's time is wall time from the call to the end of a sync of its stream (the
  * host: the call). The first run of a task on a device in a process is a warm-up (PoCL building

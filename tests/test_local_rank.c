@@ -214,6 +214,18 @@ Test(local_rank, bad_specs_and_bad_variables_fail_find_and_leases) {
     cr_assert_eq(d.id, 12345u);
 }
 
+/* the rank variables are read by the calls that use them: a bad one set before gpuarr_init does
+   not stop it (the manual's CONFIGURATION), and a fixed one counts at the next call */
+Test(local_rank, a_bad_rank_variable_fails_its_use_not_gpuarr_init) {
+    gpuarr_shutdown();
+    cr_assert_eq(setenv("MPI_LOCALRANKID", "abc", 1), 0);
+    start("host,opencl", false);
+    gpuarr_device d = {12345};
+    TEST_FAIL_WITH(gpuarr_device_find("local", &d), GPUARR_ERROR_INVALID_ARGUMENT, "MPI_LOCALRANKID=\"abc\"");
+    cr_assert_eq(setenv("MPI_LOCALRANKID", "0", 1), 0);
+    TEST_OK(gpuarr_device_find("local", &d));
+}
+
 /* leases and plans take "local" as a candidate: the rank's device */
 Test(local_rank, leases_and_plans_on_local_use_the_ranks_device) {
     start("host,opencl", true);

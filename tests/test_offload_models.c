@@ -118,6 +118,9 @@ Test(models, a_run_at_a_new_size_is_not_refused_as_an_outlier_of_the_extrapolati
     cr_assert(gpuarr__model_add(&m, 512 * 16, 1e-2), "a run 16x beyond the sizes measured was refused");
     expect_near(gpuarr__model_predict(&m, 512 * 16), 1e-2, "the new size's time");
     cr_assert_not(gpuarr__model_add(&m, 512 * 2, 1e-1), "within 4x of the sizes measured the outlier rule holds");
+    /* below: more than 4x under the smallest size measured is a new size too */
+    cr_assert(gpuarr__model_add(&m, 256 / 8, 1e-3), "a run 8x below the sizes measured was refused");
+    cr_assert_not(gpuarr__model_add(&m, 256 / 2, 1e-1), "within 4x of the sizes measured the outlier rule holds");
 }
 
 /* A run started and finished alone: a warm-up when it is the first of the process there. */

@@ -22,6 +22,8 @@
  * clCreateCommandQueue for it, fail with CL_DEVICE_NOT_AVAILABLE without reaching the driver;
  * releases still work (the driver's objects are freed as on a real lost device). With notify,
  * the first such failure also calls the callback (pfn_notify) of the queue's context.
+ * FAULT_OPENCL_PROFILING=marker-end-far gives markers' and barriers' profiled end 10^16 ns late,
+ * as NVIDIA's OpenCL did on an H100.
  * FAULT_OPENCL_COUNT=path writes "calls N" to path at exit. For tests, through dlsym:
  * fault_opencl_calls_made(), fault_opencl_fail_set(spec) (new rules, the count restarted; -1 for
  * a spec it cannot read), fault_opencl_lose(D, N, notify) (FAULT_OPENCL_LOST from now; D = -1:
@@ -114,7 +116,7 @@
     X(I, cl_int, clFinish, (cl_command_queue a), (a))                                              \
     X(I, cl_int, clWaitForEvents, (cl_uint a, const cl_event *b), (a, b))                          \
     X(I, cl_int, clGetEventInfo, (cl_event a, cl_event_info b, size_t c, void *d, size_t *e), (a, b, c, d, e)) \
-    X(I, cl_int, clGetEventProfilingInfo, (cl_event a, cl_profiling_info b, size_t c, void *d, size_t *e), (a, b, c, d, e)) \
+    X(OC, cl_int, clGetEventProfilingInfo, (cl_event a, cl_profiling_info b, size_t c, void *d, size_t *e), (a, b, c, d, e)) \
     X(O, cl_event, clCreateUserEvent, (cl_context a, cl_int *errcode_ret), (a, errcode_ret))      \
     X(I, cl_int, clSetUserEventStatus, (cl_event a, cl_int b), (a, b))                             \
     X(I, cl_int, clSetEventCallback, (cl_event a, cl_int b, void(CL_CALLBACK *c)(cl_event, cl_int, void *), void *d), (a, b, c, d)) \
@@ -170,6 +172,7 @@ static struct {
     cl_device_id lost_device;
     unsigned long long lost_nth, lost_calls; /* from its nth queue call on, it is gone */
     bool lost, lost_notify, notified;
+    bool marker_end_far; /* FAULT_OPENCL_PROFILING=marker-end-far */
     struct { cl_command_queue queue; cl_device_id device; } queues[1024]; /* every queue made, newest last */
     int queue_count;
     struct { cl_context context; void(CL_CALLBACK *notify)(const char *, const void *, size_t, void *); void *user; } contexts[64];
@@ -281,6 +284,14 @@ static void fault_setup(void) {
             abort();
         }
         fault_lost_arm(index, nth, how[0] != 0);
+    }
+    const char *profiling = getenv("FAULT_OPENCL_PROFILING");
+    if (profiling && *profiling) {
+        if (strcmp(profiling, "marker-end-far") != 0) {
+            fprintf(stderr, "fault-opencl: FAULT_OPENCL_PROFILING=\"%s\": expected marker-end-far\n", profiling);
+            abort();
+        }
+        fault.marker_end_far = true;
     }
     const char *count = getenv("FAULT_OPENCL_COUNT");
     if (count && *count && strlen(count) < sizeof fault.count_path) {
@@ -406,6 +417,21 @@ static void fault_lost_arm(int index, unsigned long long nth, bool notify) {
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 FAULT_PROCS(FAULT_FORWARD)
 #pragma GCC diagnostic pop
+
+/* FAULT_OPENCL_PROFILING=marker-end-far: a marker's or barrier's CL_PROFILING_COMMAND_END comes
+   back 10^16 ns after the truth, as NVIDIA's OpenCL (driver 580.159.04, H100) gave for a marker
+   waiting on events. */
+FAULT_API CL_API_ENTRY cl_int CL_API_CALL clGetEventProfilingInfo(cl_event a, cl_profiling_info b, size_t c, void *d, size_t *e) {
+    cl_int e_ = fault_enter(FAULT_clGetEventProfilingInfo);
+    if (e_ != CL_SUCCESS) return e_;
+    e_ = fault.clGetEventProfilingInfo(a, b, c, d, e);
+    if (e_ != CL_SUCCESS || !fault.marker_end_far || b != CL_PROFILING_COMMAND_END || !d || c < sizeof(cl_ulong)) return e_;
+    cl_command_type type = 0;
+    if (fault.clGetEventInfo(a, CL_EVENT_COMMAND_TYPE, sizeof type, &type, NULL) == CL_SUCCESS &&
+        (type == CL_COMMAND_MARKER || type == CL_COMMAND_BARRIER))
+        *(cl_ulong *)d += 10000000000000000ull;
+    return e_;
+}
 
 /* Contexts and queues are remembered: whose callback to call, which device a queue is on. */
 FAULT_API CL_API_ENTRY cl_context CL_API_CALL clCreateContext(const cl_context_properties *a, cl_uint b, const cl_device_id *c,
