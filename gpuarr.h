@@ -100,9 +100,9 @@
  * Run-time: gpuarr_desc passed to gpuarr_init (zero or NULL = default for every field), then the
  * environment for fields left zero. gpuarr_init reads each variable below once (an empty one
  * counts as unset) and the library uses what it parsed then, except the launchers' local ranks
- * and the GPUARR_MPI_* ones at the end of the list, read by the calls that use them. Keywords match in any case
- * ("OFF" = "off"); a switch takes on|off, 1|0, true|false or yes|no; paths and lists are taken
- * as written, at most 480 characters.
+ * and the GPUARR_MPI_* ones at the end of the list, read by the calls that use them. Keywords
+ * match in any case ("OFF" = "off"); a switch takes on|off, 1|0, true|false or yes|no; paths and
+ * lists are taken as written, at most 480 characters.
  *   GPUARR_DEVICES   device filter, comma separated: host, cuda, cuda:*, cuda:N, opencl,
  *                    opencl:*, opencl:N. The host is always present. Default: every device. An
  *                    item naming a device this machine lacks is logged as a warning.
@@ -145,8 +145,9 @@
  *   GPUARR_MPI_CHUNK, GPUARR_MPI_TIMEOUT_MS, GPUARR_MPI_CUDA_AWARE  the MPI part's, read by each
  *                    call that starts a transfer, not at gpuarr_init: see MPI.
  * A malformed value makes gpuarr_init fail with GPUARR_ERROR_INVALID_ARGUMENT naming it (one of
- * those read at use: the call that reads it, never gpuarr_init). A library that cannot be loaded is not an error: its backend has no devices, and
- * gpuarr_device_find's error for them gives the path and the loader's reason.
+ * those read at use: the call that reads it, never gpuarr_init). A library that cannot be loaded
+ * is not an error: its backend has no devices, and gpuarr_device_find's error for them gives the
+ * path and the loader's reason.
  *
  * =============================================================================================
  * DEVICES
