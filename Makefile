@@ -640,28 +640,36 @@ FUZZ_CFLAGS := -std=c11 -O1 -g $(WARN) -fno-omit-frame-pointer -fsanitize=addres
 FUZZ_DEFS = -DFUZZ_FAKE_CUDA='"$(abspath $(BUILD))/fake-cuda/libcuda.so.1"' -DFUZZ_FAKE_NVML='"$(abspath $(BUILD))/fake-nvml/libnvidia-ml.so.1"' -DFUZZ_CACHE_DIR='"$(abspath $(BUILD))/fuzz/cache"'
 FUZZ_ENV := ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/fuzz/lsan.supp \
             UBSAN_OPTIONS=print_stacktrace=1
+# Where Open MPI is installed (make test installs it) the api target and the soak include the MPI
+# part (GPUARR_MPI): the harness starts a one-rank MPI job itself (tests/fuzz/fuzz_api.c, op_mpi).
+FUZZ_MPI_IMPL = $(if $(MPICC),-DGPUARR_MPI $(MPI_CFLAGS) -include mpi.h)
+FUZZ_MPI_DEFS = $(if $(MPICC),-DFUZZ_MPI $(MPI_CFLAGS))
+FUZZ_MPI_LIBS = $(if $(MPICC),$(MPI_LIBS))
 $(BUILD)/fuzz/gpuarr.o: gpuarr.c $(HEADERS)
 	@mkdir -p $(@D)
-	$(CLANG) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -I. -c $< -o $@
+	$(CLANG) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link $(FUZZ_MPI_IMPL) -I. -c $< -o $@
 $(BUILD)/fuzz/fuzz_api: tests/fuzz/fuzz_api.c $(BUILD)/fuzz/gpuarr.o $(FAKE_CUDA) $(FAKE_NVML)
-	$(CLANG) $(FUZZ_CFLAGS) -fsanitize=fuzzer $(FUZZ_DEFS) -I. $< $(BUILD)/fuzz/gpuarr.o -o $@ $(LIBS)
+	$(CLANG) $(FUZZ_CFLAGS) -fsanitize=fuzzer $(FUZZ_DEFS) $(FUZZ_MPI_DEFS) -I. $< $(BUILD)/fuzz/gpuarr.o -o $@ $(FUZZ_MPI_LIBS) $(LIBS)
 $(BUILD)/fuzz/fuzz_parse: tests/fuzz/fuzz_parse.c $(HEADERS)
 	@mkdir -p $(@D)
 	$(CLANG) $(FUZZ_CFLAGS) -fsanitize=fuzzer -I. $< -o $@ $(LIBS)
 $(BUILD)/fuzz/fuzz_dlpack: tests/fuzz/fuzz_dlpack.c $(BUILD)/fuzz/gpuarr.o
-	$(CLANG) $(FUZZ_CFLAGS) -fsanitize=fuzzer -I. $< $(BUILD)/fuzz/gpuarr.o -o $@ $(LIBS)
+	$(CLANG) $(FUZZ_CFLAGS) -fsanitize=fuzzer -I. $< $(BUILD)/fuzz/gpuarr.o -o $@ $(FUZZ_MPI_LIBS) $(LIBS)
+$(BUILD)/fuzz-replay/gpuarr.o: gpuarr.c $(HEADERS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_ASAN) $(FUZZ_MPI_IMPL) -I. -c $< -o $@
 $(BUILD)/fuzz-replay/fuzz_dlpack: tests/fuzz/fuzz_dlpack.c tests/fuzz/standalone.c $(BUILD)/asan/gpuarr.o
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ASAN) -I. tests/fuzz/fuzz_dlpack.c tests/fuzz/standalone.c $(BUILD)/asan/gpuarr.o -o $@ $(LIBS)
-$(BUILD)/fuzz-replay/fuzz_api: tests/fuzz/fuzz_api.c tests/fuzz/standalone.c $(BUILD)/asan/gpuarr.o $(FAKE_CUDA) $(FAKE_NVML)
+$(BUILD)/fuzz-replay/fuzz_api: tests/fuzz/fuzz_api.c tests/fuzz/standalone.c $(BUILD)/fuzz-replay/gpuarr.o $(FAKE_CUDA) $(FAKE_NVML)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_ASAN) $(FUZZ_DEFS) -I. tests/fuzz/fuzz_api.c tests/fuzz/standalone.c $(BUILD)/asan/gpuarr.o -o $@ $(LIBS)
+	$(CC) $(CFLAGS_ASAN) $(FUZZ_DEFS) $(FUZZ_MPI_DEFS) -I. tests/fuzz/fuzz_api.c tests/fuzz/standalone.c $(BUILD)/fuzz-replay/gpuarr.o -o $@ $(FUZZ_MPI_LIBS) $(LIBS)
 $(BUILD)/fuzz-replay/fuzz_parse: tests/fuzz/fuzz_parse.c tests/fuzz/standalone.c $(HEADERS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_ASAN) -I. tests/fuzz/fuzz_parse.c tests/fuzz/standalone.c -o $@ $(LIBS)
-$(BUILD)/fuzz-replay/soak: tests/fuzz/soak.c tests/fuzz/fuzz_api.c $(BUILD)/asan/gpuarr.o $(FAKE_CUDA) $(FAKE_NVML)
+$(BUILD)/fuzz-replay/soak: tests/fuzz/soak.c tests/fuzz/fuzz_api.c $(BUILD)/fuzz-replay/gpuarr.o $(FAKE_CUDA) $(FAKE_NVML)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_ASAN) $(FUZZ_DEFS) -I. tests/fuzz/soak.c $(BUILD)/asan/gpuarr.o -o $@ $(LIBS)
+	$(CC) $(CFLAGS_ASAN) $(FUZZ_DEFS) $(FUZZ_MPI_DEFS) -I. tests/fuzz/soak.c $(BUILD)/fuzz-replay/gpuarr.o -o $@ $(FUZZ_MPI_LIBS) $(LIBS)
 
 fuzz-build: $(addprefix $(BUILD)/fuzz/fuzz_,$(FUZZ_TARGETS))
 

@@ -1019,7 +1019,11 @@
  * earliest (default 60000; -1 waits forever; the value the transfer was made with): it cancels
  * what the transfer posted and returns GPUARR_ERROR_TIMEOUT naming the peer rank and tag ("the
  * receive from rank 3 (tag 77) did not move for 2000 ms (GPUARR_MPI_TIMEOUT_MS): cancelled,
- * ..."), so a rank that has left makes its peers fail, not hang.
+ * ..."), so a rank that has left makes its peers fail, not hang (but while other transfers of
+ * the process keep moving, a wait on a rank that has left goes on with them). What MPI cannot
+ * cancel (a send no receive has matched yet, in Open MPI) keeps its memory, the array's
+ * reference and the staging buffers, until a later call that starts or waits for a gpuarr_mpi
+ * transfer finds MPI done with it.
  *
  * Threads: the gpuarr_mpi functions call MPI on the calling thread. Called from several threads
  * at once they need MPI_Init_thread with MPI_THREAD_MULTIPLE; below that level call them from one
@@ -1036,8 +1040,8 @@
  *
  * tests/mpi/test_mpi.c runs these calls under mpirun (make mpi-tests), 4 ranks on the host and
  * PoCL devices, then with ranks on the fake CUDA driver (staged: the CUDA-aware path is compiled,
- * never run), MPI_THREAD_MULTIPLE with two threads; tests/fuzz does not reach these calls (they
- * need MPI_Init).
+ * never run), MPI_THREAD_MULTIPLE with two threads. tests/fuzz's api target and the soak call
+ * them too, in a one-rank MPI job the harness starts itself (every message to the rank itself).
  *
  * =============================================================================================
  * CALLBACKS

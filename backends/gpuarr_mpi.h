@@ -588,11 +588,14 @@ static gpuarr_result gpuarr__mpi_new(const char *api, bool is_send, gpuarr_array
     gpuarr_array_info info;
     gpuarr_result r = gpuarr_array_get_info(a, &info);
     if (r != GPUARR_OK) return gpuarr__mpi_rename(api, r);
-    if (first < 0 || first > info.count || count < -1 || (count >= 0 && count > info.count - first))
-        return GPUARR__MPI_FAIL(api, GPUARR_ERROR_INVALID_ARGUMENT,
-                                "elements [%lld, %lld%s) are not within a's %lld (first >= 0, count >= -1)", (long long)first,
-                                count < 0 ? (long long)info.count : (long long)(first + count), count < -1 ? " (count < -1)" : "",
-                                (long long)info.count);
+    if (first < 0 || first > info.count || count < -1 || (count >= 0 && count > info.count - first)) {
+        char end[48]; /* first + count, which may not fit an int64_t */
+        if (count < 0) snprintf(end, sizeof end, "%lld", (long long)info.count);
+        else if (first > 0 && count > INT64_MAX - first) snprintf(end, sizeof end, "%lld + %lld", (long long)first, (long long)count);
+        else snprintf(end, sizeof end, "%lld", (long long)(first + count));
+        return GPUARR__MPI_FAIL(api, GPUARR_ERROR_INVALID_ARGUMENT, "elements [%lld, %s%s) are not within a's %lld (first >= 0, count >= -1)",
+                                (long long)first, end, count < -1 ? " (count < -1)" : "", (long long)info.count);
+    }
     if (!is_send && sent != 0 && gpuarr_dtype_size(sent) == 0)
         return GPUARR__MPI_FAIL(api, GPUARR_ERROR_INVALID_ARGUMENT, "sent = %d is not a gpuarr_dtype", (int)sent);
     if (!is_send && info.read_only) return GPUARR__MPI_FAIL(api, GPUARR_ERROR_INVALID_ARGUMENT, "a is read-only");
@@ -878,13 +881,15 @@ GPUARR_API gpuarr_result gpuarr_mpi_allreduce(gpuarr_array a, gpuarr_mpi_op op, 
     gpuarr_array_info info;
     gpuarr_result r = gpuarr_array_get_info(a, &info);
     if (r != GPUARR_OK) return gpuarr__mpi_rename(__func__, r);
-    if (info.read_only) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "a is read-only");
-    if (info.count > INT_MAX) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "a holds %lld elements: at most INT_MAX", (long long)info.count);
+    /* gpuarr_array_get_info named itself in the thread's error state: the failures below are this call's */
+    if (info.read_only) return GPUARR__MPI_FAIL(__func__, GPUARR_ERROR_INVALID_ARGUMENT, "a is read-only");
+    if (info.count > INT_MAX)
+        return GPUARR__MPI_FAIL(__func__, GPUARR_ERROR_INVALID_ARGUMENT, "a holds %lld elements: at most INT_MAX", (long long)info.count);
     bool half = info.dtype == GPUARR_F16 || info.dtype == GPUARR_BF16;
     gpuarr_dtype ht = half ? GPUARR_F32 : info.dtype;
     size_t bytes = (size_t)info.count * gpuarr_dtype_size(ht);
     void *host = malloc(bytes ? bytes : 1);
-    if (!host) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the %zu bytes of a", bytes);
+    if (!host) return GPUARR__MPI_FAIL(__func__, GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the %zu bytes of a", bytes);
     r = info.count ? gpuarr_read(a, 0, info.count, ht, host) : GPUARR_OK;
     if (r == GPUARR_OK) {
         /* bool: sum and max are "any" (logical or), min "all"; integer sums wrap (unsigned types) */

@@ -18,7 +18,9 @@
  * starts it again with another desc now and then. tests/fuzz/soak.c runs the same interpreter
  * from 8 threads (fz_soak = 1): handle tables are per thread, and the process-wide ops (init,
  * shutdown, set_limit) and the per-input pool checks are left out there. DLPack export/import
- * runs from op_misc (op_dlpack), with the Python capsule helpers (no-ops outside Python).
+ * runs from op_misc (op_dlpack), with the Python capsule helpers (no-ops outside Python). Built
+ * with FUZZ_MPI (where Open MPI is installed), op_mpi calls the gpuarr_mpi_* functions in a
+ * one-rank MPI job started in fz_start: every transfer goes to this rank itself.
  *
  * Built with clang -fsanitize=fuzzer,address,undefined by `make fuzz`, and with gcc's ASan+UBSan
  * and tests/fuzz/standalone.c by `make fuzz-replay` (the committed corpus, tests/fuzz/corpus/api).
@@ -26,7 +28,9 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
 #endif
+#include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -34,6 +38,20 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#ifdef FUZZ_MPI /* the Makefile's builds where Open MPI is installed: the MPI part too */
+#include <mpi.h>
+#define GPUARR_MPI 1
+#if defined(__has_feature) /* clang */
+#if __has_feature(address_sanitizer)
+#define FZ_LSAN 1
+#endif
+#elif defined(__SANITIZE_ADDRESS__) /* gcc */
+#define FZ_LSAN 1
+#endif
+#ifdef FZ_LSAN
+#include <sanitizer/lsan_interface.h>
+#endif
+#endif
 #include "gpuarr.h"
 
 #ifndef FUZZ_FAKE_CUDA
@@ -51,6 +69,8 @@
 #define FZ_EVENTS 4
 #define FZ_SCOPES 4
 #define FZ_LEASES 4
+#define FZ_MREQS 4 /* pending gpuarr_mpi requests */
+#define FZ_ALIASES 16
 #define FZ_STALE 8
 #define FZ_DEVICES 5
 #define FZ_MAX_ELEMS 8192 /* 64 KiB of f64 */
@@ -111,6 +131,9 @@ typedef struct fz {
     int handlers; /* OOM handlers added (fz_oom with user data z + k) */
     bool faults, limits, reinit;
     bool tracing; /* this input started a trace (gpuarr_trace_start): stopped at its end */
+    uint32_t mreq[FZ_MREQS]; /* pending gpuarr_mpi requests (ids), waited for at the end */
+    uint32_t alias[FZ_ALIASES]; /* arrays sharing memory with another (DLPack imports, wrappers) */
+    int nalias;
     fz_buf *bufs;
 } fz;
 
@@ -290,6 +313,23 @@ static void fz_adopt(fz *z, gpuarr_array a) {
     FZ_CALL(r, "gpuarr_release", gpuarr_release(a));
     if (r != GPUARR_OK) fz_die("gpuarr_release of a new array failed: %s", gpuarr_last_error());
     if (!fz_held(z, a.id, -1)) fz_stale_add(z, a.id); /* a retained id may still be held */
+}
+
+/* Arrays that share memory with another that is not a view of it (a wrapper of its buffer, a
+   DLPack import of its export): the MPI op checks no transfer between such. A full list makes
+   every array count as one. */
+static void fz_alias_add(fz *z, uint32_t a, uint32_t b) {
+    uint32_t ids[2] = {a, b};
+    for (int i = 0; i < 2; i++) {
+        if (z->nalias < FZ_ALIASES) z->alias[z->nalias] = ids[i];
+        if (z->nalias <= FZ_ALIASES) z->nalias++;
+    }
+}
+static bool fz_aliased(const fz *z, uint32_t id) {
+    if (z->nalias > FZ_ALIASES) return true;
+    for (int i = 0; i < z->nalias; i++)
+        if (z->alias[i] == id) return true;
+    return false;
 }
 
 static bool fz_info(gpuarr_array a, gpuarr_array_info *info) { return gpuarr_array_get_info(a, info) == GPUARR_OK; }
@@ -912,6 +952,7 @@ static void op_device(fz *z) {
                     if (r2 == GPUARR_OK && z->nkeep < FZ_ARRAYS) {
                         if (gpuarr_retain(src) != GPUARR_OK) fz_die("retain of a live array failed");
                         z->keep[z->nkeep++] = src;
+                        fz_alias_add(z, src.id, out.id);
                         fz_adopt(z, out);
                     } else if (r2 == GPUARR_OK) {
                         FZ_CALL(r2, "gpuarr_release", gpuarr_release(out));
@@ -931,6 +972,7 @@ static void op_device(fz *z) {
                         if (r2 == GPUARR_OK) {
                             if (gpuarr_retain(src) != GPUARR_OK) fz_die("retain of a live array failed");
                             z->keep[z->nkeep++] = src;
+                            fz_alias_add(z, src.id, out.id);
                             fz_adopt(z, out);
                         }
                     }
@@ -1059,7 +1101,7 @@ static void op_dlpack(fz *z) {
         }
         FZ_CALL(r, "gpuarr_from_dlpack_legacy", gpuarr_from_dlpack_legacy(l, &out));
         FZ_KEEP_OUT(r, "gpuarr_from_dlpack_legacy", out);
-        if (r == GPUARR_OK) fz_adopt(z, out);
+        if (r == GPUARR_OK) fz_alias_add(z, a.id, out.id), fz_adopt(z, out);
         return;
     }
     DLManagedTensorVersioned *m = NULL;
@@ -1091,7 +1133,7 @@ static void op_dlpack(fz *z) {
     }
     FZ_CALL(r, "gpuarr_from_dlpack", gpuarr_from_dlpack(m, &out));
     FZ_KEEP_OUT(r, "gpuarr_from_dlpack", out);
-    if (r == GPUARR_OK) fz_adopt(z, out);
+    if (r == GPUARR_OK) fz_alias_add(z, a.id, out.id), fz_adopt(z, out);
 }
 
 /* The trace: started into /dev/null (or refused: NULL, empty, unwritable), stopped; one trace
@@ -1262,6 +1304,320 @@ static void op_transfer(fz *z) {
     if (r == GPUARR_OK && !(s >= 0 && s < 1e300)) fz_die("%s: %g seconds", api, s);
 }
 
+/* ---- MPI (the manual's MPI section): a singleton MPI job (fz_start's MPI_Init_thread), so every
+   transfer goes from this rank to itself. Each thread has its own communicator (fz_comms, a dup
+   of MPI_COMM_SELF), where leftovers of failed transfers are drained at the end of the input;
+   MPI_COMM_SELF and MPI_COMM_WORLD (shared by the soak's threads) and MPI_COMM_NULL come up too,
+   but never in a collective (MPI forbids concurrent collectives on one comm). A receive that no
+   send matches gives up after GPUARR_MPI_TIMEOUT_MS (fz_start: 200 ms). ---- */
+static _Thread_local int fz_thread; /* 0; the soak's thread t sets 1 + t */
+#ifdef GPUARR_MPI
+#define FZ_COMMS 9 /* [0] the fuzzer's and the replay's thread, [1 + t] the soak's thread t */
+static MPI_Comm fz_comms[FZ_COMMS];
+static _Thread_local uint32_t fz_tag_count;
+
+static MPI_Comm fz_own_comm(void) { return fz_comms[fz_thread % FZ_COMMS]; }
+/* a tag no other thread uses and no chaos op (tags 0..7) sends with: 1000 + 2^24 per thread */
+static int fz_fresh_tag(void) { return 1000 + fz_thread * (1 << 24) + (int)(fz_tag_count++ % (1u << 24)); }
+
+static MPI_Comm fz_mpi_comm(fz *z, bool collective) {
+    uint8_t b = u8(z);
+    if (b < 0xd0) return fz_own_comm();
+    if (b < 0xe0) return MPI_COMM_NULL;
+    if (collective) return fz_own_comm();
+    return (b & 1) ? MPI_COMM_SELF : MPI_COMM_WORLD;
+}
+static int fz_mpi_rank(fz *z) {
+    uint8_t b = u8(z);
+    if (b < 0xc0) return 0;
+    switch (b & 7) {
+    case 0: return MPI_PROC_NULL;
+    case 1: return MPI_ANY_SOURCE; /* a send must refuse it */
+    case 2: return 1;              /* outside a one-rank comm */
+    case 3: return -7;
+    case 4: return INT_MAX;
+    case 5: return (int)u32(z);
+    default: return 0;
+    }
+}
+static int fz_mpi_tag(fz *z) {
+    uint8_t b = u8(z);
+    if (b < 0xc0) return b & 7;
+    switch (b & 3) {
+    case 0: return MPI_ANY_TAG; /* a send must refuse it */
+    case 1: return -1;
+    case 2: return INT_MAX; /* Open MPI's MPI_TAG_UB: valid */
+    default: return (int)u32(z);
+    }
+}
+/* elements [first, first + count): mostly within the array (count -1 now and then), else anything */
+static void fz_mpi_range(fz *z, gpuarr_array a, int64_t *first, int64_t *count) {
+    gpuarr_array_info info;
+    uint8_t b = u8(z);
+    int64_t n = fz_info(a, &info) ? info.count : 0;
+    if (b >= 0xf0) {
+        *first = (int64_t)u64(z);
+        *count = (int64_t)u64(z);
+        return;
+    }
+    *first = n ? (int64_t)(u16(z) % (uint64_t)(n + 1)) : 0;
+    *count = (b & 3) == 0 ? -1 : (int64_t)(u16(z) % (uint64_t)(n - *first + 1));
+}
+static int fz_mreq_slot(fz *z) { /* a free request slot; the oldest waited for when none is */
+    for (int i = 0; i < FZ_MREQS; i++)
+        if (!z->mreq[i]) return i;
+    gpuarr_mpi_request q = {z->mreq[0]};
+    gpuarr_result r;
+    FZ_CALL(r, "gpuarr_mpi_wait", gpuarr_mpi_wait(&q));
+    if (r == GPUARR_ERROR_INVALID_HANDLE && !fz_soak) fz_die("gpuarr_mpi_wait: a pending request 0x%x was not found", z->mreq[0]);
+    fz_stale_add(z, z->mreq[0]);
+    z->mreq[0] = 0;
+    return 0;
+}
+static bool fz_mreq_pending(const fz *z) {
+    for (int i = 0; i < FZ_MREQS; i++)
+        if (z->mreq[i]) return true;
+    return false;
+}
+
+/* A transfer from a to b through this rank's own comm on a fresh tag: when both ranges and the
+   dtypes agree, a success must have moved a's elements into b's; when they disagree it must fail. */
+static void fz_mpi_checked(fz *z) {
+    gpuarr_array a = fz_arr(z), b = fz_arr(z);
+    int64_t sf, sc, rf, rc;
+    fz_mpi_range(z, a, &sf, &sc);
+    fz_mpi_range(z, b, &rf, &rc);
+    uint8_t how = u8(z);
+    gpuarr_array_info ai, bi;
+    bool known = fz_info(a, &ai) && fz_info(b, &bi);
+    gpuarr_dtype sent = (how & 1) && known ? ai.dtype : (how & 2) ? fz_dtype(z) : GPUARR_DTYPE_INVALID;
+    int tag = fz_fresh_tag();
+    MPI_Comm comm = fz_own_comm();
+    bool valid = known && sf >= 0 && sf <= ai.count && sc >= -1 && (sc < 0 || sc <= ai.count - sf) && rf >= 0 &&
+                 rf <= bi.count && rc >= -1 && (rc < 0 || rc <= bi.count - rf) && !bi.read_only;
+    int64_t n_sent = valid ? (sc < 0 ? ai.count - sf : sc) : 0, n_recv = valid ? (rc < 0 ? bi.count - rf : rc) : 0;
+    gpuarr_dtype wire = sent ? sent : known ? bi.dtype : GPUARR_DTYPE_INVALID;
+    bool agree = valid && n_sent == n_recv && wire == ai.dtype;
+    /* the bytes are compared only where nothing else can write b: no pending transfer of this
+       thread, a and b not sharing memory, no cast */
+    bool compare = agree && !fz_mreq_pending(z) && a.id != b.id && !ai.is_view && !bi.is_view && !ai.wrapped && !bi.wrapped &&
+                   !fz_aliased(z, a.id) && !fz_aliased(z, b.id) && ai.dtype == bi.dtype;
+    unsigned char *expect = compare ? fz_read_all(z, a, &ai) : NULL;
+    gpuarr_result r;
+    if (how & 4) {
+        FZ_CALL(r, "gpuarr_mpi_sendrecv", gpuarr_mpi_sendrecv(a, sf, sc, 0, tag, b, rf, rc, sent, 0, tag, comm));
+    } else { /* the receive posted first, then a blocking send, then the wait */
+        gpuarr_mpi_request q = {0};
+        gpuarr_result rs;
+        if (FZ_CALL(r, "gpuarr_mpi_irecv", gpuarr_mpi_irecv(b, rf, rc, sent, 0, tag, comm, &q)) != GPUARR_OK) {
+            if (q.id) fz_die("gpuarr_mpi_irecv failed but wrote its request");
+            return;
+        }
+        if (!q.id) fz_die("gpuarr_mpi_irecv succeeded with the request {0}");
+        FZ_CALL(rs, "gpuarr_mpi_send", gpuarr_mpi_send(a, sf, sc, 0, tag, comm));
+        FZ_CALL(r, "gpuarr_mpi_wait", gpuarr_mpi_wait(&q));
+        if (q.id) fz_die("gpuarr_mpi_wait returned without setting its request to {0}");
+        if (rs != GPUARR_OK && r == GPUARR_OK) fz_die("gpuarr_mpi_send failed (%s) but its receive succeeded", gpuarr_result_name(rs));
+    }
+    if (r == GPUARR_OK && valid && !agree)
+        fz_die("a transfer of %lld elements of %s was received as %lld of %s", (long long)n_sent, gpuarr_dtype_name(ai.dtype),
+               (long long)n_recv, gpuarr_dtype_name(wire));
+    if (r != GPUARR_OK || !expect || !n_sent) return;
+    unsigned char *got = fz_read_all(z, b, &bi);
+    if (got && memcmp(got + (size_t)rf * bi.itemsize, expect + (size_t)sf * ai.itemsize, (size_t)n_sent * ai.itemsize) != 0) {
+        char w1[160], w2[160];
+        fz_die("gpuarr_mpi: elements [%lld, +%lld) of %s arrived other than sent from [%lld, +%lld) of %s", (long long)rf,
+               (long long)n_sent, fz_where(&bi, w1, sizeof w1), (long long)sf, (long long)n_sent, fz_where(&ai, w2, sizeof w2));
+    }
+}
+
+/* allreduce over a one-rank comm leaves every element as it was (f16 and bf16 go through f32:
+   a NaN may come back another NaN; bool is not compared: its bytes other than 0 and 1 are the
+   caller's fault) */
+static void fz_mpi_allreduce(fz *z) {
+    gpuarr_array a = fz_arr(z);
+    uint8_t how = u8(z);
+    gpuarr_mpi_op op = (how & 0xc0) == 0xc0 ? (gpuarr_mpi_op)(int8_t)u8(z) : (gpuarr_mpi_op)(how % 3);
+    MPI_Comm comm = fz_mpi_comm(z, true);
+    gpuarr_array_info info;
+    bool compare = fz_info(a, &info) && comm != MPI_COMM_NULL && !fz_mreq_pending(z) && info.dtype != GPUARR_BOOL;
+    unsigned char *before = compare ? fz_read_all(z, a, &info) : NULL;
+    gpuarr_result r;
+    FZ_CALL(r, "gpuarr_mpi_allreduce", gpuarr_mpi_allreduce(a, op, comm));
+    if (r == GPUARR_OK && ((int)op < 0 || op >= GPUARR_MPI_OP_COUNT)) fz_die("gpuarr_mpi_allreduce took op %d", (int)op);
+    if (r == GPUARR_OK && comm == MPI_COMM_NULL) fz_die("gpuarr_mpi_allreduce took MPI_COMM_NULL");
+    if (r != GPUARR_OK || !before) return;
+    unsigned char *after = fz_read_all(z, a, &info);
+    if (!after) return;
+    bool half = info.dtype == GPUARR_F16 || info.dtype == GPUARR_BF16;
+    for (int64_t i = 0; i < info.count; i++) {
+        const unsigned char *x = before + (size_t)i * info.itemsize, *y = after + (size_t)i * info.itemsize;
+        if (!memcmp(x, y, info.itemsize)) continue;
+        uint16_t hx, hy;
+        memcpy(&hx, x, 2), memcpy(&hy, y, 2);
+        bool nan_x = info.dtype == GPUARR_F16 ? (hx & 0x7c00) == 0x7c00 && (hx & 0x3ff) : (hx & 0x7f80) == 0x7f80 && (hx & 0x7f);
+        bool nan_y = info.dtype == GPUARR_F16 ? (hy & 0x7c00) == 0x7c00 && (hy & 0x3ff) : (hy & 0x7f80) == 0x7f80 && (hy & 0x7f);
+        if (half && nan_x && nan_y) continue;
+        char w[160];
+        fz_die("gpuarr_mpi_allreduce (op %d) over one rank changed element %lld of %s", (int)op, (long long)i, fz_where(&info, w, sizeof w));
+    }
+}
+
+static void op_mpi(fz *z) {
+    uint8_t how = u8(z);
+    gpuarr_result r;
+    switch (how % 8) {
+    case 0: case 1: { /* isend / irecv, any arguments; the request kept */
+        bool send = how % 8 == 0;
+        gpuarr_array a = fz_arr(z);
+        int64_t first, count;
+        fz_mpi_range(z, a, &first, &count);
+        gpuarr_dtype sent = (how & 0x10) ? fz_dtype(z) : GPUARR_DTYPE_INVALID;
+        int peer = fz_mpi_rank(z);
+        int tag = fz_mpi_tag(z);
+        MPI_Comm comm = fz_mpi_comm(z, false);
+        int k = fz_mreq_slot(z);
+        gpuarr_mpi_request q = {FZ_SENTINEL};
+        gpuarr_mpi_request *qp = (how & 0xe0) == 0xe0 ? NULL : &q;
+        const char *api = send ? "gpuarr_mpi_isend" : "gpuarr_mpi_irecv";
+        if (send) FZ_CALL(r, api, gpuarr_mpi_isend(a, first, count, peer, tag, comm, qp));
+        else FZ_CALL(r, api, gpuarr_mpi_irecv(a, first, count, sent, peer, tag, comm, qp));
+        if (r != GPUARR_OK && q.id != FZ_SENTINEL) fz_die("%s failed but wrote its request", api);
+        if (r == GPUARR_OK && !qp) fz_die("%s took req NULL", api);
+        if (r == GPUARR_OK && (comm == MPI_COMM_NULL || (send && (peer == MPI_ANY_SOURCE || tag == MPI_ANY_TAG)) || tag < MPI_ANY_TAG))
+            fz_die("%s took comm %s, peer %d, tag %d", api, comm == MPI_COMM_NULL ? "MPI_COMM_NULL" : "live", peer, tag);
+        if (r == GPUARR_OK) z->mreq[k] = q.id;
+        break;
+    }
+    case 2: { /* wait: a kept request, {0}, a stale or forged id, NULL */
+        uint8_t b = u8(z);
+        int k = b % FZ_MREQS;
+        gpuarr_mpi_request q = {z->mreq[k]};
+        bool own = true;
+        if (b >= 0xc0) {
+            q.id = (b & 0x20) ? (z->nstale ? z->stale[b % z->nstale] : 0) : fz_forged(z, z->mreq[k]);
+            own = false;
+            for (int i = 0; i < FZ_MREQS; i++)
+                if (q.id && z->mreq[i] == q.id) k = i, own = true; /* an id of ours after all */
+        }
+        if ((b & 0x30) == 0x30 && b >= 0xc0) {
+            if (FZ_CALL(r, "gpuarr_mpi_wait", gpuarr_mpi_wait(NULL)) != GPUARR_ERROR_INVALID_ARGUMENT) fz_die("gpuarr_mpi_wait(NULL) gave %s", gpuarr_result_name(r));
+            break;
+        }
+        uint32_t id = q.id;
+        FZ_CALL(r, "gpuarr_mpi_wait", gpuarr_mpi_wait(&q));
+        if (!id && r != GPUARR_OK) fz_die("gpuarr_mpi_wait of {0} failed");
+        if (r == GPUARR_ERROR_INVALID_HANDLE) {
+            if (q.id != id) fz_die("gpuarr_mpi_wait refused 0x%x but changed it", id);
+            if (own && id && !fz_soak) fz_die("gpuarr_mpi_wait: the pending request 0x%x was not found", id);
+            break;
+        }
+        if (q.id) fz_die("gpuarr_mpi_wait (%s) left its request 0x%x", gpuarr_result_name(r), q.id);
+        if (id && !own && !fz_soak) fz_die("gpuarr_mpi_wait took 0x%x, which is no pending request", id);
+        if (own && id) {
+            fz_stale_add(z, id);
+            z->mreq[k] = 0;
+        }
+        break;
+    }
+    case 3: case 4: { /* blocking send / receive, any arguments */
+        gpuarr_array a = fz_arr(z);
+        int64_t first, count;
+        fz_mpi_range(z, a, &first, &count);
+        int peer = fz_mpi_rank(z);
+        int tag = fz_mpi_tag(z);
+        MPI_Comm comm = fz_mpi_comm(z, false);
+        if (how % 8 == 3) FZ_CALL(r, "gpuarr_mpi_send", gpuarr_mpi_send(a, first, count, peer, tag, comm));
+        else FZ_CALL(r, "gpuarr_mpi_recv", gpuarr_mpi_recv(a, first, count, (how & 0x10) ? fz_dtype(z) : GPUARR_DTYPE_INVALID, peer, tag, comm));
+        if (r == GPUARR_OK && comm == MPI_COMM_NULL) fz_die("a blocking gpuarr_mpi call took MPI_COMM_NULL");
+        break;
+    }
+    case 5: case 6: fz_mpi_checked(z); break;
+    default:
+        if (how & 0x10) {
+            fz_mpi_allreduce(z);
+            break;
+        }
+        gpuarr_device d = {FZ_SENTINEL}, local = {0};
+        MPI_Comm comm = fz_mpi_comm(z, true);
+        FZ_CALL(r, "gpuarr_mpi_device", gpuarr_mpi_device(comm, (how & 0x20) ? NULL : &d));
+        if (r != GPUARR_OK && d.id != FZ_SENTINEL) fz_die("gpuarr_mpi_device failed but wrote its device");
+        if (r == GPUARR_OK && (how & 0x20)) fz_die("gpuarr_mpi_device took out NULL");
+        if (r == GPUARR_OK && gpuarr_device_find("local:0", &local) == GPUARR_OK && local.id != d.id)
+            fz_die("gpuarr_mpi_device on one rank gave device 0x%x, \"local:0\" is 0x%x", d.id, local.id);
+        break;
+    }
+}
+
+/* the end of an input: every request waited for, the leftovers of failed transfers taken off
+   the comms, then one call that moves transfers, so that memory MPI let go of since goes back
+   to the pools (the manual: "kept until a later gpuarr_mpi call"). */
+static void fz_mpi_drain(MPI_Comm comm) {
+    for (;;) {
+        int flag = 0, bytes = 0;
+        MPI_Status st;
+        MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &flag, &st);
+        if (!flag) return;
+        MPI_Get_count(&st, MPI_BYTE, &bytes);
+        void *buf = malloc(bytes > 0 ? (size_t)bytes : 1);
+        if (!buf) fz_die("out of host memory");
+        MPI_Recv(buf, bytes, MPI_BYTE, st.MPI_SOURCE, st.MPI_TAG, comm, MPI_STATUS_IGNORE);
+        free(buf);
+    }
+}
+static void fz_mpi_cleanup(fz *z) {
+    gpuarr_result r;
+    for (int i = 0; i < FZ_MREQS; i++) {
+        if (!z->mreq[i]) continue;
+        gpuarr_mpi_request q = {z->mreq[i]};
+        FZ_CALL(r, "gpuarr_mpi_wait", gpuarr_mpi_wait(&q));
+        if (r == GPUARR_ERROR_INVALID_HANDLE && !fz_soak) fz_die("gpuarr_mpi_wait: the pending request 0x%x was not found", z->mreq[i]);
+        z->mreq[i] = 0;
+    }
+    if (fz_soak) {
+        fz_mpi_drain(fz_own_comm());
+        return;
+    }
+    for (int i = 0; i < FZ_COMMS; i++) fz_mpi_drain(fz_comms[i]);
+    fz_mpi_drain(MPI_COMM_SELF);
+    fz_mpi_drain(MPI_COMM_WORLD);
+    static unsigned char byte; /* wrapped: no pool memory, which a limit or fault could refuse */
+    gpuarr_array one;
+    gpuarr_mpi_request q = {0};
+    if (gpuarr_wrap_host(&byte, GPUARR_U8, 0, NULL, NULL, NULL, &one) != GPUARR_OK) fz_die("gpuarr_wrap_host: %s", gpuarr_last_error());
+    if (gpuarr_mpi_isend(one, 0, -1, MPI_PROC_NULL, 0, MPI_COMM_SELF, &q) != GPUARR_OK || gpuarr_mpi_wait(&q) != GPUARR_OK)
+        fz_die("a send to MPI_PROC_NULL: %s", gpuarr_last_error());
+    if (gpuarr_release(one) != GPUARR_OK) fz_die("gpuarr_release");
+}
+
+static void fz_mpi_start(void) {
+    int provided = 0;
+    /* Open MPI's start puts its own handlers on these signals (a stack trace, then _exit), over
+       libFuzzer's and ASan's, and a crash would leave no crash file: theirs are put back */
+    static const int sigs[] = {SIGABRT, SIGBUS, SIGFPE, SIGILL, SIGSEGV};
+    struct sigaction saved[sizeof sigs / sizeof sigs[0]];
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaction(sigs[i], NULL, &saved[i]);
+#ifdef FZ_LSAN
+    __lsan_disable(); /* what Open MPI's start allocates and never frees is not gpuarr's leak */
+#endif
+    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS || provided < MPI_THREAD_MULTIPLE)
+        fz_die("MPI_Init_thread: MPI_THREAD_MULTIPLE not provided (%d)", provided);
+    for (int i = 0; i < FZ_COMMS; i++) MPI_Comm_dup(MPI_COMM_SELF, &fz_comms[i]);
+#ifdef FZ_LSAN
+    __lsan_enable();
+#endif
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaction(sigs[i], &saved[i], NULL);
+    /* never finalized: MPI_Finalize frees part of Open MPI's state, and LeakSanitizer then reports
+       the rest, which it cannot tell apart by library (Debian's Open MPI has no frame pointers) */
+    setenv("GPUARR_MPI_TIMEOUT_MS", "200", 0);
+    setenv("GPUARR_MPI_CHUNK", "4K", 0); /* 64 KiB arrays: up to 16 chunks */
+}
+#else
+static void op_mpi(fz *z) { (void)u8(z); }
+static void fz_mpi_cleanup(fz *z) { (void)z; }
+static void fz_mpi_start(void) {}
+#endif
+
 /* ---- tasks, gpuarr_offload, gpuarr_map (OFFLOAD): the task lives within the op ---- */
 static gpuarr_result fz_widen(const gpuarr_array *in, int n_in, gpuarr_array *out, int n_out, gpuarr_stream s, void *user) {
     (void)n_in, (void)n_out;
@@ -1427,6 +1783,7 @@ static void op_misc(fz *z) {
         if (how & 0x40) op_dlpack(z);
         else if (!fz_soak && (how & 0x80)) z->reinit = true; /* at the end of this input (needs everything released) */
         else if (how & 0x20) op_trace(z);
+        else op_mpi(z); /* bytes that did nothing before the MPI part came */
         break;
     }
 }
@@ -1475,6 +1832,7 @@ static void fz_cleanup(fz *z) {
         if (z->limits) (void)gpuarr_pool_set_limit(z->dev[i], 0);
         if (gpuarr_device_sync(z->dev[i]) != GPUARR_OK) fz_die("gpuarr_device_sync(%s) at the end: %s", fz_specs[i], gpuarr_last_error());
     }
+    fz_mpi_cleanup(z); /* the faults are off now: the drain's one-byte array is made */
     /* the arrays whose memory wrappers used: only now that the wrappers' queued work is done
        (released before, a block would go back to the pool while that work may still write it) */
     for (int i = 0; i < z->nkeep; i++)
@@ -1550,6 +1908,7 @@ static void fz_start(void) {
         if (*c == '/') *c = '\0', (void)mkdir(path, 0700), *c = '/';
     setenv("GPUARR_LEASE_DIR", FUZZ_CACHE_DIR "/leases", 0);
     setenv("FAKE_CUDA_MEMORY", "268435456", 0);
+    fz_mpi_start();
     if (gpuarr_init(fz_default_desc()) != GPUARR_OK) fz_die("gpuarr_init: %s", gpuarr_last_error());
     int found = 0;
     for (int i = 0; i < FZ_DEVICES; i++) {

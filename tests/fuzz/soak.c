@@ -40,6 +40,7 @@ static int soak_done[SOAK_THREADS];
 
 static void *soak_thread(void *arg) {
     int t = (int)(intptr_t)arg;
+    fz_thread = 1 + t; /* its own MPI communicator and tags */
     uint64_t state = soak_seed * 1000003u + (uint64_t)t;
     uint8_t *input = soak_input[t];
     while (soak_now() < soak_deadline) {

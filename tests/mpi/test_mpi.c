@@ -378,6 +378,9 @@ static void test_bad_input(void) {
     CHECK(has(gpuarr_last_error(), "gpuarr_mpi_send"), "message names the call: %s", gpuarr_last_error());
     CHECK(gpuarr_mpi_send(a, 5, 6, right(), 1, MPI_COMM_WORLD) == GPUARR_ERROR_INVALID_ARGUMENT, "range past the end");
     CHECK(has(gpuarr_last_error(), "[5, 11)"), "message gives the range: %s", gpuarr_last_error());
+    /* first + count past INT64_MAX: refused, and the message says it without overflowing (UBSan) */
+    CHECK(gpuarr_mpi_send(a, 5, INT64_MAX, right(), 1, MPI_COMM_WORLD) == GPUARR_ERROR_INVALID_ARGUMENT, "count INT64_MAX");
+    CHECK(has(gpuarr_last_error(), "[5, 5 + 9223372036854775807)"), "message gives the range: %s", gpuarr_last_error());
     CHECK(gpuarr_mpi_recv(a, -1, 2, GPUARR_I32, left(), 1, MPI_COMM_WORLD) == GPUARR_ERROR_INVALID_ARGUMENT, "first < 0");
     CHECK(gpuarr_mpi_recv(a, 0, -2, GPUARR_I32, left(), 1, MPI_COMM_WORLD) == GPUARR_ERROR_INVALID_ARGUMENT, "count < -1");
     CHECK(gpuarr_mpi_recv(a, 0, -1, (gpuarr_dtype)99, left(), 1, MPI_COMM_WORLD) == GPUARR_ERROR_INVALID_ARGUMENT, "sent 99");
@@ -391,6 +394,19 @@ static void test_bad_input(void) {
     q.id = 0x00420007u;
     CHECK(gpuarr_mpi_wait(&q) == GPUARR_ERROR_INVALID_HANDLE, "forged request");
     CHECK(gpuarr_mpi_allreduce(a, GPUARR_MPI_OP_COUNT, MPI_COMM_WORLD) == GPUARR_ERROR_INVALID_ARGUMENT, "bad op");
+    { /* a read-only array (a read-only DLPack import): nothing may be received into it */
+        DLManagedTensorVersioned *m = NULL;
+        gpuarr_array ro = {0};
+        CHECK(gpuarr_to_dlpack(a, GPUARR_DLPACK_READ_ONLY, &m) == GPUARR_OK && gpuarr_from_dlpack(m, &ro) == GPUARR_OK,
+              "a read-only import: %s", gpuarr_last_error());
+        CHECK(gpuarr_mpi_allreduce(ro, GPUARR_MPI_SUM, MPI_COMM_WORLD) == GPUARR_ERROR_INVALID_ARGUMENT &&
+                  has(gpuarr_last_error(), "gpuarr_mpi_allreduce: a is read-only"),
+              "allreduce into a read-only array: %s", gpuarr_last_error());
+        CHECK(gpuarr_mpi_recv(ro, 0, -1, 0, left(), 1, MPI_COMM_WORLD) == GPUARR_ERROR_INVALID_ARGUMENT &&
+                  has(gpuarr_last_error(), "gpuarr_mpi_recv: a is read-only"),
+              "receive into a read-only array: %s", gpuarr_last_error());
+        if (ro.id) gpuarr_release(ro);
+    }
     setenv("GPUARR_MPI_CHUNK", "lots", 1);
     CHECK(gpuarr_mpi_send(a, 0, -1, right(), 1, MPI_COMM_WORLD) == GPUARR_ERROR_INVALID_ARGUMENT, "bad GPUARR_MPI_CHUNK");
     CHECK(has(gpuarr_last_error(), "GPUARR_MPI_CHUNK"), "%s", gpuarr_last_error());
