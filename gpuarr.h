@@ -964,7 +964,10 @@
  * may still deliver what was posted). source and dest may be MPI_PROC_NULL (nothing happens, as
  * in MPI); source MPI_ANY_SOURCE and tag MPI_ANY_TAG work in receives. As with MPI's own buffers, the
  * elements of a pending transfer must not be written (a send's) or used (a receive's) until its
- * wait has returned: a send may read them, chunk by chunk, until then.
+ * wait has returned: a send may read them, chunk by chunk, until then. The array itself may be
+ * released while a transfer of it is pending: the transfer holds a reference of its own until
+ * its wait returns, and a release of the array too many fails (GPUARR_ERROR_INVALID_HANDLE) as
+ * for any stale handle.
  *
  * On the wire a transfer is several MPI messages on comm with the given peer and tag: a 32-byte
  * header (dtype, count, chunk size; both ranks must share the byte order) and the elements in

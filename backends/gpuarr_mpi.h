@@ -616,8 +616,6 @@ static gpuarr_result gpuarr__mpi_new(const char *api, bool is_send, gpuarr_array
     q->used = true;
     q->is_send = is_send;
     q->timeout_ms = timeout;
-    q->a = a;
-    gpuarr_retain(a);
     q->dev = info.device;
     q->first = first;
     q->count = count < 0 ? info.count - first : count;
@@ -634,17 +632,22 @@ static gpuarr_result gpuarr__mpi_new(const char *api, bool is_send, gpuarr_array
     q->hdr = (gpuarr__mpi_header *)calloc(1, sizeof *q->hdr);
     bool cuda = false; /* the backend, without gpuarr_device_get_info's query of free memory */
     gpuarr__array *arr = NULL;
-    if (gpuarr__get_array(a, "a", &arr) == GPUARR_OK) {
+    r = gpuarr__get_array(a, "a", &arr);
+    if (r == GPUARR_OK) {
         cuda = arr->dev->backend->id == GPUARR_BACKEND_CUDA;
-        gpuarr__obj_release(&arr->obj);
+        /* the transfer's own handle on a's array, holding the reference gpuarr__get_array took:
+           the caller may release a while the transfer runs, and a release of a too many is refused
+           as for any stale handle instead of taking the transfer's reference */
+        r = gpuarr__table_insert(&gpuarr__g.arrays, &arr->obj, &q->a.id);
+        if (r != GPUARR_OK) gpuarr__obj_release(&arr->obj);
     }
     bool same = q->wire == info.dtype;
     void *p = NULL;
-    if (same && info.device.id == gpuarr_host().id) { /* host memory: MPI reads and writes it itself */
+    if (r == GPUARR_OK && same && info.device.id == gpuarr_host().id) { /* host memory: MPI reads and writes it itself */
         r = gpuarr_array_sync(a);
         if (r == GPUARR_OK) r = gpuarr_host_data(a, &p);
         q->direct = true;
-    } else if (same && cuda && aware) { /* CUDA-aware MPI takes the device pointer */
+    } else if (r == GPUARR_OK && same && cuda && aware) { /* CUDA-aware MPI takes the device pointer */
         r = gpuarr_array_sync(a);
         if (r == GPUARR_OK) r = gpuarr_cuda_ptr(a, &p);
         q->direct = true;
