@@ -703,7 +703,7 @@ soak: $(BUILD)/fuzz-replay/soak
 	@echo "== soak: the api interpreter from 8 threads for $(SOAK_MINUTES) min (ASan+UBSan, faults)"
 	@$(FUZZ_ENV) FUZZ_API_CRASH_INPUT=$(BUILD)/logs/soak-crash-input nice -n 10 $(BUILD)/fuzz-replay/soak $(SOAK_MINUTES) >$(BUILD)/logs/soak.log 2>&1 || { tail -80 $(BUILD)/logs/soak.log; exit 1; }
 	@if grep -qE $(SANITIZER_REPORT) $(BUILD)/logs/soak.log; then cat $(BUILD)/logs/soak.log; echo "soak: sanitizer report"; exit 1; fi
-	@tail -1 $(BUILD)/logs/soak.log
+	@grep '^soak: .* sequences' $(BUILD)/logs/soak.log
 
 # the soak's slice in make check
 soak-slice:

@@ -1006,7 +1006,10 @@
  * arrives intact; the sender is not told. Where the host's pool cannot give those buffers the
  * receive fails with GPUARR_ERROR_OUT_OF_MEMORY ("... cannot be drained ...") and the chunks
  * are left behind (see below). gpuarr_mpi_wait
- * on a request that is not pending: GPUARR_ERROR_INVALID_HANDLE. The errors of a receive with
+ * on a request that is not pending: GPUARR_ERROR_INVALID_HANDLE, the request left as it was; a
+ * wait that finds its request sets it to {0} whatever the transfer's result (which may be
+ * GPUARR_ERROR_INVALID_HANDLE too, from a call inside: a staging copy on a current stream that
+ * is not valid, say). The errors of a receive with
  * MPI_ANY_SOURCE or MPI_ANY_TAG name the rank and tag its header came with, once it came. MPI
  * errors come back as gpuarr results with MPI_Error_string's words (MPI_ERR_TRUNCATE, from a
  * plain MPI message too long for a header, as GPUARR_ERROR_INVALID_ARGUMENT): while gpuarr_mpi

@@ -184,7 +184,12 @@ static void fz_ok_or_error(gpuarr_result r, const char *api) {
         fz_die("%s failed (%s) with a message naming another function: \"%s\"", api, gpuarr_result_name(r), m);
 }
 static int fz_trace; /* FUZZ_API_TRACE=1: each call and its result on stderr */
+static unsigned long long fz_mpi_calls[2]; /* gpuarr_mpi_* calls made, and those that succeeded (the soak says) */
 static gpuarr_result fz_call(gpuarr_result r, const char *api) {
+    if (strncmp(api, "gpuarr_mpi_", 11) == 0) {
+        __atomic_add_fetch(&fz_mpi_calls[0], 1, __ATOMIC_RELAXED);
+        if (r == GPUARR_OK) __atomic_add_fetch(&fz_mpi_calls[1], 1, __ATOMIC_RELAXED);
+    }
     if (fz_trace) fprintf(stderr, "  %s -> %s%s%s\n", api, gpuarr_result_name(r), r ? ": " : "", r ? gpuarr_last_error() : "");
     fz_ok_or_error(r, api);
     return r;
@@ -1365,6 +1370,14 @@ static void fz_mpi_range(fz *z, gpuarr_array a, int64_t *first, int64_t *count) 
     *first = n ? (int64_t)(u16(z) % (uint64_t)(n + 1)) : 0;
     *count = (b & 3) == 0 ? -1 : (int64_t)(u16(z) % (uint64_t)(n - *first + 1));
 }
+/* A wait on a request of ours: it finds the request (and sets it to {0}) whatever the transfer's
+   result, which may be GPUARR_ERROR_INVALID_HANDLE too (an inner call's); one it does not find
+   it leaves. Under the soak another thread's wait on a forged id may have taken ours. */
+static void fz_mpi_waited(gpuarr_result r, uint32_t after, uint32_t id) {
+    if (!after) return;
+    if (r != GPUARR_ERROR_INVALID_HANDLE) fz_die("gpuarr_mpi_wait (%s) left its request 0x%x", gpuarr_result_name(r), after);
+    if (!fz_soak) fz_die("gpuarr_mpi_wait: the pending request 0x%x was not found", id);
+}
 static void fz_mstale_add(fz *z, uint32_t id) {
     if (z->nmstale < FZ_STALE) z->mstale[z->nmstale++] = id;
     else z->mstale[id % FZ_STALE] = id;
@@ -1375,7 +1388,7 @@ static int fz_mreq_slot(fz *z) { /* a free request slot; the oldest waited for w
     gpuarr_mpi_request q = {z->mreq[0]};
     gpuarr_result r;
     FZ_CALL(r, "gpuarr_mpi_wait", gpuarr_mpi_wait(&q));
-    if (r == GPUARR_ERROR_INVALID_HANDLE && !fz_soak) fz_die("gpuarr_mpi_wait: a pending request 0x%x was not found", z->mreq[0]);
+    fz_mpi_waited(r, q.id, z->mreq[0]);
     fz_mstale_add(z, z->mreq[0]);
     z->mreq[0] = 0;
     return 0;
@@ -1423,8 +1436,7 @@ static void fz_mpi_checked(fz *z) {
         FZ_CALL(rs, "gpuarr_mpi_send", gpuarr_mpi_send(a, sf, sc, 0, tag, comm));
         FZ_CALL(r, "gpuarr_mpi_wait", gpuarr_mpi_wait(&q));
         /* under the soak another thread's wait on a forged id may have taken it */
-        if (r == GPUARR_ERROR_INVALID_HANDLE && !fz_soak) fz_die("gpuarr_mpi_wait: the pending request 0x%x was not found", q.id);
-        if (q.id && r != GPUARR_ERROR_INVALID_HANDLE) fz_die("gpuarr_mpi_wait returned without setting its request to {0}");
+        fz_mpi_waited(r, q.id, q.id);
         if (rs != GPUARR_OK && r == GPUARR_OK) fz_die("gpuarr_mpi_send failed (%s) but its receive succeeded", gpuarr_result_name(rs));
     }
     if (r == GPUARR_OK && valid && !agree)
@@ -1514,14 +1526,16 @@ static void op_mpi(fz *z) {
         }
         uint32_t id = q.id;
         FZ_CALL(r, "gpuarr_mpi_wait", gpuarr_mpi_wait(&q));
-        if (!id && r != GPUARR_OK) fz_die("gpuarr_mpi_wait of {0} failed");
-        if (r == GPUARR_ERROR_INVALID_HANDLE) {
-            if (q.id != id) fz_die("gpuarr_mpi_wait refused 0x%x but changed it", id);
-            if (own && id && !fz_soak) fz_die("gpuarr_mpi_wait: the pending request 0x%x was not found", id);
+        if (!id) {
+            if (r != GPUARR_OK) fz_die("gpuarr_mpi_wait of {0} failed");
             break;
         }
-        if (q.id) fz_die("gpuarr_mpi_wait (%s) left its request 0x%x", gpuarr_result_name(r), q.id);
-        if (id && !own && !fz_soak) fz_die("gpuarr_mpi_wait took 0x%x, which is no pending request", id);
+        if (q.id) { /* not found: refused, and the request left as it was */
+            if (r != GPUARR_ERROR_INVALID_HANDLE || q.id != id) fz_die("gpuarr_mpi_wait (%s) changed 0x%x to 0x%x", gpuarr_result_name(r), id, q.id);
+            if (own && !fz_soak) fz_die("gpuarr_mpi_wait: the pending request 0x%x was not found", id);
+            break;
+        }
+        if (!own && !fz_soak) fz_die("gpuarr_mpi_wait took 0x%x, which is no pending request", id);
         if (own && id) {
             fz_mstale_add(z, id);
             z->mreq[k] = 0;
@@ -1579,7 +1593,7 @@ static void fz_mpi_cleanup(fz *z) {
         if (!z->mreq[i]) continue;
         gpuarr_mpi_request q = {z->mreq[i]};
         FZ_CALL(r, "gpuarr_mpi_wait", gpuarr_mpi_wait(&q));
-        if (r == GPUARR_ERROR_INVALID_HANDLE && !fz_soak) fz_die("gpuarr_mpi_wait: the pending request 0x%x was not found", z->mreq[i]);
+        fz_mpi_waited(r, q.id, z->mreq[i]);
         z->mreq[i] = 0;
     }
     if (fz_soak) {

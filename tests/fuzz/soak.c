@@ -110,6 +110,7 @@ int main(int argc, char **argv) {
     fz_soak = 0;
     fz_cleanup(&z);
     gpuarr_shutdown();
-    printf("soak: %llu sequences from %d threads, seed %llu: no crash, every pool back to 0\n", total, threads, (unsigned long long)soak_seed);
+    printf("soak: %llu sequences from %d threads (%llu gpuarr_mpi calls, %llu succeeded), seed %llu: no crash, every pool back to 0\n", total,
+           threads, fz_mpi_calls[0], fz_mpi_calls[1], (unsigned long long)soak_seed);
     return 0;
 }

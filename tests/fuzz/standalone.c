@@ -35,6 +35,7 @@ static int run_file(const char *path) {
     uint8_t *input = (uint8_t *)malloc(n ? n : 1);
     memcpy(input, buf, n);
     free(buf);
+    if (getenv("FUZZ_API_TRACE")) fprintf(stderr, "input %s\n", path); /* which input the trace below is of */
     LLVMFuzzerTestOneInput(input, n);
     free(input);
     return 0;
