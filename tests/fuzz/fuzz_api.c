@@ -1454,6 +1454,12 @@ static void fz_mpi_checked(fz *z) {
 /* allreduce over a one-rank comm leaves every element as it was (f16 and bf16 go through f32:
    a NaN may come back another NaN; bool is not compared: its bytes other than 0 and 1 are the
    caller's fault) */
+static bool fz_half_is_nan(gpuarr_dtype t, const unsigned char *p) {
+    uint16_t bits;
+    memcpy(&bits, p, 2);
+    float f = t == GPUARR_F16 ? gpuarr_f16_to_float((gpuarr_f16){bits}) : gpuarr_bf16_to_float((gpuarr_bf16){bits});
+    return f != f;
+}
 static void fz_mpi_allreduce(fz *z) {
     gpuarr_array a = fz_arr(z);
     uint8_t how = u8(z);
@@ -1473,11 +1479,7 @@ static void fz_mpi_allreduce(fz *z) {
     for (int64_t i = 0; i < info.count; i++) {
         const unsigned char *x = before + (size_t)i * info.itemsize, *y = after + (size_t)i * info.itemsize;
         if (!memcmp(x, y, info.itemsize)) continue;
-        uint16_t hx, hy;
-        memcpy(&hx, x, 2), memcpy(&hy, y, 2);
-        bool nan_x = info.dtype == GPUARR_F16 ? (hx & 0x7c00) == 0x7c00 && (hx & 0x3ff) : (hx & 0x7f80) == 0x7f80 && (hx & 0x7f);
-        bool nan_y = info.dtype == GPUARR_F16 ? (hy & 0x7c00) == 0x7c00 && (hy & 0x3ff) : (hy & 0x7f80) == 0x7f80 && (hy & 0x7f);
-        if (half && nan_x && nan_y) continue;
+        if (half && fz_half_is_nan(info.dtype, x) && fz_half_is_nan(info.dtype, y)) continue;
         char w[160];
         fz_die("gpuarr_mpi_allreduce (op %d) over one rank changed element %lld of %s", (int)op, (long long)i, fz_where(&info, w, sizeof w));
     }
