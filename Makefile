@@ -175,6 +175,7 @@ TEST_LIB_rel := -lcriterion
 TEST_LIB_asan := -lcriterion
 # tests that call OpenCL themselves (interop) link the loader; the library never does
 LINK_test_opencl := -lOpenCL
+LINK_test_native_order := -lOpenCL
 TEST_INCLUDE_tsan := -isystem tests/tsan_shim
 $(eval $(call flavour_rules,rel,$(CFLAGS_REL)))
 $(eval $(call flavour_rules,asan,$(CFLAGS_ASAN)))

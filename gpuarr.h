@@ -228,9 +228,15 @@
  * gpuarr queued earlier that reads or writes the same memory (views included), on any stream:
  * the device waits for it, the calling thread does not (in the _async calls; work that runs on
  * the host itself, as a copy between two host arrays, runs at the call and so waits). Work you queue
- * yourself through native interop is ordered only by gpuarr_array_record_stream and
- * gpuarr_stream_wait_array. gpuarr_array_query says whether the work writing an array, and every
- * stream it was used on asynchronously, has finished; gpuarr_array_sync waits for that.
+ * yourself through native interop (a kernel on gpuarr_opencl_queue(s) or gpuarr_cuda_stream(s))
+ * is unknown to gpuarr until you say so: gpuarr_array_record_stream(a, s) after queueing it makes
+ * every later gpuarr call that reads or writes a (or a view of it), synchronous or async, on any
+ * stream or device, the host included, run after the work queued on s before that call (s also
+ * waits there for a's earlier gpuarr work); a host array may be recorded on any device's stream,
+ * for work that writes it through pinned, mapped or wrapped memory. Before your own work reads
+ * or writes a, gpuarr_stream_wait_array(s, a) makes s wait for gpuarr's. gpuarr_array_query says
+ * whether the work writing an array, and every stream it was used on asynchronously, has
+ * finished; gpuarr_array_sync waits for that.
  *
  * The _async forms (gpuarr_copy_async, gpuarr_write_async, gpuarr_read_async) return without
  * waiting for the device. The caller's host memory must stay valid, and a read's destination
@@ -379,7 +385,8 @@
  * elements) are always filled.
  * data + byte_offset is the first element: on the host and CUDA data is the start of the
  * memory the array shares and byte_offset a view's offset into it; on OpenCL data is the cl_mem
- * and byte_offset the element offset in that buffer (non-zero for pooled arrays too).
+ * and byte_offset the first element's offset in that buffer in bytes, as gpuarr_opencl_mem gives
+ * it (non-zero for pooled arrays too).
  *
  * Import: version major 1 (else GPUARR_ERROR_UNSUPPORTED), lanes 1 and a dtype above
  * (UNSUPPORTED), compact strides or NULL (non-compact: UNSUPPORTED), kDLCPU / kDLCUDAHost (the
@@ -706,7 +713,8 @@
  *
  * On a timeout, GPUARR_ERROR_TIMEOUT's message says how the device was chosen, then who holds
  * it: 'no 1 free slot on "local" (local rank 3 from OMPI_COMM_WORLD_LOCAL_RANK: opencl:1 (3 mod 2
- * devices = 1)) within 100 ms: opencl:1: ... in other processes (slot 0 pid 4242 ...)'. When the
+ * devices = 1)) within 100 ms: opencl:1: 0 of 1 slots in use in this process; in other processes
+ * (slot 0 pid 4242 thread 4242 host H program NAME, held for 12 s)'. When the
  * device has failed, GPUARR_ERROR_DEVICE_LOST's message says the same.
  *
  * =============================================================================================
@@ -750,7 +758,8 @@
  *
  * gpuarr_transfer_models_summary(buf, len) writes a line per model of this process, those in the
  * files of its devices included: "host -> opencl:0 pinned copy: latency 21.0 us, 14.817 GB/s
- * (measured)" (measured, loaded or set), NUL-terminated, cut to len. Errors: seconds or buf NULL,
+ * (measured)" (measured, loaded or set), NUL-terminated; every line ends with a newline, and a
+ * summary longer than len keeps the whole lines that fit. Errors: seconds or buf NULL,
  * len 0, t not a dtype (for a device src, 0 too), bytes more than the array holds:
  * GPUARR_ERROR_INVALID_ARGUMENT; src, dst or d not live: GPUARR_ERROR_INVALID_HANDLE; one of them
  * FAILED (see FAILURES): GPUARR_ERROR_DEVICE_LOST; *seconds is written only on success. The calls are thread-safe, and threads that need a model being fitted
@@ -854,7 +863,8 @@
  * gpuarr_task_get_stats(task, d, &stats): per task name and device, this process's runs (calls),
  * explorations and how many of them changed the choice, the sums of predicted and measured
  * seconds, and the model (the robust line's a and b, samples, rejected). gpuarr_task_models_summary(buf, len) writes a
- * line per model known, those in the cache folder for this machine's devices included:
+ * line per model known, those in the cache folder for this machine's devices included (each line
+ * ending with a newline; the whole lines that fit in len, as for the transfer models):
  * `gpuarr-info --models` prints it, after the transfer models. All of these calls are thread-safe; no call may run in them
  * when the last gpuarr_shutdown runs.
  *
@@ -1441,7 +1451,7 @@ GPUARR_API gpuarr_result gpuarr_transfer_estimate_device(gpuarr_device src, gpua
 GPUARR_API gpuarr_result gpuarr_calibrate(gpuarr_device d);
 /* Every model known in this process (those on disk for these devices are read first), a line
    each: "host -> opencl:0 pinned copy: latency 12.0 us, 5.123 GB/s (measured)"; origin measured,
-   loaded (from the cache) or set. NUL-terminated, cut to len. Errors: buf NULL or len 0
+   loaded (from the cache) or set. NUL-terminated, the whole lines that fit in len. Errors: buf NULL or len 0
    (INVALID_ARGUMENT). */
 GPUARR_API gpuarr_result gpuarr_transfer_models_summary(char *buf, size_t len);
 
@@ -1516,7 +1526,7 @@ typedef struct gpuarr_task_stats {
 GPUARR_API gpuarr_result gpuarr_task_get_stats(gpuarr_task t, gpuarr_device d, gpuarr_task_stats *out);
 /* One line per task model known to this process (those measured, and those in the cache folder
    for this machine's devices) with its statistics: what `gpuarr-info --models` prints. buf is
-   NUL-terminated, cut to len. */
+   NUL-terminated and holds the whole lines that fit in len, each ending with a newline. */
 GPUARR_API gpuarr_result gpuarr_task_models_summary(char *buf, size_t len);
 
 /* ---------------------------------------------------------------------------------------------
@@ -1663,9 +1673,9 @@ GPUARR_API gpuarr_result gpuarr_stack(const gpuarr_array *src, int n, gpuarr_dev
 GPUARR_API gpuarr_result gpuarr_convert_many(const gpuarr_array *src, int n, gpuarr_device dst, gpuarr_dtype t,
                                              gpuarr_array *out);
 
-/* Marks a's memory as used by work on s (for arrays also used on streams other than the ones
-   gpuarr ran their work on, e.g. through native interop): when a is freed, its memory is not
-   reused until s has passed that point. */
+/* Says that work queued on s so far (e.g. your own kernel, through native interop) reads or
+   writes a: every later gpuarr call on a runs after it, and when a is freed its memory is not
+   reused until s has passed that point. s is on a's device, or any device for a host array. */
 GPUARR_API gpuarr_result gpuarr_array_record_stream(gpuarr_array a, gpuarr_stream s);
 
 /* ---------------------------------------------------------------------------------------------
@@ -8977,7 +8987,11 @@ GPUARR__FOR_BACKENDS static gpuarr_result gpuarr__resolve_stream_of(gpuarr_strea
                                                                     gpuarr__stream **out) {
     GPUARR__CHECK(gpuarr__resolve_stream(s, "s", out));
     if ((*out)->dev->backend->id == backend) return GPUARR_OK;
-    gpuarr_result r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "s belongs to %s, not to %s", (*out)->dev->info.spec, what);
+    gpuarr_result r = s.id ? gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "s belongs to %s, not to %s", (*out)->dev->info.spec, what)
+                           : gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "s = {0} is the thread's current stream, which belongs to %s, "
+                                          "not to %s: create a stream of %s with gpuarr_stream_create (or make that device "
+                                          "current with GPUARR_WITH_DEVICE or gpuarr_set_current_device)",
+                                          (*out)->dev->info.spec, what, what);
     gpuarr__obj_release(&(*out)->obj);
     return r;
 }
@@ -9299,6 +9313,19 @@ static void gpuarr__append(char *buf, size_t cap, const char *fmt, ...) {
     va_end(ap);
 }
 
+/* The same for a line of a summary: appended whole or not at all, so that a summary cut to its
+   buffer still ends with a whole line. */
+static void gpuarr__append_line(char *buf, size_t cap, const char *fmt, ...) GPUARR__PRINTF(3, 4);
+static void gpuarr__append_line(char *buf, size_t cap, const char *fmt, ...) {
+    size_t used = strlen(buf);
+    if (used + 1 >= cap) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf + used, cap - used, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= cap - used) buf[used] = '\0';
+}
+
 static int gpuarr__format_bytes(char *out, size_t cap, uint64_t n) {
     static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     double v = (double)n;
@@ -9444,6 +9471,23 @@ GPUARR_API gpuarr_result gpuarr_pool_inject_faults(gpuarr_device d, uint64_t nth
     return GPUARR_OK;
 }
 
+/* Work the caller queued on s may have written a: a's contents are valid once s passes this
+   point. s first waits for a's earlier producer, so one event stands for both, and every later
+   reader (they wait for the ready event) and writer (they also wait for the use list) of a
+   comes after the caller's work. */
+static gpuarr_result gpuarr__array_written_on(gpuarr__array *a, gpuarr__stream *s) {
+    gpuarr__array_note_use(a, s);
+    if (s->dev->backend->synchronous || !gpuarr__root(a)->mem) return GPUARR_OK;
+    gpuarr__event *before = gpuarr__ready_get(a), *after = NULL;
+    gpuarr_result r = before ? gpuarr__stream_wait_raw(s, before) : GPUARR_OK;
+    if (before) gpuarr__obj_release(&before->obj);
+    if (r == GPUARR_OK) r = gpuarr__event_new(s->dev, false, &after);
+    if (r == GPUARR_OK) r = gpuarr__event_record_raw(after, s);
+    if (r == GPUARR_OK) gpuarr__ready_set(a, after);
+    else if (after) gpuarr__obj_release(&after->obj);
+    return r;
+}
+
 GPUARR_API gpuarr_result gpuarr_array_record_stream(gpuarr_array a, gpuarr_stream s) {
     GPUARR__BEGIN();
     gpuarr__array *arr;
@@ -9451,10 +9495,12 @@ GPUARR_API gpuarr_result gpuarr_array_record_stream(gpuarr_array a, gpuarr_strea
     GPUARR__CHECK(gpuarr__get_array(a, "a", &arr));
     gpuarr_result r = gpuarr__resolve_stream(s, "s", &st);
     if (r == GPUARR_OK) {
-        if (st->dev != arr->dev)
-            r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "s is on %s but a lives on %s", st->dev->info.spec, arr->dev->info.spec);
+        /* a host array may be written by any device's work (pinned, mapped or wrapped memory) */
+        if (st->dev != arr->dev && !arr->dev->backend->host_memory)
+            r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "s is on %s but a lives on %s (only a host array may be recorded "
+                             "on another device's stream)", st->dev->info.spec, arr->dev->info.spec);
         else
-            gpuarr__array_note_use(arr, st);
+            r = gpuarr__array_written_on(arr, st);
         gpuarr__obj_release(&st->obj);
     }
     gpuarr__obj_release(&arr->obj);

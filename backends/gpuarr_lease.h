@@ -610,12 +610,18 @@ typedef struct gpuarr__lease_holders_out {
     int others;
 } gpuarr__lease_holders_out;
 
-/* A slot another process holds, as its file tells. */
+/* A slot another process holds, as its file tells, with how long it has held it instead of the
+   file's "since UNIX-TIME". */
 static void gpuarr__lease_holder_other(int k, bool held, const char *holder, void *user) {
     gpuarr__lease_holders_out *o = (gpuarr__lease_holders_out *)user;
     long pid = 0;
     if (!held || (sscanf(holder, "pid %ld", &pid) == 1 && pid == (long)getpid())) return;
-    gpuarr__append(o->buf, o->cap, "%sslot %d %s", o->others++ ? ", " : "; in other processes (", k, holder[0] ? holder : "held");
+    const char *since = strstr(holder, " since ");
+    long long t0 = 0;
+    int who = since ? (int)(since - holder) : (int)strlen(holder);
+    gpuarr__append(o->buf, o->cap, "%sslot %d %.*s", o->others++ ? ", " : "; in other processes (", k, who, holder[0] ? holder : "held");
+    if (since && sscanf(since, " since %lld", &t0) == 1)
+        gpuarr__append(o->buf, o->cap, ", held for %lld s", (long long)time(NULL) - t0);
 }
 
 /* Who holds the candidates' slots: "opencl:0: 1 of 1 slots in use (pid 12 thread 13 for 5 ms)". */
@@ -630,7 +636,7 @@ static void gpuarr__lease_holders(const gpuarr__lease_cands *c, char *buf, size_
             gpuarr__append(buf, cap, "failed (%s)", gpuarr__g.devices[v].failure);
             continue;
         }
-        gpuarr__append(buf, cap, "%d of %d slots in use", ls->in_use[p], ls->total[p]);
+        gpuarr__append(buf, cap, "%d of %d slots in use in this process", ls->in_use[p], ls->total[p]);
         const char *sep = " by ";
         for (uint32_t r = 0; r < ls->rec_count; r++) {
             const gpuarr__lease_rec *rec = &ls->recs[r];

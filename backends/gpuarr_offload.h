@@ -1288,7 +1288,7 @@ GPUARR_API gpuarr_result gpuarr_task_models_summary(char *buf, size_t len) {
     int lines = 0;
     for (gpuarr__tmodel *m = os->models; m; m = m->next) {
         if (!m->count && !m->calls) continue;
-        gpuarr__append(buf, len,
+        gpuarr__append_line(buf, len,
                              "task %s on %s: t = %.3g s + %.3g s * size (%d samples, %llu rejected); %llu calls, %llu explorations "
                              "(%llu changed the choice), predicted %.3g s, measured %.3g s\n",
                              m->task, gpuarr__g.devices[m->dev].info.spec, m->a, m->b, m->count, (unsigned long long)m->rejected,
@@ -1296,7 +1296,7 @@ GPUARR_API gpuarr_result gpuarr_task_models_summary(char *buf, size_t len) {
                              m->predicted_s, m->measured_s);
         lines++;
     }
-    if (!lines) gpuarr__append(buf, len, "no task models\n");
+    if (!lines) gpuarr__append_line(buf, len, "no task models\n");
     pthread_mutex_unlock(&os->lock);
     return GPUARR_OK;
 }

@@ -612,7 +612,7 @@ GPUARR_API gpuarr_result gpuarr_transfer_models_summary(char *buf, size_t len) {
                 for (int cast = 0; cast < 2; cast++) {
                     const gpuarr__xfer_model *m = gpuarr__xfer_at(s, d, (gpuarr__xfer_mem)mem, cast);
                     if (m->state != GPUARR__XFER_READY) continue;
-                    gpuarr__append(buf, len, "%s -> %s %s %s: latency %.1f us, %.3f GB/s (%s)\n", gpuarr__g.devices[s].info.spec,
+                    gpuarr__append_line(buf, len, "%s -> %s %s %s: latency %.1f us, %.3f GB/s (%s)\n", gpuarr__g.devices[s].info.spec,
                                         gpuarr__g.devices[d].info.spec, gpuarr__xfer_mem_names[mem], cast ? "cast" : "copy",
                                         m->latency_s * 1e6, m->bytes_per_s * 1e-9, gpuarr__xfer_origin_names[m->origin]);
                 }

@@ -69,15 +69,15 @@ int main() {
         std::fprintf(stderr, "saxpy did not launch: %s\n", cudaGetErrorString(launched));
         return 1;
     }
-    // gpuarr did not run this work, so it is told which stream used its memory: x and y are not
-    // reused for another array before the kernel is done, even if released early
+    // gpuarr did not run this work, so it is told which stream used its memory: every later
+    // gpuarr call on x or y runs after the kernel, on any stream, and their memory is not reused
+    // for another array before the kernel is done, even if released early
     CHECK(gpuarr_array_record_stream(x, s));
     CHECK(gpuarr_array_record_stream(y, s));
 
-    // back to f64 on the host, ordered after the kernel because it is on the same stream
+    // back to f64 on the host: a synchronous call on the thread's own stream, after the kernel
     gpuarr_array back;
-    CHECK(gpuarr_convert_async(y, gpuarr_host(), GPUARR_F64, s, &back));
-    CHECK(gpuarr_stream_sync(s));
+    CHECK(gpuarr_convert(y, gpuarr_host(), GPUARR_F64, &back));
     std::vector<double> out(n);
     CHECK(gpuarr_to_host(back, out.data(), (size_t)n));
     double worst = 0;

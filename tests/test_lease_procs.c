@@ -98,6 +98,9 @@ Test(lease_procs, a_killed_holder_frees_its_slot_at_once) {
     snprintf(who, sizeof who, "in other processes (slot 0 pid %ld thread ", (long)holder);
     cr_assert(strstr(gpuarr_last_error(), who), "%s", gpuarr_last_error());
     cr_assert(strstr(gpuarr_last_error(), " program "), "%s", gpuarr_last_error());
+    /* this process's count says so, and the holder's age is a duration, not the file's epoch */
+    cr_assert(strstr(gpuarr_last_error(), ": 0 of 1 slots in use in this process; in other processes ("), "%s", gpuarr_last_error());
+    cr_assert(strstr(gpuarr_last_error(), ", held for ") && !strstr(gpuarr_last_error(), " since "), "%s", gpuarr_last_error());
     /* gpuarr_lease_summary (gpuarr-info --leases) shows the holder of every slot */
     char text[2048], line[128];
     TEST_OK(gpuarr_device_set_slots(test_device(), 2));

@@ -400,6 +400,15 @@ Test(offload, statistics_count_calls_and_times_per_device) {
     char buf[2048];
     TEST_OK(gpuarr_task_models_summary(buf, sizeof buf));
     cr_assert(strstr(buf, "task stats on host: t = ") && strstr(buf, "3 calls"), "summary: %s", buf);
+    size_t whole = strlen(buf);
+    cr_assert(whole > 0 && buf[whole - 1] == '\n', "the summary does not end with a newline: \"%s\"", buf);
+    char cut[2048];
+    for (size_t len = 1; len <= whole; len++) { /* cut anywhere: the whole lines that fit */
+        TEST_OK(gpuarr_task_models_summary(cut, len));
+        size_t n = strlen(cut);
+        cr_assert(n < len && (n == 0 || cut[n - 1] == '\n') && strncmp(cut, buf, n) == 0,
+                  "gpuarr_task_models_summary(buf, %zu) = \"%s\": not the whole lines of \"%s\" that fit", len, cut, buf);
+    }
     TEST_FAIL_WITH(gpuarr_task_models_summary(buf, 0), GPUARR_ERROR_INVALID_ARGUMENT, "len is 0");
     TEST_OK(gpuarr_release(in));
     TEST_OK(gpuarr_task_destroy(t));

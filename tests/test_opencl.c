@@ -808,3 +808,11 @@ Test(opencl, stream_wait_array_orders_another_stream_after_a_pending_array) {
     TEST_OK(gpuarr_stream_destroy(s2));
     TEST_OK(gpuarr_release(h));
 }
+
+Test(opencl, queue_of_the_current_stream_on_the_host_says_to_create_a_stream) {
+    cl_command_queue q = NULL;
+    TEST_FAIL_WITH(gpuarr_opencl_queue((gpuarr_stream){0}, &q), GPUARR_ERROR_INVALID_ARGUMENT,
+                   "s = {0} is the thread's current stream, which belongs to host, not to an OpenCL device: create a stream of "
+                   "an OpenCL device with gpuarr_stream_create");
+    cr_expect_null(q, "the queue was written on failure");
+}
