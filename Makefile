@@ -185,7 +185,7 @@ $(eval $(call flavour_rules,tsan,$(CFLAGS_TSAN)))
 # One suite, run on each device class: the host, and OpenCL on PoCL (installed above, so its
 # absence is a failure: GPUARR_TEST_REQUIRE=1). The OpenCL-specific tests use two PoCL devices.
 TEST_DEVICES ?= host opencl:0
-GENERIC_TESTS := $(filter-out test_opencl test_cuda test_failures test_local_rank $(WHITEBOX_TESTS),$(TESTS))
+GENERIC_TESTS := $(filter-out test_opencl test_cuda test_failures test_local_rank test_setuid $(WHITEBOX_TESTS),$(TESTS))
 # ... and again on opencl:0 handled as a discrete GPU (own memory, pinned staging): the paths a
 # CUDA or discrete OpenCL device takes, on PoCL. The cast tables are the same there: not rerun.
 DISCRETE_TESTS := $(filter-out test_casts,$(GENERIC_TESTS))
@@ -211,12 +211,23 @@ $(BUILD)/fake-nvml/libnvidia-ml.so.1: tests/fake_nvml/fake_nvml.c
 $(BUILD)/fake-nvml-old/libnvidia-ml.so.1: tests/fake_nvml/fake_nvml.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_REL) -DFAKE_NVML_OLD -fPIC -shared -fvisibility=hidden -Wl,-soname,libnvidia-ml.so.1 $< -o $@
+# tests/setuid: a program that starts gpuarr, which test_setuid installs setuid root in a folder
+# of its own, and the library it is handed as GPUARR_OPENCL_LIBRARY
+SETUID_PROBE := $(BUILD)/rel/setuid/setuid_probe $(BUILD)/rel/setuid/evil_library.so
+$(BUILD)/rel/setuid/setuid_probe: tests/setuid/setuid_probe.c $(BUILD)/rel/gpuarr.o
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_REL) -I. $< $(BUILD)/rel/gpuarr.o -o $@ $(LIBS)
+$(BUILD)/rel/setuid/evil_library.so: tests/setuid/evil_library.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_REL) -fPIC -shared $< -o $@
+SETUID_ENV := GPUARR_TEST_SETUID_PROBE=$(abspath $(BUILD))/rel/setuid/setuid_probe \
+  GPUARR_TEST_EVIL_LIBRARY=$(abspath $(BUILD))/rel/setuid/evil_library.so
 # tests/fault_opencl (made below): an OpenCL library that fails chosen calls; test_opencl uses it too
 FAULT_OPENCL := $(BUILD)/fault-opencl/libfault_opencl.so
 FAKE_ENV := GPUARR_CUDA_LIBRARY=$(abspath $(BUILD))/fake-cuda/libcuda.so.1 GPUARR_CACHE_DIR=$(abspath $(BUILD))/fake-cuda/cache \
   GPUARR_NVML_LIBRARY=$(abspath $(BUILD))/fake-nvml/libnvidia-ml.so.1 GPUARR_TEST_FAKE_NVML_OLD=$(abspath $(BUILD))/fake-nvml-old/libnvidia-ml.so.1
 
-run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAKE_NVML) $(FAULT_OPENCL) $(BUILD)/rel/plugin/plugin_driver $(BUILD)/rel/tools/gpuarr-info \
+run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAKE_NVML) $(FAULT_OPENCL) $(SETUID_PROBE) $(BUILD)/rel/plugin/plugin_driver $(BUILD)/rel/tools/gpuarr-info \
            $(BUILD)/rel/examples/quickstart $(BUILD)/rel/examples/offload
 	@set -e; for dev in $(TEST_DEVICES); do \
 	  for t in $(GENERIC_TESTS); do \
@@ -237,6 +248,8 @@ run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAKE_NVML) $
 	@echo "== test_local_rank: \"local\" over PoCL's two devices, 4 processes on 1 slot each (then with the fake driver's GPUs too)"
 	@$(BUILD)/rel/tests/test_local_rank --jobs 2
 	@$(if $(FAKE_CUDA),$(FAKE_ENV) $(BUILD)/rel/tests/test_local_rank --jobs 2)
+	@echo "== test_setuid: a setuid-root copy of tests/setuid/setuid_probe run as nobody ignores GPUARR_TRACE and GPUARR_OPENCL_LIBRARY (skips, saying why, when not root)"
+	@$(SETUID_ENV) $(BUILD)/rel/tests/test_setuid --jobs 1
 	@echo "== test_cuda (its GPU tests skip, saying why, where there is no GPU)"
 	@$(BUILD)/rel/tests/test_cuda --jobs 2
 	@set -e; if $(BUILD)/rel/tools/gpuarr-info | grep -q "^cuda:0 "; then \

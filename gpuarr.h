@@ -149,6 +149,26 @@
  * is not an error: its backend has no devices, and gpuarr_device_find's error for them gives the
  * path and the loader's reason.
  *
+ * Privileged programs. In a process that runs with more privilege than the user who started it
+ * (setuid, setgid or file capabilities: what the kernel marks AT_SECURE, as glibc's
+ * secure_getenv checks), the environment is that user's to write. gpuarr then ignores every
+ * variable that names a file, folder or library, hands text to a compiler, injects failures or
+ * vouches for another library: GPUARR_CACHE_DIR, GPUARR_OPENCL_LIBRARY,
+ * GPUARR_OPENCL_BUILD_OPTIONS, GPUARR_CUDA_LIBRARY, GPUARR_NVRTC_LIBRARY, GPUARR_NVML_LIBRARY,
+ * GPUARR_FAULTS, GPUARR_TRACE, GPUARR_LEASE_DIR and GPUARR_MPI_CUDA_AWARE, and HOME,
+ * XDG_CACHE_HOME, XDG_RUNTIME_DIR and CUDA_HOME. Otherwise GPUARR_TRACE=/etc/passwd would have
+ * a setuid-root program overwrite that file, and GPUARR_OPENCL_LIBRARY run anyone's code as
+ * root. Their defaults hold instead: the default libraries, no kernel cache (and no transfer or
+ * task models kept), the default lease folder (see LEASES), no trace, MPI's own answer about
+ * CUDA. gpuarr_init logs each GPUARR_* one that is set but ignored as a warning naming it, the
+ * others at info level (HOME is in nearly every environment). The rest are kept --
+ * GPUARR_DEVICES, _LOG, _THREADS, _HOST_ISA, _OPENCL_FP64, _OPENCL_UNIFIED, _CUDA_KERNELS,
+ * _PEER_COPIES, _ALLOC_CONF, _TRACE_EVENTS, _SLOTS, _CALIBRATE, _OFFLOAD, _MPI_CHUNK,
+ * _MPI_TIMEOUT_MS and the launchers' local ranks --: they choose devices, threads, kernels,
+ * limits, waits and the log's detail, checked as everywhere, and the worst they do is a slower
+ * run or a failed call. A privileged program that wants a trace calls gpuarr_trace_start with a
+ * path of its own choosing.
+ *
  * =============================================================================================
  * DEVICES
  * =============================================================================================
@@ -2247,6 +2267,9 @@ GPUARR_API gpuarr_result gpuarr_mpi_allreduce(gpuarr_array a, gpuarr_mpi_op op, 
 #include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__linux__)
+#include <sys/auxv.h> /* getauxval(AT_SECURE): needs no feature macro, unlike secure_getenv */
+#endif
 
 /* Without these the implementation would quietly time events with the wall clock and lose huge
    pages: refuse instead. */
@@ -2639,32 +2662,42 @@ typedef struct gpuarr__filter_item {
     int index; /* -1 = every device of the backend */
 } gpuarr__filter_item;
 
-/* Every GPUARR_* environment variable: X(NAME, check). gpuarr_init reads each one once (unless a
-   desc field takes its place), checks it with `check` and keeps a copy and the parsed value in
-   gpuarr__g.config; the rest of the library, backends included, reads only those. */
+/* Whether a privileged process (setuid, setgid, file capabilities: the kernel's AT_SECURE)
+   honours an environment variable. Its environment comes from a user with less privilege, who
+   must not choose what it opens, loads, writes or compiles (see CONFIGURATION). */
+typedef enum gpuarr__env_trust {
+    GPUARR__ENV_KEPT,   /* a keyword, switch or number that changes speed or which devices run */
+    GPUARR__ENV_IGNORED /* names a file, folder or library, hands text to a compiler, or is a test
+                           hook or a claim about another library that is unsafe when false */
+} gpuarr__env_trust;
+
+/* Every GPUARR_* environment variable: X(NAME, check, trust). gpuarr_init reads each one once
+   (unless a desc field takes its place), checks it with `check` and keeps a copy and the parsed
+   value in gpuarr__g.config; the rest of the library, backends included, reads only those.
+   `trust`: KEPT or IGNORED in a privileged process (gpuarr__env_trust). */
 #define GPUARR__SETTING_LIST(X)                                                                \
-    X(DEVICES, gpuarr__check_text)                                                             \
-    X(LOG, gpuarr__check_log)                                                                  \
-    X(THREADS, gpuarr__check_threads)                                                          \
-    X(HOST_ISA, gpuarr__check_host_isa)                                                        \
-    X(CACHE_DIR, gpuarr__check_cache_dir)                                                      \
-    X(OPENCL_LIBRARY, gpuarr__check_text)                                                      \
-    X(OPENCL_BUILD_OPTIONS, gpuarr__check_text)                                                \
-    X(OPENCL_FP64, gpuarr__check_flag)                                                         \
-    X(OPENCL_UNIFIED, gpuarr__check_flag)                                                      \
-    X(CUDA_LIBRARY, gpuarr__check_text)                                                        \
-    X(CUDA_KERNELS, gpuarr__check_cuda_kernels)                                                \
-    X(NVRTC_LIBRARY, gpuarr__check_text)                                                       \
-    X(NVML_LIBRARY, gpuarr__check_text)                                                        \
-    X(PEER_COPIES, gpuarr__check_flag)                                                         \
-    X(ALLOC_CONF, gpuarr__check_text)                                                          \
-    X(FAULTS, gpuarr__check_text)                                                              \
-    X(TRACE, gpuarr__check_text)                                                               \
-    X(TRACE_EVENTS, gpuarr__check_trace_events)                                                \
-    X(SLOTS, gpuarr__check_slots)                                                              \
-    X(LEASE_DIR, gpuarr__check_lease_dir)                                                      \
-    X(CALIBRATE, gpuarr__check_flag)                                                           \
-    X(OFFLOAD, gpuarr__check_offload)
+    X(DEVICES, gpuarr__check_text, KEPT)                                                       \
+    X(LOG, gpuarr__check_log, KEPT)                                                            \
+    X(THREADS, gpuarr__check_threads, KEPT)                                                    \
+    X(HOST_ISA, gpuarr__check_host_isa, KEPT)                                                  \
+    X(CACHE_DIR, gpuarr__check_cache_dir, IGNORED)                                             \
+    X(OPENCL_LIBRARY, gpuarr__check_text, IGNORED)                                             \
+    X(OPENCL_BUILD_OPTIONS, gpuarr__check_text, IGNORED)                                       \
+    X(OPENCL_FP64, gpuarr__check_flag, KEPT)                                                   \
+    X(OPENCL_UNIFIED, gpuarr__check_flag, KEPT)                                                \
+    X(CUDA_LIBRARY, gpuarr__check_text, IGNORED)                                               \
+    X(CUDA_KERNELS, gpuarr__check_cuda_kernels, KEPT)                                          \
+    X(NVRTC_LIBRARY, gpuarr__check_text, IGNORED)                                              \
+    X(NVML_LIBRARY, gpuarr__check_text, IGNORED)                                               \
+    X(PEER_COPIES, gpuarr__check_flag, KEPT)                                                   \
+    X(ALLOC_CONF, gpuarr__check_text, KEPT)                                                    \
+    X(FAULTS, gpuarr__check_text, IGNORED)                                                     \
+    X(TRACE, gpuarr__check_text, IGNORED)                                                      \
+    X(TRACE_EVENTS, gpuarr__check_trace_events, KEPT)                                          \
+    X(SLOTS, gpuarr__check_slots, KEPT)                                                        \
+    X(LEASE_DIR, gpuarr__check_lease_dir, IGNORED)                                             \
+    X(CALIBRATE, gpuarr__check_flag, KEPT)                                                     \
+    X(OFFLOAD, gpuarr__check_offload, KEPT)
 
 /* GPUARR_SLOTS and desc.slots (backends/gpuarr_lease.h) */
 static gpuarr_result gpuarr__check_slots(const char *name, const char *value, int *out);
@@ -2672,7 +2705,7 @@ static gpuarr_result gpuarr__check_lease_dir(const char *name, const char *value
 static gpuarr_result gpuarr__check_offload(const char *name, const char *value, int *out); /* GPUARR_OFFLOAD (backends/gpuarr_offload.h) */
 
 typedef enum gpuarr__setting_id {
-#define GPUARR__SETTING_ENUM(NAME, check) GPUARR__SET_##NAME,
+#define GPUARR__SETTING_ENUM(NAME, check, trust) GPUARR__SET_##NAME,
     GPUARR__SETTING_LIST(GPUARR__SETTING_ENUM)
 #undef GPUARR__SETTING_ENUM
     GPUARR__SETTING_COUNT
@@ -2806,6 +2839,31 @@ typedef struct gpuarr__thread_state {
     } tcaches[8];
 } gpuarr__thread_state;
 static GPUARR__THREAD_LOCAL gpuarr__thread_state gpuarr__tls;
+
+/* ---------------------------------------------------------------------------------------------
+ * The environment: one reader for the whole library
+ * ------------------------------------------------------------------------------------------- */
+/* Whether this process runs with more privilege than the user who started it (setuid, setgid,
+   file capabilities): the kernel's AT_SECURE, as glibc's secure_getenv checks. getauxval
+   is used rather than secure_getenv, which needs _GNU_SOURCE before the first C library header:
+   a user's unit with the implementation may have included <stdlib.h> without it. */
+static bool gpuarr__privileged(void) {
+#if defined(__linux__)
+    return getauxval(AT_SECURE) != 0;
+#elif defined(__APPLE__) || defined(__FreeBSD__) || defined(__OpenBSD__) || defined(__NetBSD__) || defined(__DragonFly__)
+    return issetugid() != 0;
+#else
+    return geteuid() != getuid() || getegid() != getgid();
+#endif
+}
+
+/* Every environment read in gpuarr goes through here: the variable's value, or NULL when it is
+   unset, or set in a privileged process where `trust` says it is not honoured. */
+static const char *gpuarr__env(const char *name, gpuarr__env_trust trust) {
+    const char *v = getenv(name);
+    if (v && trust == GPUARR__ENV_IGNORED && gpuarr__privileged()) return NULL;
+    return v;
+}
 
 /* ---------------------------------------------------------------------------------------------
  * Errors and logging
@@ -6376,31 +6434,58 @@ static bool gpuarr__desc_replaces(const gpuarr_desc *d, gpuarr__setting_id id) {
            (id == GPUARR__SET_THREADS && d->host_threads) || (id == GPUARR__SET_ALLOC_CONF && d->alloc_conf) || (id == GPUARR__SET_SLOTS && d->slots);
 }
 
+/* The rows of GPUARR__SETTING_LIST, by gpuarr__setting_id. */
+static const struct {
+    const char *name;
+    gpuarr__setting_check check;
+    gpuarr__env_trust trust;
+} gpuarr__settings[GPUARR__SETTING_COUNT] = {
+#define GPUARR__SETTING_ROW(NAME, check, trust) {"GPUARR_" #NAME, check, GPUARR__ENV_##trust},
+    GPUARR__SETTING_LIST(GPUARR__SETTING_ROW)
+#undef GPUARR__SETTING_ROW
+};
+
 /* Reads, checks and keeps every GPUARR_* variable (an empty one counts as unset). */
 static gpuarr_result gpuarr__read_settings(const gpuarr_desc *d) {
-    static const struct {
-        const char *name;
-        gpuarr__setting_check check;
-    } table[GPUARR__SETTING_COUNT] = {
-#define GPUARR__SETTING_ROW(NAME, check) {"GPUARR_" #NAME, check},
-        GPUARR__SETTING_LIST(GPUARR__SETTING_ROW)
-#undef GPUARR__SETTING_ROW
-    };
     for (int i = 0; i < GPUARR__SETTING_COUNT; i++) {
-        const char *v = getenv(table[i].name);
+        const char *v = gpuarr__env(gpuarr__settings[i].name, gpuarr__settings[i].trust);
         if (!v || !*v || gpuarr__desc_replaces(d, (gpuarr__setting_id)i)) continue;
-        GPUARR__CHECK(table[i].check(table[i].name, v, &gpuarr__g.config.value[i]));
+        GPUARR__CHECK(gpuarr__settings[i].check(gpuarr__settings[i].name, v, &gpuarr__g.config.value[i]));
         if (!(gpuarr__g.config.text[i] = gpuarr__strdup(v)))
-            return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a copy of %s", table[i].name);
+            return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a copy of %s", gpuarr__settings[i].name);
     }
     return GPUARR_OK;
+}
+
+/* In a privileged process, each variable set there that gpuarr does not honour, once per
+   gpuarr_init. A GPUARR_* one was set for gpuarr, so its loss is a warning; the others are in
+   most environments whoever starts the program, so a note at info level. */
+static void gpuarr__log_ignored_env(void) {
+    static const char *const why = "this process is privileged (setuid, setgid or file capabilities), and gpuarr takes no path, "
+                                   "library, compiler option or test hook from its environment (see CONFIGURATION)";
+    static const struct {
+        const char *name, *effect;
+        gpuarr_log_level level;
+    } others[] = {{"GPUARR_MPI_CUDA_AWARE", "MPI's own answer is used", GPUARR_LOG_WARN},
+                  {"HOME", "no kernel cache", GPUARR_LOG_INFO},
+                  {"XDG_CACHE_HOME", "no kernel cache", GPUARR_LOG_INFO},
+                  {"XDG_RUNTIME_DIR", "lease files under /tmp", GPUARR_LOG_INFO},
+                  {"CUDA_HOME", "NVRTC only from the loader's paths and /usr/local/cuda", GPUARR_LOG_INFO}};
+    if (!gpuarr__privileged()) return;
+    for (int i = 0; i < GPUARR__SETTING_COUNT; i++) /* KEPT: only whether it is set */
+        if (gpuarr__settings[i].trust == GPUARR__ENV_IGNORED && gpuarr__env(gpuarr__settings[i].name, GPUARR__ENV_KEPT))
+            gpuarr__log(GPUARR_LOG_WARN, "gpuarr_init: %s is ignored: %s", gpuarr__settings[i].name, why);
+    for (size_t i = 0; i < sizeof others / sizeof *others; i++)
+        if (gpuarr__env(others[i].name, GPUARR__ENV_KEPT))
+            gpuarr__log(others[i].level, "gpuarr_init: %s is ignored (%s): %s", others[i].name, others[i].effect, why);
 }
 
 /* GPUARR_CACHE_DIR, else $XDG_CACHE_HOME/gpuarr, else $HOME/.cache/gpuarr; "off": none. */
 static void gpuarr__resolve_cache_dir(void) {
     char *out = gpuarr__g.config.cache_dir;
     size_t cap = sizeof gpuarr__g.config.cache_dir;
-    const char *dir = gpuarr__setting(GPUARR__SET_CACHE_DIR), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    const char *dir = gpuarr__setting(GPUARR__SET_CACHE_DIR), *xdg = gpuarr__env("XDG_CACHE_HOME", GPUARR__ENV_IGNORED),
+               *home = gpuarr__env("HOME", GPUARR__ENV_IGNORED);
     out[0] = '\0';
     if (dir) {
         if (gpuarr__setting_value(GPUARR__SET_CACHE_DIR, 1)) gpuarr__copy_string(out, cap, dir);
@@ -6587,6 +6672,7 @@ static gpuarr_result gpuarr__resolve_config(const gpuarr_desc *d) {
     gpuarr__g.logger = d->logger;
     GPUARR__CHECK(gpuarr__read_settings(d));
     gpuarr__g.log_level = d->log_level ? d->log_level : (gpuarr_log_level)gpuarr__setting_value(GPUARR__SET_LOG, GPUARR_LOG_WARN);
+    gpuarr__log_ignored_env();
     gpuarr__g.host_threads = d->host_threads ? d->host_threads : gpuarr__setting_value(GPUARR__SET_THREADS, 0);
     if (!gpuarr__g.host_threads) {
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -7384,7 +7470,8 @@ static gpuarr_result gpuarr__trace_start_locked(const char *path, bool from_env)
 #else
     /* the capacity: GPUARR_TRACE_EVENTS as gpuarr_init read it, else (not initialized) as it is now */
     int capacity = GPUARR__TRACE_EVENTS_DEFAULT;
-    const char *events = gpuarr__initialized() ? gpuarr__setting(GPUARR__SET_TRACE_EVENTS) : getenv("GPUARR_TRACE_EVENTS");
+    const char *events = gpuarr__initialized() ? gpuarr__setting(GPUARR__SET_TRACE_EVENTS)
+                                                 : gpuarr__env("GPUARR_TRACE_EVENTS", GPUARR__ENV_KEPT);
     if (events && *events) GPUARR__CHECK(gpuarr__check_trace_events("GPUARR_TRACE_EVENTS", events, &capacity));
     FILE *f = fopen(path, "w");
     if (!f) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "cannot write the trace to %s: %s", path, strerror(errno));
@@ -7760,7 +7847,7 @@ static const char *const gpuarr__local_rank_vars[] = {"OMPI_COMM_WORLD_LOCAL_RAN
 
 static gpuarr_result gpuarr__local_rank(int *rank, const char **variable) {
     for (size_t i = 0; i < sizeof gpuarr__local_rank_vars / sizeof *gpuarr__local_rank_vars; i++) {
-        const char *name = gpuarr__local_rank_vars[i], *v = getenv(name);
+        const char *name = gpuarr__local_rank_vars[i], *v = gpuarr__env(name, GPUARR__ENV_KEPT);
         long r;
         if (!v || !*v) continue; /* empty counts as unset, as for gpuarr's own variables */
         if (!gpuarr__parse_uint(v, strlen(v), GPUARR__LOCAL_RANK_MAX, &r))

@@ -877,7 +877,7 @@ static bool gpuarr__nvrtc_load(void) {
     if (!nv->tried) {
         nv->tried = true;
         char home[600] = "";
-        const char *cuda_home = getenv("CUDA_HOME");
+        const char *cuda_home = gpuarr__env("CUDA_HOME", GPUARR__ENV_IGNORED);
         snprintf(home, sizeof home, "%s/lib64/libnvrtc.so", cuda_home && *cuda_home ? cuda_home : "/usr/local/cuda");
         const char *env = gpuarr__setting(GPUARR__SET_NVRTC_LIBRARY);
         const char *names[] = {env && *env ? env : "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so", home};

@@ -197,7 +197,7 @@ static void gpuarr__lease_key(const gpuarr_device_info *in, char *out, size_t ca
 
 static gpuarr_result gpuarr__lease_files_start(void) {
     gpuarr__lease_state *ls = gpuarr__g.leases;
-    const char *dir = gpuarr__setting(GPUARR__SET_LEASE_DIR), *xdg = getenv("XDG_RUNTIME_DIR");
+    const char *dir = gpuarr__setting(GPUARR__SET_LEASE_DIR), *xdg = gpuarr__env("XDG_RUNTIME_DIR", GPUARR__ENV_IGNORED);
     if (dir && !gpuarr__setting_value(GPUARR__SET_LEASE_DIR, 1)) return GPUARR_OK; /* off */
     if (dir) gpuarr__copy_string(ls->dir, sizeof ls->dir, dir);
     else if (xdg && xdg[0] == '/') snprintf(ls->dir, sizeof ls->dir, "%.480s/gpuarr", xdg);

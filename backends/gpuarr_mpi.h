@@ -106,7 +106,7 @@ static gpuarr_result gpuarr__mpi_rename(const char *api, gpuarr_result r) {
 
 /* ---- settings, read when a transfer is made: GPUARR_MPI_CHUNK, _TIMEOUT_MS, _CUDA_AWARE ---- */
 static gpuarr_result gpuarr__mpi_chunk_bytes(const char *api, uint64_t *out) {
-    const char *v = getenv("GPUARR_MPI_CHUNK");
+    const char *v = gpuarr__env("GPUARR_MPI_CHUNK", GPUARR__ENV_KEPT);
     *out = GPUARR__MPI_DEFAULT_CHUNK;
     if (!v || !*v) return GPUARR_OK;
     uint64_t b = 0;
@@ -118,7 +118,7 @@ static gpuarr_result gpuarr__mpi_chunk_bytes(const char *api, uint64_t *out) {
 }
 
 static gpuarr_result gpuarr__mpi_timeout_ms(const char *api, long *out) {
-    const char *v = getenv("GPUARR_MPI_TIMEOUT_MS");
+    const char *v = gpuarr__env("GPUARR_MPI_TIMEOUT_MS", GPUARR__ENV_KEPT);
     *out = GPUARR__MPI_DEFAULT_TIMEOUT_MS;
     if (!v || !*v) return GPUARR_OK;
     long ms = 0;
@@ -132,7 +132,7 @@ static gpuarr_result gpuarr__mpi_timeout_ms(const char *api, long *out) {
 
 /* 1: cuda arrays go straight to MPI; 0: staged. */
 static gpuarr_result gpuarr__mpi_cuda_aware(const char *api, int *out) {
-    const char *v = getenv("GPUARR_MPI_CUDA_AWARE");
+    const char *v = gpuarr__env("GPUARR_MPI_CUDA_AWARE", GPUARR__ENV_IGNORED);
     *out = 0;
     if (v && *v && gpuarr__streq_nocase(v, "off")) return GPUARR_OK;
     if (v && *v && gpuarr__streq_nocase(v, "on")) {
