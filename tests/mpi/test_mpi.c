@@ -16,6 +16,7 @@
 #define _DEFAULT_SOURCE 1
 #include <mpi.h>
 
+#include <dlfcn.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -89,6 +90,137 @@ static void expect(gpuarr_array a, int64_t first, int64_t n, int64_t shift, doub
 
 static int right(void) { return (rank + 1) % size; }
 static int left(void) { return (rank + size - 1) % size; }
+
+/* ---- native work recorded with gpuarr_array_record_stream, then sent ----------------------
+   The rank's own work writes its array through the device's native API (loaded with dlopen:
+   this test links neither OpenCL nor CUDA), and cannot finish at once: OpenCL, a fill waiting
+   for a user event that a thread completes after 150 ms (a host rank: opencl:0 fills a buffer
+   and reads it into the host array); CUDA on tests/fake_cuda, a cuMemsetD32Async, which runs only
+   when the host waits for the stream. The send must carry what that work wrote. */
+#define NATIVE_N 4096
+#define NATIVE_VALUE 7.5f
+typedef struct native_cl {
+    void *lib;
+    void *(*create_user_event)(void *ctx, int *err);
+    int (*set_user_event_status)(void *ev, int status);
+    int (*fill)(void *q, void *mem, const void *pattern, size_t pattern_size, size_t offset, size_t size, unsigned n,
+                void *const *wait, void **ev);
+    void *(*create_buffer)(void *ctx, uint64_t flags, size_t size, void *host, int *err);
+    int (*read)(void *q, void *mem, unsigned blocking, size_t offset, size_t size, void *ptr, unsigned n, void *const *wait,
+                void **ev);
+    int (*flush)(void *q);
+    int (*release_event)(void *ev);
+    int (*release_mem)(void *mem);
+    void *gate;
+} native_cl;
+
+static void *native_open_gate(void *arg) {
+    native_cl *cl = (native_cl *)arg;
+    struct timespec t = {0, 150 * 1000000L};
+    nanosleep(&t, NULL);
+    cl->set_user_event_status(cl->gate, 0 /* CL_COMPLETE */);
+    return NULL;
+}
+
+static bool native_cl_load(native_cl *cl) {
+    cl->lib = dlopen("libOpenCL.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!cl->lib) return false;
+    *(void **)&cl->create_user_event = dlsym(cl->lib, "clCreateUserEvent");
+    *(void **)&cl->set_user_event_status = dlsym(cl->lib, "clSetUserEventStatus");
+    *(void **)&cl->fill = dlsym(cl->lib, "clEnqueueFillBuffer");
+    *(void **)&cl->create_buffer = dlsym(cl->lib, "clCreateBuffer");
+    *(void **)&cl->read = dlsym(cl->lib, "clEnqueueReadBuffer");
+    *(void **)&cl->flush = dlsym(cl->lib, "clFlush");
+    *(void **)&cl->release_event = dlsym(cl->lib, "clReleaseEvent");
+    *(void **)&cl->release_mem = dlsym(cl->lib, "clReleaseMemObject");
+    return cl->create_user_event && cl->set_user_event_status && cl->fill && cl->create_buffer && cl->read && cl->flush &&
+           cl->release_event && cl->release_mem;
+}
+
+/* Queues the gated native write of NATIVE_VALUE into a on a stream of its own (returned), and
+   records it. false: this rank has no native API to test with (said why). */
+static bool native_write(gpuarr_array a, gpuarr_stream *s, native_cl *cl, pthread_t *opener) {
+    gpuarr_device_info info;
+    CHECK_OK(gpuarr_device_get_info(dev, &info));
+    size_t bytes = NATIVE_N * sizeof(float);
+    float value = NATIVE_VALUE;
+    if (info.backend == GPUARR_BACKEND_CUDA) {
+        const char *name = getenv("GPUARR_CUDA_LIBRARY");
+        void *driver = dlopen(name ? name : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+        int (*memset_d32)(unsigned long long, unsigned int, size_t, void *) = NULL;
+        if (driver) *(void **)&memset_d32 = dlsym(driver, "cuMemsetD32Async");
+        struct CUstream_st *stream = NULL;
+        void *p = NULL;
+        unsigned int bits;
+        memcpy(&bits, &value, sizeof bits);
+        CHECK_OK(gpuarr_stream_create(dev, 0, s));
+        CHECK_OK(gpuarr_cuda_stream(*s, &stream));
+        CHECK_OK(gpuarr_cuda_ptr(a, &p));
+        CHECK_OK(gpuarr_set_current_device(dev));
+        CHECK(memset_d32 && memset_d32((unsigned long long)(uintptr_t)p, bits, NATIVE_N, stream) == 0, "cuMemsetD32Async");
+        if (driver) dlclose(driver);
+    } else {
+        gpuarr_device qdev = dev;
+        if (info.backend == GPUARR_BACKEND_HOST && gpuarr_device_find("opencl:0", &qdev) != GPUARR_OK) return false;
+        if (!native_cl_load(cl)) return false;
+        void *ctx = NULL, *q = NULL, *mem = NULL, *host = NULL, *done = NULL;
+        size_t offset = 0;
+        int err = 0;
+        CHECK_OK(gpuarr_stream_create(qdev, 0, s));
+        CHECK_OK(gpuarr_opencl_context_raw(qdev, &ctx));
+        CHECK_OK(gpuarr_opencl_queue_raw(*s, &q));
+        cl->gate = cl->create_user_event(ctx, &err);
+        CHECK(err == 0, "clCreateUserEvent: %d", err);
+        if (info.backend == GPUARR_BACKEND_HOST) {
+            CHECK_OK(gpuarr_host_data(a, &host));
+            mem = cl->create_buffer(ctx, 1 /* CL_MEM_READ_WRITE */, bytes, NULL, &err);
+            CHECK(err == 0, "clCreateBuffer: %d", err);
+        } else {
+            CHECK_OK(gpuarr_opencl_mem_raw(a, &mem, &offset));
+        }
+        CHECK(cl->fill(q, mem, &value, sizeof value, offset, bytes, 1, &cl->gate, NULL) == 0, "clEnqueueFillBuffer");
+        if (host) {
+            CHECK(cl->read(q, mem, 0, 0, bytes, host, 0, NULL, &done) == 0, "clEnqueueReadBuffer");
+            cl->release_event(done);
+            cl->release_mem(mem); /* released once the read is done */
+        }
+        cl->flush(q);
+        CHECK(pthread_create(opener, NULL, native_open_gate, cl) == 0, "pthread_create");
+    }
+    CHECK_OK(gpuarr_array_record_stream(a, *s));
+    return true;
+}
+
+static void test_native_send(void) {
+    gpuarr_array out = make(GPUARR_F32, NATIVE_N, NULL, 0), in = make(GPUARR_F32, NATIVE_N, NULL, 0);
+    gpuarr_stream s = {0};
+    native_cl cl;
+    memset(&cl, 0, sizeof cl);
+    pthread_t opener;
+    bool native = native_write(out, &s, &cl, &opener);
+    if (!native) printf("rank %d (%s): native_send: no native queue here (no opencl:0 or libOpenCL.so.1); sends zeros\n", rank, device_spec);
+    CHECK_OK(gpuarr_mpi_sendrecv(out, 0, -1, right(), 50, in, 0, -1, 0, left(), 50, MPI_COMM_WORLD));
+    int native_left = 0, native_here = native;
+    MPI_Sendrecv(&native_here, 1, MPI_INT, right(), 51, &native_left, 1, MPI_INT, left(), 51, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    float *v = malloc(NATIVE_N * sizeof *v);
+    CHECK_OK(gpuarr_read(in, 0, NATIVE_N, GPUARR_F32, v));
+    int wrong = 0;
+    for (int i = 0; i < NATIVE_N; i++) wrong += v[i] != (native_left ? NATIVE_VALUE : 0.0f);
+    CHECK(wrong == 0, "rank %d's native work recorded on its array, then gpuarr_mpi_send: %d of %d elements received are not "
+          "what that work wrote (element 0 is %g)", left(), wrong, NATIVE_N, (double)v[0]);
+    free(v);
+    if (cl.gate) {
+        pthread_join(opener, NULL);
+        cl.release_event(cl.gate);
+    }
+    if (s.id) {
+        CHECK_OK(gpuarr_stream_sync(s));
+        CHECK_OK(gpuarr_stream_destroy(s));
+    }
+    if (cl.lib) dlclose(cl.lib);
+    gpuarr_release(out);
+    gpuarr_release(in);
+}
 
 /* Every dtype pair: the ring sends dtype s, every rank receives into dtype r. */
 static void test_dtype_pairs(void) {
@@ -887,7 +1019,7 @@ int main(int argc, char **argv) {
                  {"proc_null", test_proc_null},     {"release_pending", test_release_pending}, {"allreduce", test_allreduce}, {"bad_input", test_bad_input},
                  {"failed_recv", test_failed_receive_staging}, {"default_chunk", test_default_chunk},
                  {"cuda_aware", test_cuda_aware_setting}, {"threads", test_threads}, {"drain_no_memory", test_drain_without_memory},
-                 {"send_timeout", test_send_timeout}, {"early_exit", test_early_exit}};
+                 {"send_timeout", test_send_timeout}, {"native_send", test_native_send}, {"early_exit", test_early_exit}};
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
         int before = failures;
         double t0 = seconds();
