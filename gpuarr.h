@@ -114,7 +114,8 @@
  *                    when the CPU has AVX2 (x86-64, gcc/clang), else portable ones.
  *   GPUARR_CACHE_DIR where compiled device kernels, transfer models (see TRANSFER MODEL) and task
  *                    models (see OFFLOAD) are kept: an absolute path, or off (nowhere).
- *                    Default $XDG_CACHE_HOME/gpuarr, else $HOME/.cache/gpuarr.
+ *                    Default $XDG_CACHE_HOME/gpuarr, else $HOME/.cache/gpuarr. Used only when
+ *                    it is this user's and no one else can write it: see FILES AND FOLDERS.
  *   GPUARR_OPENCL_LIBRARY  the ICD loader to open (default libOpenCL.so.1).
  *   GPUARR_OPENCL_BUILD_OPTIONS  appended to the OpenCL kernel build options.
  *   GPUARR_OPENCL_FP64  switch, default on. off: treat OpenCL devices as lacking doubles (slow or
@@ -619,7 +620,8 @@
  *
  * Across processes. Slots are shared by every process of the user that uses the same folder,
  * GPUARR_LEASE_DIR (an absolute path; default $XDG_RUNTIME_DIR/gpuarr, else /tmp/gpuarr-<uid>;
- * made, mode 0700, at the first acquire; off: leases are per process). Slot k of a device is the
+ * made, mode 0700, at the first acquire, and used only as FILES AND FOLDERS says; off: leases are
+ * per process). Slot k of a device is the
  * file <folder>/<key>.<k>.slot, key = the device's UUID ("GPU-..."), else its PCI address
  * ("pci-0000:3b:00.0"), else the host name and spec ("myhost-opencl-0"): two views of one GPU, and
  * two processes that number devices differently, meet in the same files. A lease holds an flock on
@@ -631,8 +633,10 @@
  * on the slots (the same GPUARR_SLOTS): each counts files up to its own number. Between processes
  * there is no queue: a waiter looks again every 25 ms, so first come, first served holds within a
  * process only; placement counts this process's leases only. A folder or file that cannot be
- * made or opened fails gpuarr_lease_acquire with GPUARR_ERROR_BACKEND giving the path and the
- * reason. The timeout message names other processes' holders as their files do.
+ * made or opened, or is refused (another user's folder, a symlink, ...), fails gpuarr_lease_acquire
+ * with GPUARR_ERROR_BACKEND giving the path and the reason ("the lease folder /tmp/gpuarr-1000 is
+ * owned by uid 1001, not by this user (uid 1000): not used"); gpuarr_lease_summary fails alike
+ * for a refused folder, and shows a slot file it cannot use as "not usable: ...". The timeout message names other processes' holders as their files do.
  * gpuarr_lease_summary(d, buf, len) writes a line per slot of d ("opencl:0 slot 1: free", or what
  * its file says of the holder), and `gpuarr-info --leases` prints it for every device (a GPU seen
  * by two backends once).
@@ -739,8 +743,8 @@
  * opencl:0 pinned copy: ...").
  *
  * Models are kept in <cache dir>/models (GPUARR_CACHE_DIR; off: in the process only), a file per
- * pair of devices named by their UUID, else PCI address, else host name and spec, written under a
- * temporary name and then renamed. A file records the host's name and both devices'
+ * pair of devices named by their UUID, else PCI address, else host name and spec, written and
+ * read as FILES AND FOLDERS says. A file records the host's name and both devices'
  * info.version (driver, platform or OS version): a file whose record differs (a new driver) is
  * not used, and its models are fitted again when needed. A file that is corrupted or cut short is
  * ignored with a warning naming it, and written whole again when its models are fitted.
@@ -828,8 +832,8 @@
  * folder (GPUARR_CACHE_DIR, see CONFIGURATION; off = this process only), a file per task and
  * device, task-<name>-<hash>.model, keyed by host name, backend, the device's UUID (else PCI
  * address, else spec), name and driver version: a changed driver starts from nothing. Written
- * atomically (a temporary file renamed) at once while a model is young, then at most once a second
- * and at gpuarr_shutdown; a corrupted file is ignored with a warning naming it, and rebuilt.
+ * atomically (see FILES AND FOLDERS) at once while a model is young, then at most once a second
+ * and at gpuarr_shutdown; a corrupted or refused file is ignored with a warning naming it, and rebuilt.
  *
  * Outputs land where they were computed, or on desc.out_device, as desc.out_dtype when set (the
  * implementation's own outputs are released then). desc.lease: the call holds a lease on the
@@ -1048,6 +1052,48 @@
  * PoCL devices, then with ranks on the fake CUDA driver (staged: the CUDA-aware path is compiled,
  * never run), MPI_THREAD_MULTIPLE with two threads. tests/fuzz's api target and the soak call
  * them too, in a one-rank MPI job the harness starts itself (every message to the rank itself).
+ *
+ * =============================================================================================
+ * FILES AND FOLDERS
+ * =============================================================================================
+ * What gpuarr keeps on disk is read back as input that someone else may have planted or damaged:
+ * the lease folder and its slot files (LEASES), the cache folder (GPUARR_CACHE_DIR) with its
+ * kernel binaries, task models (OFFLOAD) and, in its models folder, transfer models (TRANSFER
+ * MODEL). The rules:
+ *
+ * - Folders are made with mode 0700 (the cache folder with its missing parents, 0700 too) and
+ *   used only when they are a real folder, not a symlink (the last part of the path; the parents
+ *   are taken as they are), owned by the effective user, that neither group nor others can
+ *   write. Otherwise nothing in it is read or written: a lease acquire fails (see LEASES); the
+ *   cache is off for this gpuarr_init, said once as a warning naming the folder and what is wrong
+ *   ("is owned by uid 1001, not by this user (uid 1000)", "is writable by others (mode 0777)",
+ *   "is a symlink (not followed)"), and kernels are built from source each time.
+ * - Files are opened relative to their folder's descriptor, never through a symlink and without
+ *   waiting on a FIFO, and used only when they are regular files owned by the effective user.
+ *   Each has a size cap, checked before reading: 64 MiB for a kernel binary, 3 KiB for a task
+ *   model, 64 KiB for a transfer model; a larger file is refused unread, ignored and replaced.
+ * - Files are written to a new file of an unpredictable name in the same folder (created
+ *   exclusively, mode 0600), synced, then renamed over the old one: readers never see half a
+ *   file, and a link planted under any name is never written through.
+ * - A kernel binary (an OpenCL program binary, a CUDA cubin from NVRTC), cache file
+ *   "opencl-<key>.bin" or "cuda-<key>.cubin", starts with a 48-byte header in the machine's byte
+ *   order: the magic "gpuarr-cache\n" padded with NULs to 16 bytes, the format version (uint32,
+ *   1), the header size (uint32, 48), the payload's size, its 64-bit FNV-1a hash and the key (the
+ *   hash of the kernel's source, device, driver and options the name is made of; uint64 each).
+ *   No byte reaches a driver before all of it checks out. A file that fails the check, or that the
+ *   driver refuses afterwards (a failed clCreateProgramWithBinary, clBuildProgram or
+ *   clCreateKernel; a failed cuModuleLoadDataEx), is rebuilt from source and replaced (said at
+ *   info level). The hash finds damage (a file cut short by a full disk or a crash); it is no
+ *   signature: the owner checks are what keep other users out.
+ *
+ * A lease folder shared on purpose by several users (GPUARR_LEASE_DIR naming the same folder in
+ * each) must be sticky (mode 1770 or 1777) and owned by one of them or by root: such a folder is
+ * accepted although its group or others can write it, and its slot files are used whoever owns
+ * them (made 0660 so the folder's group can take them), still opened without following a symlink
+ * and only when regular files. Its users trust each other with their slots: any of them can hold
+ * a slot forever, write a misleading holder line, or plant a file that makes the others' acquires
+ * fail (a symlink, a FIFO, a file they cannot open); none of them can make another write anywhere
+ * else or read anything but the holder lines. The users of one cache folder are its owner alone.
  *
  * =============================================================================================
  * CALLBACKS
