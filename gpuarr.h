@@ -1087,10 +1087,12 @@
  *   signature: the owner checks are what keep other users out.
  *
  * A lease folder shared on purpose by several users (GPUARR_LEASE_DIR naming the same folder in
- * each) must be sticky (mode 1770 or 1777) and owned by one of them or by root: such a folder is
- * accepted although its group or others can write it, and its slot files are used whoever owns
- * them (made 0660 so the folder's group can take them), still opened without following a symlink
- * and only when regular files. Its users trust each other with their slots: any of them can hold
+ * each) must be sticky (mode 1770 or 1777) and owned by root (an administrator makes it, e.g.
+ * `install -d -m 1770 -g gpuusers /srv/gpuarr-leases`) or by the user: such a folder is accepted
+ * although its group or others can write it, and its slot files are used whoever owns them (made
+ * 0660 so the folder's group can take them), still opened without following a symlink and only
+ * when regular files. A sticky folder another user owns is refused like any folder of another
+ * user (its owner could replace everyone's files). Its users trust each other with their slots: any of them can hold
  * a slot forever, write a misleading holder line, or plant a file that makes the others' acquires
  * fail (a symlink, a FIFO, a file they cannot open); none of them can make another write anywhere
  * else or read anything but the holder lines. The users of one cache folder are its owner alone.
@@ -3946,7 +3948,9 @@ static void gpuarr__dir_make_parents(const char *path) {
    or -1 with why saying what is wrong ("is a symlink", "is owned by uid N ...", "cannot be made: ..."). */
 static int gpuarr__dir_open_at(int at, const char *name, unsigned flags, bool *shared, char *why, size_t cap) {
     if ((flags & GPUARR__DIR_MAKE) && mkdirat(at, name, 0700) != 0 && errno != EEXIST) {
-        snprintf(why, cap, "cannot be made: %s", strerror(errno));
+        int e = errno;
+        snprintf(why, cap, "cannot be made: %s", strerror(e));
+        errno = e;
         return -1;
     }
     int fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -4103,24 +4107,25 @@ typedef struct gpuarr__cache_header {
 } gpuarr__cache_header;
 
 /* FNV-1a over bytes: finds a damaged payload (the folder's owner check keeps others out). */
-static uint64_t gpuarr__hash_bytes(const void *data, size_t size) {
+GPUARR__FOR_BACKENDS static uint64_t gpuarr__hash_bytes(const void *data, size_t size) {
     uint64_t h = GPUARR__HASH_SEED;
     for (const unsigned char *c = (const unsigned char *)data, *end = c + size; c < end; c++) h = (h ^ *c) * 1099511628211ull;
     return h;
 }
 
 /* The cache folder, made (with its parents) and checked: its descriptor, or -1 when there is no
-   cache or the folder is refused (said once per gpuarr_init, as a warning: kernels are then built
-   from source every time). */
+   cache or the folder is refused (said once per gpuarr_init, as a warning; one that cannot be made
+   at info level): kernels are then built from source every time. */
 static int gpuarr__cache_dir_open(void) {
     const char *base = gpuarr__g.config.cache_dir;
     if (!base[0]) return -1;
     char why[160];
     bool shared;
     int fd = gpuarr__dir_open(base, GPUARR__DIR_MAKE | GPUARR__DIR_PARENTS, &shared, why, sizeof why);
+    bool refused = fd < 0 && (errno == EPERM || errno == ELOOP || errno == ENOTDIR); /* else it cannot be made: as before, quietly */
     if (fd < 0 && !__atomic_exchange_n(&gpuarr__g.config.cache_refused, true, __ATOMIC_RELAXED))
-        gpuarr__log(GPUARR_LOG_WARN, "the cache folder %s %s: not used, nothing is cached (GPUARR_CACHE_DIR sets another, off none)", base,
-                    why);
+        gpuarr__log(refused ? GPUARR_LOG_WARN : GPUARR_LOG_INFO,
+                    "the cache folder %s %s: not used, nothing is cached (GPUARR_CACHE_DIR sets another, off none)", base, why);
     return fd;
 }
 
