@@ -897,12 +897,15 @@ static void kc_find(const char *dir, const char *not, char *out, size_t cap) {
 
 static uint64_t kc_key(const char *path) { return strtoull(strrchr(path, '/') + 1 + 7, NULL, 16); }
 
+/* The whole file (the caller frees it). */
 static unsigned char *kc_read(const char *path, size_t *size) {
+    struct stat st;
+    cr_assert_eq(stat(path, &st), 0, "%s", path);
     FILE *f = fopen(path, "rb");
     cr_assert_not_null(f, "%s", path);
-    unsigned char *buf = malloc(64 << 20); /* freed with the test's process */
+    unsigned char *buf = malloc((size_t)st.st_size + 1);
     cr_assert_not_null(buf);
-    *size = fread(buf, 1, 64 << 20, f);
+    *size = fread(buf, 1, (size_t)st.st_size, f);
     fclose(f);
     return buf;
 }
@@ -941,8 +944,8 @@ static kc_header kc_header_for(uint64_t key, const unsigned char *payload, size_
     return h;
 }
 
-/* path is a regular file of this user with a good header for its name; its payload into *payload. */
-static void kc_expect_valid(const char *path, unsigned char **payload, size_t *n) {
+/* path is a regular file of this user with a good header for its name: its payload's size. */
+static size_t kc_expect_valid(const char *path) {
     struct stat st;
     cr_assert_eq(lstat(path, &st), 0, "%s is gone", path);
     cr_assert(S_ISREG(st.st_mode), "%s is not a regular file (mode %o): not replaced", path, st.st_mode);
@@ -953,8 +956,8 @@ static void kc_expect_valid(const char *path, unsigned char **payload, size_t *n
     kc_header want = kc_header_for(kc_key(path), data + sizeof want, size - sizeof want), have;
     memcpy(&have, data, sizeof have);
     cr_assert(memcmp(&have, &want, sizeof have) == 0, "%s has no good header: not replaced", path);
-    *payload = data + sizeof have;
-    *n = size - sizeof have;
+    free(data);
+    return size - sizeof have;
 }
 
 /* Builds the f32->i32 kernel (file a) and the f32->f16 one (file b) into the cache. */
@@ -969,12 +972,12 @@ Test(kernel_cache, a_binary_without_the_header_is_not_loaded_but_rebuilt_and_rep
     char a[512], b[512];
     kc_two_files(a, b, sizeof a);
     size_t n;
-    unsigned char *other, *payload = kc_read(b, &n);
+    unsigned char *payload = kc_read(b, &n);
     kc_write(a, payload + sizeof(kc_header), n - sizeof(kc_header), NULL, 0); /* a binary planted bare */
+    free(payload);
     kc_restart();
     kc_cast_right();
-    size_t m;
-    kc_expect_valid(a, &other, &m);
+    kc_expect_valid(a);
 }
 
 Test(kernel_cache, a_truncated_binary_is_rebuilt_and_replaced) {
@@ -985,9 +988,7 @@ Test(kernel_cache, a_truncated_binary_is_rebuilt_and_replaced) {
     cr_assert_eq(truncate(a, st.st_size / 2), 0);
     kc_restart();
     kc_cast_right();
-    unsigned char *payload;
-    size_t n;
-    kc_expect_valid(a, &payload, &n);
+    size_t n = kc_expect_valid(a);
     cr_assert_eq((off_t)(n + sizeof(kc_header)), st.st_size, "the rebuilt file has %zu bytes, the first %lld", n, (long long)st.st_size);
 }
 
@@ -995,16 +996,15 @@ Test(kernel_cache, a_loadable_binary_without_the_kernel_is_rebuilt_and_replaced)
     char a[512], b[512];
     kc_two_files(a, b, sizeof a);
     size_t n;
-    unsigned char *bin = kc_read(b, &n);
-    bin += sizeof(kc_header), n -= sizeof(kc_header); /* the f32->f16 binary, with a good header for a */
+    unsigned char *file_b = kc_read(b, &n), *bin = file_b + sizeof(kc_header); /* the f32->f16 binary, with a good header for a */
+    n -= sizeof(kc_header);
     kc_header h = kc_header_for(kc_key(a), bin, n);
     kc_write(a, &h, sizeof h, bin, n);
+    free(file_b);
     kc_restart();
     kc_cast_right();
     cr_assert(strstr(kc_log, "clCreateKernel failed"), "the log does not say why the binary was not taken: %s", kc_log);
-    unsigned char *payload;
-    size_t m;
-    kc_expect_valid(a, &payload, &m);
+    kc_expect_valid(a);
 }
 
 Test(kernel_cache, a_fifo_in_place_of_a_binary_does_not_hang_and_is_replaced) {
@@ -1016,9 +1016,7 @@ Test(kernel_cache, a_fifo_in_place_of_a_binary_does_not_hang_and_is_replaced) {
     alarm(120); /* a hang ends the test (SIGALRM) */
     kc_cast_right();
     alarm(0);
-    unsigned char *payload;
-    size_t n;
-    kc_expect_valid(a, &payload, &n);
+    kc_expect_valid(a);
 }
 
 Test(kernel_cache, a_symlink_in_place_of_a_binary_is_not_followed_and_is_replaced) {
@@ -1030,11 +1028,11 @@ Test(kernel_cache, a_symlink_in_place_of_a_binary_is_not_followed_and_is_replace
     cr_assert_eq(symlink(victim, a), 0);
     kc_restart();
     kc_cast_right();
-    unsigned char *payload;
+    kc_expect_valid(a);
     size_t n;
-    kc_expect_valid(a, &payload, &n);
     unsigned char *notes = kc_read(victim, &n);
     cr_assert(n == 9 && memcmp(notes, "my notes\n", 9) == 0, "the symlink's target was written");
+    free(notes);
 }
 
 Test(kernel_cache, a_symlink_at_a_likely_temporary_name_is_not_written_through) {
@@ -1050,8 +1048,8 @@ Test(kernel_cache, a_symlink_at_a_likely_temporary_name_is_not_written_through) 
     size_t n;
     unsigned char *notes = kc_read(victim, &n);
     cr_assert(n == 9 && memcmp(notes, "my notes\n", 9) == 0, "%s was written through the planted %s (%zu bytes now)", victim, tmp, n);
-    unsigned char *payload;
-    kc_expect_valid(a, &payload, &n);
+    free(notes);
+    kc_expect_valid(a);
 }
 
 static void kc_skip_unless_root(void) {
@@ -1065,9 +1063,7 @@ Test(kernel_cache, a_binary_of_another_user_is_not_loaded_but_replaced) {
     cr_assert_eq(chown(a, 65534, 65534), 0);
     kc_restart();
     kc_cast_right();
-    unsigned char *payload;
-    size_t n;
-    kc_expect_valid(a, &payload, &n);
+    kc_expect_valid(a);
 }
 
 /* A cache folder another user made first, holding a good-looking file of the name gpuarr
@@ -1083,10 +1079,11 @@ Test(kernel_cache, a_cache_folder_of_another_user_is_not_used) {
     cr_assert_eq(mkdir(dir, 0755), 0);
     snprintf(planted, sizeof planted, "%s/%s", dir, strrchr(a, '/') + 1);
     size_t n;
-    unsigned char *bin = kc_read(b, &n);
-    bin += sizeof(kc_header), n -= sizeof(kc_header); /* another kernel under a's name, with a header that checks out */
+    unsigned char *file_b = kc_read(b, &n), *bin = file_b + sizeof(kc_header); /* another kernel under a's name, */
+    n -= sizeof(kc_header);                                                    /* with a header that checks out */
     kc_header h = kc_header_for(kc_key(a), bin, n);
     kc_write(planted, &h, sizeof h, bin, n);
+    free(file_b);
     cr_assert_eq(chown(planted, 65534, 65534), 0);
     cr_assert_eq(chown(dir, 65534, 65534), 0);
     cr_assert_eq(setenv("GPUARR_CACHE_DIR", dir, 1), 0);
