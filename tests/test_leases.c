@@ -756,6 +756,22 @@ Test(leases, a_lease_folder_of_another_user_or_writable_by_others_is_refused_wit
     remove_dir(parent);
 }
 
+Test(leases, a_lease_folder_that_is_a_symlink_is_refused) {
+    char real[128], link[128];
+    snprintf(real, sizeof real, "%s/real", lease_dir);
+    snprintf(link, sizeof link, "%s/link", lease_dir);
+    cr_assert_eq(mkdir(real, 0700), 0);
+    cr_assert_eq(symlink(real, link), 0); /* as planted where the folder would be made */
+    restart_with_lease_dir(link);
+    gpuarr_lease_desc d = only_test_device(0);
+    gpuarr_lease l;
+    TEST_FAIL_WITH(gpuarr_lease_acquire(&d, &l), GPUARR_ERROR_BACKEND, "is a symlink (not followed)");
+    cr_expect(strstr(gpuarr_last_error(), link), "the message does not name %s: %s", link, gpuarr_last_error());
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "test -z \"$(ls -A '%s')\"", real);
+    cr_assert_eq(system(cmd), 0, "a slot file was made in %s, through the symlink", real);
+}
+
 /* A sticky folder shared on purpose (mode 1777): another user's slot file is used, and a symlink
    there is still refused. */
 Test(leases, a_sticky_shared_folder_uses_other_users_slot_files_but_never_follows_a_symlink) {
