@@ -1096,3 +1096,29 @@ Test(kernel_cache, a_cache_folder_of_another_user_is_not_used) {
     cr_assert(strstr(kc_log, "clCreateKernel") == NULL, "the planted binary reached the driver: %s", kc_log);
     kc_remove(parent);
 }
+
+/* A cache folder that is a symlink, or that others can write, holding another kernel under the
+   name gpuarr computes: not used (said once), kernels build from source. */
+Test(kernel_cache, a_cache_folder_that_is_a_symlink_or_writable_by_others_is_not_used) {
+    char a[512], b[512], real[128], link[128], planted[700];
+    kc_two_files(a, b, sizeof a);
+    snprintf(real, sizeof real, "%s/real", kc_dir);
+    snprintf(link, sizeof link, "%s/link", kc_dir);
+    cr_assert_eq(mkdir(real, 0700), 0);
+    cr_assert_eq(symlink(real, link), 0);
+    snprintf(planted, sizeof planted, "%s/%s", real, strrchr(a, '/') + 1);
+    size_t n;
+    unsigned char *file_b = kc_read(b, &n);
+    kc_write(planted, file_b + sizeof(kc_header), n - sizeof(kc_header), NULL, 0); /* another kernel, bare */
+    free(file_b);
+    const char *cases[2][2] = {{link, "is a symlink (not followed): not used"}, {real, "is writable by others (mode 0777): not used"}};
+    for (int i = 0; i < 2; i++) {
+        if (i == 1) cr_assert_eq(chmod(real, 0777), 0);
+        cr_assert_eq(setenv("GPUARR_CACHE_DIR", cases[i][0], 1), 0);
+        kc_restart();
+        kc_cast_right();
+        cr_assert(strstr(kc_log, cases[i][1]) && strstr(kc_log, cases[i][0]), "the log does not say why %s is not used: %s", cases[i][0],
+                  kc_log);
+    }
+    cr_assert_eq(setenv("GPUARR_CACHE_DIR", kc_dir, 1), 0);
+}
