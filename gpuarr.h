@@ -114,7 +114,8 @@
  *                    when the CPU has AVX2 (x86-64, gcc/clang), else portable ones.
  *   GPUARR_CACHE_DIR where compiled device kernels, transfer models (see TRANSFER MODEL) and task
  *                    models (see OFFLOAD) are kept: an absolute path, or off (nowhere).
- *                    Default $XDG_CACHE_HOME/gpuarr, else $HOME/.cache/gpuarr.
+ *                    Default $XDG_CACHE_HOME/gpuarr, else $HOME/.cache/gpuarr. Used only when
+ *                    it is this user's and no one else can write it: see FILES AND FOLDERS.
  *   GPUARR_OPENCL_LIBRARY  the ICD loader to open (default libOpenCL.so.1).
  *   GPUARR_OPENCL_BUILD_OPTIONS  appended to the OpenCL kernel build options.
  *   GPUARR_OPENCL_FP64  switch, default on. off: treat OpenCL devices as lacking doubles (slow or
@@ -646,7 +647,8 @@
  *
  * Across processes. Slots are shared by every process of the user that uses the same folder,
  * GPUARR_LEASE_DIR (an absolute path; default $XDG_RUNTIME_DIR/gpuarr, else /tmp/gpuarr-<uid>;
- * made, mode 0700, at the first acquire; off: leases are per process). Slot k of a device is the
+ * made, mode 0700, at the first acquire, and used only as FILES AND FOLDERS says; off: leases are
+ * per process). Slot k of a device is the
  * file <folder>/<key>.<k>.slot, key = the device's UUID ("GPU-..."), else its PCI address
  * ("pci-0000:3b:00.0"), else the host name and spec ("myhost-opencl-0"): two views of one GPU, and
  * two processes that number devices differently, meet in the same files. A lease holds an flock on
@@ -658,8 +660,10 @@
  * on the slots (the same GPUARR_SLOTS): each counts files up to its own number. Between processes
  * there is no queue: a waiter looks again every 25 ms, so first come, first served holds within a
  * process only; placement counts this process's leases only. A folder or file that cannot be
- * made or opened fails gpuarr_lease_acquire with GPUARR_ERROR_BACKEND giving the path and the
- * reason. The timeout message names other processes' holders as their files do.
+ * made or opened, or is refused (another user's folder, a symlink, ...), fails gpuarr_lease_acquire
+ * with GPUARR_ERROR_BACKEND giving the path and the reason ("the lease folder /tmp/gpuarr-1000 is
+ * owned by uid 1001, not by this user (uid 1000): not used"); gpuarr_lease_summary fails alike
+ * for a refused folder, and shows a slot file it cannot use as "not usable: ...". The timeout message names other processes' holders as their files do.
  * gpuarr_lease_summary(d, buf, len) writes a line per slot of d ("opencl:0 slot 1: free", or what
  * its file says of the holder), and `gpuarr-info --leases` prints it for every device (a GPU seen
  * by two backends once).
@@ -767,8 +771,8 @@
  * opencl:0 pinned copy: ...").
  *
  * Models are kept in <cache dir>/models (GPUARR_CACHE_DIR; off: in the process only), a file per
- * pair of devices named by their UUID, else PCI address, else host name and spec, written under a
- * temporary name and then renamed. A file records the host's name and both devices'
+ * pair of devices named by their UUID, else PCI address, else host name and spec, written and
+ * read as FILES AND FOLDERS says. A file records the host's name and both devices'
  * info.version (driver, platform or OS version): a file whose record differs (a new driver) is
  * not used, and its models are fitted again when needed. A file that is corrupted or cut short is
  * ignored with a warning naming it, and written whole again when its models are fitted.
@@ -857,8 +861,8 @@
  * folder (GPUARR_CACHE_DIR, see CONFIGURATION; off = this process only), a file per task and
  * device, task-<name>-<hash>.model, keyed by host name, backend, the device's UUID (else PCI
  * address, else spec), name and driver version: a changed driver starts from nothing. Written
- * atomically (a temporary file renamed) at once while a model is young, then at most once a second
- * and at gpuarr_shutdown; a corrupted file is ignored with a warning naming it, and rebuilt.
+ * atomically (see FILES AND FOLDERS) at once while a model is young, then at most once a second
+ * and at gpuarr_shutdown; a corrupted or refused file is ignored with a warning naming it, and rebuilt.
  *
  * Outputs land where they were computed, or on desc.out_device, as desc.out_dtype when set (the
  * implementation's own outputs are released then). desc.lease: the call holds a lease on the
@@ -1078,6 +1082,50 @@
  * PoCL devices, then with ranks on the fake CUDA driver (staged: the CUDA-aware path is compiled,
  * never run), MPI_THREAD_MULTIPLE with two threads. tests/fuzz's api target and the soak call
  * them too, in a one-rank MPI job the harness starts itself (every message to the rank itself).
+ *
+ * =============================================================================================
+ * FILES AND FOLDERS
+ * =============================================================================================
+ * What gpuarr keeps on disk is read back as input that someone else may have planted or damaged:
+ * the lease folder and its slot files (LEASES), the cache folder (GPUARR_CACHE_DIR) with its
+ * kernel binaries, task models (OFFLOAD) and, in its models folder, transfer models (TRANSFER
+ * MODEL). The rules:
+ *
+ * - Folders are made with mode 0700 (the cache folder with its missing parents, 0700 too) and
+ *   used only when they are a real folder, not a symlink (the last part of the path; the parents
+ *   are taken as they are), owned by the effective user, that neither group nor others can
+ *   write. Otherwise nothing in it is read or written: a lease acquire fails (see LEASES); the
+ *   cache is off for this gpuarr_init, said once as a warning naming the folder and what is wrong
+ *   ("is owned by uid 1001, not by this user (uid 1000)", "is writable by others (mode 0777)",
+ *   "is a symlink (not followed)"), and kernels are built from source each time.
+ * - Files are opened relative to their folder's descriptor, never through a symlink and without
+ *   waiting on a FIFO, and used only when they are regular files owned by the effective user.
+ *   Each has a size cap, checked before reading: 64 MiB for a kernel binary, 3 KiB for a task
+ *   model, 64 KiB for a transfer model; a larger file is refused unread, ignored and replaced.
+ * - Files are written to a new file of an unpredictable name in the same folder (created
+ *   exclusively, mode 0600), synced, then renamed over the old one: readers never see half a
+ *   file, and a link planted under any name is never written through.
+ * - A kernel binary (an OpenCL program binary, a CUDA cubin from NVRTC), cache file
+ *   "opencl-<key>.bin" or "cuda-<key>.cubin", starts with a 48-byte header in the machine's byte
+ *   order: the magic "gpuarr-cache\n" padded with NULs to 16 bytes, the format version (uint32,
+ *   1), the header size (uint32, 48), the payload's size, its 64-bit FNV-1a hash and the key (the
+ *   hash of the kernel's source, device, driver and options the name is made of; uint64 each).
+ *   No byte reaches a driver before all of it checks out. A file that fails the check, or that the
+ *   driver refuses afterwards (a failed clCreateProgramWithBinary, clBuildProgram or
+ *   clCreateKernel; a failed cuModuleLoadDataEx), is rebuilt from source and replaced (said at
+ *   info level). The hash finds damage (a file cut short by a full disk or a crash); it is no
+ *   signature: the owner checks are what keep other users out.
+ *
+ * A lease folder shared on purpose by several users (GPUARR_LEASE_DIR naming the same folder in
+ * each) must be sticky (mode 1770 or 1777) and owned by root (an administrator makes it, e.g.
+ * `install -d -m 1770 -g gpuusers /srv/gpuarr-leases`) or by the user: such a folder is accepted
+ * although its group or others can write it, and its slot files are used whoever owns them (made
+ * 0660 so the folder's group can take them), still opened without following a symlink and only
+ * when regular files. A sticky folder another user owns is refused like any folder of another
+ * user (its owner could replace everyone's files). Its users trust each other with their slots: any of them can hold
+ * a slot forever, write a misleading holder line, or plant a file that makes the others' acquires
+ * fail (a symlink, a FIFO, a file they cannot open); none of them can make another write anywhere
+ * else or read anything but the holder lines. The users of one cache folder are its owner alone.
  *
  * =============================================================================================
  * CALLBACKS
@@ -2255,6 +2303,7 @@ GPUARR_API gpuarr_result gpuarr_mpi_allreduce(gpuarr_array a, gpuarr_mpi_op op, 
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
@@ -2771,6 +2820,7 @@ typedef struct gpuarr__state {
         char *text[GPUARR__SETTING_COUNT]; /* a copy of each one set (ALLOC_CONF: or the desc's) */
         int value[GPUARR__SETTING_COUNT];  /* what its check parsed (a keyword's index, 0/1) */
         char cache_dir[512];               /* resolved kernel cache folder; "" = no cache */
+        bool cache_refused;                /* atomic: the folder was refused (and said so) */
     } config;
     gpuarr__cast_fn host_casts[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT]; /* for this CPU */
     const char *host_isa; /* "baseline", "avx2" or "avx2+f16c" */
@@ -3931,40 +3981,272 @@ GPUARR__FOR_BACKENDS static uint64_t gpuarr__hash_pieces(uint64_t h, const char 
     return h;
 }
 
-/* The kernel cache folder resolved by gpuarr_init ("" = no cache). */
-GPUARR__FOR_BACKENDS static bool gpuarr__cache_path(char *out, size_t cap, const char *file) {
-    const char *base = gpuarr__g.config.cache_dir;
-    if (!base[0]) return false;
-    mkdir(base, 0755); /* the parent may be missing; then the write fails and nothing is cached */
-    return snprintf(out, cap, "%s/%s", base, file) < (int)cap;
+/* ---- files kept on disk (kernel cache, models, lease slots): what another local user cannot plant ---- */
+/* Folders are made 0700 and used only when they are real folders (not symlinks) of this user that
+   nobody else can write; files are opened relative to their folder's descriptor, never through a
+   symlink or into a FIFO's wait, and used only when they are regular files of this user; writes go
+   to a new file of an unpredictable name, synced, then renamed over the old one. */
+#define GPUARR__DIR_MAKE 1u    /* make it (mode 0700) when it is missing */
+#define GPUARR__DIR_PARENTS 2u /* and its missing parents (0700 too) */
+#define GPUARR__DIR_SHARED 4u  /* a sticky folder of this user or root may be writable by others */
+
+/* What is wrong with the folder st, written into why (false), else true (*shared: it is a sticky
+   folder others may write, accepted under GPUARR__DIR_SHARED). */
+static bool gpuarr__dir_judge(const struct stat *st, unsigned flags, bool *shared, char *why, size_t cap) {
+    unsigned long me = (unsigned long)geteuid(), owner = (unsigned long)st->st_uid;
+    unsigned mode = (unsigned)st->st_mode & 07777u;
+    *shared = (flags & GPUARR__DIR_SHARED) && (mode & S_ISVTX) && (mode & (S_IWGRP | S_IWOTH));
+    if (!S_ISDIR(st->st_mode)) snprintf(why, cap, "is not a folder");
+    else if (owner != me && !(*shared && owner == 0)) snprintf(why, cap, "is owned by uid %lu, not by this user (uid %lu)", owner, me);
+    else if (!*shared && (mode & (S_IWGRP | S_IWOTH)))
+        snprintf(why, cap, "is writable by %s (mode %04o)", (mode & S_IWOTH) ? "others" : "its group", mode);
+    else return true;
+    return false;
 }
 
-GPUARR__FOR_BACKENDS static unsigned char *gpuarr__read_file(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
+/* Makes the missing parents of path, each 0700 (a failure shows when path itself is made). */
+static void gpuarr__dir_make_parents(const char *path) {
+    char p[600];
+    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) return;
+    for (char *c = p + 1; *c; c++)
+        if (*c == '/') *c = '\0', (void)mkdir(p, 0700), *c = '/';
+}
+
+/* The checked folder fd (made first under GPUARR__DIR_MAKE) from openat(at, name): its descriptor,
+   or -1 with why saying what is wrong ("is a symlink", "is owned by uid N ...", "cannot be made: ..."). */
+static int gpuarr__dir_open_at(int at, const char *name, unsigned flags, bool *shared, char *why, size_t cap) {
+    if ((flags & GPUARR__DIR_MAKE) && mkdirat(at, name, 0700) != 0 && errno != EEXIST) {
+        int e = errno;
+        snprintf(why, cap, "cannot be made: %s", strerror(e));
+        errno = e;
+        return -1;
+    }
+    int fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0) {
+        int e = errno;
+        if (fstatat(at, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) snprintf(why, cap, "is a symlink (not followed)");
+        else if (e == ENOTDIR) snprintf(why, cap, "is not a folder");
+        else snprintf(why, cap, "cannot be opened: %s", strerror(e));
+        errno = e;
+        return -1;
+    }
+    if (fstat(fd, &st) != 0) {
+        snprintf(why, cap, "cannot be examined: %s", strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (!gpuarr__dir_judge(&st, flags, shared, why, cap)) {
+        close(fd);
+        errno = EPERM;
+        return -1;
+    }
+    return fd;
+}
+
+/* The same for an absolute path (its parents are followed as they are). */
+static int gpuarr__dir_open(const char *path, unsigned flags, bool *shared, char *why, size_t cap) {
+    if (flags & GPUARR__DIR_PARENTS) gpuarr__dir_make_parents(path);
+    return gpuarr__dir_open_at(AT_FDCWD, path, flags, shared, why, cap);
+}
+
+/* Opens name in the folder dir (flags: O_RDONLY or O_RDWR, O_CREAT to make it 0600 when missing)
+   without following a symlink or waiting on a FIFO: its descriptor when it is a regular file of
+   this user (any_owner: of anyone), else -1 with errno (ENOENT: there is none) and why. */
+static int gpuarr__file_open_at(int dir, const char *name, int flags, bool any_owner, char *why, size_t cap) {
+    int base = (flags & ~O_CREAT) | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, fd = -1;
+    for (int tries = 0; fd < 0 && tries < 3; tries++) { /* not O_CREAT on a file that exists: some kernels refuse
+                                                           it on others' files in sticky folders */
+        fd = openat(dir, name, base);
+        if (fd < 0 && errno == ENOENT && (flags & O_CREAT)) fd = openat(dir, name, base | O_CREAT | O_EXCL, 0600);
+        if (fd < 0 && errno != EEXIST) break;
+    }
+    struct stat st;
+    if (fd < 0) {
+        int e = errno;
+        if (e == ELOOP) snprintf(why, cap, "is a symlink (not followed)");
+        else snprintf(why, cap, "cannot be opened: %s", strerror(e));
+        errno = e;
+        return -1;
+    }
+    if (fstat(fd, &st) != 0) snprintf(why, cap, "cannot be examined: %s", strerror(errno));
+    else if (!S_ISREG(st.st_mode)) snprintf(why, cap, "is not a regular file (mode %06o)", (unsigned)st.st_mode);
+    else if (!any_owner && st.st_uid != geteuid())
+        snprintf(why, cap, "is owned by uid %lu, not by this user (uid %lu)", (unsigned long)st.st_uid, (unsigned long)geteuid());
+    else return fd;
+    close(fd);
+    errno = EPERM;
+    return -1;
+}
+
+/* The whole of name in dir, NUL-terminated (*size without the NUL), when it is a regular file of
+   this user of at most max bytes; else NULL with why ("" when there is no such file). A larger
+   file is refused without reading it. */
+static unsigned char *gpuarr__file_read_at(int dir, const char *name, size_t max, size_t *size, char *why, size_t cap) {
+    *size = 0;
+    why[0] = '\0';
+    int fd = gpuarr__file_open_at(dir, name, O_RDONLY, false, why, cap);
+    if (fd < 0) {
+        if (errno == ENOENT) why[0] = '\0';
+        return NULL;
+    }
+    struct stat st;
     unsigned char *data = NULL;
-    long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-    if (n > 0 && fseek(f, 0, SEEK_SET) == 0) {
-        data = (unsigned char *)gpuarr__malloc((size_t)n);
-        if (data && fread(data, 1, (size_t)n, f) != (size_t)n) {
+    size_t n = 0, want = 0;
+    if (fstat(fd, &st) != 0 || st.st_size < 0) snprintf(why, cap, "cannot be examined: %s", strerror(errno));
+    else if ((uint64_t)st.st_size > (uint64_t)max)
+        snprintf(why, cap, "is %llu bytes, more than the %zu such a file may have", (unsigned long long)st.st_size, max);
+    else if (!(data = (unsigned char *)gpuarr__malloc((want = (size_t)st.st_size) + 1))) snprintf(why, cap, "no host memory to read it");
+    while (data && n < want) { /* a file that shrinks meanwhile is read as far as it goes */
+        ssize_t got = read(fd, data + n, want - n);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) {
+            snprintf(why, cap, "cannot be read: %s", strerror(errno));
             gpuarr__free(data);
             data = NULL;
         }
+        if (got <= 0) break;
+        n += (size_t)got;
     }
-    fclose(f);
-    *size = (size_t)(n > 0 ? n : 0);
+    close(fd);
+    if (data) data[n] = '\0', *size = n;
     return data;
 }
 
-/* Written to a temporary name first, so a reader never sees half a file. */
-GPUARR__FOR_BACKENDS static void gpuarr__write_file_atomic(const char *path, const void *data, size_t size) {
-    char tmp[800];
-    if (snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid()) >= (int)sizeof tmp) return;
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return;
-    bool ok = fwrite(data, 1, size, f) == size;
-    ok = fclose(f) == 0 && ok;
-    if (!ok || rename(tmp, path) != 0) remove(tmp);
+/* A name no one can guess: 16 hex digits from getentropy (else the clock, pid and a counter). */
+static void gpuarr__random_suffix(char *out, size_t cap) {
+    static uint64_t counter; /* atomic */
+    uint64_t r;
+    if (getentropy(&r, sizeof r) != 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        r = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 40) ^
+            __atomic_add_fetch(&counter, 0x9e3779b97f4a7c15ull, __ATOMIC_RELAXED);
+    }
+    snprintf(out, cap, "%016llx", (unsigned long long)r);
+}
+
+static bool gpuarr__write_all(int fd, const void *data, size_t size) {
+    const unsigned char *p = (const unsigned char *)data;
+    while (size) {
+        ssize_t n = write(fd, p, size);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return false;
+        p += n, size -= (size_t)n;
+    }
+    return true;
+}
+
+/* Writes head then data as name in dir: into a new file of an unpredictable name (O_EXCL, so a
+   planted link is never followed), synced, then renamed over name, so a reader never sees half a
+   file. false: why says what failed. */
+static bool gpuarr__file_write_at(int dir, const char *name, const void *head, size_t head_size, const void *data, size_t size,
+                                  char *why, size_t cap) {
+    char tmp[300], suffix[20];
+    int fd = -1;
+    for (int tries = 0; fd < 0 && tries < 8; tries++) {
+        gpuarr__random_suffix(suffix, sizeof suffix);
+        if (snprintf(tmp, sizeof tmp, ".%.200s.%s.tmp", name, suffix) >= (int)sizeof tmp) break;
+        fd = openat(dir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0 && errno != EEXIST) break;
+    }
+    if (fd < 0) {
+        snprintf(why, cap, "cannot be written: %s", strerror(errno));
+        return false;
+    }
+    bool ok = gpuarr__write_all(fd, head, head_size) && gpuarr__write_all(fd, data, size) && fsync(fd) == 0;
+    int e = errno;
+    ok = close(fd) == 0 && ok;
+    if (ok && renameat(dir, tmp, dir, name) == 0) return true;
+    snprintf(why, cap, "cannot be written: %s", strerror(ok ? errno : e));
+    (void)unlinkat(dir, tmp, 0);
+    return false;
+}
+
+/* ---- the cache folder (GPUARR_CACHE_DIR) and its files ---- */
+/* Each cache file starts with this header, checked before a byte of its payload is used. */
+#define GPUARR__CACHE_MAGIC "gpuarr-cache\n\0\0"
+#define GPUARR__CACHE_VERSION 1u
+#define GPUARR__CACHE_KERNEL_MAX ((size_t)64 << 20) /* bytes: a larger kernel binary is refused unread */
+typedef struct gpuarr__cache_header {
+    char magic[16];
+    uint32_t version, header_size;
+    uint64_t payload_size, payload_hash, key; /* key: the hash the file's name is made of */
+} gpuarr__cache_header;
+
+/* FNV-1a over bytes: finds a damaged payload (the folder's owner check keeps others out). */
+GPUARR__FOR_BACKENDS static uint64_t gpuarr__hash_bytes(const void *data, size_t size) {
+    uint64_t h = GPUARR__HASH_SEED;
+    for (const unsigned char *c = (const unsigned char *)data, *end = c + size; c < end; c++) h = (h ^ *c) * 1099511628211ull;
+    return h;
+}
+
+/* The cache folder, made (with its parents) and checked: its descriptor, or -1 when there is no
+   cache or the folder is refused (said once per gpuarr_init, as a warning; one that cannot be made
+   at info level): kernels are then built from source every time. */
+static int gpuarr__cache_dir_open(void) {
+    const char *base = gpuarr__g.config.cache_dir;
+    if (!base[0]) return -1;
+    char why[160];
+    bool shared;
+    int fd = gpuarr__dir_open(base, GPUARR__DIR_MAKE | GPUARR__DIR_PARENTS, &shared, why, sizeof why);
+    bool refused = fd < 0 && (errno == EPERM || errno == ELOOP || errno == ENOTDIR); /* else it cannot be made: as before, quietly */
+    if (fd < 0 && !__atomic_exchange_n(&gpuarr__g.config.cache_refused, true, __ATOMIC_RELAXED))
+        gpuarr__log(refused ? GPUARR_LOG_WARN : GPUARR_LOG_INFO,
+                    "the cache folder %s %s: not used, nothing is cached (GPUARR_CACHE_DIR sets another, off none)", base, why);
+    return fd;
+}
+
+/* The payload of the cache file `file` (NUL-terminated; *size without the NUL) when its header
+   checks out for key; NULL when there is none, or it is refused or damaged (said at info level:
+   it is rebuilt and replaced). */
+GPUARR__FOR_BACKENDS static unsigned char *gpuarr__cache_load(const char *file, uint64_t key, size_t max, size_t *size) {
+    int dir = gpuarr__cache_dir_open();
+    if (dir < 0) return NULL;
+    char why[160];
+    gpuarr__cache_header h;
+    size_t n = 0;
+    unsigned char *data = gpuarr__file_read_at(dir, file, max + sizeof h, &n, why, sizeof why);
+    close(dir);
+    *size = 0;
+    if (!data) {
+        if (why[0]) gpuarr__log(GPUARR_LOG_INFO, "the cache file %s/%s %s: rebuilt", gpuarr__g.config.cache_dir, file, why);
+        return NULL;
+    }
+    if (n >= sizeof h) memcpy(&h, data, sizeof h);
+    const char *bad = n < sizeof h || memcmp(h.magic, GPUARR__CACHE_MAGIC, sizeof h.magic) != 0 ? "has no gpuarr cache header"
+                      : h.version != GPUARR__CACHE_VERSION || h.header_size != sizeof h ? "is of another format version"
+                      : h.key != key                                                    ? "is for another key"
+                      : h.payload_size != n - sizeof h                                  ? "is cut short or too long"
+                      : h.payload_hash != gpuarr__hash_bytes(data + sizeof h, n - sizeof h) ? "is damaged (its hash differs)"
+                                                                                        : NULL;
+    if (bad) {
+        gpuarr__log(GPUARR_LOG_INFO, "the cache file %s/%s %s: rebuilt", gpuarr__g.config.cache_dir, file, bad);
+        gpuarr__free(data);
+        return NULL;
+    }
+    memmove(data, data + sizeof h, n - sizeof h + 1);
+    *size = n - sizeof h;
+    return data;
+}
+
+/* Stores data as the cache file `file` for key, replacing what is there (best effort: a failure
+   is said at info level; the cache is optional). */
+GPUARR__FOR_BACKENDS static void gpuarr__cache_store(const char *file, uint64_t key, const void *data, size_t size) {
+    int dir = gpuarr__cache_dir_open();
+    if (dir < 0) return;
+    gpuarr__cache_header h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, GPUARR__CACHE_MAGIC, sizeof h.magic);
+    h.version = GPUARR__CACHE_VERSION;
+    h.header_size = (uint32_t)sizeof h;
+    h.payload_size = size;
+    h.payload_hash = gpuarr__hash_bytes(data, size);
+    h.key = key;
+    char why[160];
+    if (!gpuarr__file_write_at(dir, file, &h, sizeof h, data, size, why, sizeof why))
+        gpuarr__log(GPUARR_LOG_INFO, "the cache file %s/%s %s", gpuarr__g.config.cache_dir, file, why);
+    close(dir);
 }
 
 /* Host functions run on driver threads, which signal completion through the driver in ways

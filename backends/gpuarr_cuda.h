@@ -984,7 +984,7 @@ static gpuarr__cu_result gpuarr__cu_load_module(gpuarr__cu_module *mod, const vo
 /* NVRTC for this device's architecture, through the disk cache. */
 static gpuarr_result gpuarr__cu_nvrtc_module(gpuarr__dev *d, int s, int t, gpuarr__cu_module *mod, char *why, size_t why_cap) {
     gpuarr__cu_device_state *ds = GPUARR__CU_DEV(d);
-    char arch[16], file[64], path[700], line[256];
+    char arch[16], file[64], line[256];
     snprintf(arch, sizeof arch, "sm_%d%d", ds->cc_major, ds->cc_minor);
     if (!gpuarr__nvrtc_load()) {
         gpuarr__copy_string(why, why_cap, gpuarr__nvrtc.error);
@@ -996,18 +996,24 @@ static gpuarr_result gpuarr__cu_nvrtc_module(gpuarr__dev *d, int s, int t, gpuar
     const char *key_parts[3] = {arch, version, line};
     uint64_t key = gpuarr__hash_pieces(gpuarr__cu_source_hash(), key_parts, 3);
     snprintf(file, sizeof file, "cuda-%016llx.cubin", (unsigned long long)key);
-    bool cache = gpuarr__cache_path(path, sizeof path, file);
     size_t size = 0;
-    unsigned char *image = cache ? gpuarr__read_file(path, &size) : NULL;
-    bool from_cache = image != NULL;
-    gpuarr_result r = GPUARR_OK;
-    if (!image && (r = gpuarr__nvrtc_compile(s, t, arch, &image, &size, why, why_cap)) != GPUARR_OK) return r;
-    char log[1024];
+    char log[1024] = "";
     gpuarr__cu_scope sc;
-    gpuarr__cu_result e = gpuarr__cu_enter(d, &sc);
-    if (e == GPUARR__CUDA_SUCCESS) e = gpuarr__cu_load_module(mod, image, log, sizeof log);
+    gpuarr__cu_result e;
+    unsigned char *image = gpuarr__cache_load(file, key, GPUARR__CACHE_KERNEL_MAX, &size);
+    if (image) { /* one the driver refuses is compiled again and replaced */
+        if ((e = gpuarr__cu_enter(d, &sc)) == GPUARR__CUDA_SUCCESS) e = gpuarr__cu_load_module(mod, image, log, sizeof log);
+        gpuarr__cu_leave(&sc);
+        gpuarr__free(image);
+        if (e == GPUARR__CUDA_SUCCESS) return GPUARR_OK;
+        gpuarr__log(GPUARR_LOG_INFO, "%s: the cached cubin %s/%s was not taken (%s failed: %s (%u): %.200s): compiled again", d->info.spec,
+                    gpuarr__g.config.cache_dir, file, GPUARR__CU_CALLED(sc, "cuModuleLoadDataEx"), gpuarr__cu_error_name(&GPUARR__CU, e), e, log);
+    }
+    gpuarr_result r = gpuarr__nvrtc_compile(s, t, arch, &image, &size, why, why_cap);
+    if (r != GPUARR_OK) return r;
+    if ((e = gpuarr__cu_enter(d, &sc)) == GPUARR__CUDA_SUCCESS) e = gpuarr__cu_load_module(mod, image, log, sizeof log);
     gpuarr__cu_leave(&sc);
-    if (e == GPUARR__CUDA_SUCCESS && !from_cache && cache) gpuarr__write_file_atomic(path, image, size);
+    if (e == GPUARR__CUDA_SUCCESS) gpuarr__cache_store(file, key, image, size);
     gpuarr__free(image);
     if (e != GPUARR__CUDA_SUCCESS) {
         snprintf(why, why_cap, "the NVRTC cubin for %s did not load: %s failed: %s (%u): %.400s", arch, GPUARR__CU_CALLED(sc, "cuModuleLoadDataEx"),

@@ -58,7 +58,9 @@ typedef struct gpuarr__lease_state {
     int last_view; /* round robin: the registry index leased last, -1 = none */
     int plan_last; /* round robin of gpuarr_plan: the physical device its last plan chose first */
     char dir[512];           /* GPUARR_LEASE_DIR resolved; "" = leases are per process */
-    bool dir_made;           /* dir exists (made at the first acquire) */
+    bool dir_made;           /* dir_fd is open (at the first acquire, or the first look at the files) */
+    int dir_fd;              /* dir, opened and checked once (gpuarr__dir_open) */
+    bool dir_shared;         /* dir is a sticky folder shared with other users: their files are used */
     char (*keys)[128];       /* by registry index: the slot files' name stem */
     char identity[160];      /* "host H program NAME" for the slot files; "" = not read yet */
 } gpuarr__lease_state;
@@ -209,20 +211,33 @@ static gpuarr_result gpuarr__lease_files_start(void) {
     return GPUARR_OK;
 }
 
-static void gpuarr__lease_path(int phys, int k, char *out, size_t cap) {
+/* A slot file's name in the folder. */
+static void gpuarr__lease_name(int phys, int k, char *out, size_t cap) {
+    snprintf(out, cap, "%s.%d.slot", gpuarr__g.leases->keys[phys], k);
+}
+
+/* Opens the folder once (lock held), made first when make: only a folder of this user that no one
+   else can write, or a sticky one of this user or root (shared on purpose; see LEASES). Without
+   make, a missing folder is not an error: *found says whether it is open. */
+static gpuarr_result gpuarr__lease_dir_open(bool make, bool *found) {
     gpuarr__lease_state *ls = gpuarr__g.leases;
-    snprintf(out, cap, "%s/%s.%d.slot", ls->dir, ls->keys[phys], k);
+    *found = ls->dir_made;
+    if (ls->dir_made) return GPUARR_OK;
+    char why[160];
+    int fd = gpuarr__dir_open(ls->dir, (make ? GPUARR__DIR_MAKE : 0u) | GPUARR__DIR_SHARED, &ls->dir_shared, why, sizeof why);
+    if (fd < 0 && !make && errno == ENOENT) return GPUARR_OK;
+    if (fd < 0)
+        return gpuarr__fail(GPUARR_ERROR_BACKEND, "the lease folder %s %s: not used (GPUARR_LEASE_DIR sets another, off none)", ls->dir,
+                            why);
+    ls->dir_fd = fd;
+    ls->dir_made = *found = true;
+    return GPUARR_OK;
 }
 
 /* Makes the folder at the first acquire (lock held). */
 static gpuarr_result gpuarr__lease_dir_make(void) {
-    gpuarr__lease_state *ls = gpuarr__g.leases;
-    if (ls->dir_made) return GPUARR_OK;
-    if (mkdir(ls->dir, 0700) != 0 && errno != EEXIST)
-        return gpuarr__fail(GPUARR_ERROR_BACKEND, "the lease folder %s cannot be made: %s (GPUARR_LEASE_DIR sets another, off none)",
-                            ls->dir, strerror(errno));
-    ls->dir_made = true;
-    return GPUARR_OK;
+    bool found;
+    return gpuarr__lease_dir_open(true, &found);
 }
 
 /* Who this process is, for its slot files: the host and program names, read once (at the first
@@ -260,16 +275,18 @@ static void gpuarr__lease_file_write(int fd) {
 /* Locks `slots` free slot files of phys into fds: 1, or 0 when too few are free, or -1 (error
    set). The files this process holds are busy to it too (flock is per open file). */
 static int gpuarr__lease_files_take(int phys, int slots, int *fds) {
+    gpuarr__lease_state *ls = gpuarr__g.leases;
     int got = 0;
-    char path[700];
-    for (int k = 0; k < gpuarr__g.leases->total[phys] && got < slots; k++) {
-        gpuarr__lease_path(phys, k, path, sizeof path);
-        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    char name[160], why[160];
+    for (int k = 0; k < ls->total[phys] && got < slots; k++) {
+        gpuarr__lease_name(phys, k, name, sizeof name);
+        int fd = gpuarr__file_open_at(ls->dir_fd, name, O_RDWR | O_CREAT, ls->dir_shared, why, sizeof why);
         if (fd < 0) {
             for (int j = 0; j < got; j++) close(fds[j]);
-            gpuarr__fail(GPUARR_ERROR_BACKEND, "the slot file %s cannot be opened: %s", path, strerror(errno));
+            gpuarr__fail(GPUARR_ERROR_BACKEND, "the slot file %s/%s %s", ls->dir, name, why);
             return -1;
         }
+        if (ls->dir_shared) (void)fchmod(fd, 0660); /* the folder's group uses it too (fails on others' files) */
         if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
             close(fd);
             continue;
@@ -291,14 +308,22 @@ static void gpuarr__lease_files_put(gpuarr__lease_rec *r) {
 }
 
 /* Calls fn for each slot of phys: whether it is held (by anyone, this process too) and what its
-   file says of the holder ("" when free or unreadable). */
-static void gpuarr__lease_files_each(int phys, void (*fn)(int k, bool held, const char *holder, void *user), void *user) {
-    char path[700], text[256];
-    for (int k = 0; k < gpuarr__g.leases->total[phys]; k++) {
-        gpuarr__lease_path(phys, k, path, sizeof path);
+   file says of the holder ("" when free or unreadable; a file that cannot be used counts as held,
+   saying why). A folder that is refused is an error; one not made yet means every slot is free. */
+static gpuarr_result gpuarr__lease_files_each(int phys, void (*fn)(int k, bool held, const char *holder, void *user), void *user) {
+    gpuarr__lease_state *ls = gpuarr__g.leases;
+    char name[160], text[256], why[160];
+    bool found;
+    GPUARR__CHECK(gpuarr__lease_dir_open(false, &found));
+    for (int k = 0; k < ls->total[phys]; k++) {
+        gpuarr__lease_name(phys, k, name, sizeof name);
         text[0] = '\0';
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        int fd = found ? gpuarr__file_open_at(ls->dir_fd, name, O_RDONLY, ls->dir_shared, why, sizeof why) : -1;
         bool held = false;
+        if (fd < 0 && found && errno != ENOENT) {
+            held = true;
+            snprintf(text, sizeof text, "not usable: the slot file %s", why);
+        }
         if (fd >= 0) {
             held = flock(fd, LOCK_SH | LOCK_NB) != 0;
             if (held) {
@@ -312,6 +337,7 @@ static void gpuarr__lease_files_each(int phys, void (*fn)(int k, bool held, cons
         }
         fn(k, held, text, user);
     }
+    return GPUARR_OK;
 }
 
 static gpuarr_result gpuarr__leases_start(void) {
@@ -353,6 +379,7 @@ static void gpuarr__leases_stop(void) {
     if (live) gpuarr__log(GPUARR_LOG_WARN, "gpuarr_shutdown dropped %u leases that were never released", live);
     pthread_cond_destroy(&ls->freed);
     pthread_mutex_destroy(&ls->lock);
+    if (ls->dir_made) close(ls->dir_fd);
     gpuarr__free(ls->recs);
     gpuarr__free(ls->total);
     gpuarr__free(ls->keys);
@@ -647,7 +674,7 @@ static void gpuarr__lease_holders(const gpuarr__lease_cands *c, char *buf, size_
         }
         if (ls->dir[0]) {
             gpuarr__lease_holders_out out = {buf, cap, 0};
-            gpuarr__lease_files_each(p, gpuarr__lease_holder_other, &out);
+            (void)gpuarr__lease_files_each(p, gpuarr__lease_holder_other, &out); /* a refused folder: no names */
             if (out.others) gpuarr__append(buf, cap, ")");
         }
     }
@@ -931,9 +958,10 @@ GPUARR_API gpuarr_result gpuarr_lease_summary(gpuarr_device d, char *buf, size_t
     int p = gpuarr__lease_phys((int)(dev - gpuarr__g.devices));
     gpuarr__lease_summary_out o = {buf, len, dev->info.spec};
     buf[0] = '\0';
+    gpuarr_result res = GPUARR_OK;
     pthread_mutex_lock(&ls->lock);
     if (ls->dir[0]) {
-        gpuarr__lease_files_each(p, gpuarr__lease_summary_line, &o);
+        res = gpuarr__lease_files_each(p, gpuarr__lease_summary_line, &o);
     } else { /* this process's leases take the slots in the order of their records */
         int k = 0;
         char holder[128];
@@ -946,7 +974,7 @@ GPUARR_API gpuarr_result gpuarr_lease_summary(gpuarr_device d, char *buf, size_t
         for (; k < ls->total[p]; k++) gpuarr__lease_summary_line(k, false, "", &o);
     }
     pthread_mutex_unlock(&ls->lock);
-    return GPUARR_OK;
+    return res;
 }
 
 GPUARR_API gpuarr_scope gpuarr_scope_enter_lease(const gpuarr_lease_desc *desc) {

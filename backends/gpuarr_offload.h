@@ -20,6 +20,7 @@
 #define GPUARR__TASK_NAME_MAX 63
 #define GPUARR__TASK_MAX_RECS 65535u  /* index + 1 fits the id's low 16 bits */
 #define GPUARR__MODEL_WINDOW 32       /* recent samples a model keeps */
+#define GPUARR__MODEL_FILE_MAX (1024 + GPUARR__MODEL_WINDOW * 64) /* bytes: a larger model file is refused unread */
 #define GPUARR__MODEL_TRUSTED 5       /* samples before outliers are refused */
 #define GPUARR__MODEL_OUTLIER 3.0     /* a sample outside prediction x3 or /3 is an outlier */
 #define GPUARR__MODEL_SHIFT 4         /* outliers in a row on one side: the device changed, start over */
@@ -271,46 +272,37 @@ static void gpuarr__model_key(int dev, char *out, size_t cap) {
              in->name, in->version);
 }
 
-/* The cache folder and its missing parents (a model is worth keeping even where no kernel was
-   ever cached); errors show when the file cannot be written. */
-static void gpuarr__make_dirs(const char *dir) {
-    char path[512];
-    gpuarr__copy_string(path, sizeof path, dir);
-    for (char *p = path + 1; *p; p++)
-        if (*p == '/') *p = '\0', mkdir(path, 0755), *p = '/';
-    mkdir(path, 0755);
-}
-
-static bool gpuarr__model_path(const char *task, int dev, char *out, size_t cap) {
+/* The model file's name in the cache folder. */
+static void gpuarr__model_file(const char *task, int dev, char *out, size_t cap) {
     char key[640];
     gpuarr__model_key(dev, key, sizeof key);
     const char *pieces[2] = {task, key};
-    char file[128];
-    snprintf(file, sizeof file, "task-%s-%016llx.model", task, (unsigned long long)gpuarr__hash_pieces(GPUARR__HASH_SEED, pieces, 2));
-    return gpuarr__cache_path(out, cap, file);
+    snprintf(out, cap, "task-%s-%016llx.model", task, (unsigned long long)gpuarr__hash_pieces(GPUARR__HASH_SEED, pieces, 2));
 }
 
 static void gpuarr__model_save(gpuarr__tmodel *m) {
-    char path[700], key[640];
+    char file[128], key[640], why[160];
     m->saved_ms = gpuarr__now_ms();
-    if (!gpuarr__model_path(m->task, m->dev, path, sizeof path)) return;
-    gpuarr__make_dirs(gpuarr__g.config.cache_dir);
+    int dir = gpuarr__cache_dir_open(); /* made with its parents: a model is worth keeping where no kernel was ever cached */
+    if (dir < 0) return;
+    gpuarr__model_file(m->task, m->dev, file, sizeof file);
     gpuarr__model_key(m->dev, key, sizeof key);
-    size_t cap = 1024 + (size_t)GPUARR__MODEL_WINDOW * 64;
+    size_t cap = GPUARR__MODEL_FILE_MAX;
     char *text = (char *)gpuarr__malloc(cap);
-    if (!text) return;
-    int len = snprintf(text, cap, "gpuarr task model 1\ntask %s\nkey %s\nrejected %llu\nsamples %d\n", m->task, key,
-                       (unsigned long long)m->rejected, m->count);
+    int len = text ? snprintf(text, cap, "gpuarr task model 1\ntask %s\nkey %s\nrejected %llu\nsamples %d\n", m->task, key,
+                              (unsigned long long)m->rejected, m->count)
+                   : -1;
     for (int i = 0; i < m->count && len > 0 && (size_t)len < cap; i++) {
         int k = (m->head - m->count + i + 2 * GPUARR__MODEL_WINDOW) % GPUARR__MODEL_WINDOW; /* oldest first */
         len += snprintf(text + len, cap - (size_t)len, "%.17g %.17g\n", m->n[k], m->t[k]);
     }
     if (len > 0 && (size_t)len < cap) len += snprintf(text + len, cap - (size_t)len, "end\n");
     if (len > 0 && (size_t)len < cap) {
-        gpuarr__write_file_atomic(path, text, (size_t)len);
-        m->dirty = false;
+        if (gpuarr__file_write_at(dir, file, NULL, 0, text, (size_t)len, why, sizeof why)) m->dirty = false;
+        else gpuarr__log(GPUARR_LOG_INFO, "the task model file %s/%s %s", gpuarr__g.config.cache_dir, file, why);
     }
     gpuarr__free(text);
+    close(dir);
 }
 
 /* The next line of *p (cut at '\n'), or NULL at the end. */
@@ -357,27 +349,29 @@ static const char *gpuarr__model_parse(gpuarr__tmodel *m, char *text, const char
 /* Reads m's file if there is one (lock held). A corrupted file is ignored with a warning and
    rewritten at the next save (dirty). */
 static void gpuarr__model_load(gpuarr__tmodel *m) {
-    char path[700], key[640];
-    if (!gpuarr__model_path(m->task, m->dev, path, sizeof path)) return;
+    char file[128], key[640], why[160];
+    int dir = gpuarr__cache_dir_open();
+    if (dir < 0) return;
+    gpuarr__model_file(m->task, m->dev, file, sizeof file);
     size_t size;
-    unsigned char *data = gpuarr__read_file(path, &size);
-    if (!data) return;
-    char *text = (char *)gpuarr__malloc(size + 1);
-    if (text) {
-        memcpy(text, data, size);
-        text[size] = '\0';
+    char *text = (char *)gpuarr__file_read_at(dir, file, GPUARR__MODEL_FILE_MAX, &size, why, sizeof why);
+    close(dir);
+    if (!text && !why[0]) return; /* none yet */
+    bool other = false;
+    const char *bad = !text ? why : strlen(text) != size ? "contains a NUL byte" : NULL;
+    if (!bad) {
         gpuarr__model_key(m->dev, key, sizeof key);
-        bool other = false;
-        const char *why = strlen(text) != size ? "contains a NUL byte" : gpuarr__model_parse(m, text, key, &other);
-        if (why) {
-            m->count = m->head = 0;
-            m->rejected = 0;
-            m->dirty = true;
-            if (!other) gpuarr__log(GPUARR_LOG_WARN, "ignoring the corrupted task model file %s (%s); it will be rebuilt", path, why);
-        }
+        bad = gpuarr__model_parse(m, text, key, &other);
+    }
+    if (bad) {
+        m->count = m->head = 0;
+        m->rejected = 0;
+        m->dirty = true;
+        if (!other)
+            gpuarr__log(GPUARR_LOG_WARN, "ignoring the %s task model file %s/%s (%s); it will be rebuilt", text ? "corrupted" : "refused",
+                        gpuarr__g.config.cache_dir, file, bad);
     }
     gpuarr__free(text);
-    gpuarr__free(data);
 }
 
 /* The model of (task, dev), made and loaded from its file the first time (lock held); NULL when
@@ -1266,13 +1260,13 @@ static void gpuarr__models_scan(void) {
     for (struct dirent *e; (e = readdir(dir));) {
         size_t n = strlen(e->d_name);
         if (strncmp(e->d_name, "task-", 5) != 0 || n < 5 + 1 + 17 + 6 || strcmp(e->d_name + n - 6, ".model") != 0) continue;
-        char task[GPUARR__TASK_NAME_MAX + 1], path[700];
+        char task[GPUARR__TASK_NAME_MAX + 1], file[128];
         size_t tn = n - 5 - 17 - 6; /* "task-" name "-" 16 hex ".model" */
         if (tn > GPUARR__TASK_NAME_MAX) continue;
         memcpy(task, e->d_name + 5, tn);
         task[tn] = '\0';
         for (int d = 0; d < gpuarr__g.device_count; d++) /* the device whose key makes this name */
-            if (gpuarr__model_path(task, d, path, sizeof path) && strcmp(strrchr(path, '/') + 1, e->d_name) == 0) gpuarr__model_get(task, d);
+            if (gpuarr__model_file(task, d, file, sizeof file), strcmp(file, e->d_name) == 0) gpuarr__model_get(task, d);
     }
     closedir(dir);
 }

@@ -1078,15 +1078,49 @@ static uint64_t gpuarr__cl_cache_key(const gpuarr__cl_source *src, const gpuarr_
     return gpuarr__hash_pieces(h, parts, 4);
 }
 
-static void gpuarr__cl_save_binary(gpuarr__cl_program prog, const char *path) {
+/* Keeps prog's binary as the cache file `file` (key: what its name is made of). */
+static void gpuarr__cl_save_binary(gpuarr__cl_program prog, const char *file, uint64_t key) {
     gpuarr__cl_state *cl = &GPUARR__CL;
     size_t size = 0;
+    if (!gpuarr__g.config.cache_dir[0]) return;
     if (cl->clGetProgramInfo(prog, GPUARR__CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) != GPUARR__CL_SUCCESS || !size) return;
     unsigned char *bin = (unsigned char *)gpuarr__malloc(size);
     if (!bin) return;
     if (cl->clGetProgramInfo(prog, GPUARR__CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL) == GPUARR__CL_SUCCESS)
-        gpuarr__write_file_atomic(path, bin, size);
+        gpuarr__cache_store(file, key, bin, size);
     gpuarr__free(bin);
+}
+
+/* The program and kernel `name` from the cache file `file`: false when there is none, or when the
+   driver does not take it, build it or find the kernel in it (then the caller builds from source
+   and replaces the file). The header's checks keep a damaged file from the driver, which may
+   crash on one. */
+static bool gpuarr__cl_from_cache(gpuarr__dev *d, const char *file, uint64_t key, const char *options, const char *name,
+                                  gpuarr__cl_program *prog_out, gpuarr__cl_kernel *k_out) {
+    gpuarr__cl_state *cl = &GPUARR__CL;
+    gpuarr__cl_device *cd = GPUARR__CL_DEV(d);
+    size_t size = 0;
+    unsigned char *bin = gpuarr__cache_load(file, key, GPUARR__CACHE_KERNEL_MAX, &size);
+    if (!bin) return false;
+    const unsigned char *bins[1] = {bin};
+    gpuarr__cl_int status = GPUARR__CL_SUCCESS, e = GPUARR__CL_SUCCESS;
+    gpuarr__cl_program prog = cl->clCreateProgramWithBinary(cl->platforms[cd->platform].context, 1, &cd->id, &size, bins, &status, &e);
+    gpuarr__free(bin);
+    const char *failed = !prog || status != GPUARR__CL_SUCCESS ? "clCreateProgramWithBinary"
+                         : (e = cl->clBuildProgram(prog, 1, &cd->id, options, NULL, NULL)) != GPUARR__CL_SUCCESS ? "clBuildProgram"
+                                                                                                               : NULL;
+    gpuarr__cl_kernel k = failed ? NULL : cl->clCreateKernel(prog, name, &e);
+    if (!failed && !k) failed = "clCreateKernel";
+    if (!failed) {
+        *prog_out = prog;
+        *k_out = k;
+        return true;
+    }
+    gpuarr__log(GPUARR_LOG_INFO, "%s: the cached kernel binary %s/%s was not taken (%s failed: %s (%d)): rebuilt from source", d->info.spec,
+                gpuarr__g.config.cache_dir, file, failed, gpuarr__cl_error_name(e != GPUARR__CL_SUCCESS ? e : status),
+                (int)(e != GPUARR__CL_SUCCESS ? e : status));
+    if (prog) cl->clReleaseProgram(prog);
+    return false;
 }
 
 static gpuarr_result gpuarr__cl_build_error(gpuarr__dev *d, gpuarr__cl_program prog, gpuarr__cl_int e) {
@@ -1126,26 +1160,16 @@ static gpuarr_result gpuarr__cl_build_pair(gpuarr__dev *d, int s, int t) {
     snprintf(options, sizeof options, "-cl-std=CL1.2 %s", extra ? extra : "");
     gpuarr__cl_source src;
     gpuarr__cl_source_make(cd, s, t, &src);
-    char file[64], path[700];
-    snprintf(file, sizeof file, "opencl-%016llx.bin", (unsigned long long)gpuarr__cl_cache_key(&src, d, options));
-    bool cache = gpuarr__cache_path(path, sizeof path, file);
+    char file[64], name[96];
+    uint64_t key = gpuarr__cl_cache_key(&src, d, options);
+    snprintf(file, sizeof file, "opencl-%016llx.bin", (unsigned long long)key);
+    gpuarr__kernel_name(s, t, name, sizeof name);
     gpuarr__cl_program prog = NULL;
+    gpuarr__cl_kernel k = NULL;
     gpuarr__cl_int e = GPUARR__CL_SUCCESS;
-    size_t size = 0;
-    unsigned char *bin = cache ? gpuarr__read_file(path, &size) : NULL;
-    if (bin) { /* a stale or foreign binary just means building from source */
-        const unsigned char *bins[1] = {bin};
-        gpuarr__cl_int status = GPUARR__CL_SUCCESS;
-        prog = cl->clCreateProgramWithBinary(ctx, 1, &cd->id, &size, bins, &status, &e);
-        if (prog && cl->clBuildProgram(prog, 1, &cd->id, options, NULL, NULL) != GPUARR__CL_SUCCESS) {
-            cl->clReleaseProgram(prog);
-            prog = NULL;
-        }
-        gpuarr__free(bin);
-    }
-    bool from_source = !prog;
-    if (!from_source) { GPUARR__TRACE_SET(s1, "disk cache"); GPUARR__TRACE_SET(s2, "true"); }
-    if (!prog) {
+    bool from_cache = gpuarr__cl_from_cache(d, file, key, options, name, &prog, &k);
+    if (from_cache) { GPUARR__TRACE_SET(s1, "disk cache"); GPUARR__TRACE_SET(s2, "true"); }
+    if (!from_cache) {
         prog = cl->clCreateProgramWithSource(ctx, (gpuarr__cl_uint)src.count, src.pieces, NULL, &e);
         if (!prog) return gpuarr__cl_fail(e, "clCreateProgramWithSource", d->info.spec);
         e = cl->clBuildProgram(prog, 1, &cd->id, options, NULL, NULL);
@@ -1154,17 +1178,15 @@ static gpuarr_result gpuarr__cl_build_pair(gpuarr__dev *d, int s, int t) {
             cl->clReleaseProgram(prog);
             return r;
         }
+        k = cl->clCreateKernel(prog, name, &e);
     }
-    char name[96];
-    gpuarr__kernel_name(s, t, name, sizeof name);
-    gpuarr__cl_kernel k = cl->clCreateKernel(prog, name, &e);
     gpuarr_result r = k ? gpuarr__cl_local_size(d, k, &cd->local_sizes[s][t]) : gpuarr__cl_fail(e, "clCreateKernel", d->info.spec);
     if (r != GPUARR_OK) {
         if (k) cl->clReleaseKernel(k);
         cl->clReleaseProgram(prog);
         return r;
     }
-    if (from_source && cache) gpuarr__cl_save_binary(prog, path);
+    if (!from_cache) gpuarr__cl_save_binary(prog, file, key); /* also replaces a file that was refused */
     cd->programs[s][t] = prog;
     cd->casts[s][t] = k;
     return GPUARR_OK;

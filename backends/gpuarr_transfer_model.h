@@ -60,7 +60,6 @@ typedef struct gpuarr__xfer_state {
     char host[64];              /* this machine's name, part of every file's key */
     char dir[600];              /* <cache>/models; "" = models are not kept */
     bool lazy;                  /* GPUARR_CALIBRATE: fit a pair the first time it is needed */
-    uint64_t tmp_serial;        /* names temporary files */
     uint64_t fits;              /* measurements run (white-box tests: one per pair, however many threads ask) */
 } gpuarr__xfer_state;
 
@@ -121,10 +120,24 @@ static void gpuarr__xfer_stop(void) {
 /* ---------------------------------------------------------------------------------------------
  * Files
  * ------------------------------------------------------------------------------------------- */
-static bool gpuarr__xfer_path(int src, int dst, char *out, size_t cap) {
+/* The pair's file name in the models folder; false: models are not kept. */
+static bool gpuarr__xfer_file(int src, int dst, char *out, size_t cap) {
     gpuarr__xfer_state *xs = gpuarr__g.xfer;
     if (!xs->dir[0]) return false;
-    return snprintf(out, cap, "%s/%s--%s.model", xs->dir, xs->keys[src], xs->keys[dst]) < (int)cap;
+    return snprintf(out, cap, "%s--%s.model", xs->keys[src], xs->keys[dst]) < (int)cap;
+}
+
+/* The models folder in the cache folder, made and checked like it (see gpuarr__dir_open): its
+   descriptor, or -1 (a folder refused is said at info level: the cache is optional). */
+static int gpuarr__xfer_dir_open(void) {
+    int cache = gpuarr__cache_dir_open();
+    if (cache < 0) return -1;
+    char why[160];
+    bool shared;
+    int fd = gpuarr__dir_open_at(cache, "models", GPUARR__DIR_MAKE, &shared, why, sizeof why);
+    close(cache);
+    if (fd < 0) gpuarr__log(GPUARR_LOG_INFO, "the transfer model folder %s %s: models are not kept", gpuarr__g.xfer->dir, why);
+    return fd;
 }
 
 /* "host NAME", "src-version TEXT", ...: the key a file must match, in the order it is written. */
@@ -145,31 +158,26 @@ static void gpuarr__xfer_key_lines(int src, int dst, char *out, size_t cap) {
    models in this process only (logged at info level: the cache is optional). */
 static void gpuarr__xfer_save(int src, int dst) {
     gpuarr__xfer_state *xs = gpuarr__g.xfer;
-    char path[800], tmp[900], key[1024];
-    if (!gpuarr__xfer_path(src, dst, path, sizeof path)) return;
-    mkdir(gpuarr__g.config.cache_dir, 0755); /* may exist; a failure shows at the open below */
-    mkdir(xs->dir, 0755);
-    snprintf(tmp, sizeof tmp, "%s.%ld.%llu.tmp", path, (long)getpid(), (unsigned long long)++xs->tmp_serial);
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        gpuarr__log(GPUARR_LOG_INFO, "the transfer model file %s cannot be written: %s", tmp, strerror(errno));
-        return;
-    }
-    gpuarr__xfer_key_lines(src, dst, key, sizeof key);
-    bool ok = fputs(GPUARR__XFER_MAGIC, f) >= 0 && fputs(key, f) >= 0;
+    char file[400], why[160];
+    if (!gpuarr__xfer_file(src, dst, file, sizeof file)) return;
+    char *text = (char *)gpuarr__malloc(GPUARR__XFER_FILE_MAX);
+    if (!text) return;
+    text[0] = '\0';
+    gpuarr__append(text, GPUARR__XFER_FILE_MAX, "%s", GPUARR__XFER_MAGIC);
+    gpuarr__xfer_key_lines(src, dst, text + strlen(text), GPUARR__XFER_FILE_MAX - strlen(text));
     for (int mem = 0; mem < GPUARR__XFER_MEM_COUNT; mem++)
         for (int cast = 0; cast < 2; cast++) {
             const gpuarr__xfer_model *m = gpuarr__xfer_at(src, dst, (gpuarr__xfer_mem)mem, cast);
             if (m->state == GPUARR__XFER_READY && m->origin != GPUARR__XFER_SET)
-                ok = fprintf(f, "model %s %s %.17g %.17g\n", gpuarr__xfer_mem_names[mem], cast ? "cast" : "copy", m->latency_s,
-                             m->bytes_per_s) > 0 && ok;
+                gpuarr__append(text, GPUARR__XFER_FILE_MAX, "model %s %s %.17g %.17g\n", gpuarr__xfer_mem_names[mem], cast ? "cast" : "copy",
+                               m->latency_s, m->bytes_per_s);
         }
-    ok = fputs("end\n", f) >= 0 && ok;
-    ok = fclose(f) == 0 && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        gpuarr__log(GPUARR_LOG_INFO, "the transfer model file %s cannot be written: %s", path, strerror(errno));
-        remove(tmp);
-    }
+    gpuarr__append(text, GPUARR__XFER_FILE_MAX, "end\n");
+    int dir = gpuarr__xfer_dir_open();
+    if (dir >= 0 && !gpuarr__file_write_at(dir, file, NULL, 0, text, strlen(text), why, sizeof why))
+        gpuarr__log(GPUARR_LOG_INFO, "the transfer model file %s/%s %s", xs->dir, file, why);
+    if (dir >= 0) close(dir);
+    gpuarr__free(text);
 }
 
 /* One "model <mem> <copy|cast> <latency> <bytes/s>" line into out[mem][cast]; false: malformed. */
@@ -224,23 +232,23 @@ static int gpuarr__xfer_parse(int src, int dst, char *text, gpuarr__xfer_model o
 static void gpuarr__xfer_load(int src, int dst) {
     gpuarr__xfer_state *xs = gpuarr__g.xfer;
     bool *loaded = &xs->loaded[(size_t)src * (size_t)xs->n + (size_t)dst];
-    char path[800];
     if (*loaded) return;
     *loaded = true;
-    if (!gpuarr__xfer_path(src, dst, path, sizeof path)) return;
-    FILE *f = fopen(path, "rb");
-    if (!f) return; /* none yet */
-    char *text = (char *)gpuarr__malloc(GPUARR__XFER_FILE_MAX + 1);
+    char file[400], path[1000], why[160];
+    if (!gpuarr__xfer_file(src, dst, file, sizeof file)) return;
+    snprintf(path, sizeof path, "%s/%s", xs->dir, file);
+    int dir = gpuarr__xfer_dir_open();
+    if (dir < 0) return;
+    size_t got = 0;
+    char *text = (char *)gpuarr__file_read_at(dir, file, GPUARR__XFER_FILE_MAX, &got, why, sizeof why);
+    close(dir);
     if (!text) {
-        fclose(f);
+        if (why[0]) gpuarr__log(GPUARR_LOG_WARN, "the transfer model file %s %s: ignored, and rebuilt when its models are fitted", path, why);
         return;
     }
-    size_t got = fread(text, 1, GPUARR__XFER_FILE_MAX + 1, f);
-    fclose(f);
-    text[got > GPUARR__XFER_FILE_MAX ? GPUARR__XFER_FILE_MAX : got] = '\0';
     gpuarr__xfer_model found[GPUARR__XFER_MEM_COUNT][2];
     memset(found, 0, sizeof found);
-    int r = got > GPUARR__XFER_FILE_MAX || strlen(text) != got ? -1 : gpuarr__xfer_parse(src, dst, text, found);
+    int r = strlen(text) != got ? -1 : gpuarr__xfer_parse(src, dst, text, found);
     gpuarr__free(text);
     if (r < 0) {
         gpuarr__log(GPUARR_LOG_WARN, "the transfer model file %s is corrupted or cut short: ignored, and rebuilt when its models are fitted",

@@ -4,10 +4,13 @@
    everywhere. */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 #include "test_common.h"
 
 TestSuite(cuda, .init = test_setup, .fini = test_teardown);
@@ -162,6 +165,83 @@ Test(cuda, casts_run_from_nvrtc) {
     TEST_OK(gpuarr_release(a));
     TEST_OK(gpuarr_release(b));
     cast_on_the_gpu(d);
+}
+
+/* The cache file "cuda-<key>.cubin" in dir. */
+static void cubin_file(const char *dir, char *out, size_t cap) {
+    DIR *dd = opendir(dir);
+    cr_assert_not_null(dd, "%s", dir);
+    out[0] = '\0';
+    for (struct dirent *e; (e = readdir(dd));)
+        if (strncmp(e->d_name, "cuda-", 5) == 0 && strstr(e->d_name, ".cubin")) snprintf(out, cap, "%s/%s", dir, e->d_name);
+    closedir(dd);
+    cr_assert(out[0], "no cubin in %s", dir);
+}
+
+static uint64_t fnv1a(const unsigned char *p, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+static void cast_f32_to_f16(gpuarr_device d) {
+    float x[4] = {1, 2, 3, 4};
+    int64_t shape[1] = {4};
+    gpuarr_array a, b;
+    TEST_OK(gpuarr_from_host(d, x, 1, shape, &a));
+    gpuarr_result r = gpuarr_convert(a, d, GPUARR_F16, &b);
+    if (r != GPUARR_OK && strstr(gpuarr_last_error(), "NVRTC not found")) test_skip("%s", gpuarr_last_error());
+    TEST_OK(r);
+    expect_f32_to_f16(b, x, 4);
+    TEST_OK(gpuarr_release(a));
+    TEST_OK(gpuarr_release(b));
+}
+
+/* A cached cubin whose header checks out but that the driver refuses (not a cubin of this GPU) is
+   compiled again and replaced, instead of failing every cast. */
+Test(cuda, a_cached_cubin_the_driver_refuses_is_compiled_again_and_replaced) {
+    char dir[64], file[512];
+    snprintf(dir, sizeof dir, "/tmp/gpuarr-test-cubin-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    gpuarr_shutdown();
+    setenv_or_die("GPUARR_CUDA_KERNELS", "nvrtc");
+    setenv_or_die("GPUARR_CACHE_DIR", dir);
+    TEST_OK(gpuarr_init(NULL));
+    gpuarr_device d = cuda_device(0);
+    cast_f32_to_f16(d);
+    cubin_file(dir, file, sizeof file);
+    struct { /* the cache header of the manual (KERNEL CACHE) */
+        char magic[16];
+        uint32_t version, header_size;
+        uint64_t size, hash, key;
+    } h;
+    static const unsigned char junk[64] = "this is no cubin of any GPU";
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, "gpuarr-cache\n\0\0", 16);
+    h.version = 1;
+    h.header_size = sizeof h;
+    h.size = sizeof junk;
+    h.hash = fnv1a(junk, sizeof junk);
+    h.key = strtoull(strrchr(file, '/') + 1 + 5, NULL, 16);
+    FILE *f = fopen(file, "wb");
+    cr_assert_not_null(f);
+    fwrite(&h, 1, sizeof h, f);
+    fwrite(junk, 1, sizeof junk, f);
+    fclose(f);
+    gpuarr_shutdown();
+    TEST_OK(gpuarr_init(NULL));
+    cast_f32_to_f16(cuda_device(0));
+    unsigned char head[sizeof h + 4];
+    f = fopen(file, "rb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fread(head, 1, sizeof head, f), sizeof head);
+    fclose(f);
+    cr_assert(memcmp(head + sizeof h, "\x7f" "ELF", 4) == 0, "%s still holds the refused cubin", file);
+    unsetenv("GPUARR_CUDA_KERNELS");
+    unsetenv("GPUARR_CACHE_DIR");
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
 }
 
 Test(cuda, without_any_kernel_a_cast_fails_with_both_reasons_and_copies_still_work) {

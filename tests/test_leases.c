@@ -8,6 +8,8 @@
  */
 #include "test_common.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
@@ -651,6 +653,151 @@ Test(leases, a_bad_lease_dir_is_named) {
     cr_assert_eq(gpuarr_lease_acquire(&d, &l), GPUARR_ERROR_BACKEND);
     cr_assert(strstr(gpuarr_last_error(), under) && strstr(gpuarr_last_error(), "cannot be made: Not a directory"), "%s",
               gpuarr_last_error());
+}
+
+/* ---- files another user can plant in a lease folder ---- */
+/* The name of the device under test's slot file k in dir, made by one lease taken and given back. */
+static void slot_file_of_test_device(const char *dir, int k, char *out, size_t cap) {
+    gpuarr_lease_desc d = only_test_device(0);
+    gpuarr_lease l[8];
+    cr_assert(k < 8);
+    TEST_OK(gpuarr_device_set_slots(test_device(), k + 1));
+    for (int i = 0; i <= k; i++) TEST_OK(gpuarr_lease_acquire(&d, &l[i]));
+    for (int i = 0; i <= k; i++) TEST_OK(gpuarr_lease_release(l[i]));
+    char suffix[32];
+    snprintf(suffix, sizeof suffix, ".%d.slot", k);
+    out[0] = '\0';
+    DIR *dd = opendir(dir);
+    cr_assert_not_null(dd, "%s", dir);
+    for (struct dirent *e; (e = readdir(dd));) {
+        size_t n = strlen(e->d_name), m = strlen(suffix);
+        if (n > m && strcmp(e->d_name + n - m, suffix) == 0) snprintf(out, cap, "%s/%s", dir, e->d_name);
+    }
+    closedir(dd);
+    cr_assert(out[0], "no slot file %d in %s", k, dir);
+}
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "%s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void expect_text(const char *path, const char *want) {
+    char got[256] = "";
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s", path);
+    size_t n = fread(got, 1, sizeof got - 1, f);
+    got[n] = '\0';
+    fclose(f);
+    cr_assert_str_eq(got, want, "%s was written through a planted symlink", path);
+}
+
+static void skip_unless_root(void) {
+    if (geteuid() != 0) test_skip("needs root to plant files of another user (uid 65534); make test runs as root");
+}
+
+/* A folder of its own under /tmp that uid 65534 could use too (the build folder may not be
+   reachable for it): the caller removes it. */
+static void shared_parent(char *out, size_t cap) {
+    snprintf(out, cap, "/tmp/gpuarr-test-trust-XXXXXX");
+    cr_assert_not_null(mkdtemp(out));
+    cr_assert_eq(chmod(out, 0755), 0);
+}
+
+Test(leases, a_symlink_planted_as_a_slot_file_is_not_written_through) {
+    char slot[512], victim[512];
+    slot_file_of_test_device(lease_dir, 0, slot, sizeof slot);
+    snprintf(victim, sizeof victim, "%s/victim.txt", lease_dir);
+    write_text(victim, "my notes\n");
+    cr_assert_eq(unlink(slot), 0);
+    cr_assert_eq(symlink(victim, slot), 0);
+    gpuarr_lease_desc d = only_test_device(0);
+    gpuarr_lease l;
+    TEST_FAIL_WITH(gpuarr_lease_acquire(&d, &l), GPUARR_ERROR_BACKEND, "is a symlink");
+    cr_expect(strstr(gpuarr_last_error(), slot), "the message does not name %s: %s", slot, gpuarr_last_error());
+    expect_text(victim, "my notes\n");
+}
+
+Test(leases, a_fifo_planted_as_a_slot_file_does_not_hang_the_summary_or_an_acquire) {
+    char slot[512], buf[2048];
+    slot_file_of_test_device(lease_dir, 0, slot, sizeof slot);
+    cr_assert_eq(unlink(slot), 0);
+    cr_assert_eq(mkfifo(slot, 0600), 0);
+    alarm(20); /* a hang ends the test (SIGALRM) instead of the suite */
+    double t0 = now_ms();
+    TEST_OK(gpuarr_lease_summary(test_device(), buf, sizeof buf));
+    cr_assert(strstr(buf, "slot 0: not usable: the slot file is not a regular file"), "%s", buf);
+    gpuarr_lease_desc d = only_test_device(0);
+    gpuarr_lease l;
+    TEST_FAIL_WITH(gpuarr_lease_acquire(&d, &l), GPUARR_ERROR_BACKEND, "is not a regular file");
+    alarm(0);
+    cr_assert_lt(now_ms() - t0, 5000.0);
+}
+
+Test(leases, a_lease_folder_of_another_user_or_writable_by_others_is_refused_with_the_reason) {
+    skip_unless_root();
+    char parent[64], dir[128];
+    shared_parent(parent, sizeof parent);
+    snprintf(dir, sizeof dir, "%s/gpuarr-0", parent); /* as if uid 65534 had made /tmp/gpuarr-<uid> first */
+    cr_assert_eq(mkdir(dir, 0700), 0);
+    cr_assert_eq(chown(dir, 65534, 65534), 0);
+    restart_with_lease_dir(dir);
+    gpuarr_lease_desc d = only_test_device(0);
+    gpuarr_lease l;
+    TEST_FAIL_WITH(gpuarr_lease_acquire(&d, &l), GPUARR_ERROR_BACKEND, "is owned by uid 65534, not by this user (uid 0)");
+    cr_expect(strstr(gpuarr_last_error(), dir), "the message does not name %s: %s", dir, gpuarr_last_error());
+    char buf[1024];
+    TEST_FAIL_WITH(gpuarr_lease_summary(test_device(), buf, sizeof buf), GPUARR_ERROR_BACKEND, "is owned by uid 65534");
+    cr_assert_eq(chown(dir, 0, 0), 0);
+    cr_assert_eq(chmod(dir, 0777), 0); /* ours, but anyone may plant files in it */
+    TEST_FAIL_WITH(gpuarr_lease_acquire(&d, &l), GPUARR_ERROR_BACKEND, "is writable by others (mode 0777)");
+    remove_dir(parent);
+}
+
+Test(leases, a_lease_folder_that_is_a_symlink_is_refused) {
+    char real[128], link[128];
+    snprintf(real, sizeof real, "%s/real", lease_dir);
+    snprintf(link, sizeof link, "%s/link", lease_dir);
+    cr_assert_eq(mkdir(real, 0700), 0);
+    cr_assert_eq(symlink(real, link), 0); /* as planted where the folder would be made */
+    restart_with_lease_dir(link);
+    gpuarr_lease_desc d = only_test_device(0);
+    gpuarr_lease l;
+    TEST_FAIL_WITH(gpuarr_lease_acquire(&d, &l), GPUARR_ERROR_BACKEND, "is a symlink (not followed)");
+    cr_expect(strstr(gpuarr_last_error(), link), "the message does not name %s: %s", link, gpuarr_last_error());
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "test -z \"$(ls -A '%s')\"", real);
+    cr_assert_eq(system(cmd), 0, "a slot file was made in %s, through the symlink", real);
+}
+
+/* A sticky folder shared on purpose (mode 1777): another user's slot file is used, and a symlink
+   there is still refused. */
+Test(leases, a_sticky_shared_folder_uses_other_users_slot_files_but_never_follows_a_symlink) {
+    skip_unless_root();
+    char parent[64], dir[128], slot0[512], slot1[512], victim[512];
+    shared_parent(parent, sizeof parent);
+    snprintf(dir, sizeof dir, "%s/shared", parent);
+    cr_assert_eq(mkdir(dir, 0700), 0);
+    restart_with_lease_dir(dir);
+    slot_file_of_test_device(dir, 1, slot1, sizeof slot1);
+    snprintf(slot0, sizeof slot0, "%.*s0.slot", (int)(strlen(slot1) - strlen("1.slot")), slot1);
+    cr_assert_eq(chmod(dir, 01777), 0);
+    cr_assert_eq(chown(slot0, 65534, 65534), 0); /* as made by another user of the folder */
+    snprintf(victim, sizeof victim, "%s/victim.txt", parent);
+    write_text(victim, "my notes\n");
+    cr_assert_eq(unlink(slot1), 0);
+    cr_assert_eq(symlink(victim, slot1), 0);
+    restart_with_lease_dir(dir);
+    TEST_OK(gpuarr_device_set_slots(test_device(), 2));
+    gpuarr_lease_desc d = only_test_device(0);
+    gpuarr_lease l, l2;
+    TEST_OK(gpuarr_lease_acquire(&d, &l)); /* slot 0, the other user's file */
+    TEST_FAIL_WITH(gpuarr_lease_acquire(&d, &l2), GPUARR_ERROR_BACKEND, "is a symlink");
+    TEST_OK(gpuarr_lease_release(l));
+    expect_text(victim, "my notes\n");
+    remove_dir(parent);
 }
 
 Test(leases, all_names_every_device_the_host_included_each_physical_device_once) {

@@ -482,6 +482,33 @@ Test(offload, models_persist_across_init_cycles) {
     TEST_OK(gpuarr_task_destroy(t));
 }
 
+/* A good model file with 1 MiB of blank lines after its end line: above the size a task model may
+   have, so it is refused unread (it used to be read whole and loaded). */
+Test(offload, a_model_file_over_the_size_cap_is_refused_unread) {
+    gpuarr_task t = widen_task("oversized");
+    gpuarr_array in = ramp(gpuarr_host(), 64, 0);
+    gpuarr_offload_desc d = odesc("host", GPUARR_OFFLOAD_HOST);
+    for (int i = 0; i < 3; i++) offload_once(t, in, &d); /* a warm-up and 2 samples */
+    TEST_OK(gpuarr_task_destroy(t));
+    TEST_OK(gpuarr_release(in));
+    gpuarr_shutdown();
+    char path[512];
+    model_file("oversized", path, sizeof path);
+    FILE *f = fopen(path, "a");
+    cr_assert_not_null(f);
+    for (int i = 0; i < (1 << 20); i++) fputc('\n', f);
+    fclose(f);
+    warnings[0] = '\0';
+    init_here();
+    gpuarr_task_stats st;
+    t = widen_task("oversized");
+    TEST_OK(gpuarr_task_get_stats(t, gpuarr_host(), &st));
+    cr_assert_eq(st.samples, 0u, "an oversized model file was loaded (%llu samples)", (unsigned long long)st.samples);
+    cr_assert(strstr(warnings, path) && strstr(warnings, "bytes, more than the"), "the warning does not say why %s is refused: \"%s\"", path,
+              warnings);
+    TEST_OK(gpuarr_task_destroy(t));
+}
+
 Test(offload, a_corrupted_model_file_is_ignored_with_a_warning_and_rebuilt) {
     gpuarr_task t = widen_task("corrupt");
     gpuarr_array in = ramp(gpuarr_host(), 64, 0);

@@ -4,9 +4,11 @@
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h> /* alarm */
 #include "test_common.h"
 
@@ -815,4 +817,314 @@ Test(opencl, queue_of_the_current_stream_on_the_host_says_to_create_a_stream) {
                    "s = {0} is the thread's current stream, which belongs to host, not to an OpenCL device: create a stream of "
                    "an OpenCL device with gpuarr_stream_create");
     cr_expect_null(q, "the queue was written on failure");
+/* ---------------------------------------------------------------------------------------------
+ * The kernel cache: what another user, a crash or a damaged disk may leave in it. A cache file is
+ * a header (gpuarr.h's manual, KERNEL CACHE) and the driver's binary.
+ * ------------------------------------------------------------------------------------------- */
+static char kc_dir[64];
+static char kc_log[16384];
+
+static void kc_keep_log(gpuarr_log_level level, const char *message, void *user) {
+    (void)level, (void)user;
+    size_t n = strlen(kc_log);
+    snprintf(kc_log + n, sizeof kc_log - n, "%s\n", message);
+}
+
+static void kc_restart(void) {
+    gpuarr_shutdown();
+    gpuarr_desc d;
+    memset(&d, 0, sizeof d);
+    d.logger.fn = kc_keep_log;
+    d.log_level = GPUARR_LOG_INFO;
+    kc_log[0] = '\0';
+    TEST_OK(gpuarr_init(&d));
+}
+
+static void kc_remove(const char *dir) {
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
+static void kc_setup(void) {
+    snprintf(kc_dir, sizeof kc_dir, "/tmp/gpuarr-test-kcache-XXXXXX");
+    cr_assert_not_null(mkdtemp(kc_dir));
+    cr_assert_eq(setenv("GPUARR_CACHE_DIR", kc_dir, 1), 0);
+    kc_restart();
+}
+
+static void kc_teardown(void) {
+    gpuarr_shutdown();
+    unsetenv("GPUARR_CACHE_DIR");
+    if (kc_dir[0]) kc_remove(kc_dir);
+}
+
+TestSuite(kernel_cache, .init = kc_setup, .fini = kc_teardown);
+
+/* f32 -> i32 on opencl:0 gives the values of the conversion rules. */
+static void kc_cast_right(void) {
+    gpuarr_device d0 = cl_device(0);
+    float in[4] = {1.5f, -2.5f, 3.9f, 3e9f};
+    int32_t out[4] = {0}, want[4] = {1, -2, 3, INT32_MAX};
+    int64_t shape[1] = {4};
+    gpuarr_array a, b;
+    TEST_OK(gpuarr_from_host(d0, in, 1, shape, &a));
+    TEST_OK(gpuarr_convert(a, d0, GPUARR_I32, &b));
+    TEST_OK(gpuarr_to_host(b, out, 4));
+    for (int i = 0; i < 4; i++) cr_assert_eq(out[i], want[i], "element %d: %d, want %d (log: %s)", i, out[i], want[i], kc_log);
+    TEST_OK(gpuarr_release(a));
+    TEST_OK(gpuarr_release(b));
+}
+
+static void kc_cast_other(void) { /* f32 -> f16: another kernel, another cache file */
+    gpuarr_device d0 = cl_device(0);
+    float in[2] = {1, 2};
+    int64_t shape[1] = {2};
+    gpuarr_array a, b;
+    TEST_OK(gpuarr_from_host(d0, in, 1, shape, &a));
+    TEST_OK(gpuarr_convert(a, d0, GPUARR_F16, &b));
+    TEST_OK(gpuarr_release(a));
+    TEST_OK(gpuarr_release(b));
+}
+
+/* The path of a cache file "opencl-<key>.bin" in dir other than `not` ("" = any). */
+static void kc_find(const char *dir, const char *not, char *out, size_t cap) {
+    DIR *dd = opendir(dir);
+    cr_assert_not_null(dd, "%s", dir);
+    out[0] = '\0';
+    for (struct dirent *e; (e = readdir(dd));) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (strncmp(e->d_name, "opencl-", 7) == 0 && strcmp(path, not) != 0) snprintf(out, cap, "%s", path);
+    }
+    closedir(dd);
+    cr_assert(out[0], "no kernel cache file in %s", dir);
+}
+
+static uint64_t kc_key(const char *path) { return strtoull(strrchr(path, '/') + 1 + 7, NULL, 16); }
+
+/* The whole file (the caller frees it). */
+static unsigned char *kc_read(const char *path, size_t *size) {
+    struct stat st;
+    cr_assert_eq(stat(path, &st), 0, "%s", path);
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s", path);
+    unsigned char *buf = malloc((size_t)st.st_size + 1);
+    cr_assert_not_null(buf);
+    *size = fread(buf, 1, (size_t)st.st_size, f);
+    fclose(f);
+    return buf;
+}
+
+static void kc_write(const char *path, const void *a, size_t na, const void *b, size_t nb) {
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f, "%s", path);
+    cr_assert_eq(fwrite(a, 1, na, f), na);
+    if (nb) cr_assert_eq(fwrite(b, 1, nb, f), nb);
+    fclose(f);
+}
+
+/* The header the manual describes: magic, version 1, header size, payload size, FNV-1a of the
+   payload, the key of the file's name. */
+typedef struct kc_header {
+    char magic[16];
+    uint32_t version, header_size;
+    uint64_t size, hash, key;
+} kc_header;
+
+static uint64_t kc_fnv(const unsigned char *p, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+static kc_header kc_header_for(uint64_t key, const unsigned char *payload, size_t n) {
+    kc_header h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, "gpuarr-cache\n\0\0", 16);
+    h.version = 1;
+    h.header_size = sizeof h;
+    h.size = n;
+    h.hash = kc_fnv(payload, n);
+    h.key = key;
+    return h;
+}
+
+/* path is a regular file of this user with a good header for its name: its payload's size. */
+static size_t kc_expect_valid(const char *path) {
+    struct stat st;
+    cr_assert_eq(lstat(path, &st), 0, "%s is gone", path);
+    cr_assert(S_ISREG(st.st_mode), "%s is not a regular file (mode %o): not replaced", path, st.st_mode);
+    cr_assert_eq(st.st_uid, geteuid(), "%s is still owned by uid %u: not replaced", path, st.st_uid);
+    size_t size;
+    unsigned char *data = kc_read(path, &size);
+    cr_assert_geq(size, sizeof(kc_header), "%s has %zu bytes", path, size);
+    kc_header want = kc_header_for(kc_key(path), data + sizeof want, size - sizeof want), have;
+    memcpy(&have, data, sizeof have);
+    cr_assert(memcmp(&have, &want, sizeof have) == 0, "%s has no good header: not replaced", path);
+    free(data);
+    return size - sizeof have;
+}
+
+/* Builds the f32->i32 kernel (file a) and the f32->f16 one (file b) into the cache. */
+static void kc_two_files(char *a, char *b, size_t cap) {
+    kc_cast_right();
+    kc_find(kc_dir, "", a, cap);
+    kc_cast_other();
+    kc_find(kc_dir, a, b, cap);
+}
+
+Test(kernel_cache, a_binary_without_the_header_is_not_loaded_but_rebuilt_and_replaced) {
+    char a[512], b[512];
+    kc_two_files(a, b, sizeof a);
+    size_t n;
+    unsigned char *payload = kc_read(b, &n);
+    kc_write(a, payload + sizeof(kc_header), n - sizeof(kc_header), NULL, 0); /* a binary planted bare */
+    free(payload);
+    kc_restart();
+    kc_cast_right();
+    kc_expect_valid(a);
+}
+
+Test(kernel_cache, a_truncated_binary_is_rebuilt_and_replaced) {
+    char a[512], b[512];
+    kc_two_files(a, b, sizeof a);
+    struct stat st;
+    cr_assert_eq(stat(a, &st), 0);
+    cr_assert_eq(truncate(a, st.st_size / 2), 0);
+    kc_restart();
+    kc_cast_right();
+    size_t n = kc_expect_valid(a);
+    cr_assert_eq((off_t)(n + sizeof(kc_header)), st.st_size, "the rebuilt file has %zu bytes, the first %lld", n, (long long)st.st_size);
+}
+
+Test(kernel_cache, a_loadable_binary_without_the_kernel_is_rebuilt_and_replaced) {
+    char a[512], b[512];
+    kc_two_files(a, b, sizeof a);
+    size_t n;
+    unsigned char *file_b = kc_read(b, &n), *bin = file_b + sizeof(kc_header); /* the f32->f16 binary, with a good header for a */
+    n -= sizeof(kc_header);
+    kc_header h = kc_header_for(kc_key(a), bin, n);
+    kc_write(a, &h, sizeof h, bin, n);
+    free(file_b);
+    kc_restart();
+    kc_cast_right();
+    cr_assert(strstr(kc_log, "clCreateKernel failed"), "the log does not say why the binary was not taken: %s", kc_log);
+    kc_expect_valid(a);
+}
+
+Test(kernel_cache, a_fifo_in_place_of_a_binary_does_not_hang_and_is_replaced) {
+    char a[512], b[512];
+    kc_two_files(a, b, sizeof a);
+    cr_assert_eq(unlink(a), 0);
+    cr_assert_eq(mkfifo(a, 0600), 0);
+    kc_restart();
+    alarm(120); /* a hang ends the test (SIGALRM) */
+    kc_cast_right();
+    alarm(0);
+    kc_expect_valid(a);
+}
+
+Test(kernel_cache, a_symlink_in_place_of_a_binary_is_not_followed_and_is_replaced) {
+    char a[512], b[512], victim[600];
+    kc_two_files(a, b, sizeof a);
+    snprintf(victim, sizeof victim, "%s/victim.txt", kc_dir);
+    kc_write(victim, "my notes\n", 9, NULL, 0);
+    cr_assert_eq(unlink(a), 0);
+    cr_assert_eq(symlink(victim, a), 0);
+    kc_restart();
+    kc_cast_right();
+    kc_expect_valid(a);
+    size_t n;
+    unsigned char *notes = kc_read(victim, &n);
+    cr_assert(n == 9 && memcmp(notes, "my notes\n", 9) == 0, "the symlink's target was written");
+    free(notes);
+}
+
+Test(kernel_cache, a_symlink_at_a_likely_temporary_name_is_not_written_through) {
+    char a[512], b[512], victim[600], tmp[700];
+    kc_two_files(a, b, sizeof a);
+    snprintf(victim, sizeof victim, "%s/victim.txt", kc_dir);
+    kc_write(victim, "my notes\n", 9, NULL, 0);
+    cr_assert_eq(unlink(a), 0);
+    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", a, (long)getpid()); /* the name it used to write through */
+    cr_assert_eq(symlink(victim, tmp), 0);
+    kc_restart();
+    kc_cast_right();
+    size_t n;
+    unsigned char *notes = kc_read(victim, &n);
+    cr_assert(n == 9 && memcmp(notes, "my notes\n", 9) == 0, "%s was written through the planted %s (%zu bytes now)", victim, tmp, n);
+    free(notes);
+    kc_expect_valid(a);
+}
+
+static void kc_skip_unless_root(void) {
+    if (geteuid() != 0) test_skip("needs root to plant files of another user (uid 65534); make test runs as root");
+}
+
+Test(kernel_cache, a_binary_of_another_user_is_not_loaded_but_replaced) {
+    kc_skip_unless_root();
+    char a[512], b[512];
+    kc_two_files(a, b, sizeof a);
+    cr_assert_eq(chown(a, 65534, 65534), 0);
+    kc_restart();
+    kc_cast_right();
+    kc_expect_valid(a);
+}
+
+/* A cache folder another user made first, holding a good-looking file of the name gpuarr
+   computes: the folder is not used at all (said once), and kernels build from source. */
+Test(kernel_cache, a_cache_folder_of_another_user_is_not_used) {
+    kc_skip_unless_root();
+    char a[512], b[512], parent[64], dir[128], planted[700];
+    kc_two_files(a, b, sizeof a);
+    snprintf(parent, sizeof parent, "/tmp/gpuarr-test-kcache-other-XXXXXX");
+    cr_assert_not_null(mkdtemp(parent));
+    cr_assert_eq(chmod(parent, 0755), 0);
+    snprintf(dir, sizeof dir, "%s/cache", parent);
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    snprintf(planted, sizeof planted, "%s/%s", dir, strrchr(a, '/') + 1);
+    size_t n;
+    unsigned char *file_b = kc_read(b, &n), *bin = file_b + sizeof(kc_header); /* another kernel under a's name, */
+    n -= sizeof(kc_header);                                                    /* with a header that checks out */
+    kc_header h = kc_header_for(kc_key(a), bin, n);
+    kc_write(planted, &h, sizeof h, bin, n);
+    free(file_b);
+    cr_assert_eq(chown(planted, 65534, 65534), 0);
+    cr_assert_eq(chown(dir, 65534, 65534), 0);
+    cr_assert_eq(setenv("GPUARR_CACHE_DIR", dir, 1), 0);
+    kc_restart();
+    kc_cast_right();
+    kc_cast_other();
+    char *said = strstr(kc_log, "is owned by uid 65534, not by this user (uid 0): not used");
+    cr_assert(said && strstr(kc_log, dir), "the log does not say why %s is not used: %s", dir, kc_log);
+    cr_assert_null(strstr(said + 1, "is owned by uid 65534, not by this user"), "said more than once: %s", kc_log);
+    cr_assert(strstr(kc_log, "clCreateKernel") == NULL, "the planted binary reached the driver: %s", kc_log);
+    kc_remove(parent);
+}
+
+/* A cache folder that is a symlink, or that others can write, holding another kernel under the
+   name gpuarr computes: not used (said once), kernels build from source. */
+Test(kernel_cache, a_cache_folder_that_is_a_symlink_or_writable_by_others_is_not_used) {
+    char a[512], b[512], real[128], link[128], planted[700];
+    kc_two_files(a, b, sizeof a);
+    snprintf(real, sizeof real, "%s/real", kc_dir);
+    snprintf(link, sizeof link, "%s/link", kc_dir);
+    cr_assert_eq(mkdir(real, 0700), 0);
+    cr_assert_eq(symlink(real, link), 0);
+    snprintf(planted, sizeof planted, "%s/%s", real, strrchr(a, '/') + 1);
+    size_t n;
+    unsigned char *file_b = kc_read(b, &n);
+    kc_write(planted, file_b + sizeof(kc_header), n - sizeof(kc_header), NULL, 0); /* another kernel, bare */
+    free(file_b);
+    const char *cases[2][2] = {{link, "is a symlink (not followed): not used"}, {real, "is writable by others (mode 0777): not used"}};
+    for (int i = 0; i < 2; i++) {
+        if (i == 1) cr_assert_eq(chmod(real, 0777), 0);
+        cr_assert_eq(setenv("GPUARR_CACHE_DIR", cases[i][0], 1), 0);
+        kc_restart();
+        kc_cast_right();
+        cr_assert(strstr(kc_log, cases[i][1]) && strstr(kc_log, cases[i][0]), "the log does not say why %s is not used: %s", cases[i][0],
+                  kc_log);
+    }
+    cr_assert_eq(setenv("GPUARR_CACHE_DIR", kc_dir, 1), 0);
 }
