@@ -646,9 +646,9 @@
  * gpuarr_lease_acquire when the last gpuarr_shutdown runs. All lease calls are thread-safe.
  *
  * Across processes. Slots are shared by every process of the user that uses the same folder,
- * GPUARR_LEASE_DIR (an absolute path; default $XDG_RUNTIME_DIR/gpuarr, else /tmp/gpuarr-<uid>;
- * made, mode 0700, at the first acquire, and used only as FILES AND FOLDERS says; off: leases are
- * per process). Slot k of a device is the
+ * GPUARR_LEASE_DIR (an absolute path; default $XDG_RUNTIME_DIR/gpuarr, else /tmp/gpuarr-<euid>,
+ * the effective uid, so a setuid program uses its own; made, mode 0700, at the first acquire, and
+ * used only as FILES AND FOLDERS says; off: leases are per process). Slot k of a device is the
  * file <folder>/<key>.<k>.slot, key = the device's UUID ("GPU-..."), else its PCI address
  * ("pci-0000:3b:00.0"), else the host name and spec ("myhost-opencl-0"): two views of one GPU, and
  * two processes that number devices differently, meet in the same files. A lease holds an flock on

@@ -203,7 +203,7 @@ static gpuarr_result gpuarr__lease_files_start(void) {
     if (dir && !gpuarr__setting_value(GPUARR__SET_LEASE_DIR, 1)) return GPUARR_OK; /* off */
     if (dir) gpuarr__copy_string(ls->dir, sizeof ls->dir, dir);
     else if (xdg && xdg[0] == '/') snprintf(ls->dir, sizeof ls->dir, "%.480s/gpuarr", xdg);
-    else snprintf(ls->dir, sizeof ls->dir, "/tmp/gpuarr-%lu", (unsigned long)getuid());
+    else snprintf(ls->dir, sizeof ls->dir, "/tmp/gpuarr-%lu", (unsigned long)geteuid());
     ls->keys = (char (*)[128])gpuarr__calloc(sizeof *ls->keys * (size_t)gpuarr__g.device_count);
     if (!ls->keys) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the lease files' names");
     for (int i = 0; i < gpuarr__g.device_count; i++) gpuarr__lease_key(&gpuarr__g.devices[i].info, ls->keys[i], sizeof ls->keys[i]);
