@@ -817,9 +817,11 @@ Test(opencl, queue_of_the_current_stream_on_the_host_says_to_create_a_stream) {
                    "s = {0} is the thread's current stream, which belongs to host, not to an OpenCL device: create a stream of "
                    "an OpenCL device with gpuarr_stream_create");
     cr_expect_null(q, "the queue was written on failure");
+}
+
 /* ---------------------------------------------------------------------------------------------
  * The kernel cache: what another user, a crash or a damaged disk may leave in it. A cache file is
- * a header (gpuarr.h's manual, KERNEL CACHE) and the driver's binary.
+ * a header (gpuarr.h's manual, FILES AND FOLDERS) and the driver's binary.
  * ------------------------------------------------------------------------------------------- */
 static char kc_dir[64];
 static char kc_log[16384];
