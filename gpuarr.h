@@ -1005,7 +1005,10 @@
  * chunk-sized buffers of the host's pool), so the next transfer from that rank on that tag
  * arrives intact; the sender is not told. Where the host's pool cannot give those buffers the
  * receive fails with GPUARR_ERROR_OUT_OF_MEMORY ("... cannot be drained ...") and the chunks
- * are left behind (see below). gpuarr_mpi_wait
+ * are left behind (see below). A header for more elements of its dtype than an array can hold
+ * (over PTRDIFF_MAX bytes) fails the receive at once, naming the peer ("rank 1 sent a header for
+ * 9223372036854775807 elements of i32 (tag 5): more bytes than an array can hold ..."), its
+ * chunks not taken (see below). gpuarr_mpi_wait
  * on a request that is not pending: GPUARR_ERROR_INVALID_HANDLE, the request left as it was; a
  * wait that finds its request sets it to {0} whatever the transfer's result (which may be
  * GPUARR_ERROR_INVALID_HANDLE too, from a call inside: a staging copy on a current stream that

@@ -335,6 +335,12 @@ static void gpuarr__mpi_req_error(gpuarr__mpi_req *q, gpuarr_result r) {
 }
 
 /* ---- the state machine ---- */
+/* Chunks of chunk_elems (> 0) that count elements (>= 0) take, rounded up without adding first:
+   a peer's count may be close to INT64_MAX. */
+static int64_t gpuarr__mpi_nchunks(int64_t count, int64_t chunk_elems) {
+    return count / chunk_elems + (count % chunk_elems != 0);
+}
+
 static int64_t gpuarr__mpi_chunk_len(const gpuarr__mpi_req *q, int64_t k) {
     int64_t left = q->count - k * q->chunk_elems;
     return left < q->chunk_elems ? left : q->chunk_elems;
@@ -406,6 +412,13 @@ static gpuarr_result gpuarr__mpi_recv_header(gpuarr__mpi_req *q, const MPI_Statu
         (uint64_t)q->hdr->chunk_elems > GPUARR__MPI_MAX_CHUNK / gpuarr_dtype_size(sent))
         return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "rank %d sent a damaged gpuarr_mpi header (dtype %d, count %lld)",
                             q->src, (int)q->hdr->dtype, (long long)q->hdr->count);
+    /* no sender's array holds more (gpuarr's arrays are at most PTRDIFF_MAX bytes): a count like
+       that would only be drained, chunk by chunk, for as long as the timeout lets it */
+    if ((uint64_t)q->hdr->count > (uint64_t)PTRDIFF_MAX / gpuarr_dtype_size(sent))
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT,
+                            "rank %d sent a header for %lld elements of %s (tag %d): more bytes than an array can hold "
+                            "(PTRDIFF_MAX); refused, its chunks not taken",
+                            q->src, (long long)q->hdr->count, gpuarr_dtype_name(sent), q->rtag);
     gpuarr_result r = GPUARR_OK;
     if (sent != q->wire || q->hdr->count != q->count)
         r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT,
@@ -419,7 +432,7 @@ static gpuarr_result gpuarr__mpi_recv_header(gpuarr__mpi_req *q, const MPI_Statu
     q->wsize = gpuarr_dtype_size(sent);
     q->count = q->hdr->count;
     q->chunk_elems = q->hdr->chunk_elems;
-    q->nchunks = q->count ? (q->count + q->chunk_elems - 1) / q->chunk_elems : 0;
+    q->nchunks = gpuarr__mpi_nchunks(q->count, q->chunk_elems);
     if (q->drain) q->direct = false;
     if (!q->direct) {
         gpuarr_result s = gpuarr__mpi_staging(q, q->drain ? gpuarr_host() : q->dev);
@@ -627,7 +640,7 @@ static gpuarr_result gpuarr__mpi_new(const char *api, bool is_send, gpuarr_array
     q->hreq = q->mreq[0] = q->mreq[1] = MPI_REQUEST_NULL;
     q->chunk_elems = (int64_t)(chunk / q->wsize);
     if (q->chunk_elems < 1) q->chunk_elems = 1;
-    q->nchunks = q->count ? (q->count + q->chunk_elems - 1) / q->chunk_elems : 0;
+    q->nchunks = gpuarr__mpi_nchunks(q->count, q->chunk_elems);
     q->seq = ++gpuarr__mpi.seq;
     q->hdr = (gpuarr__mpi_header *)calloc(1, sizeof *q->hdr);
     bool cuda = false; /* the backend, without gpuarr_device_get_info's query of free memory */

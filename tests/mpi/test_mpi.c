@@ -7,7 +7,8 @@
  * handled as a discrete device (GPUARR_OPENCL_UNIFIED=off), with POCL_DEVICES="pthread pthread";
  * TEST_MPI_DEVICES="host,opencl:0,..." overrides the list (rank r takes item r % n; an item
  * "X/discrete" sets GPUARR_OPENCL_UNIFIED=off); make mpi-tests also runs host,cuda:0,opencl:0,cuda:1
- * on the fake CUDA driver (tests/fake_cuda). MPI is started with MPI_THREAD_MULTIPLE (the
+ * on the fake CUDA driver (tests/fake_cuda). TEST_MPI_ONLY="name,name" runs only the tests named
+ * (as the status lines name them; a quicker loop). MPI is started with MPI_THREAD_MULTIPLE (the
  * two-thread test is skipped, saying so, where MPI gives less). Every rank prints one status line; the exit
  * status is 0 only when every check of that rank passed. The last test has the last rank call
  * MPI_Finalize and exit before it sends: rank 0's receive from it must end in GPUARR_ERROR_TIMEOUT
@@ -767,6 +768,36 @@ static void test_drain_without_memory(void) {
     gpuarr_release(small);
 }
 
+/* A peer's header (sent by hand, gpuarr's format) for INT64_MAX elements where the receive
+   expects 10, the path that drains a mismatch: refused at once, naming the rank and tag, with no
+   overflow (UBSan) and no wait. INT64_MAX bytes (u8) are not refused (an array could hold them on
+   paper): that receive drains, counting its chunks without overflow, and times out. */
+static void test_absurd_header(void) {
+    setenv("GPUARR_MPI_TIMEOUT_MS", "5000", 1);
+    struct { uint32_t magic; int32_t dtype; int64_t count, chunk, reserved; } fake = {0x67614d31u, (int32_t)GPUARR_I32, INT64_MAX, 1024, 0};
+    gpuarr_array a = make(GPUARR_I32, 10, NULL, 0);
+    MPI_Request rr;
+    MPI_Isend(&fake, (int)sizeof fake, MPI_BYTE, right(), 730, MPI_COMM_WORLD, &rr);
+    double t0 = seconds();
+    gpuarr_result r = gpuarr_mpi_recv(a, 0, -1, 0, left(), 730, MPI_COMM_WORLD);
+    double dt = seconds() - t0;
+    char want[128];
+    snprintf(want, sizeof want, "rank %d sent a header for 9223372036854775807 elements of i32 (tag 730)", left());
+    CHECK(r == GPUARR_ERROR_INVALID_ARGUMENT && has(gpuarr_last_error(), want), "count INT64_MAX: %s (%s wanted)",
+          gpuarr_result_string(r), want);
+    CHECK(dt < 2.0, "refused after %.2f s: at once expected", dt);
+    MPI_Wait(&rr, MPI_STATUS_IGNORE);
+    setenv("GPUARR_MPI_TIMEOUT_MS", "300", 1);
+    fake.dtype = (int32_t)GPUARR_U8;
+    MPI_Isend(&fake, (int)sizeof fake, MPI_BYTE, right(), 731, MPI_COMM_WORLD, &rr);
+    r = gpuarr_mpi_recv(a, 0, -1, 0, left(), 731, MPI_COMM_WORLD);
+    CHECK(r == GPUARR_ERROR_TIMEOUT && has(gpuarr_last_error(), "0 of 9007199254740992 chunks done"),
+          "INT64_MAX elements of u8, drained: %s", gpuarr_result_string(r));
+    MPI_Wait(&rr, MPI_STATUS_IGNORE);
+    gpuarr_release(a);
+    setenv("GPUARR_MPI_TIMEOUT_MS", "60000", 1);
+}
+
 /* A send nobody receives: rank 1's send to rank 2 times out, names the peer and tag, and what it
    posted is cancelled (or, where MPI cannot cancel a send, kept until MPI lets it go). */
 static void test_send_timeout(void) {
@@ -819,6 +850,16 @@ static void test_early_exit(void) {
         printf("rank 0: the receive from rank %d that left ended in %.2f s: %s\n", last, dt, gpuarr_last_error());
         gpuarr_release(a);
     }
+}
+
+/* Whether name is an item of the comma-separated list. */
+static bool listed(const char *list, const char *name) {
+    size_t n = strlen(name);
+    for (const char *p = list; p; p = strchr(p, ',')) {
+        if (*p == ',') p++;
+        if (strncmp(p, name, n) == 0 && (p[n] == ',' || p[n] == '\0')) return true;
+    }
+    return false;
 }
 
 static void pick_device(void) {
@@ -887,9 +928,11 @@ int main(int argc, char **argv) {
                  {"proc_null", test_proc_null},     {"release_pending", test_release_pending}, {"allreduce", test_allreduce}, {"bad_input", test_bad_input},
                  {"failed_recv", test_failed_receive_staging}, {"default_chunk", test_default_chunk},
                  {"cuda_aware", test_cuda_aware_setting}, {"threads", test_threads}, {"drain_no_memory", test_drain_without_memory},
-                 {"send_timeout", test_send_timeout}, {"early_exit", test_early_exit}};
+                 {"absurd_header", test_absurd_header}, {"send_timeout", test_send_timeout}, {"early_exit", test_early_exit}};
+    const char *only = getenv("TEST_MPI_ONLY"); /* "name,name": these tests only (a quicker loop) */
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
         int before = failures;
+        if (only && *only && !listed(only, tests[i].name)) continue;
         double t0 = seconds();
         if (size < 2) {
             fprintf(stderr, "test_mpi needs 2 ranks or more\n");
