@@ -5215,9 +5215,11 @@ static void gpuarr__pool_destroy(gpuarr__pool *p) {
     while (p->segments) {
         gpuarr__pool_quick_flush(p);
         gpuarr__segment *seg = p->segments;
-        if (!gpuarr__segment_free(seg)) { /* still in use: unreachable after teardown */
+        if (!gpuarr__segment_free(seg)) { /* still in use (memory an MPI transfer left to MPI): kept for good */
             gpuarr__log(GPUARR_LOG_WARN, "%s: a pool segment is still in use at shutdown", d->info.spec);
             p->segments = seg->next;
+            if (seg->next) seg->next->prev = NULL; /* the next one's release must not unlink it from seg */
+            seg->next = NULL;
             continue;
         }
         gpuarr__segment_release(p, seg);
