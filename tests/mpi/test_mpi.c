@@ -768,6 +768,107 @@ static void test_drain_without_memory(void) {
     gpuarr_release(small);
 }
 
+/* The last gpuarr_shutdown and a fresh gpuarr_init in the middle of the run: dev is found again. */
+static void reinit(void) {
+    gpuarr_shutdown();
+    CHECK(!gpuarr_is_initialized(), "the last gpuarr_shutdown");
+    char spec[64];
+    snprintf(spec, sizeof spec, "%s", device_spec);
+    char *space = strchr(spec, ' ');
+    if (space) *space = '\0';
+    if (gpuarr_init(NULL) != GPUARR_OK || gpuarr_device_find(spec, &dev) != GPUARR_OK) {
+        fprintf(stderr, "rank %d: gpuarr_init again, or %s: %s\n", rank, spec, gpuarr_last_error());
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+#define TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TEST_ASAN 1
+#endif
+#endif
+
+static void count_release(void *data, void *user) {
+    (void)data;
+    ++*(int *)user;
+}
+
+/* Receives pending at the last gpuarr_shutdown: it cancels them before their arrays go, so a
+   message sent after it lands in no memory gpuarr freed. The wrapped array's memory is kept here:
+   gpuarr released it (its callback ran at the shutdown), and it must still hold zeros once the
+   message has arrived, whole, in the receive posted after the next gpuarr_init. Under ASan a
+   receive into a host pool array is pending too: a write there is a use after free that ASan
+   reports (without ASan it may crash the rank instead of failing a check). */
+static void test_shutdown_pending(void) {
+    setenv("GPUARR_MPI_TIMEOUT_MS", "5000", 1);
+    enum { N = 1000 };
+    static int32_t kept[N];
+    memset(kept, 0, sizeof kept);
+    int released = 0, ntags = 1;
+    int64_t n = N;
+    gpuarr_array w = {0};
+    gpuarr_mpi_request q[2] = {{0}, {0}};
+    CHECK_OK(gpuarr_wrap_host(kept, GPUARR_I32, 1, &n, count_release, &released, &w));
+    CHECK_OK(gpuarr_mpi_irecv(w, 0, -1, 0, left(), 710, MPI_COMM_WORLD, &q[0]));
+    CHECK_OK(gpuarr_release(w)); /* the transfer holds its own reference */
+#ifdef TEST_ASAN
+    gpuarr_array p = {0};
+    CHECK_OK(gpuarr_zeros(gpuarr_host(), GPUARR_I32, 1, &n, &p));
+    CHECK_OK(gpuarr_mpi_irecv(p, 0, -1, 0, left(), 711, MPI_COMM_WORLD, &q[1]));
+    CHECK_OK(gpuarr_release(p));
+    ntags = 2;
+#endif
+    CHECK(released == 0, "the wrapped array is not released while its receive is pending");
+    reinit();
+    CHECK(released == 1, "gpuarr_shutdown released the wrapped array (its callback ran %d times)", released);
+    MPI_Barrier(MPI_COMM_WORLD); /* every rank has shut down before anything is sent */
+    gpuarr_array out = make(GPUARR_I32, N, small_int, 21);
+    for (int t = 0; t < ntags; t++) {
+        gpuarr_array in = make(GPUARR_I32, N, NULL, 0);
+        gpuarr_mpi_request sq = {0};
+        CHECK_OK(gpuarr_mpi_isend(out, 0, -1, right(), 710 + t, MPI_COMM_WORLD, &sq));
+        gpuarr_result r = gpuarr_mpi_recv(in, 0, -1, 0, left(), 710 + t, MPI_COMM_WORLD);
+        CHECK(r == GPUARR_OK, "tag %d: the receive posted after gpuarr_init gets the message: %s", 710 + t, gpuarr_result_string(r));
+        CHECK_OK(gpuarr_mpi_wait(&sq));
+        expect(in, 0, N, 0, small_int, 21, "the message sent after a shutdown with a receive pending");
+        gpuarr_release(in);
+    }
+    int written = 0;
+    for (int i = 0; i < N; i++) written += kept[i] != 0;
+    CHECK(written == 0, "%d elements landed in the wrapped array's memory after gpuarr_shutdown released it", written);
+    gpuarr_release(out);
+    setenv("GPUARR_MPI_TIMEOUT_MS", "60000", 1);
+}
+
+/* A request of an earlier gpuarr_init cycle: refused, saying so, the request left as it was; one
+   of this cycle that was waited for already is refused as before. */
+static void test_earlier_cycle_request(void) {
+    setenv("GPUARR_MPI_TIMEOUT_MS", "2000", 1);
+    gpuarr_array a = make(GPUARR_I32, 16, NULL, 0);
+    gpuarr_mpi_request q = {0};
+    CHECK_OK(gpuarr_mpi_irecv(a, 0, -1, 0, left(), 720, MPI_COMM_WORLD, &q));
+    CHECK_OK(gpuarr_release(a));
+    uint32_t id = q.id;
+    reinit();
+    gpuarr_result r = gpuarr_mpi_wait(&q);
+    CHECK(r == GPUARR_ERROR_INVALID_HANDLE && q.id == id, "a wait on a request from before gpuarr_shutdown: %s, {0x%x}",
+          gpuarr_result_string(r), q.id);
+    CHECK(has(gpuarr_last_error(), "gpuarr_mpi_wait: req {") && has(gpuarr_last_error(), "is from an earlier gpuarr_init"), "%s",
+          gpuarr_last_error());
+    gpuarr_array b = make(GPUARR_I32, 4, small_int, 1);
+    CHECK_OK(gpuarr_mpi_isend(b, 0, -1, MPI_PROC_NULL, 721, MPI_COMM_WORLD, &q));
+    id = q.id;
+    CHECK_OK(gpuarr_mpi_wait(&q));
+    q.id = id;
+    CHECK(gpuarr_mpi_wait(&q) == GPUARR_ERROR_INVALID_HANDLE && has(gpuarr_last_error(), "waited for already") &&
+              !has(gpuarr_last_error(), "earlier gpuarr_init"),
+          "a request of this cycle waited for twice: %s", gpuarr_last_error());
+    gpuarr_release(b);
+    setenv("GPUARR_MPI_TIMEOUT_MS", "60000", 1);
+}
+
 /* A peer's header (sent by hand, gpuarr's format) for INT64_MAX elements where the receive
    expects 10, the path that drains a mismatch: refused at once, naming the rank and tag, with no
    overflow (UBSan) and no wait. INT64_MAX bytes (u8) are not refused (an array could hold them on
@@ -928,6 +1029,7 @@ int main(int argc, char **argv) {
                  {"proc_null", test_proc_null},     {"release_pending", test_release_pending}, {"allreduce", test_allreduce}, {"bad_input", test_bad_input},
                  {"failed_recv", test_failed_receive_staging}, {"default_chunk", test_default_chunk},
                  {"cuda_aware", test_cuda_aware_setting}, {"threads", test_threads}, {"drain_no_memory", test_drain_without_memory},
+                 {"shutdown_pending", test_shutdown_pending}, {"earlier_cycle", test_earlier_cycle_request},
                  {"absurd_header", test_absurd_header}, {"send_timeout", test_send_timeout}, {"early_exit", test_early_exit}};
     const char *only = getenv("TEST_MPI_ONLY"); /* "name,name": these tests only (a quicker loop) */
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
