@@ -1034,8 +1034,8 @@
  * reference and the staging buffers, until a later call that starts or waits for a gpuarr_mpi
  * transfer finds MPI done with it.
  *
- * The last gpuarr_shutdown ends every transfer still pending (waited for or not) before it frees
- * anything: it cancels what each posted (MPI_Cancel), gives MPI up to 1 s to complete what was
+ * The last gpuarr_shutdown ends every transfer not waited for yet (finished or not) before it
+ * frees anything: it cancels what each posted (MPI_Cancel), gives MPI up to 1 s to complete what was
  * cancelled and what earlier timeouts kept (MPI_Test), then releases the arrays and staging
  * buffers, with a warning saying how many transfers it ended. Memory MPI still holds after that
  * second (a send no receive has matched, which Open MPI cannot cancel, or a receive whose message
@@ -1046,8 +1046,9 @@
  * a later gpuarr_init (GPUARR_ERROR_INVALID_HANDLE, "req {...} is from an earlier gpuarr_init").
  * gpuarr_shutdown calls MPI only where transfers are left, on the thread that calls it: call it
  * before MPI_Finalize, from a thread that may call MPI. Where MPI was finalized first (with
- * requests pending, which MPI itself calls erroneous) it calls no MPI function and frees the
- * transfers' memory at once: MPI touches no buffer after MPI_Finalize.
+ * requests pending, which MPI itself calls erroneous) it calls no MPI function but
+ * MPI_Initialized and MPI_Finalized, and frees the transfers' memory at once: MPI touches no
+ * buffer after MPI_Finalize.
  *
  * Threads: the gpuarr_mpi functions call MPI on the calling thread. Called from several threads
  * at once they need MPI_Init_thread with MPI_THREAD_MULTIPLE; below that level call them from one

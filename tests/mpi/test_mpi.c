@@ -915,13 +915,24 @@ static void test_send_timeout(void) {
     setenv("GPUARR_MPI_TIMEOUT_MS", "60000", 1);
 }
 
-/* The last rank leaves before it sends; rank 0's receive times out, within bounds. */
+/* The last rank leaves before it sends, with a receive of its own pending; rank 0's receive
+   times out, within bounds. */
 static void test_early_exit(void) {
     int last = size - 1;
     if (rank == last) {
         printf("rank %d (%s): %d checks, %d failed; leaving early (MPI_Finalize) before sending to rank 0\n", rank,
                device_spec, checks, failures);
         fflush(stdout);
+        /* a receive left pending across MPI_Finalize: gpuarr_shutdown then calls no MPI function
+           (MPI would abort) and frees its array (MPI writes nothing after MPI_Finalize) */
+        static int32_t kept[8];
+        int released = 0;
+        int64_t eight = 8;
+        gpuarr_array w = {0};
+        gpuarr_mpi_request pending = {0};
+        CHECK_OK(gpuarr_wrap_host(kept, GPUARR_I32, 1, &eight, count_release, &released, &w));
+        CHECK_OK(gpuarr_mpi_irecv(w, 0, -1, 0, 0, 78, MPI_COMM_WORLD, &pending));
+        CHECK_OK(gpuarr_release(w));
         MPI_Finalize();
         /* after MPI_Finalize: refused, saying so */
         gpuarr_array x = make(GPUARR_I32, 4, NULL, 0);
@@ -933,8 +944,9 @@ static void test_early_exit(void) {
         CHECK(bad == 0 && has(gpuarr_last_error(), "MPI is finalized already"), "after MPI_Finalize: %d not refused, %s", bad,
               gpuarr_last_error());
         gpuarr_release(x);
-        printf("rank %d (%s): after MPI_Finalize, %d failed in all\n", rank, device_spec, failures);
         gpuarr_shutdown();
+        CHECK(released == 1, "gpuarr_shutdown after MPI_Finalize freed the pending receive's array (callback ran %d times)", released);
+        printf("rank %d (%s): after MPI_Finalize, %d failed in all\n", rank, device_spec, failures);
         exit(failures ? 1 : 0);
     }
     if (rank == 0) {
