@@ -1039,7 +1039,10 @@
  * chunk-sized buffers of the host's pool), so the next transfer from that rank on that tag
  * arrives intact; the sender is not told. Where the host's pool cannot give those buffers the
  * receive fails with GPUARR_ERROR_OUT_OF_MEMORY ("... cannot be drained ...") and the chunks
- * are left behind (see below). gpuarr_mpi_wait
+ * are left behind (see below). A header for more elements of its dtype than an array can hold
+ * (over PTRDIFF_MAX bytes) fails the receive at once, naming the peer ("rank 1 sent a header for
+ * 9223372036854775807 elements of i32 (tag 5): more bytes than an array can hold ..."), its
+ * chunks not taken (see below). gpuarr_mpi_wait
  * on a request that is not pending: GPUARR_ERROR_INVALID_HANDLE, the request left as it was; a
  * wait that finds its request sets it to {0} whatever the transfer's result (which may be
  * GPUARR_ERROR_INVALID_HANDLE too, from a call inside: a staging copy on a current stream that
@@ -1064,6 +1067,22 @@
  * cancel (a send no receive has matched yet, in Open MPI) keeps its memory, the array's
  * reference and the staging buffers, until a later call that starts or waits for a gpuarr_mpi
  * transfer finds MPI done with it.
+ *
+ * The last gpuarr_shutdown ends every transfer not waited for yet (finished or not) before it
+ * frees anything: it cancels what each posted (MPI_Cancel), gives MPI up to 1 s to complete what was
+ * cancelled and what earlier timeouts kept (MPI_Test), then releases the arrays and staging
+ * buffers, with a warning saying how many transfers it ended. Memory MPI still holds after that
+ * second (a send no receive has matched, which Open MPI cannot cancel, or a receive whose message
+ * is partly in) is never freed: its MPI requests are freed (MPI_Request_free; MPI completes them
+ * on its own) and a warning says how many bytes were left to MPI. So a message that arrives after
+ * gpuarr_shutdown lands in no memory gpuarr freed: it waits, unmatched, for a later receive from
+ * that peer on that tag. A request from before that shutdown is refused by gpuarr_mpi_wait after
+ * a later gpuarr_init (GPUARR_ERROR_INVALID_HANDLE, "req {...} is from an earlier gpuarr_init").
+ * gpuarr_shutdown calls MPI only where transfers are left, on the thread that calls it: call it
+ * before MPI_Finalize, from a thread that may call MPI. Where MPI was finalized first (with
+ * requests pending, which MPI itself calls erroneous) it calls no MPI function but
+ * MPI_Initialized and MPI_Finalized, and frees the transfers' memory at once: MPI touches no
+ * buffer after MPI_Finalize.
  *
  * Threads: the gpuarr_mpi functions call MPI on the calling thread. Called from several threads
  * at once they need MPI_Init_thread with MPI_THREAD_MULTIPLE; below that level call them from one
@@ -1343,7 +1362,8 @@ typedef struct gpuarr_desc {
    successful call needs one gpuarr_shutdown. */
 GPUARR_API gpuarr_result gpuarr_init(const gpuarr_desc *desc);
 /* Drops a reference; the last one frees every array, stream and event still alive (with a
-   warning naming how many) and unloads the backends. Harmless when not initialized. */
+   warning naming how many) and unloads the backends, after ending the gpuarr_mpi transfers
+   still pending (see MPI). Harmless when not initialized. */
 GPUARR_API void gpuarr_shutdown(void);
 GPUARR_API bool gpuarr_is_initialized(void);
 /* The desc in effect, with every default resolved: the desc's fields, else the environment's,
@@ -2777,6 +2797,10 @@ typedef struct gpuarr__state {
     uint32_t handles_lock;
     uint32_t handle_key[4]; /* the handle permutation's round keys, one set for all three tables */
     bool lease_atfork;    /* the leases' fork handler is registered (once per process, under init_lock) */
+    /* What opt-in layers (compiled only on request, so the core cannot name them) run first at
+       the last gpuarr_shutdown, while every handle still works; added once per process, under
+       init_lock (gpuarr__at_last_shutdown). */
+    void (*last_shutdown_hooks[4])(void);
     int refs;             /* gpuarr_init references, under init_lock */
     uint32_t valid;       /* atomic: 1 while initialized */
     uint32_t epoch;       /* counts init cycles; part of device ids */
@@ -5562,9 +5586,11 @@ static void gpuarr__pool_destroy(gpuarr__pool *p) {
     while (p->segments) {
         gpuarr__pool_quick_flush(p);
         gpuarr__segment *seg = p->segments;
-        if (!gpuarr__segment_free(seg)) { /* still in use: unreachable after teardown */
+        if (!gpuarr__segment_free(seg)) { /* still in use (memory an MPI transfer left to MPI): kept for good */
             gpuarr__log(GPUARR_LOG_WARN, "%s: a pool segment is still in use at shutdown", d->info.spec);
             p->segments = seg->next;
+            if (seg->next) seg->next->prev = NULL; /* the next one's release must not unlink it from seg */
+            seg->next = NULL;
             continue;
         }
         gpuarr__segment_release(p, seg);
@@ -7955,9 +7981,24 @@ GPUARR_API gpuarr_result gpuarr_init(const gpuarr_desc *desc) {
 
 static void gpuarr__activation_end(void);
 
+/* An opt-in layer asks for fn to run at every last gpuarr_shutdown, before anything is torn
+   down (its transfers may still hold arrays). Once per process is enough; a second call with
+   the same fn adds nothing. Not under a lock of the layer: gpuarr_shutdown takes init_lock
+   first, then the layer's. */
+static GPUARR__FOR_BACKENDS void gpuarr__at_last_shutdown(void (*fn)(void)) {
+    pthread_mutex_lock(&gpuarr__g.init_lock);
+    void (**hooks)(void) = gpuarr__g.last_shutdown_hooks;
+    int n = (int)(sizeof gpuarr__g.last_shutdown_hooks / sizeof hooks[0]), i = 0;
+    while (i < n && hooks[i] && hooks[i] != fn) i++;
+    if (i < n) hooks[i] = fn;
+    pthread_mutex_unlock(&gpuarr__g.init_lock);
+}
+
 GPUARR_API void gpuarr_shutdown(void) {
     pthread_mutex_lock(&gpuarr__g.init_lock);
     if (gpuarr__g.refs > 0 && --gpuarr__g.refs == 0) {
+        for (int i = 0; i < (int)(sizeof gpuarr__g.last_shutdown_hooks / sizeof gpuarr__g.last_shutdown_hooks[0]); i++)
+            if (gpuarr__g.last_shutdown_hooks[i]) gpuarr__g.last_shutdown_hooks[i]();
         gpuarr__activation_end(); /* the calling thread's context, as it was before gpuarr */
         gpuarr__trace_before_teardown();
         GPUARR__ATOMIC_STORE(&gpuarr__g.valid, 0u);

@@ -25,6 +25,7 @@
 #define GPUARR__MPI_DEFAULT_CHUNK ((uint64_t)4 << 20)
 #define GPUARR__MPI_MAX_CHUNK ((uint64_t)1 << 30) /* an MPI count is an int */
 #define GPUARR__MPI_DEFAULT_TIMEOUT_MS 60000L
+#define GPUARR__MPI_SHUTDOWN_MS 1000 /* the last gpuarr_shutdown: what MPI gets to let go of cancelled transfers */
 
 typedef struct gpuarr__mpi_header {
     uint32_t magic;
@@ -40,6 +41,7 @@ typedef struct gpuarr__mpi_req {
     bool recorded[2];           /* ev[i] was recorded: synced before buf[i] goes */
     long timeout_ms;            /* GPUARR_MPI_TIMEOUT_MS, read when the transfer was made */
     uint16_t gen;
+    uint16_t cycle_gen;         /* gen when this gpuarr_init cycle began: ids below are older */
     gpuarr_result result;
     char error[1024];
     gpuarr_array a;             /* retained while the transfer runs */
@@ -69,6 +71,7 @@ typedef struct gpuarr__mpi_zombie {
     MPI_Request r[3];
     MPI_Comm comm;              /* its MPI_Test runs under MPI_ERRORS_RETURN too */
     gpuarr_array keep[3];
+    gpuarr__array *held[3];     /* left to MPI for good (gpuarr__mpi.left): references never dropped */
     gpuarr__mpi_header *hdr;
     struct gpuarr__mpi_zombie *next;
 } gpuarr__mpi_zombie;
@@ -82,7 +85,9 @@ static struct {
     double moved_at; /* when a transfer of the process last moved: the timeouts' clock */
     pthread_mutex_t eh_lock; /* the error handler swaps (gpuarr__mpi_eh_enter) */
     struct gpuarr__mpi_swap *swaps;
-} gpuarr__mpi = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, NULL, 0, PTHREAD_MUTEX_INITIALIZER, NULL};
+    gpuarr__mpi_zombie *left; /* what a last gpuarr_shutdown left to MPI for good, kept reachable */
+    bool hooked;              /* atomic: gpuarr__mpi_last_shutdown is registered (once per process) */
+} gpuarr__mpi = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, NULL, 0, PTHREAD_MUTEX_INITIALIZER, NULL, NULL, false};
 
 /* The call's name back in the thread's error state before failing under it. */
 #define GPUARR__MPI_FAIL(fn, ...) (gpuarr__tls.api = (fn), gpuarr__fail(__VA_ARGS__))
@@ -262,11 +267,32 @@ static void gpuarr__mpi_req_free(gpuarr__mpi_req *q) {
     if (q->a.id) gpuarr_release(q->a);
     free(q->hdr);
     gpuarr__error_restore(&sv);
-    uint16_t gen = (uint16_t)(q->gen + 1);
+    uint16_t gen = (uint16_t)(q->gen + 1), cycle_gen = q->cycle_gen;
     memset(q, 0, sizeof *q);
     q->gen = gen ? gen : 1;
+    q->cycle_gen = cycle_gen;
     q->hreq = q->mreq[0] = q->mreq[1] = MPI_REQUEST_NULL; /* not 0: MPI_REQUEST_NULL need not be */
     while (gpuarr__mpi.top > 0 && !gpuarr__mpi.reqs[gpuarr__mpi.top - 1].used) gpuarr__mpi.top--;
+}
+
+/* Frees what a zombie kept: MPI is done with its requests (or finalized: it writes no more). */
+static void gpuarr__mpi_zombie_free(gpuarr__mpi_zombie *z) {
+    for (int i = 0; i < 3; i++)
+        if (z->keep[i].id) gpuarr_release(z->keep[i]);
+    free(z->hdr);
+    free(z);
+}
+
+/* Keeps h's memory for good: a reference to its array that nothing drops, so neither a release
+   nor the last gpuarr_shutdown frees memory MPI may still write. Returns the array's bytes. */
+static size_t gpuarr__mpi_hold_forever(gpuarr_array h, gpuarr__array **out) {
+    *out = NULL;
+    if (!h.id) return 0;
+    gpuarr__error_saved sv;
+    gpuarr__error_save(&sv);
+    if (gpuarr__get_array(h, "a", out) != GPUARR_OK) *out = NULL;
+    gpuarr__error_restore(&sv);
+    return *out ? (*out)->nbytes : 0;
 }
 
 static void gpuarr__mpi_zombie_reap(void) {
@@ -286,11 +312,8 @@ static void gpuarr__mpi_zombie_reap(void) {
             p = &z->next;
             continue;
         }
-        for (int i = 0; i < 3; i++)
-            if (z->keep[i].id) gpuarr_release(z->keep[i]);
-        free(z->hdr);
         *p = z->next;
-        free(z);
+        gpuarr__mpi_zombie_free(z);
     }
 }
 
@@ -318,8 +341,10 @@ static void gpuarr__mpi_req_cancel(gpuarr__mpi_req *q) {
         z->next = gpuarr__mpi.zombies;
         gpuarr__mpi.zombies = z;
     } else if (pending) { /* no memory for the record: keep the memory alive for good */
-        q->a.id = q->buf[0].id = q->buf[1].id = 0;
-        q->hdr = NULL;
+        gpuarr__array *held = NULL;
+        gpuarr_array hs[3] = {q->a, q->buf[0], q->buf[1]};
+        for (int i = 0; i < 3; i++) gpuarr__mpi_hold_forever(hs[i], &held);
+        q->hdr = NULL; /* and the rest goes with the request */
     }
 }
 
@@ -335,6 +360,12 @@ static void gpuarr__mpi_req_error(gpuarr__mpi_req *q, gpuarr_result r) {
 }
 
 /* ---- the state machine ---- */
+/* Chunks of chunk_elems (> 0) that count elements (>= 0) take, rounded up without adding first:
+   a peer's count may be close to INT64_MAX. */
+static int64_t gpuarr__mpi_nchunks(int64_t count, int64_t chunk_elems) {
+    return count / chunk_elems + (count % chunk_elems != 0);
+}
+
 static int64_t gpuarr__mpi_chunk_len(const gpuarr__mpi_req *q, int64_t k) {
     int64_t left = q->count - k * q->chunk_elems;
     return left < q->chunk_elems ? left : q->chunk_elems;
@@ -406,6 +437,13 @@ static gpuarr_result gpuarr__mpi_recv_header(gpuarr__mpi_req *q, const MPI_Statu
         (uint64_t)q->hdr->chunk_elems > GPUARR__MPI_MAX_CHUNK / gpuarr_dtype_size(sent))
         return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "rank %d sent a damaged gpuarr_mpi header (dtype %d, count %lld)",
                             q->src, (int)q->hdr->dtype, (long long)q->hdr->count);
+    /* no sender's array holds more (gpuarr's arrays are at most PTRDIFF_MAX bytes): a count like
+       that would only be drained, chunk by chunk, for as long as the timeout lets it */
+    if ((uint64_t)q->hdr->count > (uint64_t)PTRDIFF_MAX / gpuarr_dtype_size(sent))
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT,
+                            "rank %d sent a header for %lld elements of %s (tag %d): more bytes than an array can hold "
+                            "(PTRDIFF_MAX); refused, its chunks not taken",
+                            q->src, (long long)q->hdr->count, gpuarr_dtype_name(sent), q->rtag);
     gpuarr_result r = GPUARR_OK;
     if (sent != q->wire || q->hdr->count != q->count)
         r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT,
@@ -419,7 +457,7 @@ static gpuarr_result gpuarr__mpi_recv_header(gpuarr__mpi_req *q, const MPI_Statu
     q->wsize = gpuarr_dtype_size(sent);
     q->count = q->hdr->count;
     q->chunk_elems = q->hdr->chunk_elems;
-    q->nchunks = q->count ? (q->count + q->chunk_elems - 1) / q->chunk_elems : 0;
+    q->nchunks = gpuarr__mpi_nchunks(q->count, q->chunk_elems);
     if (q->drain) q->direct = false;
     if (!q->direct) {
         gpuarr_result s = gpuarr__mpi_staging(q, q->drain ? gpuarr_host() : q->dev);
@@ -627,7 +665,7 @@ static gpuarr_result gpuarr__mpi_new(const char *api, bool is_send, gpuarr_array
     q->hreq = q->mreq[0] = q->mreq[1] = MPI_REQUEST_NULL;
     q->chunk_elems = (int64_t)(chunk / q->wsize);
     if (q->chunk_elems < 1) q->chunk_elems = 1;
-    q->nchunks = q->count ? (q->count + q->chunk_elems - 1) / q->chunk_elems : 0;
+    q->nchunks = gpuarr__mpi_nchunks(q->count, q->chunk_elems);
     q->seq = ++gpuarr__mpi.seq;
     q->hdr = (gpuarr__mpi_header *)calloc(1, sizeof *q->hdr);
     bool cuda = false; /* the backend, without gpuarr_device_get_info's query of free memory */
@@ -736,7 +774,111 @@ static gpuarr_result gpuarr__mpi_wait_many(const char *api, gpuarr__mpi_req **qs
     return r;
 }
 
-/* gpuarr and MPI both up. */
+/* ---- the last gpuarr_shutdown: no transfer outlives the memory MPI reads or writes ---- */
+/* Ends every transfer in the table: what it posted is cancelled (its memory goes to a zombie
+   where MPI has not let go of it yet) and the rest freed. After MPI_Finalize MPI may not be
+   called and writes nothing more: the memory is freed at once. Returns how many there were. */
+static int gpuarr__mpi_end_all(bool mpi_live) {
+    int ended = 0;
+    for (int i = 0; i < gpuarr__mpi.top; i++) { /* top drops as the last used slots go */
+        gpuarr__mpi_req *q = &gpuarr__mpi.reqs[i];
+        if (!q->used) continue;
+        ended++;
+        if (mpi_live) {
+            gpuarr__mpi_eh eh;
+            gpuarr__mpi_eh_enter(&eh, q->comm);
+            gpuarr__mpi_req_cancel(q);
+            gpuarr__mpi_eh_leave(&eh);
+        }
+        gpuarr__mpi_req_free(q);
+    }
+    return ended;
+}
+
+/* A zombie MPI did not let go of in time: its requests are freed (MPI_Request_free lets MPI
+   finish them on its own, safe since the memory stays) and its memory kept for good, reachable
+   from gpuarr__mpi.left. Returns the bytes kept. */
+static size_t gpuarr__mpi_zombie_leave(gpuarr__mpi_zombie *z) {
+    size_t bytes = z->hdr ? sizeof *z->hdr : 0;
+    gpuarr__mpi_eh eh;
+    gpuarr__mpi_eh_enter(&eh, z->comm);
+    for (int i = 0; i < 3; i++)
+        if (z->r[i] != MPI_REQUEST_NULL) MPI_Request_free(&z->r[i]);
+    gpuarr__mpi_eh_leave(&eh);
+    for (int i = 0; i < 3; i++) {
+        bytes += gpuarr__mpi_hold_forever(z->keep[i], &z->held[i]);
+        if (z->keep[i].id) gpuarr_release(z->keep[i]);
+        z->keep[i].id = 0;
+    }
+    z->next = gpuarr__mpi.left;
+    gpuarr__mpi.left = z;
+    return bytes;
+}
+
+/* MPI gets GPUARR__MPI_SHUTDOWN_MS to complete what the zombies hold; what it still holds then
+   is left to it. Returns the bytes left. */
+static size_t gpuarr__mpi_zombies_settle(void) {
+    double until = gpuarr__now_ms() + GPUARR__MPI_SHUTDOWN_MS;
+    for (;;) {
+        gpuarr__mpi_zombie_reap();
+        if (!gpuarr__mpi.zombies || gpuarr__now_ms() > until) break;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    size_t bytes = 0;
+    while (gpuarr__mpi.zombies) {
+        gpuarr__mpi_zombie *z = gpuarr__mpi.zombies;
+        gpuarr__mpi.zombies = z->next;
+        bytes += gpuarr__mpi_zombie_leave(z);
+    }
+    return bytes;
+}
+
+/* From here on every id handed out so far is of an earlier cycle (gpuarr__mpi_earlier). */
+static void gpuarr__mpi_new_cycle(void) {
+    for (int i = 0; gpuarr__mpi.reqs && i < GPUARR__MPI_MAX_REQUESTS; i++) gpuarr__mpi.reqs[i].cycle_gen = gpuarr__mpi.reqs[i].gen;
+}
+
+/* Whether id's generation came before its slot's at the last gpuarr_shutdown (within half the
+   16-bit ring: older ids are not told apart from forged ones). */
+static bool gpuarr__mpi_earlier(uint32_t id) {
+    uint32_t index = id & 0xffffu;
+    uint16_t gen = (uint16_t)(id >> 16);
+    if (!gpuarr__mpi.reqs || index == 0 || index > GPUARR__MPI_MAX_REQUESTS || gen == 0) return false;
+    uint16_t behind = (uint16_t)(gpuarr__mpi.reqs[index - 1].cycle_gen - gen);
+    return behind != 0 && behind < 0x8000u;
+}
+
+/* Run by the last gpuarr_shutdown (gpuarr__at_last_shutdown), while arrays still work. */
+static void gpuarr__mpi_last_shutdown(void) {
+    pthread_mutex_lock(&gpuarr__mpi.lock);
+    if (gpuarr__mpi.top || gpuarr__mpi.zombies) {
+        int up = 0, down = 0;
+        MPI_Initialized(&up); /* both may be called at any time, from any thread */
+        MPI_Finalized(&down);
+        bool live = up && !down;
+        int ended = gpuarr__mpi_end_all(live);
+        size_t left = 0;
+        if (live) left = gpuarr__mpi_zombies_settle();
+        while (!live && gpuarr__mpi.zombies) {
+            gpuarr__mpi_zombie *z = gpuarr__mpi.zombies;
+            gpuarr__mpi.zombies = z->next;
+            gpuarr__mpi_zombie_free(z);
+        }
+        if (ended)
+            gpuarr__log(GPUARR_LOG_WARN, "gpuarr_shutdown ended %d gpuarr_mpi transfers that were never waited for (%s)", ended,
+                        live ? "cancelled" : "MPI was finalized already: their memory freed");
+        if (left)
+            gpuarr__log(GPUARR_LOG_WARN,
+                        "gpuarr_shutdown left %zu bytes to MPI for good: transfers MPI could neither cancel nor complete "
+                        "within %d ms (never freed: MPI may still read or write them)",
+                        left, GPUARR__MPI_SHUTDOWN_MS);
+    }
+    gpuarr__mpi_new_cycle();
+    pthread_mutex_unlock(&gpuarr__mpi.lock);
+}
+
+/* gpuarr and MPI both up; the last gpuarr_shutdown will end what this call leaves pending. */
 static gpuarr_result gpuarr__mpi_ready(const char *api) {
     gpuarr__tls.api = api;
     if (!gpuarr__initialized()) return gpuarr__fail(GPUARR_ERROR_NOT_INITIALIZED, "gpuarr is not initialized (call gpuarr_init first)");
@@ -745,6 +887,10 @@ static gpuarr_result gpuarr__mpi_ready(const char *api) {
     MPI_Finalized(&mpi_down);
     if (!mpi_up || mpi_down)
         return gpuarr__fail(GPUARR_ERROR_NOT_INITIALIZED, "MPI is %s", mpi_down ? "finalized already" : "not initialized (call MPI_Init first)");
+    if (!__atomic_load_n(&gpuarr__mpi.hooked, __ATOMIC_ACQUIRE)) { /* no gpuarr_mpi lock held here */
+        gpuarr__at_last_shutdown(gpuarr__mpi_last_shutdown);
+        __atomic_store_n(&gpuarr__mpi.hooked, true, __ATOMIC_RELEASE);
+    }
     return GPUARR_OK;
 }
 
@@ -798,7 +944,10 @@ GPUARR_API gpuarr_result gpuarr_mpi_wait(gpuarr_mpi_request *req) {
     pthread_mutex_lock(&gpuarr__mpi.lock);
     gpuarr__mpi_req *q = gpuarr__mpi_lookup(req->id);
     gpuarr_result r;
-    if (!q)
+    if (!q && gpuarr__mpi_earlier(req->id))
+        r = gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE,
+                         "req {%u} is from an earlier gpuarr_init: the last gpuarr_shutdown since ended its transfer", req->id);
+    else if (!q)
         r = gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "req {%u} is not a pending gpuarr_mpi request (waited for already, or forged)",
                          req->id);
     else if (q->waited)

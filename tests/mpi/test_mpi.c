@@ -7,7 +7,8 @@
  * handled as a discrete device (GPUARR_OPENCL_UNIFIED=off), with POCL_DEVICES="pthread pthread";
  * TEST_MPI_DEVICES="host,opencl:0,..." overrides the list (rank r takes item r % n; an item
  * "X/discrete" sets GPUARR_OPENCL_UNIFIED=off); make mpi-tests also runs host,cuda:0,opencl:0,cuda:1
- * on the fake CUDA driver (tests/fake_cuda). MPI is started with MPI_THREAD_MULTIPLE (the
+ * on the fake CUDA driver (tests/fake_cuda). TEST_MPI_ONLY="name,name" runs only the tests named
+ * (as the status lines name them; a quicker loop). MPI is started with MPI_THREAD_MULTIPLE (the
  * two-thread test is skipped, saying so, where MPI gives less). Every rank prints one status line; the exit
  * status is 0 only when every check of that rank passed. The last test has the last rank call
  * MPI_Finalize and exit before it sends: rank 0's receive from it must end in GPUARR_ERROR_TIMEOUT
@@ -899,6 +900,137 @@ static void test_drain_without_memory(void) {
     gpuarr_release(small);
 }
 
+/* The last gpuarr_shutdown and a fresh gpuarr_init in the middle of the run: dev is found again. */
+static void reinit(void) {
+    gpuarr_shutdown();
+    CHECK(!gpuarr_is_initialized(), "the last gpuarr_shutdown");
+    char spec[64];
+    snprintf(spec, sizeof spec, "%s", device_spec);
+    char *space = strchr(spec, ' ');
+    if (space) *space = '\0';
+    if (gpuarr_init(NULL) != GPUARR_OK || gpuarr_device_find(spec, &dev) != GPUARR_OK) {
+        fprintf(stderr, "rank %d: gpuarr_init again, or %s: %s\n", rank, spec, gpuarr_last_error());
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+#define TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TEST_ASAN 1
+#endif
+#endif
+
+static void count_release(void *data, void *user) {
+    (void)data;
+    ++*(int *)user;
+}
+
+/* Receives pending at the last gpuarr_shutdown: it cancels them before their arrays go, so a
+   message sent after it lands in no memory gpuarr freed. The wrapped array's memory is kept here:
+   gpuarr released it (its callback ran at the shutdown), and it must still hold zeros once the
+   message has arrived, whole, in the receive posted after the next gpuarr_init. Under ASan a
+   receive into a host pool array is pending too: a write there is a use after free that ASan
+   reports (without ASan it may crash the rank instead of failing a check). */
+static void test_shutdown_pending(void) {
+    setenv("GPUARR_MPI_TIMEOUT_MS", "5000", 1);
+    enum { N = 1000 };
+    static int32_t kept[N];
+    memset(kept, 0, sizeof kept);
+    int released = 0, ntags = 1;
+    int64_t n = N;
+    gpuarr_array w = {0};
+    gpuarr_mpi_request q[2] = {{0}, {0}};
+    CHECK_OK(gpuarr_wrap_host(kept, GPUARR_I32, 1, &n, count_release, &released, &w));
+    CHECK_OK(gpuarr_mpi_irecv(w, 0, -1, 0, left(), 710, MPI_COMM_WORLD, &q[0]));
+    CHECK_OK(gpuarr_release(w)); /* the transfer holds its own reference */
+#ifdef TEST_ASAN
+    gpuarr_array p = {0};
+    CHECK_OK(gpuarr_zeros(gpuarr_host(), GPUARR_I32, 1, &n, &p));
+    CHECK_OK(gpuarr_mpi_irecv(p, 0, -1, 0, left(), 711, MPI_COMM_WORLD, &q[1]));
+    CHECK_OK(gpuarr_release(p));
+    ntags = 2;
+#endif
+    CHECK(released == 0, "the wrapped array is not released while its receive is pending");
+    reinit();
+    CHECK(released == 1, "gpuarr_shutdown released the wrapped array (its callback ran %d times)", released);
+    MPI_Barrier(MPI_COMM_WORLD); /* every rank has shut down before anything is sent */
+    gpuarr_array out = make(GPUARR_I32, N, small_int, 21);
+    for (int t = 0; t < ntags; t++) {
+        gpuarr_array in = make(GPUARR_I32, N, NULL, 0);
+        gpuarr_mpi_request sq = {0};
+        CHECK_OK(gpuarr_mpi_isend(out, 0, -1, right(), 710 + t, MPI_COMM_WORLD, &sq));
+        gpuarr_result r = gpuarr_mpi_recv(in, 0, -1, 0, left(), 710 + t, MPI_COMM_WORLD);
+        CHECK(r == GPUARR_OK, "tag %d: the receive posted after gpuarr_init gets the message: %s", 710 + t, gpuarr_result_string(r));
+        CHECK_OK(gpuarr_mpi_wait(&sq));
+        expect(in, 0, N, 0, small_int, 21, "the message sent after a shutdown with a receive pending");
+        gpuarr_release(in);
+    }
+    int written = 0;
+    for (int i = 0; i < N; i++) written += kept[i] != 0;
+    CHECK(written == 0, "%d elements landed in the wrapped array's memory after gpuarr_shutdown released it", written);
+    gpuarr_release(out);
+    setenv("GPUARR_MPI_TIMEOUT_MS", "60000", 1);
+}
+
+/* A request of an earlier gpuarr_init cycle: refused, saying so, the request left as it was; one
+   of this cycle that was waited for already is refused as before. */
+static void test_earlier_cycle_request(void) {
+    setenv("GPUARR_MPI_TIMEOUT_MS", "2000", 1);
+    gpuarr_array a = make(GPUARR_I32, 16, NULL, 0);
+    gpuarr_mpi_request q = {0};
+    CHECK_OK(gpuarr_mpi_irecv(a, 0, -1, 0, left(), 720, MPI_COMM_WORLD, &q));
+    CHECK_OK(gpuarr_release(a));
+    uint32_t id = q.id;
+    reinit();
+    gpuarr_result r = gpuarr_mpi_wait(&q);
+    CHECK(r == GPUARR_ERROR_INVALID_HANDLE && q.id == id, "a wait on a request from before gpuarr_shutdown: %s, {0x%x}",
+          gpuarr_result_string(r), q.id);
+    CHECK(has(gpuarr_last_error(), "gpuarr_mpi_wait: req {") && has(gpuarr_last_error(), "is from an earlier gpuarr_init"), "%s",
+          gpuarr_last_error());
+    gpuarr_array b = make(GPUARR_I32, 4, small_int, 1);
+    CHECK_OK(gpuarr_mpi_isend(b, 0, -1, MPI_PROC_NULL, 721, MPI_COMM_WORLD, &q));
+    id = q.id;
+    CHECK_OK(gpuarr_mpi_wait(&q));
+    q.id = id;
+    CHECK(gpuarr_mpi_wait(&q) == GPUARR_ERROR_INVALID_HANDLE && has(gpuarr_last_error(), "waited for already") &&
+              !has(gpuarr_last_error(), "earlier gpuarr_init"),
+          "a request of this cycle waited for twice: %s", gpuarr_last_error());
+    gpuarr_release(b);
+    setenv("GPUARR_MPI_TIMEOUT_MS", "60000", 1);
+}
+
+/* A peer's header (sent by hand, gpuarr's format) for INT64_MAX elements where the receive
+   expects 10, the path that drains a mismatch: refused at once, naming the rank and tag, with no
+   overflow (UBSan) and no wait. INT64_MAX bytes (u8) are not refused (an array could hold them on
+   paper): that receive drains, counting its chunks without overflow, and times out. */
+static void test_absurd_header(void) {
+    setenv("GPUARR_MPI_TIMEOUT_MS", "5000", 1);
+    struct { uint32_t magic; int32_t dtype; int64_t count, chunk, reserved; } fake = {0x67614d31u, (int32_t)GPUARR_I32, INT64_MAX, 1024, 0};
+    gpuarr_array a = make(GPUARR_I32, 10, NULL, 0);
+    MPI_Request rr;
+    MPI_Isend(&fake, (int)sizeof fake, MPI_BYTE, right(), 730, MPI_COMM_WORLD, &rr);
+    double t0 = seconds();
+    gpuarr_result r = gpuarr_mpi_recv(a, 0, -1, 0, left(), 730, MPI_COMM_WORLD);
+    double dt = seconds() - t0;
+    char want[128];
+    snprintf(want, sizeof want, "rank %d sent a header for 9223372036854775807 elements of i32 (tag 730)", left());
+    CHECK(r == GPUARR_ERROR_INVALID_ARGUMENT && has(gpuarr_last_error(), want), "count INT64_MAX: %s (%s wanted)",
+          gpuarr_result_string(r), want);
+    CHECK(dt < 2.0, "refused after %.2f s: at once expected", dt);
+    MPI_Wait(&rr, MPI_STATUS_IGNORE);
+    setenv("GPUARR_MPI_TIMEOUT_MS", "300", 1);
+    fake.dtype = (int32_t)GPUARR_U8;
+    MPI_Isend(&fake, (int)sizeof fake, MPI_BYTE, right(), 731, MPI_COMM_WORLD, &rr);
+    r = gpuarr_mpi_recv(a, 0, -1, 0, left(), 731, MPI_COMM_WORLD);
+    CHECK(r == GPUARR_ERROR_TIMEOUT && has(gpuarr_last_error(), "0 of 9007199254740992 chunks done"),
+          "INT64_MAX elements of u8, drained: %s", gpuarr_result_string(r));
+    MPI_Wait(&rr, MPI_STATUS_IGNORE);
+    gpuarr_release(a);
+    setenv("GPUARR_MPI_TIMEOUT_MS", "60000", 1);
+}
+
 /* A send nobody receives: rank 1's send to rank 2 times out, names the peer and tag, and what it
    posted is cancelled (or, where MPI cannot cancel a send, kept until MPI lets it go). */
 static void test_send_timeout(void) {
@@ -915,13 +1047,24 @@ static void test_send_timeout(void) {
     setenv("GPUARR_MPI_TIMEOUT_MS", "60000", 1);
 }
 
-/* The last rank leaves before it sends; rank 0's receive times out, within bounds. */
+/* The last rank leaves before it sends, with a receive of its own pending; rank 0's receive
+   times out, within bounds. */
 static void test_early_exit(void) {
     int last = size - 1;
     if (rank == last) {
         printf("rank %d (%s): %d checks, %d failed; leaving early (MPI_Finalize) before sending to rank 0\n", rank,
                device_spec, checks, failures);
         fflush(stdout);
+        /* a receive left pending across MPI_Finalize: gpuarr_shutdown then calls no MPI function
+           (MPI would abort) and frees its array (MPI writes nothing after MPI_Finalize) */
+        static int32_t kept[8];
+        int released = 0;
+        int64_t eight = 8;
+        gpuarr_array w = {0};
+        gpuarr_mpi_request pending = {0};
+        CHECK_OK(gpuarr_wrap_host(kept, GPUARR_I32, 1, &eight, count_release, &released, &w));
+        CHECK_OK(gpuarr_mpi_irecv(w, 0, -1, 0, 0, 78, MPI_COMM_WORLD, &pending));
+        CHECK_OK(gpuarr_release(w));
         MPI_Finalize();
         /* after MPI_Finalize: refused, saying so */
         gpuarr_array x = make(GPUARR_I32, 4, NULL, 0);
@@ -933,8 +1076,9 @@ static void test_early_exit(void) {
         CHECK(bad == 0 && has(gpuarr_last_error(), "MPI is finalized already"), "after MPI_Finalize: %d not refused, %s", bad,
               gpuarr_last_error());
         gpuarr_release(x);
-        printf("rank %d (%s): after MPI_Finalize, %d failed in all\n", rank, device_spec, failures);
         gpuarr_shutdown();
+        CHECK(released == 1, "gpuarr_shutdown after MPI_Finalize freed the pending receive's array (callback ran %d times)", released);
+        printf("rank %d (%s): after MPI_Finalize, %d failed in all\n", rank, device_spec, failures);
         exit(failures ? 1 : 0);
     }
     if (rank == 0) {
@@ -951,6 +1095,16 @@ static void test_early_exit(void) {
         printf("rank 0: the receive from rank %d that left ended in %.2f s: %s\n", last, dt, gpuarr_last_error());
         gpuarr_release(a);
     }
+}
+
+/* Whether name is an item of the comma-separated list. */
+static bool listed(const char *list, const char *name) {
+    size_t n = strlen(name);
+    for (const char *p = list; p; p = strchr(p, ',')) {
+        if (*p == ',') p++;
+        if (strncmp(p, name, n) == 0 && (p[n] == ',' || p[n] == '\0')) return true;
+    }
+    return false;
 }
 
 static void pick_device(void) {
@@ -1019,9 +1173,13 @@ int main(int argc, char **argv) {
                  {"proc_null", test_proc_null},     {"release_pending", test_release_pending}, {"allreduce", test_allreduce}, {"bad_input", test_bad_input},
                  {"failed_recv", test_failed_receive_staging}, {"default_chunk", test_default_chunk},
                  {"cuda_aware", test_cuda_aware_setting}, {"threads", test_threads}, {"drain_no_memory", test_drain_without_memory},
-                 {"send_timeout", test_send_timeout}, {"native_send", test_native_send}, {"early_exit", test_early_exit}};
+                 {"shutdown_pending", test_shutdown_pending}, {"earlier_cycle", test_earlier_cycle_request},
+                 {"absurd_header", test_absurd_header}, {"send_timeout", test_send_timeout}, {"native_send", test_native_send},
+                 {"early_exit", test_early_exit}};
+    const char *only = getenv("TEST_MPI_ONLY"); /* "name,name": these tests only (a quicker loop) */
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
         int before = failures;
+        if (only && *only && !listed(only, tests[i].name)) continue;
         double t0 = seconds();
         if (size < 2) {
             fprintf(stderr, "test_mpi needs 2 ranks or more\n");
