@@ -46,7 +46,7 @@ static void fp_start(void) {
 
 /* GPUARR_* variables that gpuarr_init would read: none may be set from outside */
 static void fp_clear_env(void) {
-#define FP_UNSET(NAME, check) unsetenv("GPUARR_" #NAME);
+#define FP_UNSET(NAME, check, trust) unsetenv("GPUARR_" #NAME);
     GPUARR__SETTING_LIST(FP_UNSET)
 #undef FP_UNSET
 }
@@ -54,7 +54,7 @@ static void fp_clear_env(void) {
 /* a whole gpuarr_init with the text in the environment or a desc field, then back */
 static void fp_init_with(int which, const char *text, uint8_t flags) {
     static const char *const names[] = {
-#define FP_NAME(NAME, check) "GPUARR_" #NAME,
+#define FP_NAME(NAME, check, trust) "GPUARR_" #NAME,
         GPUARR__SETTING_LIST(FP_NAME)
 #undef FP_NAME
     };
@@ -160,7 +160,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             const char *name;
             gpuarr__setting_check check;
         } table[] = {
-#define FP_ROW(NAME, check) {"GPUARR_" #NAME, check},
+#define FP_ROW(NAME, check, trust) {"GPUARR_" #NAME, check},
             GPUARR__SETTING_LIST(FP_ROW)
 #undef FP_ROW
         };
