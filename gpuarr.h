@@ -9713,27 +9713,30 @@ GPUARR_API gpuarr_result gpuarr_pool_trim(gpuarr_device d) {
 
 /* Appends to the NUL-terminated text in buf (cap bytes), cut at cap: summaries and messages
    built a piece at a time. */
-static void gpuarr__append(char *buf, size_t cap, const char *fmt, ...) GPUARR__PRINTF(3, 4);
-static void gpuarr__append(char *buf, size_t cap, const char *fmt, ...) {
+/* Appends to the NUL-terminated buf of cap bytes, cut to fit; whole: all of it or nothing. */
+static void gpuarr__vappend(char *buf, size_t cap, bool whole, const char *fmt, va_list ap) {
     size_t used = strlen(buf);
     if (used + 1 >= cap) return;
+    int n = vsnprintf(buf + used, cap - used, fmt, ap);
+    if (whole && (n < 0 || (size_t)n >= cap - used)) buf[used] = '\0';
+}
+
+static void gpuarr__append(char *buf, size_t cap, const char *fmt, ...) GPUARR__PRINTF(3, 4);
+static void gpuarr__append(char *buf, size_t cap, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf + used, cap - used, fmt, ap);
+    gpuarr__vappend(buf, cap, false, fmt, ap);
     va_end(ap);
 }
 
-/* The same for a line of a summary: appended whole or not at all, so that a summary cut to its
-   buffer still ends with a whole line. */
+/* A line of a summary: appended whole or not at all, so that a summary cut to its buffer still
+   ends with a whole line. */
 static void gpuarr__append_line(char *buf, size_t cap, const char *fmt, ...) GPUARR__PRINTF(3, 4);
 static void gpuarr__append_line(char *buf, size_t cap, const char *fmt, ...) {
-    size_t used = strlen(buf);
-    if (used + 1 >= cap) return;
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(buf + used, cap - used, fmt, ap);
+    gpuarr__vappend(buf, cap, true, fmt, ap);
     va_end(ap);
-    if (n < 0 || (size_t)n >= cap - used) buf[used] = '\0';
 }
 
 static int gpuarr__format_bytes(char *out, size_t cap, uint64_t n) {
