@@ -127,16 +127,18 @@ static bool gpuarr__xfer_file(int src, int dst, char *out, size_t cap) {
     return snprintf(out, cap, "%s--%s.model", xs->keys[src], xs->keys[dst]) < (int)cap;
 }
 
-/* The models folder in the cache folder, made and checked like it (see gpuarr__dir_open): its
-   descriptor, or -1 (a folder refused is said at info level: the cache is optional). */
-static int gpuarr__xfer_dir_open(void) {
+/* The models folder in the cache folder, checked like it (see gpuarr__dir_open) and made only to
+   write (make): its descriptor, or -1 (none yet, or refused: said at info level, the cache is
+   optional). */
+static int gpuarr__xfer_dir_open(bool make) {
     int cache = gpuarr__cache_dir_open();
     if (cache < 0) return -1;
     char why[160];
     bool shared;
-    int fd = gpuarr__dir_open_at(cache, "models", GPUARR__DIR_MAKE, &shared, why, sizeof why);
+    int fd = gpuarr__dir_open_at(cache, "models", make ? GPUARR__DIR_MAKE : 0u, &shared, why, sizeof why);
+    bool missing = fd < 0 && errno == ENOENT && !make;
     close(cache);
-    if (fd < 0) gpuarr__log(GPUARR_LOG_INFO, "the transfer model folder %s %s: models are not kept", gpuarr__g.xfer->dir, why);
+    if (fd < 0 && !missing) gpuarr__log(GPUARR_LOG_INFO, "the transfer model folder %s %s: models are not kept", gpuarr__g.xfer->dir, why);
     return fd;
 }
 
@@ -173,7 +175,7 @@ static void gpuarr__xfer_save(int src, int dst) {
                                m->latency_s, m->bytes_per_s);
         }
     gpuarr__append(text, GPUARR__XFER_FILE_MAX, "end\n");
-    int dir = gpuarr__xfer_dir_open();
+    int dir = gpuarr__xfer_dir_open(true);
     if (dir >= 0 && !gpuarr__file_write_at(dir, file, NULL, 0, text, strlen(text), why, sizeof why))
         gpuarr__log(GPUARR_LOG_INFO, "the transfer model file %s/%s %s", xs->dir, file, why);
     if (dir >= 0) close(dir);
@@ -237,7 +239,7 @@ static void gpuarr__xfer_load(int src, int dst) {
     char file[400], path[1000], why[160];
     if (!gpuarr__xfer_file(src, dst, file, sizeof file)) return;
     snprintf(path, sizeof path, "%s/%s", xs->dir, file);
-    int dir = gpuarr__xfer_dir_open();
+    int dir = gpuarr__xfer_dir_open(false);
     if (dir < 0) return;
     size_t got = 0;
     char *text = (char *)gpuarr__file_read_at(dir, file, GPUARR__XFER_FILE_MAX, &got, why, sizeof why);
