@@ -43,7 +43,8 @@
 #                 (tools/bench-mpi.c; bench/results/mpi.md; not in make test)
 #   make lib      build/lib/: libgpuarr.a and libgpuarr.so.<version> (soname libgpuarr.so.<major>,
 #                 links of both names and libgpuarr.so), from gpuarr.c; only gpuarr_ symbols exported
-#   make install  gpuarr.h and backends/ to $(PREFIX)/include/gpuarr (programs include
+#   make install  gpuarr.h and its folders (backends/ layers/ kernels/ generated/) to
+#                 $(PREFIX)/include/gpuarr (programs include
 #                 <gpuarr/gpuarr.h>, or <gpuarr.h> with pkg-config's flags), the libraries to
 #                 LIBDIR (default $(PREFIX)/lib), gpuarr.pc (header-only) and gpuarr-lib.pc (the
 #                 library) to $(PREFIX)/share/pkgconfig, the CMake package gpuarr::gpuarr to
@@ -66,7 +67,9 @@ CFLAGS_ASAN := -std=c11 -O1 -g $(WARN) -fsanitize=address,undefined -fno-sanitiz
 CFLAGS_TSAN := -std=c11 -O1 -g $(WARN) -fsanitize=thread
 TEST_CFLAGS = -I. -Itests
 
-HEADERS   := gpuarr.h $(wildcard backends/*.h)
+# the header and the folders it includes from (see the layout in README.md)
+HEADER_DIRS := backends layers kernels generated
+HEADERS   := gpuarr.h $(wildcard $(addsuffix /*.h,$(HEADER_DIRS)))
 # examples that need MPI are built with its flags, below (mpi-examples)
 MPI_EXAMPLES := mpi_heat
 EXAMPLES  := $(filter-out $(MPI_EXAMPLES),$(basename $(notdir $(wildcard examples/*.c))))
@@ -393,17 +396,17 @@ python-tests: $(VENV)/numpy-installed $(BUILD)/lib/libgpuarr.so
 bench-dlpack: $(VENV)/numpy-installed $(BUILD)/lib/libgpuarr.so
 	GPUARR_LIB=$(abspath $(BUILD))/lib/libgpuarr.so $(VENV)/bin/python tools/bench-dlpack.py
 
-# The device kernels are compiled from backends/gpuarr_kernels.h, embedded as text in
-# backends/gpuarr_kernels_source.h: regenerate with `make kernels`; the test fails when stale.
+# The device kernels are compiled from kernels/gpuarr_kernels.h, embedded as text in
+# generated/gpuarr_kernels_source.h: regenerate with `make kernels`; the test fails when stale.
 kernels:
-	tools/embed-kernels.sh > backends/gpuarr_kernels_source.h
+	tools/embed-kernels.sh > generated/gpuarr_kernels_source.h
 
-# The CUDA kernels also come as committed PTX (backends/gpuarr_cuda_ptx.h, made by NVRTC from the
+# The CUDA kernels also come as committed PTX (generated/gpuarr_cuda_ptx.h, made by NVRTC from the
 # same text): `make cuda-kernels` remakes it; the test fails when it is stale, and where the
 # toolkit is, ptxas verifies every module and NVRTC compiles every pair for the newest GPUs.
 kernels-check: $(BUILD)/rel/tools/cuda-ptx
-	@tools/embed-kernels.sh | cmp -s - backends/gpuarr_kernels_source.h || \
-	  { echo "backends/gpuarr_kernels_source.h is stale: run 'make kernels'"; exit 1; }
+	@tools/embed-kernels.sh | cmp -s - generated/gpuarr_kernels_source.h || \
+	  { echo "generated/gpuarr_kernels_source.h is stale: run 'make kernels'"; exit 1; }
 	@rm -rf $(BUILD)/cuda-ptx && mkdir -p $(BUILD)/cuda-ptx && $(BUILD)/rel/tools/cuda-ptx --check $(BUILD)/cuda-ptx
 ifneq ($(NVCC),)
 	@for f in $(BUILD)/cuda-ptx/*.ptx; do $(CUDA_HOME)/bin/ptxas -arch=sm_75 $$f -o /dev/null || { echo "ptxas refused $$f"; exit 1; }; done
@@ -414,7 +417,7 @@ else
 endif
 
 cuda-kernels: $(BUILD)/rel/tools/cuda-ptx
-	$(BUILD)/rel/tools/cuda-ptx > $(BUILD)/gpuarr_cuda_ptx.h && mv $(BUILD)/gpuarr_cuda_ptx.h backends/gpuarr_cuda_ptx.h
+	$(BUILD)/rel/tools/cuda-ptx > $(BUILD)/gpuarr_cuda_ptx.h && mv $(BUILD)/gpuarr_cuda_ptx.h generated/gpuarr_cuda_ptx.h
 
 # The header as users compile it: C11 with gcc and clang, C++17, a .cu file, two translation
 # units, the implementation after a plain include, the all-or-none allocator rule, and the
@@ -913,13 +916,13 @@ $(LIB_BUILD)/$(LIB_SONAME): $(LIB_BUILD)/$(LIB_REAL)
 $(LIB_BUILD)/$(LIB_SO): $(LIB_BUILD)/$(LIB_SONAME)
 	ln -sfn $(LIB_SONAME) $@
 
-# The headers go under include/gpuarr/, not include/: "backends/" is too common a name to put at
-# the top. The header finds its backends/ next to itself, wherever that is. Then the libraries,
+# The headers go under include/gpuarr/, not include/: "backends/" and "layers/" are too common
+# names to put at the top. The header finds its folders next to itself, wherever that is. Then the libraries,
 # the pkg-config files (gpuarr: header-only; gpuarr-lib: libgpuarr) and the CMake package.
 install: lib
-	install -d $(DESTDIR)$(HEADERDIR)/backends $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(LIBPKGCONFIGDIR) $(DESTDIR)$(CMAKEDIR) $(LIB_BUILD)/pkg
+	install -d $(addprefix $(DESTDIR)$(HEADERDIR)/,$(HEADER_DIRS)) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(LIBPKGCONFIGDIR) $(DESTDIR)$(CMAKEDIR) $(LIB_BUILD)/pkg
 	install -m 644 gpuarr.h $(DESTDIR)$(HEADERDIR)/
-	install -m 644 backends/*.h $(DESTDIR)$(HEADERDIR)/backends/
+	@set -e; for d in $(HEADER_DIRS); do echo "install -m 644 $$d/*.h $(DESTDIR)$(HEADERDIR)/$$d/"; install -m 644 $$d/*.h $(DESTDIR)$(HEADERDIR)/$$d/; done
 	install -m 644 $(LIB_BUILD)/$(LIB_A) $(DESTDIR)$(LIBDIR)/
 	install -m 755 $(LIB_BUILD)/$(LIB_REAL) $(DESTDIR)$(LIBDIR)/
 	ln -sfn $(LIB_REAL) $(DESTDIR)$(LIBDIR)/$(LIB_SONAME)
@@ -930,9 +933,9 @@ install: lib
 
 # What install put there, and the gpuarr directories it made once they are empty; nothing else.
 uninstall:
-	rm -f $(DESTDIR)$(HEADERDIR)/gpuarr.h $(addprefix $(DESTDIR)$(HEADERDIR)/,$(wildcard backends/*.h))
+	rm -f $(DESTDIR)$(HEADERDIR)/gpuarr.h $(addprefix $(DESTDIR)$(HEADERDIR)/,$(filter-out gpuarr.h,$(HEADERS)))
 	rm -f $(addprefix $(DESTDIR)$(LIBDIR)/,$(LIB_FILES)) $(addprefix $(DESTDIR),$(PKG_FILES))
-	@for d in $(DESTDIR)$(HEADERDIR)/backends $(DESTDIR)$(HEADERDIR) $(DESTDIR)$(CMAKEDIR); do \
+	@for d in $(addprefix $(DESTDIR)$(HEADERDIR)/,$(HEADER_DIRS)) $(DESTDIR)$(HEADERDIR) $(DESTDIR)$(CMAKEDIR); do \
 	  if [ -d $$d ] && [ -z "$$(ls -A $$d)" ]; then echo "rmdir $$d"; rmdir $$d; fi; done
 
 clean:

@@ -352,8 +352,8 @@
  * UUID, else the same full PCI address) are linked in their infos (same_as) and counted once by
  * "gpu" and "any".
  *
- * Cast kernels come from backends/gpuarr_kernels.h, the same source as everywhere, loaded per
- * dtype pair at first use: the PTX committed in backends/gpuarr_cuda_ptx.h (made by NVRTC for
+ * Cast kernels come from kernels/gpuarr_kernels.h, the same source as everywhere, loaded per
+ * dtype pair at first use: the PTX committed in generated/gpuarr_cuda_ptx.h (made by NVRTC for
  * sm_75 and later, PTX ISA 7.0: drivers from CUDA 11.0 on), which the driver compiles for the
  * GPU and caches; if the driver refuses it, NVRTC compiles for the exact GPU, cached in
  * GPUARR_CACHE_DIR. GPUARR_CUDA_KERNELS=ptx or =nvrtc forces one way. Without either, a cast on
@@ -375,7 +375,7 @@
  * larger one runs on the host's worker threads through a map of the buffer, and an async one
  * maps too (the map is queued and the copy runs as a host function once it is done, so the call
  * does not wait). Casts run in
- * kernels built from backends/gpuarr_kernels.h, one dtype pair at its first use, cached on disk;
+ * kernels built from kernels/gpuarr_kernels.h, one dtype pair at its first use, cached on disk;
  * f16 and bf16 need no cl_khr_fp16, f64 needs cl_khr_fp64 (else GPUARR_ERROR_UNSUPPORTED). A kernel build failure is GPUARR_ERROR_BACKEND with
  * the start of the build log in the message. gpuarr_opencl_* (below) give the native context,
  * queue and buffer, and wrap a caller's cl_mem or queue without taking ownership.
@@ -2768,10 +2768,10 @@ typedef enum gpuarr__env_trust {
     X(CALIBRATE, gpuarr__check_flag, KEPT)                                                     \
     X(OFFLOAD, gpuarr__check_offload, KEPT)
 
-/* GPUARR_SLOTS and desc.slots (backends/gpuarr_lease.h) */
+/* GPUARR_SLOTS and desc.slots (layers/gpuarr_lease.h) */
 static gpuarr_result gpuarr__check_slots(const char *name, const char *value, int *out);
 static gpuarr_result gpuarr__check_lease_dir(const char *name, const char *value, int *out); /* GPUARR_LEASE_DIR */
-static gpuarr_result gpuarr__check_offload(const char *name, const char *value, int *out); /* GPUARR_OFFLOAD (backends/gpuarr_offload.h) */
+static gpuarr_result gpuarr__check_offload(const char *name, const char *value, int *out); /* GPUARR_OFFLOAD (layers/gpuarr_offload.h) */
 
 typedef enum gpuarr__setting_id {
 #define GPUARR__SETTING_ENUM(NAME, check, trust) GPUARR__SET_##NAME,
@@ -2858,9 +2858,9 @@ typedef struct gpuarr__state {
     bool backend_loaded[GPUARR_BACKEND_COUNT];
     char backend_error[GPUARR_BACKEND_COUNT][256]; /* why a backend is not available */
     void *backend_state[GPUARR_BACKEND_COUNT];
-    struct gpuarr__lease_state *leases; /* slots and leases (backends/gpuarr_lease.h) */
-    struct gpuarr__xfer_state *xfer;    /* transfer models (backends/gpuarr_transfer_model.h) */
-    struct gpuarr__offload_state *offload; /* tasks and their models (backends/gpuarr_offload.h) */
+    struct gpuarr__lease_state *leases; /* slots and leases (layers/gpuarr_lease.h) */
+    struct gpuarr__xfer_state *xfer;    /* transfer models (layers/gpuarr_transfer_model.h) */
+    struct gpuarr__offload_state *offload; /* tasks and their models (layers/gpuarr_offload.h) */
 } gpuarr__state;
 
 /* Zero but for the locks; the rest is left to zero initialization (designated initializers
@@ -3250,7 +3250,7 @@ GPUARR_DTYPE_LIST(GPUARR__SIZE_CHECK)
 static bool gpuarr__dtype_valid(gpuarr_dtype t) { return t > 0 && t < GPUARR_DTYPE_COUNT; }
 
 /* ---------------------------------------------------------------------------------------------
- * The conversion rules: backends/gpuarr_kernels.h, shared with the device kernels, compiled
+ * The conversion rules: kernels/gpuarr_kernels.h, shared with the device kernels, compiled
  * here as C (the host dialect below).
  * ------------------------------------------------------------------------------------------- */
 static inline uint32_t gpuarr__f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
@@ -3265,7 +3265,7 @@ static inline double gpuarr__bits_f64(uint64_t u) { double d; memcpy(&d, &u, 8);
 #define GPUARR_K_CLZ64(x) __builtin_clzll(x)
 #define GPUARR_K_U64(c) UINT64_C(c)
 #define GPUARR_K_HAVE_F64 1
-#include "backends/gpuarr_kernels.h"
+#include "kernels/gpuarr_kernels.h"
 
 /* Fixed-size inner blocks: gcc's -O2 vectorizer only takes loops whose trip count it knows. */
 #define GPUARR__CAST_BLOCK 64
@@ -7852,9 +7852,9 @@ static void gpuarr__trace_at_shutdown(void) {
 /* ---------------------------------------------------------------------------------------------
  * Lifecycle
  * ------------------------------------------------------------------------------------------- */
-static void gpuarr__leases_stop(void); /* backends/gpuarr_lease.h */
-static void gpuarr__xfer_stop(void);   /* backends/gpuarr_transfer_model.h */
-static void gpuarr__offload_stop(void); /* backends/gpuarr_offload.h */
+static void gpuarr__leases_stop(void); /* layers/gpuarr_lease.h */
+static void gpuarr__xfer_stop(void);   /* layers/gpuarr_transfer_model.h */
+static void gpuarr__offload_stop(void); /* layers/gpuarr_offload.h */
 
 static void gpuarr__teardown(void) {
     uint32_t arrays = gpuarr__g.arrays.capacity ? gpuarr__table_destroy(&gpuarr__g.arrays) : 0;
@@ -7901,9 +7901,9 @@ static void gpuarr__teardown(void) {
 }
 
 static gpuarr_result gpuarr__apply_faults(const char *text);
-static gpuarr_result gpuarr__leases_start(void); /* backends/gpuarr_lease.h */
-static gpuarr_result gpuarr__xfer_start(void);   /* backends/gpuarr_transfer_model.h */
-static gpuarr_result gpuarr__offload_start(void); /* backends/gpuarr_offload.h */
+static gpuarr_result gpuarr__leases_start(void); /* layers/gpuarr_lease.h */
+static gpuarr_result gpuarr__xfer_start(void);   /* layers/gpuarr_transfer_model.h */
+static gpuarr_result gpuarr__offload_start(void); /* layers/gpuarr_offload.h */
 
 static gpuarr_result gpuarr__startup(const gpuarr_desc *desc) {
     gpuarr_desc d;
@@ -9974,7 +9974,7 @@ GPUARR_API gpuarr_result gpuarr_set_current_stream(gpuarr_stream s) {
     return GPUARR_OK;
 }
 
-static void gpuarr__lease_release_quiet(gpuarr_lease l); /* backends/gpuarr_lease.h */
+static void gpuarr__lease_release_quiet(gpuarr_lease l); /* layers/gpuarr_lease.h */
 
 static gpuarr_scope gpuarr__scope_enter(gpuarr__dev *dev, uint32_t stream_id) {
     gpuarr_scope sc;
@@ -10072,15 +10072,15 @@ GPUARR_BACKEND_LIST(GPUARR__INTEROP_CALLS)
 #undef GPUARR__INTEROP_CALL
 
 /* DLPack export and import (the manual's DLPACK section). */
-#include "backends/gpuarr_dlpack.h"
+#include "layers/gpuarr_dlpack.h"
 /* Leases: slots per device, FIFO waits, placement, affinity (the manual's LEASES section). */
-#include "backends/gpuarr_lease.h"
+#include "layers/gpuarr_lease.h"
 /* Transfer models: fitted, persisted, predicted (the manual's TRANSFER MODEL section). */
-#include "backends/gpuarr_transfer_model.h"
-#include "backends/gpuarr_offload.h"
+#include "layers/gpuarr_transfer_model.h"
+#include "layers/gpuarr_offload.h"
 /* MPI: sends, receives and allreduce of arrays (the manual's MPI section), opt-in. */
 #ifdef GPUARR_MPI
-#include "backends/gpuarr_mpi.h"
+#include "layers/gpuarr_mpi.h"
 #endif
 
 #endif /* GPUARR_IMPLEMENTATION */

@@ -12,15 +12,15 @@
  * Shape: each device's primary context (the one the CUDA runtime uses, so a user's runtime
  * code shares pointers, streams and events with gpuarr), made current only around gpuarr's own
  * driver calls and then restored; non-blocking streams; events without timing unless asked;
- * cast kernels from backends/gpuarr_kernels.h, one module per dtype pair at its first use: the
- * committed PTX (backends/gpuarr_cuda_ptx.h, loaded by the driver's JIT) or, where that PTX
+ * cast kernels from kernels/gpuarr_kernels.h, one module per dtype pair at its first use: the
+ * committed PTX (generated/gpuarr_cuda_ptx.h, loaded by the driver's JIT) or, where that PTX
  * cannot be used, NVRTC (loaded at run time) compiling for the device, cached on disk.
  */
 #if !defined(GPUARR_CUDA_BACKEND_INCLUDED)
 #define GPUARR_CUDA_BACKEND_INCLUDED
 
-#include "gpuarr_kernels_source.h"
-#include "gpuarr_cuda_ptx.h"
+#include "../generated/gpuarr_kernels_source.h"
+#include "../generated/gpuarr_cuda_ptx.h"
 
 /* ---------------------------------------------------------------------------------------------
  * Declarations (the driver API's ABI). CUresult and the attribute enums have only non-negative
@@ -964,7 +964,7 @@ static gpuarr_result gpuarr__cu_committed_ptx(int s, int t, char **out) {
     int known = __atomic_load_n(&current, __ATOMIC_ACQUIRE);
     if (known < 0) {
         known = gpuarr__cu_source_hash() == GPUARR__CUDA_PTX_SOURCE_HASH;
-        if (!known) gpuarr__log(GPUARR_LOG_WARN, "backends/gpuarr_cuda_ptx.h is stale (run `make cuda-kernels`): compiling with NVRTC");
+        if (!known) gpuarr__log(GPUARR_LOG_WARN, "generated/gpuarr_cuda_ptx.h is stale (run `make cuda-kernels`): compiling with NVRTC");
         __atomic_store_n(&current, known, __ATOMIC_RELEASE);
     }
     if (!known || !gpuarr__cuda_ptx_index[s][t][1]) return GPUARR_OK;

@@ -17,7 +17,7 @@
 #if !defined(GPUARR_OPENCL_BACKEND_INCLUDED)
 #define GPUARR_OPENCL_BACKEND_INCLUDED
 
-#include "gpuarr_kernels_source.h"
+#include "../generated/gpuarr_kernels_source.h"
 
 /* ---------------------------------------------------------------------------------------------
  * Declarations (ABI of OpenCL 1.2)

@@ -1,12 +1,12 @@
 #!/bin/sh
 # Writes the kernel sources as C string literals, one per line, to stdout:
-#   tools/embed-kernels.sh > backends/gpuarr_kernels_source.h      (make kernels)
-#   gpuarr__kernels_source       backends/gpuarr_kernels.h (the conversion rules)
-#   gpuarr__kernels_cuda_source  backends/gpuarr_kernels_cuda.h (its CUDA dialect)
+#   tools/embed-kernels.sh > generated/gpuarr_kernels_source.h      (make kernels)
+#   gpuarr__kernels_source       kernels/gpuarr_kernels.h (the conversion rules)
+#   gpuarr__kernels_cuda_source  kernels/gpuarr_kernels_cuda.h (its CUDA dialect)
 # One literal per line keeps each under the 4095 characters ISO C promises; OpenCL takes the
 # array as is, NVRTC gets it joined.
 set -eu
-dir=${1:-backends}
+dir=${1:-kernels}
 embed() { # name file
     echo "static const char *const $1[] = {"
     sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/    "/' -e 's/$/\\n",/' "$2"

@@ -643,7 +643,7 @@ static void test_bad_input(void) {
     CHECK(gpuarr_mpi_recv(a, 0, -1, 0, left(), 31, MPI_COMM_WORLD) == GPUARR_ERROR_INVALID_ARGUMENT, "32 plain bytes");
     CHECK(has(gpuarr_last_error(), "not a gpuarr_mpi message"), "%s", gpuarr_last_error());
     MPI_Wait(&rr, MPI_STATUS_IGNORE);
-    /* a header with gpuarr's magic number (backends/gpuarr_mpi.h) but a dtype that is none */
+    /* a header with gpuarr's magic number (layers/gpuarr_mpi.h) but a dtype that is none */
     struct { uint32_t magic; int32_t dtype; int64_t count, chunk, reserved; } fake = {0x67614d31u, 99, 10, 10, 0};
     MPI_Isend(&fake, (int)sizeof fake, MPI_BYTE, right(), 32, MPI_COMM_WORLD, &rr);
     CHECK(gpuarr_mpi_recv(a, 0, -1, 0, left(), 32, MPI_COMM_WORLD) == GPUARR_ERROR_INVALID_ARGUMENT, "damaged header");

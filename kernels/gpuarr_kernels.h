@@ -2,7 +2,7 @@
  * gpuarr_kernels.h -- the one source of gpuarr's conversion rules, compiled three ways:
  *   - as C by gpuarr.h's implementation: the host reference and the host cast loops;
  *   - as OpenCL C by the OpenCL backend, and as CUDA C++ by the CUDA backend, which receive it
- *     as text (backends/gpuarr_kernels_source.h, generated from this file by
+ *     as text (generated/gpuarr_kernels_source.h, generated from this file by
  *     tools/embed-kernels.sh; `make test` fails if the two differ).
  *
  * The includer first defines the dialect:

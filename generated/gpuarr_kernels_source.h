@@ -1,4 +1,4 @@
-/* Generated from backends/gpuarr_kernels.h and backends/gpuarr_kernels_cuda.h by tools/embed-kernels.sh
+/* Generated from kernels/gpuarr_kernels.h and kernels/gpuarr_kernels_cuda.h by tools/embed-kernels.sh
    (make kernels). Do not edit. */
 #ifndef GPUARR_KERNELS_SOURCE_INCLUDED
 #define GPUARR_KERNELS_SOURCE_INCLUDED
@@ -7,7 +7,7 @@ static const char *const gpuarr__kernels_source[] = {
     " * gpuarr_kernels.h -- the one source of gpuarr's conversion rules, compiled three ways:\n",
     " *   - as C by gpuarr.h's implementation: the host reference and the host cast loops;\n",
     " *   - as OpenCL C by the OpenCL backend, and as CUDA C++ by the CUDA backend, which receive it\n",
-    " *     as text (backends/gpuarr_kernels_source.h, generated from this file by\n",
+    " *     as text (generated/gpuarr_kernels_source.h, generated from this file by\n",
     " *     tools/embed-kernels.sh; `make test` fails if the two differ).\n",
     " *\n",
     " * The includer first defines the dialect:\n",
@@ -266,7 +266,7 @@ static const char *const gpuarr__kernels_cuda_source[] = {
     " * NVRTC compiles this text, followed by one GPUARR_K_CAST_KERNEL(...) line per dtype pair, with\n",
     " * gpuarr_kernels.h handed over as an in-memory header: at run time when the committed PTX\n",
     " * cannot be used, and in tools/cuda-ptx.c, which makes that PTX. nvcc compiles it as is.\n",
-    " * Both receive it as text from backends/gpuarr_kernels_source.h (tools/embed-kernels.sh).\n",
+    " * Both receive it as text from generated/gpuarr_kernels_source.h (tools/embed-kernels.sh).\n",
     " */\n",
     "#ifdef __CUDACC_RTC__ /* NVRTC has no C library headers */\n",
     "typedef signed char int8_t;\n",

@@ -4,7 +4,7 @@
  * NVRTC compiles this text, followed by one GPUARR_K_CAST_KERNEL(...) line per dtype pair, with
  * gpuarr_kernels.h handed over as an in-memory header: at run time when the committed PTX
  * cannot be used, and in tools/cuda-ptx.c, which makes that PTX. nvcc compiles it as is.
- * Both receive it as text from backends/gpuarr_kernels_source.h (tools/embed-kernels.sh).
+ * Both receive it as text from generated/gpuarr_kernels_source.h (tools/embed-kernels.sh).
  */
 #ifdef __CUDACC_RTC__ /* NVRTC has no C library headers */
 typedef signed char int8_t;
