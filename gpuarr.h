@@ -2702,8 +2702,9 @@ typedef struct gpuarr__table {
 } gpuarr__table;
 
 /* ---------------------------------------------------------------------------------------------
- * Host worker pool: a few threads that split large casts and copies. The caller works too and
- * returns when every chunk is done, so no job outlives the call that made it.
+ * Host worker pool (backends/gpuarr_host.h runs it; its state is gpuarr__g.workers): a few threads
+ * that split large casts and copies. The caller works too and returns when every chunk is done,
+ * so no job outlives the call that made it.
  * ------------------------------------------------------------------------------------------- */
 typedef void (*gpuarr__chunk_fn)(void *ctx, size_t begin, size_t end);
 
@@ -2846,7 +2847,13 @@ typedef struct gpuarr__state {
         char cache_dir[512];               /* resolved kernel cache folder; "" = no cache */
         bool cache_refused;                /* atomic: the folder was refused (and said so) */
     } config;
-    gpuarr__cast_fn host_casts[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT]; /* for this CPU */
+    struct { /* CPU work between host pointers, on the worker pool: the host backend's, set by its
+                load; the core and the device backends call it through gpuarr__cpu_cast & co */
+        void (*cast)(void *dst, gpuarr_dtype dt, const void *src, gpuarr_dtype st, size_t n);
+        void (*copy)(void *dst, const void *src, size_t bytes);
+        void (*fill)(void *dst, const void *pattern, size_t pattern_size, size_t bytes);
+    } cpu;
+    gpuarr__cast_fn host_casts[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT]; /* for this CPU (the host backend's) */
     const char *host_isa; /* "baseline", "avx2" or "avx2+f16c" */
     bool streaming_copies; /* the CPU has AVX2 and the ISA was not forced to baseline */
     bool no_peer_copies;   /* GPUARR_PEER_COPIES=off: device to device always through the host */
@@ -3251,7 +3258,8 @@ static bool gpuarr__dtype_valid(gpuarr_dtype t) { return t > 0 && t < GPUARR_DTY
 
 /* ---------------------------------------------------------------------------------------------
  * The conversion rules: kernels/gpuarr_kernels.h, shared with the device kernels, compiled
- * here as C (the host dialect below).
+ * here as C (the host dialect below): the f16/bf16 helpers use them, the host backend's cast
+ * kernels are made from them.
  * ------------------------------------------------------------------------------------------- */
 static inline uint32_t gpuarr__f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline float gpuarr__bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
@@ -3266,268 +3274,6 @@ static inline double gpuarr__bits_f64(uint64_t u) { double d; memcpy(&d, &u, 8);
 #define GPUARR_K_U64(c) UINT64_C(c)
 #define GPUARR_K_HAVE_F64 1
 #include "kernels/gpuarr_kernels.h"
-
-/* Fixed-size inner blocks: gcc's -O2 vectorizer only takes loops whose trip count it knows. */
-#define GPUARR__CAST_BLOCK 64
-
-/* The table is built once per instruction set: a portable one, and on x86-64 one for AVX2 (8
-   lanes, 16-bit packs), picked at gpuarr_init from the CPU (GPUARR_HOST_ISA overrides). The same
-   macros make both, so both follow the same rules bit for bit. No FMA: contracting a*b+c would
-   change roundings. */
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define GPUARR__HAVE_AVX2_CASTS 1
-#endif
-#define GPUARR__CAST_ATTR_gpuarr__isa_base
-#define GPUARR__CAST_ATTR_gpuarr__isa_avx2 __attribute__((target("avx2")))
-
-/* gcc -O2's cost model ("very cheap") vectorizes only what needs no run-time alias check: the
-   restrict parameters (gcc ignores restrict on the local pointers) spare it that, so the inner
-   blocks vectorize with the user's flags, no `#pragma GCC optimize`. The tails stay scalar. */
-#define GPUARR__CAST_FN(V, S, sstore, skind, scat, D, dstore, dkind, dlo, dhi)                 \
-    static GPUARR__CAST_ATTR_##V void gpuarr__cast_##V##_##S##_##D(const void *GPUARR__RESTRICT src, \
-                                                                 void *GPUARR__RESTRICT dst, size_t n) { \
-        const sstore *s = (const sstore *)src;                                                 \
-        dstore *d = (dstore *)dst;                                                             \
-        size_t i = 0;                                                                          \
-        for (; i + GPUARR__CAST_BLOCK <= n; i += GPUARR__CAST_BLOCK)                           \
-            for (size_t j = 0; j < GPUARR__CAST_BLOCK; j++)                                    \
-                d[i + j] = GPUARR_K_CONVERT_ONE(skind, scat, dkind, dstore, dlo, dhi, s[i + j]); \
-        for (; i < n; i++) d[i] = GPUARR_K_CONVERT_ONE(skind, scat, dkind, dstore, dlo, dhi, s[i]); \
-    }
-
-/* The 13 x 13 casts: GPUARR__CAST_SOURCES(M, V) calls M(src, <destination row>) for every pair,
-   src being (V, S, sstore, skind, scat). The destinations are GPUARR__DTYPE_TABLE; the sources
-   walk the same named rows, listed again here because GPUARR__DTYPE_TABLE cannot expand inside
-   itself (the count is checked below). */
-#define GPUARR__CAST_SOURCES(M, V)                                                             \
-    GPUARR__CAST_FROM(M, V, GPUARR__DT_BOOL) GPUARR__CAST_FROM(M, V, GPUARR__DT_I8)            \
-    GPUARR__CAST_FROM(M, V, GPUARR__DT_U8) GPUARR__CAST_FROM(M, V, GPUARR__DT_I16)             \
-    GPUARR__CAST_FROM(M, V, GPUARR__DT_U16) GPUARR__CAST_FROM(M, V, GPUARR__DT_I32)            \
-    GPUARR__CAST_FROM(M, V, GPUARR__DT_U32) GPUARR__CAST_FROM(M, V, GPUARR__DT_I64)            \
-    GPUARR__CAST_FROM(M, V, GPUARR__DT_U64) GPUARR__CAST_FROM(M, V, GPUARR__DT_F16)            \
-    GPUARR__CAST_FROM(M, V, GPUARR__DT_BF16) GPUARR__CAST_FROM(M, V, GPUARR__DT_F32)           \
-    GPUARR__CAST_FROM(M, V, GPUARR__DT_F64)
-#define GPUARR__CAST_FROM(M, V, row) GPUARR__CAST_FROM_I(M, V, row)
-#define GPUARR__CAST_FROM_I(M, V, S, sstr, sstore, ssize, skind, scat, slo, shi)                \
-    GPUARR__DTYPE_TABLE(M, (V, S, sstore, skind, scat))
-/* the two M: define a pair's function; fill its entry of table t */
-#define GPUARR__CAST_DEFINE(src, D, dstr, dstore, dsize, dkind, dcat, dlo, dhi)                \
-    GPUARR__CAST_DEFINE_I(GPUARR__UNPACK src, D, dstore, dkind, dlo, dhi)
-#define GPUARR__CAST_DEFINE_I(...) GPUARR__CAST_FN(__VA_ARGS__)
-#define GPUARR__CAST_SET(src, D, ...) GPUARR__CAST_SET_I(GPUARR__UNPACK src, D)
-#define GPUARR__CAST_SET_I(...) GPUARR__CAST_SET_II(__VA_ARGS__)
-#define GPUARR__CAST_SET_II(V, S, sstore, skind, scat, D) t[S][D] = gpuarr__cast_##V##_##S##_##D;
-
-GPUARR__STATIC_ASSERT(0 GPUARR__CAST_SOURCES(GPUARR__COUNT_ONE, ~) == (GPUARR_DTYPE_COUNT - 1) * (GPUARR_DTYPE_COUNT - 1),
-                      "GPUARR__CAST_SOURCES must name every row of GPUARR__DTYPE_TABLE");
-
-/* gpuarr__host_casts_<isa>(t) fills t[src][dst] (row and column 0, the invalid dtype, are left
-   alone), by dtype value: the order of the lists cannot put a kernel in the wrong cell. */
-GPUARR__CAST_SOURCES(GPUARR__CAST_DEFINE, gpuarr__isa_base)
-static void gpuarr__host_casts_base(gpuarr__cast_fn t[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT]) {
-    GPUARR__CAST_SOURCES(GPUARR__CAST_SET, gpuarr__isa_base)
-}
-#ifdef GPUARR__HAVE_AVX2_CASTS
-GPUARR__CAST_SOURCES(GPUARR__CAST_DEFINE, gpuarr__isa_avx2)
-static void gpuarr__host_casts_avx2(gpuarr__cast_fn t[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT]) {
-    GPUARR__CAST_SOURCES(GPUARR__CAST_SET, gpuarr__isa_avx2)
-}
-#endif
-
-/* f32 -> f16 is the one cast the AVX2 kernels leave compute-bound; F16C does it in one
-   instruction per 8 lanes, with the same rounding and NaN rule (checked on all 2^32 inputs). */
-#if defined(GPUARR__HAVE_AVX2_CASTS) && !defined(__CUDACC__)
-#include <cpuid.h>
-#include <immintrin.h>
-#define GPUARR__HAVE_F16C_CAST 1
-static __attribute__((target("avx2,f16c"))) void gpuarr__cast_f32_f16_f16c(const void *src, void *dst, size_t n) {
-    const float *s = (const float *)src;
-    uint16_t *d = (uint16_t *)dst;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128((__m128i *)(void *)(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
-    for (; i < n; i++) d[i] = gpuarr_k_f32_to_f16(s[i]);
-}
-static bool gpuarr__cpu_has_f16c(void) {
-    unsigned a, b, c, d;
-    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
-}
-#endif
-
-static bool gpuarr__cpu_has_avx2(void) {
-#ifdef GPUARR__HAVE_AVX2_CASTS
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2");
-#else
-    return false;
-#endif
-}
-
-/* ---------------------------------------------------------------------------------------------
- * Host worker pool
- * ------------------------------------------------------------------------------------------- */
-static void gpuarr__job_run_chunk(gpuarr__workers *w, gpuarr__job *job, size_t begin) {
-    size_t end = GPUARR__MIN(begin + job->chunk, job->count);
-    job->fn(job->ctx, begin, end);
-    pthread_mutex_lock(&w->lock);
-    job->done += end - begin;
-    if (job->done == job->count) pthread_cond_broadcast(&w->finished);
-    pthread_mutex_unlock(&w->lock);
-}
-
-/* Under the lock: hands out the next chunk of the oldest job, unqueueing a job whose last chunk
-   is taken. Returns false when nothing is queued. */
-static bool gpuarr__job_take(gpuarr__workers *w, gpuarr__job **job, size_t *begin) {
-    gpuarr__job *j = w->queue;
-    if (!j) return false;
-    *job = j;
-    *begin = j->next;
-    j->next += j->chunk;
-    if (j->next >= j->count) w->queue = j->next_job;
-    return true;
-}
-
-static void *gpuarr__worker_main(void *arg) {
-    gpuarr__workers *w = (gpuarr__workers *)arg;
-    pthread_mutex_lock(&w->lock);
-    for (;;) {
-        gpuarr__job *job;
-        size_t begin;
-        while (!w->stop && !gpuarr__job_take(w, &job, &begin)) pthread_cond_wait(&w->wake, &w->lock);
-        if (w->stop) break;
-        pthread_mutex_unlock(&w->lock);
-        gpuarr__job_run_chunk(w, job, begin);
-        pthread_mutex_lock(&w->lock);
-    }
-    pthread_mutex_unlock(&w->lock);
-    return NULL;
-}
-
-/* Threads start at the first large job; if they cannot start, work runs on the caller. */
-static void gpuarr__workers_start(gpuarr__workers *w) {
-    w->tried = true;
-    int n = w->wanted - 1;
-    if (n <= 0) return;
-    w->threads = (pthread_t *)gpuarr__malloc(sizeof(pthread_t) * (size_t)n);
-    if (!w->threads) return;
-    for (int i = 0; i < n; i++) {
-        if (pthread_create(&w->threads[i], NULL, gpuarr__worker_main, w) != 0) break;
-        w->started++;
-    }
-}
-
-static void gpuarr__workers_init(gpuarr__workers *w, int threads) {
-    memset(w, 0, sizeof *w);
-    pthread_mutex_init(&w->lock, NULL);
-    pthread_cond_init(&w->wake, NULL);
-    pthread_cond_init(&w->finished, NULL);
-    w->wanted = threads;
-}
-
-static void gpuarr__workers_stop(gpuarr__workers *w) {
-    pthread_mutex_lock(&w->lock);
-    w->stop = true;
-    pthread_cond_broadcast(&w->wake);
-    pthread_mutex_unlock(&w->lock);
-    for (int i = 0; i < w->started; i++) pthread_join(w->threads[i], NULL);
-    gpuarr__free(w->threads);
-    pthread_cond_destroy(&w->finished);
-    pthread_cond_destroy(&w->wake);
-    pthread_mutex_destroy(&w->lock);
-}
-
-/* Runs fn over [0, count) in chunks of `chunk` items, on the workers and the calling thread. */
-static void gpuarr__parallel_for(size_t count, size_t chunk, gpuarr__chunk_fn fn, void *ctx) {
-    gpuarr__workers *w = &gpuarr__g.workers;
-    if (count <= chunk || w->wanted <= 1) {
-        fn(ctx, 0, count);
-        return;
-    }
-    gpuarr__job job;
-    memset(&job, 0, sizeof job);
-    job.fn = fn;
-    job.ctx = ctx;
-    job.count = count;
-    job.chunk = chunk;
-    pthread_mutex_lock(&w->lock);
-    bool first = !w->tried;
-    if (first) gpuarr__workers_start(w);
-    if (first && w->started < w->wanted - 1) {
-        int started = w->started;
-        pthread_mutex_unlock(&w->lock); /* log outside the lock: a logger may take its time */
-        gpuarr__log(GPUARR_LOG_WARN, "started %d of %d host worker threads", started, w->wanted - 1);
-        pthread_mutex_lock(&w->lock);
-    }
-    if (w->started == 0) {
-        pthread_mutex_unlock(&w->lock);
-        fn(ctx, 0, count);
-        return;
-    }
-    gpuarr__job **tail = &w->queue;
-    while (*tail) tail = &(*tail)->next_job;
-    *tail = &job;
-    pthread_cond_broadcast(&w->wake);
-    /* Work on our own job until its chunks are handed out, then wait for the stragglers. */
-    while (job.next < job.count) {
-        size_t begin = job.next;
-        job.next += job.chunk;
-        if (job.next >= job.count) {
-            gpuarr__job **p = &w->queue;
-            while (*p != &job) p = &(*p)->next_job;
-            *p = job.next_job;
-        }
-        pthread_mutex_unlock(&w->lock);
-        gpuarr__job_run_chunk(w, &job, begin);
-        pthread_mutex_lock(&w->lock);
-    }
-    while (job.done < job.count) pthread_cond_wait(&w->finished, &w->lock);
-    pthread_mutex_unlock(&w->lock);
-}
-
-/* Items per chunk for a pass over `bytes_per_item`: ~1 MiB of the wider side, a multiple of
-   the cast block, and at least 4 chunks per thread when the array is large enough. */
-static size_t gpuarr__chunk_items(size_t count, size_t bytes_per_item) {
-    size_t per = GPUARR__MAX((size_t)1, bytes_per_item);
-    size_t items = ((size_t)1 << 20) / per;
-    size_t threads = (size_t)GPUARR__MAX(1, gpuarr__g.workers.wanted);
-    size_t balanced = count / (threads * 4);
-    if (balanced < items) items = GPUARR__MAX(balanced, ((size_t)256 << 10) / per);
-    items = (items + GPUARR__CAST_BLOCK - 1) / GPUARR__CAST_BLOCK * GPUARR__CAST_BLOCK;
-    return GPUARR__MAX(items, (size_t)GPUARR__CAST_BLOCK);
-}
-
-typedef struct gpuarr__cast_job {
-    gpuarr__cast_fn fn;
-    const unsigned char *src;
-    unsigned char *dst;
-    size_t src_size, dst_size;
-    bool streaming; /* a copy too large for the cache: write around it */
-} gpuarr__cast_job;
-
-/* Copies that do not fit in the cache write with non-temporal stores: the destination lines are
-   not read first, which is a third of the memory traffic of a plain copy. */
-#define GPUARR__STREAMING_COPY_MIN ((size_t)32 << 20)
-#if defined(GPUARR__HAVE_F16C_CAST)
-#define GPUARR__HAVE_STREAMING_COPY 1
-static __attribute__((target("avx2"))) void gpuarr__streaming_copy(unsigned char *dst, const unsigned char *src, size_t n) {
-    size_t head = (32u - ((uintptr_t)dst & 31u)) & 31u;
-    if (head > n) head = n;
-    memcpy(dst, src, head);
-    size_t i = head;
-    for (; i + 128 <= n; i += 128) {
-        __m256i a = _mm256_loadu_si256((const __m256i *)(const void *)(src + i));
-        __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)(src + i + 32));
-        __m256i c = _mm256_loadu_si256((const __m256i *)(const void *)(src + i + 64));
-        __m256i e = _mm256_loadu_si256((const __m256i *)(const void *)(src + i + 96));
-        _mm256_stream_si256((__m256i *)(void *)(dst + i), a);
-        _mm256_stream_si256((__m256i *)(void *)(dst + i + 32), b);
-        _mm256_stream_si256((__m256i *)(void *)(dst + i + 64), c);
-        _mm256_stream_si256((__m256i *)(void *)(dst + i + 96), e);
-    }
-    _mm_sfence(); /* the streamed stores are visible before the chunk is reported done */
-    memcpy(dst + i, src + i, n - i);
-}
-#endif
 
 /* Casts run in the default floating-point environment (round to nearest even, no flush to zero,
    exceptions masked), whatever the calling thread set: fesetround, or flush-to-zero switched on
@@ -3557,104 +3303,6 @@ static void gpuarr__fp_leave(uint64_t saved) {
 #else
     GPUARR__UNUSED(saved);
 #endif
-}
-
-static void gpuarr__cast_chunk(void *ctx, size_t begin, size_t end) {
-    gpuarr__cast_job *j = (gpuarr__cast_job *)ctx;
-    uint64_t fp = gpuarr__fp_default_enter();
-    if (j->fn)
-        j->fn(j->src + begin * j->src_size, j->dst + begin * j->dst_size, end - begin);
-#ifdef GPUARR__HAVE_STREAMING_COPY
-    else if (j->streaming)
-        gpuarr__streaming_copy(j->dst + begin * j->dst_size, j->src + begin * j->src_size, (end - begin) * j->dst_size);
-#endif
-    else
-        memcpy(j->dst + begin * j->dst_size, j->src + begin * j->src_size, (end - begin) * j->dst_size);
-    gpuarr__fp_leave(fp);
-}
-
-/* Host cast (or copy when the dtypes match) of n elements, split across the workers when the
-   array is large enough to pay for the hand-off. */
-static void gpuarr__cpu_cast(void *dst, gpuarr_dtype dt, const void *src, gpuarr_dtype st, size_t n) {
-    gpuarr__cast_job job;
-    job.fn = st == dt ? NULL : gpuarr__g.host_casts[st][dt];
-    job.src = (const unsigned char *)src;
-    job.dst = (unsigned char *)dst;
-    job.src_size = gpuarr__dtype_sizes[st];
-    job.dst_size = gpuarr__dtype_sizes[dt];
-    job.streaming = !job.fn && n * job.dst_size >= GPUARR__STREAMING_COPY_MIN && gpuarr__g.streaming_copies;
-    size_t wide = GPUARR__MAX(job.src_size, job.dst_size);
-    gpuarr__parallel_for(n, gpuarr__chunk_items(n, wide), gpuarr__cast_chunk, &job);
-}
-
-static void gpuarr__cpu_memcpy(void *dst, const void *src, size_t bytes) {
-    gpuarr__cpu_cast(dst, GPUARR_U8, src, GPUARR_U8, bytes);
-}
-
-/* A fill with a 1, 2, 4 or 8-byte pattern, split across the workers like a copy: one byte (or a
-   pattern of equal bytes) is a memset; a wider one is stored from a 64-byte block of the pattern
-   held in a local, which the compiler turns into vector stores. A fill too large for the cache
-   writes around it with non-temporal stores, like a copy (GPUARR__STREAMING_COPY_MIN). */
-typedef struct gpuarr__fill_job {
-    unsigned char *dst;
-    size_t pattern_size;
-    bool streaming;
-    unsigned char block[64]; /* the pattern repeated */
-} gpuarr__fill_job;
-
-#ifdef GPUARR__HAVE_STREAMING_COPY
-/* n bytes at p, the pattern's phase 0 at p; block + k for k < 8 is the pattern from its byte k. */
-static __attribute__((target("avx2"))) void gpuarr__streaming_fill(unsigned char *p, const unsigned char *block, size_t pattern_size,
-                                                                   size_t n) {
-    size_t head = (32u - ((uintptr_t)p & 31u)) & 31u, i = head;
-    if (head > n) head = i = n;
-    memcpy(p, block, head);
-    __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(block + head % pattern_size));
-    for (; i + 128 <= n; i += 128) {
-        _mm256_stream_si256((__m256i *)(void *)(p + i), v);
-        _mm256_stream_si256((__m256i *)(void *)(p + i + 32), v);
-        _mm256_stream_si256((__m256i *)(void *)(p + i + 64), v);
-        _mm256_stream_si256((__m256i *)(void *)(p + i + 96), v);
-    }
-    _mm_sfence(); /* the streamed stores are visible before the chunk is reported done */
-    for (size_t m; i < n; i += m) {
-        m = GPUARR__MIN((size_t)32, n - i);
-        memcpy(p + i, block + i % pattern_size, m);
-    }
-}
-#endif
-
-static void gpuarr__fill_chunk(void *ctx, size_t begin, size_t end) {
-    const gpuarr__fill_job *j = (const gpuarr__fill_job *)ctx;
-    unsigned char *p = j->dst + begin * j->pattern_size;
-    size_t n = (end - begin) * j->pattern_size, i = 0;
-#ifdef GPUARR__HAVE_STREAMING_COPY
-    if (j->streaming) {
-        gpuarr__streaming_fill(p, j->block, j->pattern_size, n);
-        return;
-    }
-#endif
-    if (j->pattern_size == 1) {
-        memset(p, j->block[0], n);
-        return;
-    }
-    unsigned char block[64];
-    memcpy(block, j->block, sizeof block);
-    for (; i + sizeof block <= n; i += sizeof block) memcpy(p + i, block, sizeof block);
-    memcpy(p + i, block, n - i);
-}
-
-static void gpuarr__cpu_fill(void *dst, const void *pattern, size_t pattern_size, size_t bytes) {
-    gpuarr__fill_job job;
-    const unsigned char *pat = (const unsigned char *)pattern;
-    job.dst = (unsigned char *)dst;
-    job.pattern_size = 1;
-    for (size_t i = 1; i < pattern_size; i++)
-        if (pat[i] != pat[0]) job.pattern_size = pattern_size;
-    for (size_t i = 0; i < sizeof job.block; i += job.pattern_size) memcpy(job.block + i, pat, job.pattern_size);
-    job.streaming = bytes >= GPUARR__STREAMING_COPY_MIN && gpuarr__g.streaming_copies;
-    size_t n = bytes / job.pattern_size;
-    gpuarr__parallel_for(n, gpuarr__chunk_items(n, job.pattern_size), gpuarr__fill_chunk, &job);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -4285,6 +3933,16 @@ static inline void gpuarr__host_fn_seen(void) { /* inline: unused without a devi
    the driver's thread acquires it before running fn, so fn sees what was written before. */
 static inline void gpuarr__host_fn_queued(void) { __atomic_add_fetch(&gpuarr__g.host_fns_queued, 1, __ATOMIC_RELEASE); }
 static inline void gpuarr__host_fn_starts(void) { (void)__atomic_load_n(&gpuarr__g.host_fns_queued, __ATOMIC_ACQUIRE); }
+
+/* ---- CPU work between host pointers: a cast (a copy when the dtypes match), a copy, a fill,
+   split across the host backend's worker pool (gpuarr__g.cpu) ---- */
+static void gpuarr__cpu_cast(void *dst, gpuarr_dtype dt, const void *src, gpuarr_dtype st, size_t n) {
+    gpuarr__g.cpu.cast(dst, dt, src, st, n);
+}
+GPUARR__FOR_BACKENDS static void gpuarr__cpu_memcpy(void *dst, const void *src, size_t bytes) { gpuarr__g.cpu.copy(dst, src, bytes); }
+GPUARR__FOR_BACKENDS static void gpuarr__cpu_fill(void *dst, const void *pattern, size_t pattern_size, size_t bytes) {
+    gpuarr__g.cpu.fill(dst, pattern, pattern_size, bytes);
+}
 
 /* ---- for the backends' interop functions: core services (defined further down) ---- */
 static gpuarr_result gpuarr__get_dev(gpuarr_device d, const char *arg, gpuarr__dev **out);
@@ -6870,31 +6528,6 @@ static bool gpuarr__filter_mentions(gpuarr_backend b) {
     return false;
 }
 
-/* GPUARR_HOST_ISA: auto (default), baseline, avx2. */
-static gpuarr_result gpuarr__select_host_isa(int want) {
-    bool avx2 = gpuarr__cpu_has_avx2();
-    if (want == GPUARR__ISA_AVX2 && !avx2)
-        return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "GPUARR_HOST_ISA=avx2, but this CPU or build lacks AVX2");
-    if (want == GPUARR__ISA_BASELINE) avx2 = false;
-    void (*fill)(gpuarr__cast_fn t[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT]) = gpuarr__host_casts_base;
-    gpuarr__g.host_isa = "baseline";
-#ifdef GPUARR__HAVE_AVX2_CASTS
-    if (avx2) {
-        fill = gpuarr__host_casts_avx2;
-        gpuarr__g.host_isa = "avx2";
-    }
-#endif
-    memset(gpuarr__g.host_casts, 0, sizeof gpuarr__g.host_casts);
-    fill(gpuarr__g.host_casts);
-#ifdef GPUARR__HAVE_F16C_CAST
-    if (avx2 && gpuarr__cpu_has_f16c()) {
-        gpuarr__g.host_casts[GPUARR_F32][GPUARR_F16] = gpuarr__cast_f32_f16_f16c;
-        gpuarr__g.host_isa = "avx2+f16c";
-    }
-    gpuarr__g.streaming_copies = avx2;
-#endif
-    return GPUARR_OK;
-}
 
 /* "123", "64K", "512MiB", "2G": bytes (K/M/G/T = powers of 1024). */
 static bool gpuarr__parse_bytes(const char *s, size_t len, uint64_t *out) {
@@ -6986,7 +6619,6 @@ static gpuarr_result gpuarr__resolve_config(const gpuarr_desc *d) {
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
         gpuarr__g.host_threads = cpus < 1 ? 1 : cpus > 64 ? 64 : (int)cpus;
     }
-    GPUARR__CHECK(gpuarr__select_host_isa(gpuarr__setting_value(GPUARR__SET_HOST_ISA, GPUARR__ISA_AUTO)));
     gpuarr__g.no_peer_copies = !gpuarr__setting_value(GPUARR__SET_PEER_COPIES, 1);
     gpuarr__resolve_cache_dir();
     const char *filter = d->devices ? d->devices : gpuarr__setting(GPUARR__SET_DEVICES);
@@ -7086,7 +6718,7 @@ static gpuarr_result gpuarr__registry_build(void) {
         const gpuarr__backend *b = gpuarr__backends[i];
         if (!b || !gpuarr__filter_mentions(b->id)) continue;
         gpuarr_result r = b->load();
-        if (r == GPUARR_ERROR_OUT_OF_MEMORY) return r;
+        if (r == GPUARR_ERROR_OUT_OF_MEMORY || (r != GPUARR_OK && b->builtin)) return r; /* the host must load */
         if (r != GPUARR_OK) { /* its library is missing (UNSUPPORTED) or broken: zero devices */
             gpuarr__copy_string(gpuarr__g.backend_error[i], sizeof gpuarr__g.backend_error[i], gpuarr__tls.error_detail);
             gpuarr__log(r == GPUARR_ERROR_UNSUPPORTED ? GPUARR_LOG_INFO : GPUARR_LOG_WARN, "the %s backend is unavailable: %s",
@@ -7879,7 +7511,6 @@ static void gpuarr__teardown(void) {
     }
     for (int i = GPUARR_BACKEND_COUNT - 1; i > 0; i--)
         if (gpuarr__g.backend_loaded[i]) gpuarr__backends[i]->unload();
-    if (gpuarr__g.workers.wanted) gpuarr__workers_stop(&gpuarr__g.workers);
     gpuarr__thread_key_delete();
     if (gpuarr__g.locks_ready) {
         pthread_mutex_destroy(&gpuarr__g.oom_lock);
@@ -7918,7 +7549,6 @@ static gpuarr_result gpuarr__startup(const gpuarr_desc *desc) {
     gpuarr_result r = gpuarr__resolve_config(&d);
     if (r == GPUARR_OK) {
         gpuarr__tables_init();
-        gpuarr__workers_init(&gpuarr__g.workers, gpuarr__g.host_threads);
         r = gpuarr__registry_build();
     }
     if (r == GPUARR_OK) r = gpuarr__leases_start();
