@@ -1,7 +1,7 @@
 /*
- * gpuarr_dlpack.h -- DLPack export and import, part of the core (not a backend): included by the
- * implementation of gpuarr.h after everything else, so it uses the core's internals and reaches
- * CUDA and OpenCL only through their interop tables.
+ * gpuarr_dlpack.h -- DLPack export and import, a layer on the core: included by the implementation
+ * of gpuarr.h after the core, so it uses the core's internals, and reaches CUDA and OpenCL only
+ * through their interop tables; registers in gpuarr__layer_list.
  *
  * Where the data pointer points (DLTensor.data + byte_offset is always the first element):
  *   host (and pinned host): data = the address of the first element of the memory the array
@@ -414,4 +414,8 @@ GPUARR_API void gpuarr_dlpack_capsule_destructor(void *capsule) {
 }
 
 #undef GPUARR__DLPACK_INTEROP
+static void gpuarr__dlpack_layer(gpuarr__layer *l) {
+    l->name = "dlpack"; /* nothing to start or stop: every call stands alone */
+}
+
 #endif /* GPUARR_DLPACK_INCLUDED */

@@ -1,7 +1,8 @@
 /*
- * gpuarr_lease.h -- device leases (the manual's LEASES section), part of the core (not a
- * backend): included by the implementation of gpuarr.h after everything else, so it uses the
- * core's internals.
+ * gpuarr_lease.h -- device leases and plans (the manual's LEASES section), a layer on the core:
+ * included by the implementation of gpuarr.h after the core (and the local rank layer, whose
+ * "local" specs its candidate lists take), so it uses the core's internals; registers in
+ * gpuarr__layer_list.
  *
  * Slots are counted per physical device: a GPU seen through CUDA and OpenCL (info.same_as) has
  * one count, kept at the registry index of the view that represents it (gpuarr__is_duplicate's
@@ -1161,6 +1162,12 @@ GPUARR_API gpuarr_result gpuarr_plan(const gpuarr_plan_step *steps, int count, g
     GPUARR__REQUIRE_PTR(steps);
     GPUARR__REQUIRE_PTR(out);
     return gpuarr__plan(steps, count, placement, out);
+}
+
+static void gpuarr__lease_layer(gpuarr__layer *l) {
+    l->name = "leases";
+    l->start = gpuarr__leases_start;
+    l->stop = gpuarr__leases_stop;
 }
 
 #endif /* GPUARR_LEASE_INCLUDED */

@@ -1,5 +1,6 @@
-/* gpuarr_mpi.h -- the opt-in MPI layer (the manual's MPI section). Included by the
-   implementation when GPUARR_MPI is defined; <mpi.h> came first (the declarations check).
+/* gpuarr_mpi.h -- the opt-in MPI layer (the manual's MPI section), a layer on the core. Included
+   by the implementation when GPUARR_MPI is defined; <mpi.h> came first (the declarations check);
+   registers in gpuarr__layer_list.
 
    A message is a 32-byte header (the sender's dtype, element count and chunk size) followed by
    the elements in chunks, every part on the caller's comm, peer and tag. Two messages to one
@@ -86,7 +87,7 @@ static struct {
     pthread_mutex_t eh_lock; /* the error handler swaps (gpuarr__mpi_eh_enter) */
     struct gpuarr__mpi_swap *swaps;
     gpuarr__mpi_zombie *left; /* what a last gpuarr_shutdown left to MPI for good, kept reachable */
-    bool hooked;              /* atomic: gpuarr__mpi_last_shutdown is registered (once per process) */
+    bool hooked;              /* atomic: gpuarr_mpi was used; from then on every last shutdown ends its transfers */
 } gpuarr__mpi = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, NULL, 0, PTHREAD_MUTEX_INITIALIZER, NULL, NULL, false};
 
 /* The call's name back in the thread's error state before failing under it. */
@@ -849,8 +850,10 @@ static bool gpuarr__mpi_earlier(uint32_t id) {
     return behind != 0 && behind < 0x8000u;
 }
 
-/* Run by the last gpuarr_shutdown (gpuarr__at_last_shutdown), while arrays still work. */
+/* Run by the last gpuarr_shutdown (the layer's before_teardown), while arrays still work, once
+   gpuarr_mpi has been used in this process. */
 static void gpuarr__mpi_last_shutdown(void) {
+    if (!__atomic_load_n(&gpuarr__mpi.hooked, __ATOMIC_ACQUIRE)) return;
     pthread_mutex_lock(&gpuarr__mpi.lock);
     if (gpuarr__mpi.top || gpuarr__mpi.zombies) {
         int up = 0, down = 0;
@@ -887,10 +890,7 @@ static gpuarr_result gpuarr__mpi_ready(const char *api) {
     MPI_Finalized(&mpi_down);
     if (!mpi_up || mpi_down)
         return gpuarr__fail(GPUARR_ERROR_NOT_INITIALIZED, "MPI is %s", mpi_down ? "finalized already" : "not initialized (call MPI_Init first)");
-    if (!__atomic_load_n(&gpuarr__mpi.hooked, __ATOMIC_ACQUIRE)) { /* no gpuarr_mpi lock held here */
-        gpuarr__at_last_shutdown(gpuarr__mpi_last_shutdown);
-        __atomic_store_n(&gpuarr__mpi.hooked, true, __ATOMIC_RELEASE);
-    }
+    if (!__atomic_load_n(&gpuarr__mpi.hooked, __ATOMIC_ACQUIRE)) __atomic_store_n(&gpuarr__mpi.hooked, true, __ATOMIC_RELEASE);
     return GPUARR_OK;
 }
 
@@ -1059,4 +1059,9 @@ GPUARR_API gpuarr_result gpuarr_mpi_allreduce(gpuarr_array a, gpuarr_mpi_op op, 
     free(host);
     if (r != GPUARR_OK && gpuarr__tls.error_api != __func__) r = gpuarr__mpi_rename(__func__, r);
     return r;
+}
+
+static void gpuarr__mpi_layer(gpuarr__layer *l) {
+    l->name = "mpi";
+    l->before_teardown = gpuarr__mpi_last_shutdown;
 }

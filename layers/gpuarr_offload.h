@@ -1,7 +1,8 @@
 /*
  * gpuarr_offload.h -- tasks, their per-device models, gpuarr_offload and gpuarr_map (the
- * manual's OFFLOAD section), part of the core (not a backend): included by the implementation of
- * gpuarr.h after the leases and the transfer model, so it uses the core's internals.
+ * manual's OFFLOAD section), a layer on the core: included by the implementation of gpuarr.h after
+ * the leases and the transfer model, whose calls it uses, and the core's internals; registers in
+ * gpuarr__layer_list.
  *
  * A model belongs to a (task name, device) pair, not to a task handle: a program that makes the
  * same task again, or runs again, finds what was measured (in the cache folder). It is per device
@@ -439,6 +440,8 @@ static gpuarr_result gpuarr__task_check_desc(const gpuarr_task_desc *d) {
                                 i >= d->n_in ? "past n_in (must be 0)" : "not a gpuarr_dtype (0 = as given)");
     if (d->impl[GPUARR_BACKEND_INVALID])
         return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "desc->impl[0] is set: index by backend (impl[GPUARR_BACKEND_HOST], ...)");
+    for (int b = GPUARR_BACKEND_COUNT; b < GPUARR_TASK_MAX_BACKENDS; b++)
+        if (d->impl[b]) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "desc->impl[%d] is set: no backend has that number", b);
     for (int b = 1; b < GPUARR_BACKEND_COUNT; b++)
         if (d->impl[b]) return GPUARR_OK;
     return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "desc->impl: no implementation for any backend (set at least one)");
@@ -1293,6 +1296,12 @@ GPUARR_API gpuarr_result gpuarr_task_models_summary(char *buf, size_t len) {
     if (!lines) gpuarr__append_line(buf, len, "no task models\n");
     pthread_mutex_unlock(&os->lock);
     return GPUARR_OK;
+}
+
+static void gpuarr__offload_layer(gpuarr__layer *l) {
+    l->name = "offload";
+    l->start = gpuarr__offload_start;
+    l->stop = gpuarr__offload_stop;
 }
 
 #endif /* GPUARR_OFFLOAD_INCLUDED */

@@ -1,7 +1,8 @@
 /*
- * gpuarr_transfer_model.h -- the transfer model (the manual's TRANSFER MODEL section), part of
- * the core (not a backend): included by the implementation of gpuarr.h after the leases, so it
- * uses the core's internals (and gpuarr__lease_key, for the devices' stable names).
+ * gpuarr_transfer_model.h -- the transfer model (the manual's TRANSFER MODEL section), a layer on
+ * the core: included by the implementation of gpuarr.h after the leases, so it uses the core's
+ * internals (and gpuarr__lease_key, for the devices' stable names); registers in
+ * gpuarr__layer_list.
  *
  * A model per (source device, destination device, source memory kind, cast or not):
  * t = latency + bytes / bandwidth, bytes of the source data. It is fitted from gpuarr_copy
@@ -629,6 +630,12 @@ GPUARR_API gpuarr_result gpuarr_transfer_models_summary(char *buf, size_t len) {
         }
     pthread_mutex_unlock(&xs->lock);
     return GPUARR_OK;
+}
+
+static void gpuarr__xfer_layer(gpuarr__layer *l) {
+    l->name = "transfer models";
+    l->start = gpuarr__xfer_start;
+    l->stop = gpuarr__xfer_stop;
 }
 
 #endif /* GPUARR_TRANSFER_MODEL_INCLUDED */

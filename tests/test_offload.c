@@ -156,6 +156,8 @@ Test(offload, a_task_desc_is_checked_field_by_field) {
     TEST_FAIL_WITH(gpuarr_task_create(&bad, &t), GPUARR_ERROR_INVALID_ARGUMENT, "no implementation");
     bad = td, bad.impl[0] = widen;
     TEST_FAIL_WITH(gpuarr_task_create(&bad, &t), GPUARR_ERROR_INVALID_ARGUMENT, "desc->impl[0]");
+    bad = td, bad.impl[GPUARR_TASK_MAX_BACKENDS - 1] = widen; /* room for backends to come: none has it yet */
+    TEST_FAIL_WITH(gpuarr_task_create(&bad, &t), GPUARR_ERROR_INVALID_ARGUMENT, "no backend has that number");
     cr_assert_eq(t.id, 0x5eedu, "out was written by a failed call");
     TEST_OK(gpuarr_task_create(&td, &t));
     cr_assert_neq(t.id, 0u);
