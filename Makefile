@@ -9,7 +9,8 @@
 #                 the DLPack tests against NumPy through ctypes (a venv under build/ with NumPy
 #                 from PyPI), bench-smoke (gpuarr-bench --host-isa and --csv, checked), and under
 #                 mpirun the MPI tests (mpi-tests), examples/mpi_heat and gpuarr-info --mpi
-#                 (mpi-examples)
+#                 (mpi-examples), and the single header (single-header-check: the quickstart and
+#                 every example needing no other library built against it alone, in an empty folder)
 #   make check    the suite under ASan+UBSan, the threaded tests under TSan, valgrind on the
 #                 examples, a slice of the fault matrix, the fuzz corpus replayed (fuzz-replay)
 #                 and 2 minutes of the soak (soak-slice; its seed is printed, a failing input
@@ -49,6 +50,8 @@
 #                 LIBDIR (default $(PREFIX)/lib), gpuarr.pc (header-only) and gpuarr-lib.pc (the
 #                 library) to $(PREFIX)/share/pkgconfig, the CMake package gpuarr::gpuarr to
 #                 $(PREFIX)/share/cmake/gpuarr; PREFIX defaults to /usr/local; honours DESTDIR
+#   make single-header  build/single-header/gpuarr.h: gpuarr.h with its folders inlined, one
+#                 self-contained file to drop into a project (tools/amalgamate.py)
 #   make uninstall  removes what make install put there (same PREFIX, LIBDIR and DESTDIR)
 #   make clean
 #
@@ -99,7 +102,7 @@ CHECK_PACKAGES := $(TEST_PACKAGES) valgrind
 .PHONY: all demo test check bench install clean deps-test deps-check info compile-tests \
         run-tests run-asan run-tsan run-valgrind kernels kernels-check cuda-kernels \
         compile-matrix install-check install-check-consumers readme-blocks faults faults-slice fuzz fuzz-build fuzz-merge fuzz-replay soak soak-slice \
-        bench-plots bench-smoke python-tests
+        bench-plots bench-smoke python-tests single-header single-header-check
 
 CU_EXAMPLES := $(if $(NVCC),$(basename $(notdir $(wildcard examples/*.cu))))
 
@@ -196,7 +199,7 @@ export POCL_DEVICES ?= pthread pthread
 export GPUARR_TEST_REQUIRE ?= 1
 
 test: deps-test
-	@$(MAKE) --no-print-directory all kernels-check compile-tests run-tests python-tests bench-smoke
+	@$(MAKE) --no-print-directory all kernels-check compile-tests single-header-check run-tests python-tests bench-smoke
 
 # tests/fake_cuda: a CUDA driver that runs on the CPU and keeps the driver's contract strictly
 # (deferred stream work, pinned copies at run time, context checks, PTX/cubin checks), so the
@@ -940,3 +943,43 @@ uninstall:
 
 clean:
 	rm -rf $(BUILD)
+
+# --- one file to drop in ----------------------------------------------------------------------
+# `make single-header`: $(SINGLE_HEADER), gpuarr.h with every file it includes inlined where it
+# is included (tools/amalgamate.py follows the #include lines; no list of files here).
+# single-header-check (in make test): that file has no quoted #include of a repository file
+# left, preprocesses to what gpuarr.h and its folders do, and builds, in a folder that holds it
+# and copies of the sources only, the examples that need no other library (the implementation
+# compiled once from a two-line impl.c, so each is also a second translation unit), the
+# quickstart again as C++17, tests/compile's two units and, with nvcc, the .cu examples; the
+# quickstart (C and C++) and the two units run.
+SINGLE_HEADER := $(BUILD)/single-header/gpuarr.h
+SINGLE_CHECK  := $(BUILD)/single-header-check
+single-header:
+	@python3 tools/amalgamate.py -o $(SINGLE_HEADER) gpuarr.h
+	@echo "single header: $(SINGLE_HEADER), $$(wc -l < $(SINGLE_HEADER)) lines, $$(wc -c < $(SINGLE_HEADER)) bytes"
+single-header-check: single-header
+	@for n in $$(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' $(SINGLE_HEADER)); do \
+	  f=$$(find . -path ./$(BUILD) -prune -o -type f -name "$${n##*/}" -print | head -1); [ -z "$$f" ] || \
+	  { echo "single-header-check: $(SINGLE_HEADER) still has #include \"$$n\" ($$f): tools/amalgamate.py did not inline it"; exit 1; }; done
+	@rm -rf $(SINGLE_CHECK) && mkdir -p $(SINGLE_CHECK)/src $(SINGLE_CHECK)/out
+	@cp $(SINGLE_HEADER) $(addprefix examples/,$(addsuffix .c,$(EXAMPLES)) $(addsuffix .cu,$(CU_EXAMPLES))) \
+	  tests/compile/two_units_a.c tests/compile/two_units_b.c $(SINGLE_CHECK)/src/
+	@printf '#define GPUARR_IMPLEMENTATION\n#include "gpuarr.h"\n' > $(SINGLE_CHECK)/src/impl.c
+	@for d in "" -DGPUARR_NO_CUDA -DGPUARR_NO_OPENCL; do \
+	  $(CC) -std=c11 -E -P -DGPUARR_IMPLEMENTATION $$d -I. -x c gpuarr.h > $(SINGLE_CHECK)/out/folders.i && \
+	  (cd $(SINGLE_CHECK)/src && $(CC) -std=c11 -E -P -DGPUARR_IMPLEMENTATION $$d -x c gpuarr.h) > $(SINGLE_CHECK)/out/single.i && \
+	  cmp -s $(SINGLE_CHECK)/out/folders.i $(SINGLE_CHECK)/out/single.i || \
+	  { echo "single-header-check: the implementation $${d:+with $$d }preprocesses differently from gpuarr.h's"; exit 1; }; done
+	cd $(SINGLE_CHECK)/src && $(CC) -std=c11 $(WARN) -I. -c impl.c -o ../out/impl.o
+	@cd $(SINGLE_CHECK)/src && for e in $(EXAMPLES); do \
+	  echo "$(CC) -std=c11 $(WARN) -I. $$e.c ../out/impl.o -o ../out/$$e $(LIBS)"; \
+	  $(CC) -std=c11 $(WARN) -I. $$e.c ../out/impl.o -o ../out/$$e $(LIBS) || exit 1; done
+	cd $(SINGLE_CHECK)/src && $(CXX) -std=c++17 $(WARN) -I. -x c++ quickstart.c -x none ../out/impl.o -o ../out/quickstart-cxx $(LIBS)
+	cd $(SINGLE_CHECK)/src && $(CC) -std=c11 $(WARN) -I. two_units_a.c two_units_b.c -o ../out/two-units $(LIBS)
+	@cd $(SINGLE_CHECK)/src && for e in $(CU_EXAMPLES); do \
+	  echo "$(NVCC) -std=c++17 -O2 -Werror all-warnings -I. $$e.cu ../out/impl.o -o ../out/$$e $(LIBS)"; \
+	  $(NVCC) -std=c++17 -O2 -Werror all-warnings -I. $$e.cu ../out/impl.o -o ../out/$$e $(LIBS) || exit 1; done
+	@cd $(SINGLE_CHECK)/out && ./quickstart > quickstart.log && ./quickstart-cxx > quickstart-cxx.log && ./two-units
+	@echo "single-header-check passed: $(SINGLE_HEADER) alone in $(SINGLE_CHECK)/src built $(EXAMPLES) $(CU_EXAMPLES), the quickstart as C++17 and two units;" \
+	  "the quickstart ran: $$(tail -1 $(SINGLE_CHECK)/out/quickstart.log)"
