@@ -25,9 +25,13 @@
  * =============================================================================================
  * HOW TO USE IT
  * =============================================================================================
- * Copy gpuarr.h and the backends/ folder into your project (or `make install` them: they go to
- * $(PREFIX)/include/gpuarr/, and programs include <gpuarr/gpuarr.h>). In exactly ONE C (or C++)
- * file:
+ * Copy gpuarr.h and its four folders into your project: backends/ (host, CUDA, OpenCL), layers/
+ * (what is built on the core: trace, local rank, DLPack, leases and plans, transfer models,
+ * offload and map, MPI), kernels/ (the conversion rules the host and device kernels share) and
+ * generated/ (the embedded kernel text and PTX). Or copy one file: `make single-header` writes
+ * build/single-header/gpuarr.h, the same library with those folders inlined. Or `make install`
+ * them: they go to $(PREFIX)/include/gpuarr/, and programs include <gpuarr/gpuarr.h>. In exactly
+ * ONE C (or C++) file:
  *
  *     #define GPUARR_IMPLEMENTATION
  *     #include "gpuarr.h"
@@ -226,7 +230,7 @@
  * result's shape comes from src[0]), a shape or dtype differing from src[0]'s, or src[0] with 8
  * dimensions (INVALID_ARGUMENT naming src[i]), and a cast the device that must run it cannot run
  * (GPUARR_ERROR_UNSUPPORTED). gpuarr_convert_many with n = 0 does nothing. On any error, also one
- * part-way through, nothing the call allocated is left (the pool stats are as before) and no
+ * part-way through, nothing the call allocated is left (the pool stats are what they were) and no
  * output is written.
  *
  * =============================================================================================
@@ -330,104 +334,6 @@
  * runs on the device it meant to replace. The _R forms, GPUARR_WITH_DEVICE_R(dev, &result),
  * GPUARR_WITH_STREAM_R, GPUARR_SCOPED_DEVICE_R and GPUARR_SCOPED_STREAM_R, also write the
  * scope's result (GPUARR_OK or the error) to a gpuarr_result.
- *
- * =============================================================================================
- * CUDA
- * =============================================================================================
- * gpuarr talks to the driver (libcuda.so.1) directly, loaded at run time: no -lcudart, no nvcc
- * needed. "cuda:N" is the runtime's device N (CUDA_VISIBLE_DEVICES applies). Each device's
- * primary context -- the one the CUDA runtime uses -- is made current around gpuarr's own
- * driver calls and the thread's previous context put back, so a program's runtime code is
- * undisturbed; GPUARR_WITH_DEVICE(dev) makes it current for the block, and
- * gpuarr_set_current_device(dev) makes it current as cudaSetDevice does, until the thread's
- * current device changes: setting another device or {0}, or the last gpuarr_shutdown (on the
- * thread that calls it; other threads set {0} before), puts back the context the thread had
- * before. gpuarr's streams are non-blocking (they never wait for the legacy stream 0); events
- * time nothing unless created with GPUARR_EVENT_TIMING. Copies from and to page-locked memory
- * (cudaHostAlloc, cudaHostRegister) are DMA on the stream. Larger ones from ordinary malloc
- * memory go through pinned staging (see MEMORY POOLS), and a cast that narrows runs on the GPU
- * before the bytes leave it. Between two GPUs that can reach each other, copies are peer to
- * peer (access is enabled once, both ways); otherwise, and between CUDA and OpenCL, through
- * pinned host memory (pipelined in synchronous calls). A CUDA device and an OpenCL device that are the same GPU (same
- * UUID, else the same full PCI address) are linked in their infos (same_as) and counted once by
- * "gpu" and "any".
- *
- * Cast kernels come from kernels/gpuarr_kernels.h, the same source as everywhere, loaded per
- * dtype pair at first use: the PTX committed in generated/gpuarr_cuda_ptx.h (made by NVRTC for
- * sm_75 and later, PTX ISA 7.0: drivers from CUDA 11.0 on), which the driver compiles for the
- * GPU and caches; if the driver refuses it, NVRTC compiles for the exact GPU, cached in
- * GPUARR_CACHE_DIR. GPUARR_CUDA_KERNELS=ptx or =nvrtc forces one way. Without either, a cast on
- * the GPU fails with GPUARR_ERROR_BACKEND giving both reasons; copies still work.
- * gpuarr_cuda_* (below) give the context, ordinal, streams and device pointers, and wrap a
- * caller's pointer or stream without taking ownership.
- *
- * =============================================================================================
- * OPENCL
- * =============================================================================================
- * Each platform gets one context holding its devices, so arrays move between devices of one
- * platform with clEnqueueCopyBuffer and between platforms through host memory. A stream is an
- * in-order command queue with profiling on; an event is a marker. A device's global memory is
- * its allocation limit (PoCL would otherwise hand out buffers until the host runs out), a
- * request above CL_DEVICE_MAX_MEM_ALLOC_SIZE fails saying so, and buffers are made resident when
- * allocated, so running out shows at allocation. On devices that share the host's memory (PoCL,
- * integrated GPUs) arrays live in memory gpuarr allocates (CL_MEM_USE_HOST_PTR); a synchronous
- * copy below 4 MiB is one clEnqueueWriteBuffer or clEnqueueReadBuffer (the least latency), a
- * larger one runs on the host's worker threads through a map of the buffer, and an async one
- * maps too (the map is queued and the copy runs as a host function once it is done, so the call
- * does not wait). Casts run in
- * kernels built from kernels/gpuarr_kernels.h, one dtype pair at its first use, cached on disk;
- * f16 and bf16 need no cl_khr_fp16, f64 needs cl_khr_fp64 (else GPUARR_ERROR_UNSUPPORTED). A kernel build failure is GPUARR_ERROR_BACKEND with
- * the start of the build log in the message. gpuarr_opencl_* (below) give the native context,
- * queue and buffer, and wrap a caller's cl_mem or queue without taking ownership.
- *
- * =============================================================================================
- * DLPACK
- * =============================================================================================
- * Arrays go to and come from other libraries (NumPy, PyTorch, CuPy, ...) through DLPack v1.1
- * without a copy. Include <dlpack/dlpack.h> (1.x) before gpuarr.h to use its types; otherwise
- * gpuarr.h declares the same ones under DLPack's names and include guard.
- *
- *   DLManagedTensorVersioned *t;
- *   gpuarr_to_dlpack(a, 0, &t);          // or GPUARR_DLPACK_READ_ONLY; _legacy: DLManagedTensor
- *   ... the consumer uses t, then calls t->deleter(t) exactly once ...
- *   gpuarr_from_dlpack(t2, &b);          // b shares t2's memory; gpuarr now owns t2
- *
- * Export: the tensor holds the array's memory, as a view does, until its deleter runs: the
- * handle may be released first, and is then gone (a release too many fails with
- * GPUARR_ERROR_INVALID_HANDLE and takes nothing from the tensor); the deleter may run on any thread, and after gpuarr_shutdown (then it only
- * frees the tensor: the array went with the shutdown), but not during it. gpuarr_to_dlpack
- * returns when the array's contents are complete; gpuarr_to_dlpack_async(a, consumer, ...)
- * instead makes the `consumer` stream wait for them and returns at once. A read-only array
- * exports with DLPACK_FLAG_BITMASK_READ_ONLY set; gpuarr_to_dlpack_legacy refuses it
- * (GPUARR_ERROR_INVALID_ARGUMENT: a legacy tensor cannot carry the flag). Devices: host ->
- * kDLCPU, pinned host memory of a CUDA device -> kDLCUDAHost, cuda:N -> kDLCUDA N, opencl:N ->
- * kDLOpenCL N. Dtypes: bool -> kDLBool 8 bits, i8..i64 -> kDLInt, u8..u64 -> kDLUInt,
- * f16/f32/f64 -> kDLFloat, bf16 -> kDLBfloat 16, lanes 1. shape and strides (compact, in
- * elements) are always filled.
- * data + byte_offset is the first element: on the host and CUDA data is the start of the
- * memory the array shares and byte_offset a view's offset into it; on OpenCL data is the cl_mem
- * and byte_offset the first element's offset in that buffer in bytes, as gpuarr_opencl_mem gives
- * it (non-zero for pooled arrays too).
- *
- * Import: version major 1 (else GPUARR_ERROR_UNSUPPORTED), lanes 1 and a dtype above
- * (UNSUPPORTED), compact strides or NULL (non-compact: UNSUPPORTED), kDLCPU / kDLCUDAHost (the
- * host), kDLCUDA, kDLOpenCL of a device gpuarr has (else GPUARR_ERROR_NO_DEVICE), ndim 0..8.
- * gpuarr takes the tensor whatever the outcome (t not NULL): the producer's deleter is called
- * exactly once, when the last reference to the array and its views goes, or before an error
- * returns. A tensor flagged DLPACK_FLAG_BITMASK_READ_ONLY gives a read-only array
- * (gpuarr_array_info.read_only, inherited by views, exported read-only): gpuarr_write(_async),
- * gpuarr_fill(_as) and gpuarr_copy(_async) into it fail with GPUARR_ERROR_INVALID_ARGUMENT
- * (gpuarr_host_data still returns its address: do not write through it).
- *
- * From Python, with ctypes and no extension module (examples/numpy_interop.py): wrap an exported
- * tensor in a capsule made by CPython's PyCapsule_New with the name
- * gpuarr_dlpack_capsule_name(true, false) ("dltensor_versioned"; false, false: "dltensor" for a
- * legacy one) and gpuarr_dlpack_capsule_destructor as its destructor, which calls the tensor's
- * deleter unless a consumer took the capsule (renamed it "used_..."). To import, take the pointer
- * out of a producer's capsule, rename the capsule gpuarr_dlpack_capsule_name(true, true) and pass
- * the pointer to gpuarr_from_dlpack. The names are static strings, valid as long as the library
- * is loaded; the destructor finds CPython's functions in the running process (dlsym) and does
- * nothing outside Python.
  *
  * =============================================================================================
  * MEMORY POOLS
@@ -579,6 +485,227 @@
  * nothing. No other thread may use d during gpuarr_device_reset.
  *
  * =============================================================================================
+ * CUDA
+ * =============================================================================================
+ * gpuarr talks to the driver (libcuda.so.1) directly, loaded at run time: no -lcudart, no nvcc
+ * needed. "cuda:N" is the runtime's device N (CUDA_VISIBLE_DEVICES applies). Each device's
+ * primary context -- the one the CUDA runtime uses -- is made current around gpuarr's own
+ * driver calls and the thread's previous context put back, so a program's runtime code is
+ * undisturbed; GPUARR_WITH_DEVICE(dev) makes it current for the block, and
+ * gpuarr_set_current_device(dev) makes it current as cudaSetDevice does, until the thread's
+ * current device changes: setting another device or {0}, or the last gpuarr_shutdown (on the
+ * thread that calls it; other threads set {0} before), puts back the context the thread had
+ * before. gpuarr's streams are non-blocking (they never wait for the legacy stream 0); events
+ * time nothing unless created with GPUARR_EVENT_TIMING. Copies from and to page-locked memory
+ * (cudaHostAlloc, cudaHostRegister) are DMA on the stream. Larger ones from ordinary malloc
+ * memory go through pinned staging (see MEMORY POOLS), and a cast that narrows runs on the GPU
+ * before the bytes leave it. Between two GPUs that can reach each other, copies are peer to
+ * peer (access is enabled once, both ways); otherwise, and between CUDA and OpenCL, through
+ * pinned host memory (pipelined in synchronous calls). A CUDA device and an OpenCL device that are the same GPU (same
+ * UUID, else the same full PCI address) are linked in their infos (same_as) and counted once by
+ * "gpu" and "any".
+ *
+ * Cast kernels come from kernels/gpuarr_kernels.h, the same source as everywhere, loaded per
+ * dtype pair at first use: the PTX committed in generated/gpuarr_cuda_ptx.h (made by NVRTC for
+ * sm_75 and later, PTX ISA 7.0: drivers from CUDA 11.0 on), which the driver compiles for the
+ * GPU and caches; if the driver refuses it, NVRTC compiles for the exact GPU, cached in
+ * GPUARR_CACHE_DIR. GPUARR_CUDA_KERNELS=ptx or =nvrtc forces one way. Without either, a cast on
+ * the GPU fails with GPUARR_ERROR_BACKEND giving both reasons; copies still work.
+ * gpuarr_cuda_* (below) give the context, ordinal, streams and device pointers, and wrap a
+ * caller's pointer or stream without taking ownership.
+ *
+ * =============================================================================================
+ * OPENCL
+ * =============================================================================================
+ * Each platform gets one context holding its devices, so arrays move between devices of one
+ * platform with clEnqueueCopyBuffer and between platforms through host memory. A stream is an
+ * in-order command queue with profiling on; an event is a marker. A device's global memory is
+ * its allocation limit (PoCL would otherwise hand out buffers until the host runs out), a
+ * request above CL_DEVICE_MAX_MEM_ALLOC_SIZE fails saying so, and buffers are made resident when
+ * allocated, so running out shows at allocation. On devices that share the host's memory (PoCL,
+ * integrated GPUs) arrays live in memory gpuarr allocates (CL_MEM_USE_HOST_PTR); a synchronous
+ * copy below 4 MiB is one clEnqueueWriteBuffer or clEnqueueReadBuffer (the least latency), a
+ * larger one runs on the host's worker threads through a map of the buffer, and an async one
+ * maps too (the map is queued and the copy runs as a host function once it is done, so the call
+ * does not wait). Casts run in
+ * kernels built from kernels/gpuarr_kernels.h, one dtype pair at its first use, cached on disk;
+ * f16 and bf16 need no cl_khr_fp16, f64 needs cl_khr_fp64 (else GPUARR_ERROR_UNSUPPORTED). A kernel build failure is GPUARR_ERROR_BACKEND with
+ * the start of the build log in the message. gpuarr_opencl_* (below) give the native context,
+ * queue and buffer, and wrap a caller's cl_mem or queue without taking ownership.
+ *
+ * =============================================================================================
+ * LAYERS
+ * =============================================================================================
+ * What follows is built on the core and lives in layers/, one header each: the trace recorder,
+ * the local rank, DLPack, leases and plans, transfer models, offload and map, and (opt-in) MPI.
+ * Each registers with the core (its start at gpuarr_init, its stop at the last gpuarr_shutdown,
+ * the GPUARR_* variables it owns) and uses only the core and the layers listed before it. No
+ * backend uses a layer.
+ *
+ * =============================================================================================
+ * TRACING
+ * =============================================================================================
+ * gpuarr_trace_start(path) ... gpuarr_trace_stop(), or GPUARR_TRACE=path (started by gpuarr_init,
+ * written at the last gpuarr_shutdown), records what the library does into a Chrome trace-event
+ * JSON file that Perfetto (ui.perfetto.dev) and chrome://tracing open. The file is created when
+ * the trace starts and written when it stops. One trace at a time. The two calls work with or
+ * without gpuarr_init, and a trace they start runs across gpuarr_shutdown and a later
+ * gpuarr_init (its events join the same file); stop it before the program ends, or nothing is
+ * written. Errors: a second start, or a stop with no trace running, GPUARR_ERROR_UNSUPPORTED; a
+ * path that is NULL, empty or cannot be written (the message gives the system's reason),
+ * GPUARR_ERROR_INVALID_ARGUMENT; gpuarr_init fails the same way for a bad GPUARR_TRACE. When
+ * GPUARR_TRACE is set but a trace is already running, that one goes on (a warning says so).
+ *
+ * What is recorded, each a complete event ("ph":"X", ts and dur in microseconds, with ns digits):
+ *   transfer h2d | d2h | d2d | h2h   args bytes, count, direction, path: direct, mapped (the
+ *                    device shares host memory), staged (pinned chunks), host-temp (a host cast
+ *                    through a temporary), queued (async, through a host buffer), local (within
+ *                    one device), peer (device to device), bounce (device to device through the
+ *                    host) -- the transfer engine's own choice
+ *   cast             from, to (dtypes; equal ones for the host's chunk copies of a staged
+ *                    transfer, which go through the host backend's cast), count, device
+ *   fill             bytes, pattern_size, device
+ *   kernel build     kernel ("cast f32->i32"), origin (OpenCL: source or disk cache; CUDA:
+ *                    committed ptx or nvrtc), cached (OpenCL: a binary from the disk cache was
+ *                    loaded; CUDA: always false for now, NVRTC cubins from the cache included)
+ *   alloc            pool (device or pinned), bytes, cache: thread (this thread's cached array),
+ *                    hit (the pool's cache), miss (new memory from the backend)
+ *   free             pool, bytes, to: thread (kept in this thread's cache) or pool
+ *   oom: <step>      each rung of the out-of-memory ladder (handler, release oversize cached,
+ *                    wait for pending frees, trim cache; shed staging cache for pinned pools):
+ *                    requested, outcome (served or still out of memory)
+ *   stream wait      a stream made to wait for another stream's work or an event (the waits
+ *                    between streams that conversions, allocations and frees add)
+ *   gpuarr_convert, gpuarr_from_host, ...  each conversion on the calling thread (the public
+ *                    function's name): src, dst, count, mode (sync or async)
+ * Tracks: one per thread (tid 1, 2, ... named "thread N") holds the calls, allocations, frees,
+ * kernel builds and the OOM ladder; one per gpuarr stream (tid 100000 + the stream's serial,
+ * named "stream opencl:0#3") holds the transfers, casts, fills and waits enqueued on it. Events
+ * on a track nest (a cast inside the transfer that needed it).
+ *
+ * Times: begin and end are read on the calling thread around each call (args "timing":"host"),
+ * so a synchronous call shows the device's time and an async one the cost of queueing it. On
+ * OpenCL, whose queues have profiling on, an event on a stream's track also ends no earlier than
+ * its commands' run on the device ("timing":"host+device"): their timing events are read when the
+ * trace stops, or at the last gpuarr_shutdown before the backend unloads (a command not complete
+ * by then leaves host times, as does one whose times are out of order or span over an hour: NVIDIA's
+ * OpenCL gives a marker that waits on events such an end), and the device's clock is put on the host's by the smallest offset
+ * seen between a command's queued time and the host's clock right after its enqueue (accurate to
+ * about the cost of one enqueue). CUDA events here are made without timing: CUDA is host-timed
+ * for now. Where
+ * threads enqueue on one stream at once, an event that would overlap an earlier one on that
+ * stream without fitting inside it is shown starting when that one ends (a stream runs in order).
+ *   lease acquire    each gpuarr_lease_acquire (and GPUARR_WITH_LEASE), its wait included, on the
+ *                    calling thread: args device (when granted), slots, waited (whether it had to
+ *                    wait), outcome (granted, or the result's name: GPUARR_ERROR_TIMEOUT, ...)
+ *
+ * Bounds: each thread records into a buffer of its own of GPUARR_TRACE_EVENTS events (every
+ * event it records, whichever track it is drawn on; 1..2^24, default 65536, 112 bytes each; read
+ * at gpuarr_init, or at gpuarr_trace_start when not initialized); when it is full, that
+ * thread's further events are dropped and counted. An event is recorded when it ends, so an outer
+ * event may be the one dropped while the events inside it were kept. The file gives the total in
+ * otherData.dropped_events and each thread's in its thread_name args. A thread that exits during
+ * a trace hands its buffer to the writer. A buffer is kept by its thread for the next trace.
+ *
+ * Cost: off, each hook is one relaxed load and a predicted branch (bench/results/
+ * trace-overhead.md measures it against a build with the hooks compiled out, GPUARR_NO_TRACE);
+ * on, each event costs two clock reads and an uncontended lock of the thread's buffer (that file
+ * gives the figure), an OpenCL command a retain of its event, and gpuarr_trace_stop reads the
+ * device times, sorts and writes everything.
+ * tests/python/check_trace.py validates a trace file against the format.
+ *
+ * =============================================================================================
+ * LOCAL RANK
+ * =============================================================================================
+ * A program started as several processes on one machine (mpirun, srun) gives each process a
+ * device of its own with the spec "local", and gpuarr's core needs no MPI for it.
+ * gpuarr_local_rank(&rank, &variable) reads the node-local rank that the launcher puts in the
+ * environment. It takes the first of these that is set and not empty: OMPI_COMM_WORLD_LOCAL_RANK
+ * (Open MPI), MV2_COMM_WORLD_LOCAL_RANK (MVAPICH2), MPI_LOCALRANKID (MPICH, Intel MPI),
+ * SLURM_LOCALID (srun), PMI_LOCAL_RANK. It reads them at each call and needs no gpuarr_init.
+ * variable is set to the name it used; when none is set, variable is NULL and rank is 0 (a lone
+ * process is local rank 0). A value that is not a decimal integer 0..999999999 is
+ * GPUARR_ERROR_INVALID_ARGUMENT, and the message names the variable and the value.
+ *
+ * "local" is device r mod n of the n devices other than the host that GPUARR_DEVICES allows,
+ * in registry order (CUDA's, then OpenCL's). A GPU seen through CUDA and OpenCL counts once,
+ * through its CUDA view. Every device counts, not only GPUs: PoCL's two CPU devices are two. A
+ * FAILED device keeps its place, so that processes map alike without talking to each other;
+ * give them all the same GPUARR_DEVICES. When no device other than the host is left, "local" is
+ * the host. "local:R" is the same with the rank R given (a decimal integer 0..999999999), reading
+ * no variable. Both work in gpuarr_device_find, in the candidate lists of leases and plans, and
+ * in `gpuarr-info --find`. A bad variable makes "local" fail as gpuarr_local_rank does; a malformed
+ * R ("local:", "local:x", "local:-1") is GPUARR_ERROR_INVALID_ARGUMENT.
+ *
+ * "local" by itself places processes, and limits nothing: with more processes than devices,
+ * several share one. A lease on "local" keeps each device to its slots, through the slot files
+ * that processes share (see LEASES: the same GPUARR_LEASE_DIR and GPUARR_SLOTS in every
+ * process). A process that holds such a lease for its lifetime waits while other processes hold
+ * its device's slots, or fails once desc.timeout_ms has passed:
+ *
+ *     gpuarr_lease_desc ld = {0};
+ *     ld.devices = "local"; ld.timeout_ms = -1;        // wait as long as it takes
+ *     gpuarr_lease lease;
+ *     gpuarr_device dev;
+ *     gpuarr_lease_acquire(&ld, &lease);               // with GPUARR_SLOTS="opencl:*=1": one
+ *     gpuarr_lease_device(lease, &dev);                // process per device at a time
+ *
+ * On a timeout, GPUARR_ERROR_TIMEOUT's message says how the device was chosen, then who holds
+ * it: 'no 1 free slot on "local" (local rank 3 from OMPI_COMM_WORLD_LOCAL_RANK: opencl:1 (3 mod 2
+ * devices = 1)) within 100 ms: opencl:1: 0 of 1 slots in use in this process; in other processes
+ * (slot 0 pid 4242 thread 4242 host H program NAME, held for 12 s)'. When the
+ * device has failed, GPUARR_ERROR_DEVICE_LOST's message says the same.
+ *
+ * =============================================================================================
+ * DLPACK
+ * =============================================================================================
+ * Arrays go to and come from other libraries (NumPy, PyTorch, CuPy, ...) through DLPack v1.1
+ * without a copy. Include <dlpack/dlpack.h> (1.x) before gpuarr.h to use its types; otherwise
+ * gpuarr.h declares the same ones under DLPack's names and include guard.
+ *
+ *   DLManagedTensorVersioned *t;
+ *   gpuarr_to_dlpack(a, 0, &t);          // or GPUARR_DLPACK_READ_ONLY; _legacy: DLManagedTensor
+ *   ... the consumer uses t, then calls t->deleter(t) exactly once ...
+ *   gpuarr_from_dlpack(t2, &b);          // b shares t2's memory; gpuarr now owns t2
+ *
+ * Export: the tensor holds the array's memory, as a view does, until its deleter runs: the
+ * handle may be released first, and is then gone (a release too many fails with
+ * GPUARR_ERROR_INVALID_HANDLE and takes nothing from the tensor); the deleter may run on any thread, and after gpuarr_shutdown (then it only
+ * frees the tensor: the array went with the shutdown), but not during it. gpuarr_to_dlpack
+ * returns when the array's contents are complete; gpuarr_to_dlpack_async(a, consumer, ...)
+ * instead makes the `consumer` stream wait for them and returns at once. A read-only array
+ * exports with DLPACK_FLAG_BITMASK_READ_ONLY set; gpuarr_to_dlpack_legacy refuses it
+ * (GPUARR_ERROR_INVALID_ARGUMENT: a legacy tensor cannot carry the flag). Devices: host ->
+ * kDLCPU, pinned host memory of a CUDA device -> kDLCUDAHost, cuda:N -> kDLCUDA N, opencl:N ->
+ * kDLOpenCL N. Dtypes: bool -> kDLBool 8 bits, i8..i64 -> kDLInt, u8..u64 -> kDLUInt,
+ * f16/f32/f64 -> kDLFloat, bf16 -> kDLBfloat 16, lanes 1. shape and strides (compact, in
+ * elements) are always filled.
+ * data + byte_offset is the first element: on the host and CUDA data is the start of the
+ * memory the array shares and byte_offset a view's offset into it; on OpenCL data is the cl_mem
+ * and byte_offset the first element's offset in that buffer in bytes, as gpuarr_opencl_mem gives
+ * it (non-zero for pooled arrays too).
+ *
+ * Import: version major 1 (else GPUARR_ERROR_UNSUPPORTED), lanes 1 and a dtype above
+ * (UNSUPPORTED), compact strides or NULL (non-compact: UNSUPPORTED), kDLCPU / kDLCUDAHost (the
+ * host), kDLCUDA, kDLOpenCL of a device gpuarr has (else GPUARR_ERROR_NO_DEVICE), ndim 0..8.
+ * gpuarr takes the tensor whatever the outcome (t not NULL): the producer's deleter is called
+ * exactly once, when the last reference to the array and its views goes, or before an error
+ * returns. A tensor flagged DLPACK_FLAG_BITMASK_READ_ONLY gives a read-only array
+ * (gpuarr_array_info.read_only, inherited by views, exported read-only): gpuarr_write(_async),
+ * gpuarr_fill(_as) and gpuarr_copy(_async) into it fail with GPUARR_ERROR_INVALID_ARGUMENT
+ * (gpuarr_host_data still returns its address: do not write through it).
+ *
+ * From Python, with ctypes and no extension module (examples/numpy_interop.py): wrap an exported
+ * tensor in a capsule made by CPython's PyCapsule_New with the name
+ * gpuarr_dlpack_capsule_name(true, false) ("dltensor_versioned"; false, false: "dltensor" for a
+ * legacy one) and gpuarr_dlpack_capsule_destructor as its destructor, which calls the tensor's
+ * deleter unless a consumer took the capsule (renamed it "used_..."). To import, take the pointer
+ * out of a producer's capsule, rename the capsule gpuarr_dlpack_capsule_name(true, true) and pass
+ * the pointer to gpuarr_from_dlpack. The names are static strings, valid as long as the library
+ * is loaded; the destructor finds CPython's functions in the running process (dlsym) and does
+ * nothing outside Python.
+ *
+ * =============================================================================================
  * LEASES
  * =============================================================================================
  * A lease is a slot on a device, taken for a piece of work and given back after it, so that
@@ -698,48 +825,6 @@
  * GPUARR_NEED_*, devices "" or malformed): GPUARR_ERROR_INVALID_ARGUMENT naming them. A plan
  * reserves nothing: to hold its devices while the pipeline runs, take a lease on each (desc
  * devices = the device's spec).
- *
- * =============================================================================================
- * LOCAL RANK
- * =============================================================================================
- * A program started as several processes on one machine (mpirun, srun) gives each process a
- * device of its own with the spec "local", and gpuarr's core needs no MPI for it.
- * gpuarr_local_rank(&rank, &variable) reads the node-local rank that the launcher puts in the
- * environment. It takes the first of these that is set and not empty: OMPI_COMM_WORLD_LOCAL_RANK
- * (Open MPI), MV2_COMM_WORLD_LOCAL_RANK (MVAPICH2), MPI_LOCALRANKID (MPICH, Intel MPI),
- * SLURM_LOCALID (srun), PMI_LOCAL_RANK. It reads them at each call and needs no gpuarr_init.
- * variable is set to the name it used; when none is set, variable is NULL and rank is 0 (a lone
- * process is local rank 0). A value that is not a decimal integer 0..999999999 is
- * GPUARR_ERROR_INVALID_ARGUMENT, and the message names the variable and the value.
- *
- * "local" is device r mod n of the n devices other than the host that GPUARR_DEVICES allows,
- * in registry order (CUDA's, then OpenCL's). A GPU seen through CUDA and OpenCL counts once,
- * through its CUDA view. Every device counts, not only GPUs: PoCL's two CPU devices are two. A
- * FAILED device keeps its place, so that processes map alike without talking to each other;
- * give them all the same GPUARR_DEVICES. When no device other than the host is left, "local" is
- * the host. "local:R" is the same with the rank R given (a decimal integer 0..999999999), reading
- * no variable. Both work in gpuarr_device_find, in the candidate lists of leases and plans, and
- * in `gpuarr-info --find`. A bad variable makes "local" fail as gpuarr_local_rank does; a malformed
- * R ("local:", "local:x", "local:-1") is GPUARR_ERROR_INVALID_ARGUMENT.
- *
- * "local" by itself places processes, and limits nothing: with more processes than devices,
- * several share one. A lease on "local" keeps each device to its slots, through the slot files
- * that processes share (see LEASES: the same GPUARR_LEASE_DIR and GPUARR_SLOTS in every
- * process). A process that holds such a lease for its lifetime waits while other processes hold
- * its device's slots, or fails once desc.timeout_ms has passed:
- *
- *     gpuarr_lease_desc ld = {0};
- *     ld.devices = "local"; ld.timeout_ms = -1;        // wait as long as it takes
- *     gpuarr_lease lease;
- *     gpuarr_device dev;
- *     gpuarr_lease_acquire(&ld, &lease);               // with GPUARR_SLOTS="opencl:*=1": one
- *     gpuarr_lease_device(lease, &dev);                // process per device at a time
- *
- * On a timeout, GPUARR_ERROR_TIMEOUT's message says how the device was chosen, then who holds
- * it: 'no 1 free slot on "local" (local rank 3 from OMPI_COMM_WORLD_LOCAL_RANK: opencl:1 (3 mod 2
- * devices = 1)) within 100 ms: opencl:1: 0 of 1 slots in use in this process; in other processes
- * (slot 0 pid 4242 thread 4242 host H program NAME, held for 12 s)'. When the
- * device has failed, GPUARR_ERROR_DEVICE_LOST's message says the same.
  *
  * =============================================================================================
  * TRANSFER MODEL
@@ -891,78 +976,6 @@
  * ending with a newline; the whole lines that fit in len, as for the transfer models):
  * `gpuarr-info --models` prints it, after the transfer models. All of these calls are thread-safe; no call may run in them
  * when the last gpuarr_shutdown runs.
- *
- * =============================================================================================
- * TRACING
- * =============================================================================================
- * gpuarr_trace_start(path) ... gpuarr_trace_stop(), or GPUARR_TRACE=path (started by gpuarr_init,
- * written at the last gpuarr_shutdown), records what the library does into a Chrome trace-event
- * JSON file that Perfetto (ui.perfetto.dev) and chrome://tracing open. The file is created when
- * the trace starts and written when it stops. One trace at a time. The two calls work with or
- * without gpuarr_init, and a trace they start runs across gpuarr_shutdown and a later
- * gpuarr_init (its events join the same file); stop it before the program ends, or nothing is
- * written. Errors: a second start, or a stop with no trace running, GPUARR_ERROR_UNSUPPORTED; a
- * path that is NULL, empty or cannot be written (the message gives the system's reason),
- * GPUARR_ERROR_INVALID_ARGUMENT; gpuarr_init fails the same way for a bad GPUARR_TRACE. When
- * GPUARR_TRACE is set but a trace is already running, that one goes on (a warning says so).
- *
- * What is recorded, each a complete event ("ph":"X", ts and dur in microseconds, with ns digits):
- *   transfer h2d | d2h | d2d | h2h   args bytes, count, direction, path: direct, mapped (the
- *                    device shares host memory), staged (pinned chunks), host-temp (a host cast
- *                    through a temporary), queued (async, through a host buffer), local (within
- *                    one device), peer (device to device), bounce (device to device through the
- *                    host) -- the transfer engine's own choice
- *   cast             from, to (dtypes; equal ones for the host's chunk copies of a staged
- *                    transfer, which go through the host backend's cast), count, device
- *   fill             bytes, pattern_size, device
- *   kernel build     kernel ("cast f32->i32"), origin (OpenCL: source or disk cache; CUDA:
- *                    committed ptx or nvrtc), cached (OpenCL: a binary from the disk cache was
- *                    loaded; CUDA: always false for now, NVRTC cubins from the cache included)
- *   alloc            pool (device or pinned), bytes, cache: thread (this thread's cached array),
- *                    hit (the pool's cache), miss (new memory from the backend)
- *   free             pool, bytes, to: thread (kept in this thread's cache) or pool
- *   oom: <step>      each rung of the out-of-memory ladder (handler, release oversize cached,
- *                    wait for pending frees, trim cache; shed staging cache for pinned pools):
- *                    requested, outcome (served or still out of memory)
- *   stream wait      a stream made to wait for another stream's work or an event (the waits
- *                    between streams that conversions, allocations and frees add)
- *   gpuarr_convert, gpuarr_from_host, ...  each conversion on the calling thread (the public
- *                    function's name): src, dst, count, mode (sync or async)
- * Tracks: one per thread (tid 1, 2, ... named "thread N") holds the calls, allocations, frees,
- * kernel builds and the OOM ladder; one per gpuarr stream (tid 100000 + the stream's serial,
- * named "stream opencl:0#3") holds the transfers, casts, fills and waits enqueued on it. Events
- * on a track nest (a cast inside the transfer that needed it).
- *
- * Times: begin and end are read on the calling thread around each call (args "timing":"host"),
- * so a synchronous call shows the device's time and an async one the cost of queueing it. On
- * OpenCL, whose queues have profiling on, an event on a stream's track also ends no earlier than
- * its commands' run on the device ("timing":"host+device"): their timing events are read when the
- * trace stops, or at the last gpuarr_shutdown before the backend unloads (a command not complete
- * by then leaves host times, as does one whose times are out of order or span over an hour: NVIDIA's
- * OpenCL gives a marker that waits on events such an end), and the device's clock is put on the host's by the smallest offset
- * seen between a command's queued time and the host's clock right after its enqueue (accurate to
- * about the cost of one enqueue). CUDA events here are made without timing: CUDA is host-timed
- * for now. Where
- * threads enqueue on one stream at once, an event that would overlap an earlier one on that
- * stream without fitting inside it is shown starting when that one ends (a stream runs in order).
- *   lease acquire    each gpuarr_lease_acquire (and GPUARR_WITH_LEASE), its wait included, on the
- *                    calling thread: args device (when granted), slots, waited (whether it had to
- *                    wait), outcome (granted, or the result's name: GPUARR_ERROR_TIMEOUT, ...)
- *
- * Bounds: each thread records into a buffer of its own of GPUARR_TRACE_EVENTS events (every
- * event it records, whichever track it is drawn on; 1..2^24, default 65536, 112 bytes each; read
- * at gpuarr_init, or at gpuarr_trace_start when not initialized); when it is full, that
- * thread's further events are dropped and counted. An event is recorded when it ends, so an outer
- * event may be the one dropped while the events inside it were kept. The file gives the total in
- * otherData.dropped_events and each thread's in its thread_name args. A thread that exits during
- * a trace hands its buffer to the writer. A buffer is kept by its thread for the next trace.
- *
- * Cost: off, each hook is one relaxed load and a predicted branch (bench/results/
- * trace-overhead.md measures it against a build with the hooks compiled out, GPUARR_NO_TRACE);
- * on, each event costs two clock reads and an uncontended lock of the thread's buffer (that file
- * gives the figure), an OpenCL command a retain of its event, and gpuarr_trace_stop reads the
- * device times, sorts and writes everything.
- * tests/python/check_trace.py validates a trace file against the format.
  *
  * =============================================================================================
  * MPI
@@ -2746,7 +2759,8 @@ typedef enum gpuarr__env_trust {
 /* Every GPUARR_* environment variable: X(NAME, check, trust). gpuarr_init reads each one once
    (unless a desc field takes its place), checks it with `check` and keeps a copy and the parsed
    value in gpuarr__g.config; the rest of the library, backends included, reads only those.
-   `trust`: KEPT or IGNORED in a privileged process (gpuarr__env_trust). */
+   `trust`: KEPT or IGNORED in a privileged process (gpuarr__env_trust). `check` NULL: the layer
+   that owns the variable registers its check (gpuarr__layer.settings). */
 #define GPUARR__SETTING_LIST(X)                                                                \
     X(DEVICES, gpuarr__check_text, KEPT)                                                       \
     X(LOG, gpuarr__check_log, KEPT)                                                            \
@@ -2765,16 +2779,13 @@ typedef enum gpuarr__env_trust {
     X(ALLOC_CONF, gpuarr__check_text, KEPT)                                                    \
     X(FAULTS, gpuarr__check_text, IGNORED)                                                     \
     X(TRACE, gpuarr__check_text, IGNORED)                                                      \
-    X(TRACE_EVENTS, gpuarr__check_trace_events, KEPT)                                          \
-    X(SLOTS, gpuarr__check_slots, KEPT)                                                        \
-    X(LEASE_DIR, gpuarr__check_lease_dir, IGNORED)                                             \
+    X(TRACE_EVENTS, NULL, KEPT)                                                                \
+    X(SLOTS, NULL, KEPT)                                                                       \
+    X(LEASE_DIR, NULL, IGNORED)                                                                \
     X(CALIBRATE, gpuarr__check_flag, KEPT)                                                     \
-    X(OFFLOAD, gpuarr__check_offload, KEPT)
+    X(OFFLOAD, NULL, KEPT)
 
-/* GPUARR_SLOTS and desc.slots (layers/gpuarr_lease.h) */
-static gpuarr_result gpuarr__check_slots(const char *name, const char *value, int *out);
-static gpuarr_result gpuarr__check_lease_dir(const char *name, const char *value, int *out); /* GPUARR_LEASE_DIR */
-static gpuarr_result gpuarr__check_offload(const char *name, const char *value, int *out); /* GPUARR_OFFLOAD (layers/gpuarr_offload.h) */
+typedef gpuarr_result (*gpuarr__setting_check)(const char *name, const char *value, int *out);
 
 typedef enum gpuarr__setting_id {
 #define GPUARR__SETTING_ENUM(NAME, check, trust) GPUARR__SET_##NAME,
@@ -2804,6 +2815,14 @@ typedef struct gpuarr__layer {
     /* A device spec the core does not know itself: true when the layer claims it, with *r the
        result and *out the device when *r is GPUARR_OK ("local" and "local:R"). */
     bool (*find_device)(const char *spec, struct gpuarr__dev **out, gpuarr_result *r);
+    /* A scope ends (gpuarr_scope_leave): what the layer tied to it goes (GPUARR_WITH_LEASE's lease). */
+    void (*scope_leave)(gpuarr_scope *scope);
+    /* The checks of the GPUARR_* variables it owns (rows of GPUARR__SETTING_LIST whose check is
+       NULL), run by gpuarr_init as the core's own are; check NULL: an unused entry. */
+    struct {
+        gpuarr__setting_id id;
+        gpuarr__setting_check check;
+    } settings[2];
 } gpuarr__layer;
 #define GPUARR__LAYER_MAX 8
 
@@ -3062,6 +3081,11 @@ static bool gpuarr__initialized(void) { return GPUARR__ATOMIC_LOAD(&gpuarr__g.va
  * not taken (plus, for a scope, a store of a local flag and its test when the scope ends).
  * ------------------------------------------------------------------------------------------- */
 #define GPUARR__UNLIKELY(x) __builtin_expect(!!(x), 0)
+#if defined(__GNUC__) || defined(__clang__)
+#define GPUARR__FOR_BACKENDS __attribute__((unused)) /* a build may leave out every device backend, or a layer */
+#else
+#define GPUARR__FOR_BACKENDS
+#endif
 static uint32_t gpuarr__trace_on; /* atomic (relaxed): 1 while a trace records */
 #ifdef GPUARR_NO_TRACE /* compiled out: every hook is dead code, removed by the compiler */
 #define GPUARR__TRACE_ON() 0
@@ -3132,26 +3156,75 @@ static inline void gpuarr__trace_scope_close(gpuarr__trace_scope *sc) {
     } while (0)
 #define GPUARR__TRACE_DROP() (gpuarr__trace_sc.on = false) /* not an event after all */
 /* A step without a block of its own (the out-of-memory ladder): its start, 0 when off. */
-static uint64_t gpuarr__trace_now(void);
+static uint64_t gpuarr__trace_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec + 1u; /* never 0: 0 means off */
+}
 #define GPUARR__TRACE_T0() (GPUARR__TRACE_ON() ? gpuarr__trace_now() : 0)
 
+/* What a hook does while a trace records: the recorder's (layers/gpuarr_trace.h), which installs
+   its table in gpuarr__trace_recorder before it first sets gpuarr__trace_on. Each begin fills in
+   the scope's event; finish records it. */
 struct gpuarr__view;
-struct gpuarr__pool;
-static void gpuarr__trace_call(gpuarr__trace_scope *sc, gpuarr__dev *dst, gpuarr__dev *src, size_t count, bool async);
+typedef struct gpuarr__trace_hooks {
+    void (*finish)(gpuarr__trace_scope *sc);
+    void (*call)(gpuarr__trace_scope *sc, gpuarr__dev *dst, gpuarr__dev *src, size_t count, bool async);
+    void (*transfer)(gpuarr__trace_scope *sc, gpuarr__stream *ss, gpuarr__stream *ds, const struct gpuarr__view *dst,
+                     const struct gpuarr__view *src, size_t n, bool async);
+    void (*cast)(gpuarr__trace_scope *sc, gpuarr__stream *s, gpuarr_dtype to, gpuarr_dtype from, size_t count);
+    void (*fill)(gpuarr__trace_scope *sc, gpuarr__stream *s, size_t bytes, size_t pattern_size);
+    void (*kernel)(gpuarr__trace_scope *sc, gpuarr__dev *d, int from, int to);
+    void (*alloc)(gpuarr__trace_scope *sc, gpuarr__dev *d, bool pinned, size_t bytes, const char *cache);
+    void (*free)(gpuarr__trace_scope *sc, gpuarr__dev *d, bool pinned, size_t bytes, const char *to);
+    void (*wait)(gpuarr__trace_scope *sc, gpuarr__stream *s, gpuarr__stream *after, gpuarr__event *e);
+    void (*oom)(uint64_t t0, gpuarr__dev *d, const char *step, size_t requested, gpuarr_result r);
+    void (*lease)(gpuarr__trace_scope *sc, int slots);
+    void (*lease_end)(gpuarr__trace_scope *sc, gpuarr__dev *d, gpuarr_result r, bool waited);
+    /* a backend enqueued `command` (a timing event of `clock`) on behalf of the innermost open scope */
+    void (*command)(void *command, const gpuarr__trace_clock *clock);
+} gpuarr__trace_hooks;
+/* Set once, before the first trace records, and never cleared: a trace may run across init cycles. */
+static const gpuarr__trace_hooks *gpuarr__trace_recorder;
+#define GPUARR__TRACE_HOOK(name) __atomic_load_n(&gpuarr__trace_recorder, __ATOMIC_ACQUIRE)->name
+
+static void gpuarr__trace_finish(gpuarr__trace_scope *sc) { GPUARR__TRACE_HOOK(finish)(sc); }
+static void gpuarr__trace_call(gpuarr__trace_scope *sc, gpuarr__dev *dst, gpuarr__dev *src, size_t count, bool async) {
+    GPUARR__TRACE_HOOK(call)(sc, dst, src, count, async);
+}
 static void gpuarr__trace_transfer(gpuarr__trace_scope *sc, gpuarr__stream *ss, gpuarr__stream *ds, const struct gpuarr__view *dst,
-                                   const struct gpuarr__view *src, size_t n, bool async);
-static void gpuarr__trace_cast(gpuarr__trace_scope *sc, gpuarr__stream *s, gpuarr_dtype to, gpuarr_dtype from, size_t count);
-static void gpuarr__trace_fill(gpuarr__trace_scope *sc, gpuarr__stream *s, size_t bytes, size_t pattern_size);
-static void gpuarr__trace_kernel(gpuarr__trace_scope *sc, gpuarr__dev *d, int from, int to);
-static void gpuarr__trace_alloc(gpuarr__trace_scope *sc, gpuarr__dev *d, bool pinned, size_t bytes, const char *cache);
-static void gpuarr__trace_free(gpuarr__trace_scope *sc, gpuarr__dev *d, bool pinned, size_t bytes, const char *to);
-static void gpuarr__trace_wait(gpuarr__trace_scope *sc, gpuarr__stream *s, gpuarr__stream *after, gpuarr__event *e);
-static void gpuarr__trace_oom(uint64_t t0, gpuarr__dev *d, const char *step, size_t requested, gpuarr_result r);
-static void gpuarr__trace_lease(gpuarr__trace_scope *sc, int slots);
-static void gpuarr__trace_lease_end(gpuarr__trace_scope *sc, gpuarr__dev *d, gpuarr_result r, bool waited);
-static gpuarr_result gpuarr__check_trace_events(const char *name, const char *value, int *out); /* GPUARR_TRACE_EVENTS */
-/* A backend enqueued `command` (a timing event of `clock`) on behalf of the innermost open scope. */
-static void gpuarr__trace_command(void *command, const gpuarr__trace_clock *clock);
+                                   const struct gpuarr__view *src, size_t n, bool async) {
+    GPUARR__TRACE_HOOK(transfer)(sc, ss, ds, dst, src, n, async);
+}
+GPUARR__FOR_BACKENDS static void gpuarr__trace_cast(gpuarr__trace_scope *sc, gpuarr__stream *s, gpuarr_dtype to, gpuarr_dtype from, size_t count) {
+    GPUARR__TRACE_HOOK(cast)(sc, s, to, from, count);
+}
+GPUARR__FOR_BACKENDS static void gpuarr__trace_fill(gpuarr__trace_scope *sc, gpuarr__stream *s, size_t bytes, size_t pattern_size) {
+    GPUARR__TRACE_HOOK(fill)(sc, s, bytes, pattern_size);
+}
+GPUARR__FOR_BACKENDS static void gpuarr__trace_kernel(gpuarr__trace_scope *sc, gpuarr__dev *d, int from, int to) {
+    GPUARR__TRACE_HOOK(kernel)(sc, d, from, to);
+}
+static void gpuarr__trace_alloc(gpuarr__trace_scope *sc, gpuarr__dev *d, bool pinned, size_t bytes, const char *cache) {
+    GPUARR__TRACE_HOOK(alloc)(sc, d, pinned, bytes, cache);
+}
+static void gpuarr__trace_free(gpuarr__trace_scope *sc, gpuarr__dev *d, bool pinned, size_t bytes, const char *to) {
+    GPUARR__TRACE_HOOK(free)(sc, d, pinned, bytes, to);
+}
+static void gpuarr__trace_wait(gpuarr__trace_scope *sc, gpuarr__stream *s, gpuarr__stream *after, gpuarr__event *e) {
+    GPUARR__TRACE_HOOK(wait)(sc, s, after, e);
+}
+static void gpuarr__trace_oom(uint64_t t0, gpuarr__dev *d, const char *step, size_t requested, gpuarr_result r) {
+    GPUARR__TRACE_HOOK(oom)(t0, d, step, requested, r);
+}
+static void gpuarr__trace_lease(gpuarr__trace_scope *sc, int slots) { GPUARR__TRACE_HOOK(lease)(sc, slots); }
+/* Called whether or not a trace records: the scope says. */
+static void gpuarr__trace_lease_end(gpuarr__trace_scope *sc, gpuarr__dev *d, gpuarr_result r, bool waited) {
+    if (GPUARR__UNLIKELY(sc->on)) GPUARR__TRACE_HOOK(lease_end)(sc, d, r, waited);
+}
+GPUARR__FOR_BACKENDS static void gpuarr__trace_command(void *command, const gpuarr__trace_clock *clock) {
+    GPUARR__TRACE_HOOK(command)(command, clock);
+}
 #define GPUARR__TRACE_COMMAND(command, clock)                                                  \
     do {                                                                                       \
         if (GPUARR__TRACE_ON() && (command)) gpuarr__trace_command((command), (clock));        \
@@ -3642,11 +3715,6 @@ static bool gpuarr__filter_allows(gpuarr_backend b, int index);
 static void gpuarr__host_fn_discard(gpuarr__host_fn fn, void *ctx);
 
 /* ---- for the device backends: kernel text, hashes, the on-disk kernel cache ---- */
-#if defined(__GNUC__) || defined(__clang__)
-#define GPUARR__FOR_BACKENDS __attribute__((unused)) /* a build may leave out every device backend */
-#else
-#define GPUARR__FOR_BACKENDS
-#endif
 typedef struct gpuarr__dtype_text {
     const char *name, *store, *kind, *cat, *lo, *hi;
 } gpuarr__dtype_text;
@@ -3884,7 +3952,7 @@ static int gpuarr__cache_dir_open(void) {
     char why[160];
     bool shared;
     int fd = gpuarr__dir_open(base, GPUARR__DIR_MAKE | GPUARR__DIR_PARENTS, &shared, why, sizeof why);
-    bool refused = fd < 0 && (errno == EPERM || errno == ELOOP || errno == ENOTDIR); /* else it cannot be made: as before, quietly */
+    bool refused = fd < 0 && (errno == EPERM || errno == ELOOP || errno == ENOTDIR); /* else it cannot be made (no HOME, a read-only disk): an info line, no cache */
     if (fd < 0 && !__atomic_exchange_n(&gpuarr__g.config.cache_refused, true, __ATOMIC_RELAXED))
         gpuarr__log(refused ? GPUARR_LOG_WARN : GPUARR_LOG_INFO,
                     "the cache folder %s %s: not used, nothing is cached (GPUARR_CACHE_DIR sets another, off none)", base, why);
@@ -6342,7 +6410,6 @@ static bool gpuarr__parse_uint(const char *s, size_t len, long max, long *out) {
 }
 
 /* ---- the GPUARR_* variables (GPUARR__SETTING_LIST): one check each, one case rule ---- */
-typedef gpuarr_result (*gpuarr__setting_check)(const char *name, const char *value, int *out);
 #define GPUARR__SETTING_MAX_TEXT 480 /* longer values would be cut short (build options, paths) */
 
 /* words[i] gives values[i]. The one case rule: keywords compare case-insensitively. */
@@ -6434,12 +6501,21 @@ static const struct {
 #undef GPUARR__SETTING_ROW
 };
 
+/* The check of setting id: the core's, or the one a layer registered (none: kept as text). */
+static gpuarr__setting_check gpuarr__setting_checker(gpuarr__setting_id id) {
+    if (gpuarr__settings[id].check) return gpuarr__settings[id].check;
+    for (int i = 0; i < gpuarr__g.layer_count; i++)
+        for (size_t k = 0; k < sizeof gpuarr__g.layers[i].settings / sizeof gpuarr__g.layers[i].settings[0]; k++)
+            if (gpuarr__g.layers[i].settings[k].check && gpuarr__g.layers[i].settings[k].id == id) return gpuarr__g.layers[i].settings[k].check;
+    return gpuarr__check_text;
+}
+
 /* Reads, checks and keeps every GPUARR_* variable (an empty one counts as unset). */
 static gpuarr_result gpuarr__read_settings(const gpuarr_desc *d) {
     for (int i = 0; i < GPUARR__SETTING_COUNT; i++) {
         const char *v = gpuarr__env(gpuarr__settings[i].name, gpuarr__settings[i].trust);
         if (!v || !*v || gpuarr__desc_replaces(d, (gpuarr__setting_id)i)) continue;
-        GPUARR__CHECK(gpuarr__settings[i].check(gpuarr__settings[i].name, v, &gpuarr__g.config.value[i]));
+        GPUARR__CHECK(gpuarr__setting_checker((gpuarr__setting_id)i)(gpuarr__settings[i].name, v, &gpuarr__g.config.value[i]));
         if (!(gpuarr__g.config.text[i] = gpuarr__strdup(v)))
             return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a copy of %s", gpuarr__settings[i].name);
     }
@@ -6654,7 +6730,7 @@ static gpuarr_result gpuarr__resolve_config(const gpuarr_desc *d) {
     const char *conf = gpuarr__setting(GPUARR__SET_ALLOC_CONF); /* the desc's, else the variable's */
     if (conf) GPUARR__CHECK(gpuarr__parse_alloc_conf(conf));
     if (d->slots) {
-        GPUARR__CHECK(gpuarr__check_slots("desc->slots", d->slots, &gpuarr__g.config.value[GPUARR__SET_SLOTS]));
+        GPUARR__CHECK(gpuarr__setting_checker(GPUARR__SET_SLOTS)("desc->slots", d->slots, &gpuarr__g.config.value[GPUARR__SET_SLOTS]));
         if (!(gpuarr__g.config.text[GPUARR__SET_SLOTS] = gpuarr__strdup(d->slots)))
             return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a copy of desc->slots");
     }
@@ -8827,8 +8903,6 @@ GPUARR_API gpuarr_result gpuarr_set_current_stream(gpuarr_stream s) {
     return GPUARR_OK;
 }
 
-static void gpuarr__lease_release_quiet(gpuarr_lease l); /* layers/gpuarr_lease.h */
-
 static gpuarr_scope gpuarr__scope_enter(gpuarr__dev *dev, uint32_t stream_id) {
     gpuarr_scope sc;
     memset(&sc, 0, sizeof sc);
@@ -8904,7 +8978,8 @@ GPUARR_API void gpuarr_scope_leave(gpuarr_scope *scope) {
     gpuarr__tls.device_id = scope->previous_device.id;
     gpuarr__tls.stream_id = scope->previous_stream.id;
     gpuarr__tls.scope_failure = scope->previous_failure;
-    if (scope->lease.id && gpuarr__initialized()) gpuarr__lease_release_quiet(scope->lease);
+    for (int i = 0; gpuarr__initialized() && i < gpuarr__g.layer_count; i++)
+        if (gpuarr__g.layers[i].scope_leave) gpuarr__g.layers[i].scope_leave(scope);
     scope->lease.id = 0;
 }
 

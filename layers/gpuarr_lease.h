@@ -1164,10 +1164,20 @@ GPUARR_API gpuarr_result gpuarr_plan(const gpuarr_plan_step *steps, int count, g
     return gpuarr__plan(steps, count, placement, out);
 }
 
+/* GPUARR_WITH_LEASE: the scope's lease goes with it. */
+static void gpuarr__lease_scope_leave(gpuarr_scope *scope) {
+    if (scope->lease.id) gpuarr__lease_release_quiet(scope->lease);
+}
+
 static void gpuarr__lease_layer(gpuarr__layer *l) {
     l->name = "leases";
     l->start = gpuarr__leases_start;
     l->stop = gpuarr__leases_stop;
+    l->scope_leave = gpuarr__lease_scope_leave;
+    l->settings[0].id = GPUARR__SET_SLOTS;
+    l->settings[0].check = gpuarr__check_slots;
+    l->settings[1].id = GPUARR__SET_LEASE_DIR;
+    l->settings[1].check = gpuarr__check_lease_dir;
 }
 
 #endif /* GPUARR_LEASE_INCLUDED */

@@ -1302,6 +1302,8 @@ static void gpuarr__offload_layer(gpuarr__layer *l) {
     l->name = "offload";
     l->start = gpuarr__offload_start;
     l->stop = gpuarr__offload_stop;
+    l->settings[0].id = GPUARR__SET_OFFLOAD;
+    l->settings[0].check = gpuarr__check_offload;
 }
 
 #endif /* GPUARR_OFFLOAD_INCLUDED */

@@ -76,12 +76,6 @@ static void gpuarr__trace_free_mem(void *p) {
 #endif
 }
 
-static uint64_t gpuarr__trace_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec + 1u; /* never 0: 0 means off */
-}
-
 /* An event's commands let go unread (a resolve has read every one by then: there should be none). */
 static void gpuarr__trace_discard(gpuarr__trace_event *e) {
     if (!e->first || !gpuarr__initialized()) return; /* without the backend: kept, not called */
@@ -180,7 +174,7 @@ static bool gpuarr__trace_append(const gpuarr__trace_event *ev) {
 
 static GPUARR__THREAD_LOCAL gpuarr__trace_scope *gpuarr__trace_top; /* innermost open scope on a stream track */
 
-static GPUARR__FOR_BACKENDS void gpuarr__trace_command(void *command, const gpuarr__trace_clock *clock) {
+static GPUARR__FOR_BACKENDS void gpuarr__trace_rec_command(void *command, const gpuarr__trace_clock *clock) {
     gpuarr__trace_scope *sc = gpuarr__trace_top;
     if (!sc || sc->ev.backend != (uint8_t)clock->backend || (sc->ev.clock && sc->ev.clock != clock)) return;
     clock->retain(command);
@@ -243,7 +237,7 @@ static void gpuarr__trace_hand_out(gpuarr__trace_scope *sc) {
     o->ev.clock = c;
 }
 
-static void gpuarr__trace_finish(gpuarr__trace_scope *sc) {
+static void gpuarr__trace_rec_finish(gpuarr__trace_scope *sc) {
     uint64_t end = gpuarr__trace_now();
     sc->ev.dur = end > sc->ev.ts ? end - sc->ev.ts : 0;
     if (sc->stacked) {
@@ -295,7 +289,7 @@ static void gpuarr__trace_open(gpuarr__trace_scope *sc, gpuarr__trace_kind kind,
 
 static uint64_t gpuarr__trace_pack_dev(const gpuarr__dev *d) { return d ? (uint64_t)d->info.backend << 16 | (uint16_t)d->info.index : 0; }
 
-static void gpuarr__trace_call(gpuarr__trace_scope *sc, gpuarr__dev *dst, gpuarr__dev *src, size_t count, bool async) {
+static void gpuarr__trace_rec_call(gpuarr__trace_scope *sc, gpuarr__dev *dst, gpuarr__dev *src, size_t count, bool async) {
     gpuarr__trace_open(sc, GPUARR__TRACE_CALL, gpuarr__tls.api ? gpuarr__tls.api : "gpuarr", dst, NULL);
     sc->ev.a = count;
     sc->ev.b = gpuarr__trace_pack_dev(src);
@@ -312,7 +306,7 @@ static const char *gpuarr__trace_path(gpuarr__dev *d, const void *host, size_t b
     }
 }
 
-static void gpuarr__trace_transfer(gpuarr__trace_scope *sc, gpuarr__stream *ss, gpuarr__stream *ds, const struct gpuarr__view *dst,
+static void gpuarr__trace_rec_transfer(gpuarr__trace_scope *sc, gpuarr__stream *ss, gpuarr__stream *ds, const struct gpuarr__view *dst,
                                    const struct gpuarr__view *src, size_t n, bool async) {
     gpuarr__dev *sd = src->dev, *dd = dst->dev;
     bool at_dest = gpuarr__cast_side(src->dtype, dst->dtype) == GPUARR__CAST_AT_DEST;
@@ -343,14 +337,14 @@ static void gpuarr__trace_transfer(gpuarr__trace_scope *sc, gpuarr__stream *ss, 
     sc->ev.s2 = path;
 }
 
-static void gpuarr__trace_cast(gpuarr__trace_scope *sc, gpuarr__stream *s, gpuarr_dtype to, gpuarr_dtype from, size_t count) {
+static void gpuarr__trace_rec_cast(gpuarr__trace_scope *sc, gpuarr__stream *s, gpuarr_dtype to, gpuarr_dtype from, size_t count) {
     gpuarr__trace_open(sc, GPUARR__TRACE_CAST, "cast", NULL, s);
     sc->ev.a = count;
     sc->ev.s1 = gpuarr__dtype_valid(from) ? gpuarr__dtype_names[from] : "?";
     sc->ev.s2 = gpuarr__dtype_valid(to) ? gpuarr__dtype_names[to] : "?";
 }
 
-static void gpuarr__trace_fill(gpuarr__trace_scope *sc, gpuarr__stream *s, size_t bytes, size_t pattern_size) {
+static void gpuarr__trace_rec_fill(gpuarr__trace_scope *sc, gpuarr__stream *s, size_t bytes, size_t pattern_size) {
     gpuarr__trace_open(sc, GPUARR__TRACE_FILL, "fill", NULL, s);
     sc->ev.a = bytes;
     sc->ev.b = pattern_size;
@@ -358,7 +352,7 @@ static void gpuarr__trace_fill(gpuarr__trace_scope *sc, gpuarr__stream *s, size_
 
 /* s1: where the code came from (the backend sets it: GPUARR__TRACE_SET(s1, ...)), s2: "true"
    when a cached binary was loaded instead of compiling. */
-static GPUARR__FOR_BACKENDS void gpuarr__trace_kernel(gpuarr__trace_scope *sc, gpuarr__dev *d, int from, int to) {
+static GPUARR__FOR_BACKENDS void gpuarr__trace_rec_kernel(gpuarr__trace_scope *sc, gpuarr__dev *d, int from, int to) {
     gpuarr__trace_open(sc, GPUARR__TRACE_KERNEL, "kernel build", d, NULL);
     sc->ev.a = (uint64_t)from;
     sc->ev.b = (uint64_t)to;
@@ -366,14 +360,14 @@ static GPUARR__FOR_BACKENDS void gpuarr__trace_kernel(gpuarr__trace_scope *sc, g
     sc->ev.s2 = "false";
 }
 
-static void gpuarr__trace_alloc(gpuarr__trace_scope *sc, gpuarr__dev *d, bool pinned, size_t bytes, const char *cache) {
+static void gpuarr__trace_rec_alloc(gpuarr__trace_scope *sc, gpuarr__dev *d, bool pinned, size_t bytes, const char *cache) {
     gpuarr__trace_open(sc, GPUARR__TRACE_ALLOC, "alloc", d, NULL);
     sc->ev.a = bytes;
     sc->ev.s1 = pinned ? "pinned" : "device";
     sc->ev.s2 = cache;
 }
 
-static void gpuarr__trace_free(gpuarr__trace_scope *sc, gpuarr__dev *d, bool pinned, size_t bytes, const char *to) {
+static void gpuarr__trace_rec_free(gpuarr__trace_scope *sc, gpuarr__dev *d, bool pinned, size_t bytes, const char *to) {
     gpuarr__trace_open(sc, GPUARR__TRACE_FREE, "free", d, NULL);
     sc->ev.a = bytes;
     sc->ev.s1 = pinned ? "pinned" : "device";
@@ -381,30 +375,30 @@ static void gpuarr__trace_free(gpuarr__trace_scope *sc, gpuarr__dev *d, bool pin
 }
 
 /* s waits for `after`'s work so far, or (after NULL) for event e. */
-static void gpuarr__trace_wait(gpuarr__trace_scope *sc, gpuarr__stream *s, gpuarr__stream *after, gpuarr__event *e) {
+static void gpuarr__trace_rec_wait(gpuarr__trace_scope *sc, gpuarr__stream *s, gpuarr__stream *after, gpuarr__event *e) {
     gpuarr__trace_open(sc, GPUARR__TRACE_WAIT, "stream wait", NULL, s);
     sc->ev.a = after ? after->serial : 0;
     sc->ev.b = gpuarr__trace_pack_dev(after ? after->dev : e ? e->dev : NULL);
     sc->ev.s1 = after ? "stream" : "event";
 }
 
-static void gpuarr__trace_oom(uint64_t t0, gpuarr__dev *d, const char *step, size_t requested, gpuarr_result r) {
+static void gpuarr__trace_rec_oom(uint64_t t0, gpuarr__dev *d, const char *step, size_t requested, gpuarr_result r) {
     gpuarr__trace_scope sc;
     gpuarr__trace_open(&sc, GPUARR__TRACE_OOM, step, d, NULL);
     sc.ev.ts = t0;
     sc.ev.a = requested;
     sc.ev.s1 = r == GPUARR_OK ? "served" : r == GPUARR_ERROR_OUT_OF_MEMORY ? "still out of memory" : gpuarr_result_name(r);
-    gpuarr__trace_finish(&sc);
+    gpuarr__trace_rec_finish(&sc);
 }
 
 /* s1: the outcome ("granted" or the result's name); a: slots, b: 1 when the call waited. The
    device is set when the lease is granted. */
-static void gpuarr__trace_lease(gpuarr__trace_scope *sc, int slots) {
+static void gpuarr__trace_rec_lease(gpuarr__trace_scope *sc, int slots) {
     gpuarr__trace_open(sc, GPUARR__TRACE_LEASE, "lease acquire", NULL, NULL);
     sc->ev.a = (uint64_t)slots;
 }
 
-static void gpuarr__trace_lease_end(gpuarr__trace_scope *sc, gpuarr__dev *d, gpuarr_result r, bool waited) {
+static void gpuarr__trace_rec_lease_end(gpuarr__trace_scope *sc, gpuarr__dev *d, gpuarr_result r, bool waited) {
     if (!sc->on) return;
     if (d) {
         sc->ev.backend = (uint8_t)d->info.backend;
@@ -660,6 +654,14 @@ static gpuarr_result gpuarr__check_trace_events(const char *name, const char *va
 }
 
 /* Starts a trace into path (gpuarr__trace.lock held). */
+
+/* What the core's hooks call while a trace records (gpuarr__trace_recorder). */
+static const gpuarr__trace_hooks gpuarr__trace_rec_hooks = {
+    gpuarr__trace_rec_finish, gpuarr__trace_rec_call,  gpuarr__trace_rec_transfer, gpuarr__trace_rec_cast,
+    gpuarr__trace_rec_fill,   gpuarr__trace_rec_kernel, gpuarr__trace_rec_alloc,  gpuarr__trace_rec_free,
+    gpuarr__trace_rec_wait,   gpuarr__trace_rec_oom,    gpuarr__trace_rec_lease,  gpuarr__trace_rec_lease_end,
+    gpuarr__trace_rec_command};
+
 static gpuarr_result gpuarr__trace_start_locked(const char *path, bool from_env) {
     if (!path || !*path) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "path is %s", path ? "empty" : "NULL");
     if (strlen(path) > GPUARR__SETTING_MAX_TEXT)
@@ -687,6 +689,7 @@ static gpuarr_result gpuarr__trace_start_locked(const char *path, bool from_env)
     __atomic_store_n(&gpuarr__trace.capacity, (uint32_t)capacity, __ATOMIC_RELAXED);
     uint32_t session = gpuarr__trace.session + 1 ? gpuarr__trace.session + 1 : 1;
     __atomic_store_n(&gpuarr__trace.session, session, __ATOMIC_RELEASE);
+    __atomic_store_n(&gpuarr__trace_recorder, &gpuarr__trace_rec_hooks, __ATOMIC_RELEASE); /* before the hooks run */
     __atomic_store_n(&gpuarr__trace_on, 1u, __ATOMIC_RELEASE);
     return GPUARR_OK;
 #endif
@@ -750,6 +753,8 @@ static void gpuarr__trace_layer(gpuarr__layer *l) {
     l->start = gpuarr__trace_at_init;
     l->before_teardown = gpuarr__trace_before_teardown;
     l->after_teardown = gpuarr__trace_at_shutdown;
+    l->settings[0].id = GPUARR__SET_TRACE_EVENTS;
+    l->settings[0].check = gpuarr__check_trace_events;
 }
 
 #endif /* GPUARR_TRACE_LAYER_INCLUDED */

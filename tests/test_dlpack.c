@@ -1,6 +1,6 @@
 /*
- * test_dlpack.c -- DLPack export and import (issue 15, the C half), on the device named by
- * GPUARR_TEST_DEVICE: every field of an exported tensor for each dtype and 0-d to 4-d shapes, a
+ * test_dlpack.c -- DLPack export and import (the C side; tests/python has NumPy's), on the device
+ * named by GPUARR_TEST_DEVICE: every field of an exported tensor for each dtype and 0-d to 4-d shapes, a
  * view's byte_offset, the reference an export holds and its deleter, round trips (versioned,
  * legacy, async on a stream), import refusals with the producer's deleter called exactly once on
  * each, read-only imports refusing writes, and deleters run after gpuarr_shutdown.

@@ -1,5 +1,5 @@
 /*
- * test_failures.c -- failures detected and contained (issue 16): a sticky error fails its device
+ * test_failures.c -- failures detected and contained: a sticky error fails its device
  * (GPUARR_ERROR_DEVICE_LOST from then on, naming the first error, without the driver), other
  * devices work on, releases work, gpuarr_device_reset brings the device back once everything of
  * it is released, and errors that are not sticky never fail a device.

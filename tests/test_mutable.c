@@ -1,5 +1,5 @@
 /*
- * test_mutable.c -- arrays you write into (issue 12): gpuarr_copy / _async between any two
+ * test_mutable.c -- arrays you write into: gpuarr_copy / _async between any two
  * devices with a cast, gpuarr_write / gpuarr_read (+ _async) of element ranges, gpuarr_fill_as
  * and the typed gpuarr_fill, reshape / slice views (views of views, memory kept alive by a view,
  * pool stats balanced), gpuarr_empty_pinned, gpuarr_array_query / _sync, the ordering of async

@@ -1,5 +1,5 @@
 /*
- * fuzz_api.c -- the API fuzz target (issue 13): an op-code interpreter over a small table of live
+ * fuzz_api.c -- the API fuzz target: an op-code interpreter over a small table of live
  * handles (arrays and views, streams, events, scopes), calling every public function of gpuarr.h
  * with arguments taken from the input, on the host, PoCL's opencl:0/opencl:1 and the fake CUDA
  * driver's cuda:0/cuda:1 (telemetry through the fake NVML), while allocations fail as the input says (gpuarr_pool_inject_faults).

@@ -1,5 +1,5 @@
 /*
- * fuzz_dlpack.c -- the DLPack fuzz target (issue 13's third): malformed tensors given to
+ * fuzz_dlpack.c -- the DLPack fuzz target: malformed tensors given to
  * gpuarr_from_dlpack and gpuarr_from_dlpack_legacy. The input describes one tensor field by field
  * (version, flags, ndim, shape, strides, dtype, device, byte_offset, data, deleter), with the
  * lies a producer can tell: negative, huge and overflowing shapes, ndim out of range, strides

@@ -1,5 +1,5 @@
 /*
- * fuzz_parse.c -- the configuration fuzz target (issue 13), white-box: it compiles the
+ * fuzz_parse.c -- the configuration fuzz target, white-box: it compiles the
  * implementation itself and feeds text to the same functions gpuarr_init uses: the device filter
  * (gpuarr__parse_filter: GPUARR_DEVICES, desc.devices), GPUARR_ALLOC_CONF (gpuarr__parse_alloc_conf),
  * GPUARR_FAULTS (gpuarr__apply_faults), every other GPUARR_* setting's check (GPUARR__SETTING_LIST),
@@ -155,17 +155,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         break;
     }
-    case 3: { /* each GPUARR_* setting's check */
-        static const struct {
-            const char *name;
-            gpuarr__setting_check check;
-        } table[] = {
-#define FP_ROW(NAME, check, trust) {"GPUARR_" #NAME, check},
-            GPUARR__SETTING_LIST(FP_ROW)
-#undef FP_ROW
-        };
+    case 3: { /* each GPUARR_* setting's check: the core's, or its layer's */
+        gpuarr__layers_register();
         int i = arg % GPUARR__SETTING_COUNT, value = -1;
-        r = table[i].check(table[i].name, text, &value);
+        r = gpuarr__setting_checker((gpuarr__setting_id)i)(gpuarr__settings[i].name, text, &value);
         fp_check(r, "gpuarr_init", text);
         if (r == GPUARR_OK && value < 0) fp_die("a setting's check accepted the text but gave no value", text);
         break;
