@@ -6475,6 +6475,23 @@ typedef struct gpuarr__transfer {
     bool async;
 } gpuarr__transfer;
 
+/* The one constructor: count elements from src to dst, each view's array (or NULL) beside it, on
+   the caller's stream es (or NULL), synchronous or async. dst_existing starts false: a site
+   writing into a published array sets it. */
+static gpuarr__transfer gpuarr__transfer_make(gpuarr__view dst, gpuarr__array *dst_array, gpuarr__view src, gpuarr__array *src_array,
+                                              size_t count, gpuarr__stream *es, bool async) {
+    gpuarr__transfer t;
+    memset(&t, 0, sizeof t);
+    t.dst = dst;
+    t.src = src;
+    t.count = count;
+    t.dst_array = dst_array;
+    t.src_array = src_array;
+    t.explicit_stream = es;
+    t.async = async;
+    return t;
+}
+
 /* Async: the result is valid once the last stream passes this point. Record that on the result,
    note the streams the arrays' memory is used on (so a release frees it in their order), keep
    caller memory (wrapped arrays) alive until then, and make the caller's stream wait for it
@@ -6616,15 +6633,7 @@ static gpuarr_result gpuarr__convert(gpuarr_array src, gpuarr_device dst, gpuarr
         if (r == GPUARR_OK) r = gpuarr__array_new(d, dt, a->ndim, a->shape, writer, &b);
         if (writer) gpuarr__obj_release(&writer->obj);
         if (r == GPUARR_OK) {
-            gpuarr__transfer tr;
-            memset(&tr, 0, sizeof tr);
-            tr.dst = gpuarr__array_view(b);
-            tr.src = gpuarr__array_view(a);
-            tr.count = (size_t)a->count;
-            tr.src_array = a;
-            tr.dst_array = b;
-            tr.explicit_stream = es;
-            tr.async = async;
+            gpuarr__transfer tr = gpuarr__transfer_make(gpuarr__array_view(b), b, gpuarr__array_view(a), a, (size_t)a->count, es, async);
             r = gpuarr__transfer_run(&tr);
             if (r == GPUARR_OK) r = gpuarr__array_publish(b, &id);
             else gpuarr__obj_release(&b->obj);
@@ -8521,12 +8530,8 @@ GPUARR_API gpuarr_result gpuarr__from_host_named(const char *api, gpuarr_device 
     gpuarr_result r = gpuarr__array_new(dev, t, ndim, shape, writer, &a);
     gpuarr__obj_release(&writer->obj);
     if (r != GPUARR_OK) return r;
-    gpuarr__transfer tr;
-    memset(&tr, 0, sizeof tr);
-    tr.dst = gpuarr__array_view(a);
-    tr.src = gpuarr__make_view(gpuarr__host_dev(), (void *)(uintptr_t)data, 0, t);
-    tr.count = (size_t)count;
-    tr.dst_array = a;
+    gpuarr__view from = gpuarr__make_view(gpuarr__host_dev(), (void *)(uintptr_t)data, 0, t);
+    gpuarr__transfer tr = gpuarr__transfer_make(gpuarr__array_view(a), a, from, NULL, (size_t)count, NULL, false);
     r = gpuarr__transfer_run(&tr);
     uint32_t id = 0;
     if (r == GPUARR_OK) r = gpuarr__array_publish(a, &id);
@@ -8557,12 +8562,8 @@ GPUARR_API gpuarr_result gpuarr__to_host_named(const char *api, gpuarr_array arr
                          (long long)a->count);
     if (r == GPUARR_OK) r = gpuarr__route_check(a->dev, gpuarr__host_dev(), a->dtype, dt);
     if (r == GPUARR_OK) {
-        gpuarr__transfer tr;
-        memset(&tr, 0, sizeof tr);
-        tr.dst = gpuarr__make_view(gpuarr__host_dev(), data, 0, dt);
-        tr.src = gpuarr__array_view(a);
-        tr.count = (size_t)a->count;
-        tr.src_array = a;
+        gpuarr__view to = gpuarr__make_view(gpuarr__host_dev(), data, 0, dt);
+        gpuarr__transfer tr = gpuarr__transfer_make(to, NULL, gpuarr__array_view(a), a, (size_t)a->count, NULL, false);
         r = gpuarr__transfer_run(&tr);
     }
     gpuarr__obj_release(&a->obj);
@@ -8718,16 +8719,8 @@ static gpuarr_result gpuarr__copy(gpuarr_array dst, gpuarr_array src, gpuarr_str
     if (r == GPUARR_OK) r = gpuarr__stream_between(stream, a->dev, d->dev, &es);
     if (r == GPUARR_OK && !same) r = gpuarr__route_check(a->dev, d->dev, a->dtype, d->dtype);
     if (r == GPUARR_OK && !same) {
-        gpuarr__transfer tr;
-        memset(&tr, 0, sizeof tr);
-        tr.dst = gpuarr__array_view(d);
-        tr.src = gpuarr__array_view(a);
-        tr.count = (size_t)a->count;
-        tr.src_array = a;
-        tr.dst_array = d;
+        gpuarr__transfer tr = gpuarr__transfer_make(gpuarr__array_view(d), d, gpuarr__array_view(a), a, (size_t)a->count, es, async);
         tr.dst_existing = true;
-        tr.explicit_stream = es;
-        tr.async = async;
         r = gpuarr__transfer_run(&tr);
     }
     if (es) gpuarr__obj_release(&es->obj);
@@ -8783,18 +8776,11 @@ static gpuarr_result gpuarr__range_io(gpuarr_array arr, int64_t first, int64_t c
     if (r == GPUARR_OK) r = gpuarr__stream_between(stream, a->dev, h, &es);
     if (r == GPUARR_OK) r = writing ? gpuarr__route_check(h, a->dev, ht, a->dtype) : gpuarr__route_check(a->dev, h, a->dtype, ht);
     if (r == GPUARR_OK && count > 0) {
-        gpuarr__transfer tr;
-        memset(&tr, 0, sizeof tr);
         gpuarr__view part = gpuarr__make_view(a->dev, a->mem, a->offset + (size_t)first * gpuarr__dtype_sizes[a->dtype], a->dtype);
         gpuarr__view mem = gpuarr__make_view(h, host, 0, ht);
-        tr.dst = writing ? part : mem;
-        tr.src = writing ? mem : part;
-        tr.count = (size_t)count;
-        tr.src_array = writing ? NULL : a;
-        tr.dst_array = writing ? a : NULL;
+        gpuarr__transfer tr = writing ? gpuarr__transfer_make(part, a, mem, NULL, (size_t)count, es, async)
+                                      : gpuarr__transfer_make(mem, NULL, part, a, (size_t)count, es, async);
         tr.dst_existing = writing;
-        tr.explicit_stream = es;
-        tr.async = async;
         r = gpuarr__transfer_run(&tr);
     }
     if (es) gpuarr__obj_release(&es->obj);
@@ -9038,13 +9024,8 @@ static gpuarr_result gpuarr__batch_group(gpuarr__array *b, gpuarr__array *const 
         }
         to = gpuarr__make_view(dd, tmp->view, tmp->view_offset, dt);
     }
-    gpuarr__transfer tr;
-    memset(&tr, 0, sizeof tr);
-    tr.dst = to;
-    tr.count = total;
     if (m == 1) { /* nothing to pack */
-        tr.src = gpuarr__array_view(src[0]);
-        tr.src_array = src[0];
+        gpuarr__transfer tr = gpuarr__transfer_make(to, NULL, gpuarr__array_view(src[0]), src[0], total, NULL, false);
         r = gpuarr__transfer_run(&tr);
     } else if (sd->backend->host_memory) { /* the host packs, casting first where the rule says so */
         gpuarr_dtype pt = gpuarr__cast_side(st, dt) == GPUARR__CAST_AT_SOURCE ? dt : st;
@@ -9063,7 +9044,7 @@ static gpuarr_result gpuarr__batch_group(gpuarr__array *b, gpuarr__array *const 
             else if (r == GPUARR_OK) r = gpuarr__host_step((unsigned char *)hb.ptr + at * psz, pt, p, st, (size_t)src[j]->count);
         }
         if (r == GPUARR_OK) {
-            tr.src = gpuarr__make_view(sd, hb.ptr, 0, pt);
+            gpuarr__transfer tr = gpuarr__transfer_make(to, NULL, gpuarr__make_view(sd, hb.ptr, 0, pt), NULL, total, NULL, false);
             r = gpuarr__transfer_run(&tr);
         }
         if (hb.pinned) gpuarr__pool_free(&dd->pinned, hb.pinned, NULL, 0);
@@ -9086,7 +9067,8 @@ static gpuarr_result gpuarr__batch_group(gpuarr__array *b, gpuarr__array *const 
                                            gpuarr__array_view(src[j]), (size_t)src[j]->count);
             }
             if (r == GPUARR_OK) { /* the transfer runs on ss too (the same thread's stream for sd) */
-                tr.src = gpuarr__make_view(sd, pack->view, pack->view_offset, st);
+                gpuarr__view packed = gpuarr__make_view(sd, pack->view, pack->view_offset, st);
+                gpuarr__transfer tr = gpuarr__transfer_make(to, NULL, packed, NULL, total, NULL, false);
                 r = gpuarr__transfer_run(&tr);
             }
             if (r != GPUARR_OK) gpuarr__stream_sync_keep(ss, r);
@@ -9248,13 +9230,7 @@ static gpuarr_result gpuarr__convert_private(gpuarr__array *a, gpuarr__dev *d, g
     gpuarr_result r = gpuarr__array_new(d, dt, a->ndim, a->shape, writer, out);
     gpuarr__obj_release(&writer->obj);
     if (r != GPUARR_OK) return r;
-    gpuarr__transfer tr;
-    memset(&tr, 0, sizeof tr);
-    tr.dst = gpuarr__array_view(*out);
-    tr.src = gpuarr__array_view(a);
-    tr.count = (size_t)a->count;
-    tr.src_array = a;
-    tr.dst_array = *out;
+    gpuarr__transfer tr = gpuarr__transfer_make(gpuarr__array_view(*out), *out, gpuarr__array_view(a), a, (size_t)a->count, NULL, false);
     r = gpuarr__transfer_run(&tr);
     if (r != GPUARR_OK) {
         gpuarr__obj_release(&(*out)->obj);
