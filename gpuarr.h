@@ -6605,39 +6605,58 @@ static gpuarr_result gpuarr__identity_ready(gpuarr__array *a, gpuarr__stream *ex
     return r;
 }
 
+/* A conversion of a to d in dt into a new array, not yet behind a handle: *out, or NULL on
+   failure. Written on es (NULL: this thread's stream of d), synchronously or async. */
+static gpuarr_result gpuarr__convert_private(gpuarr__array *a, gpuarr__dev *d, gpuarr_dtype dt, gpuarr__stream *es, bool async,
+                                             gpuarr__array **out) {
+    gpuarr__stream *writer;
+    *out = NULL;
+    GPUARR__CHECK(gpuarr__stream_for(d, es, &writer));
+    gpuarr_result r = gpuarr__array_new(d, dt, a->ndim, a->shape, writer, out);
+    gpuarr__obj_release(&writer->obj);
+    if (r != GPUARR_OK) return r;
+    gpuarr__transfer tr = gpuarr__transfer_make(gpuarr__array_view(*out), *out, gpuarr__array_view(a), a, (size_t)a->count, es, async);
+    r = gpuarr__transfer_run(&tr);
+    if (r != GPUARR_OK) {
+        gpuarr__obj_release(&(*out)->obj);
+        *out = NULL;
+    }
+    return r;
+}
+
+/* gpuarr_convert's arguments beside src (a): dst, the dtype (0 = a's) and the caller's stream,
+   which must be on a's device or on dst. */
+static gpuarr_result gpuarr__convert_args(gpuarr__array *a, gpuarr_device dst, gpuarr_dtype t, gpuarr_stream stream, gpuarr__dev **d,
+                                          gpuarr__stream **es) {
+    GPUARR__CHECK(gpuarr__get_dev(dst, "dst", d));
+    if (!gpuarr__dtype_valid(t ? t : a->dtype)) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "t = %d is not a gpuarr_dtype", (int)t);
+    if (!stream.id) return GPUARR_OK;
+    GPUARR__CHECK(gpuarr__get_stream(stream, "s", es));
+    if ((*es)->dev == a->dev || (*es)->dev == *d) return GPUARR_OK;
+    return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "s belongs to %s, which is neither src's device (%s) nor dst (%s)",
+                        (*es)->dev->info.spec, a->dev->info.spec, (*d)->info.spec);
+}
+
+/* A conversion put behind a new handle: gpuarr__convert_private, then published. An identity
+   conversion returns src itself, retained. */
 static gpuarr_result gpuarr__convert(gpuarr_array src, gpuarr_device dst, gpuarr_dtype t, gpuarr_stream stream,
                                      bool async, gpuarr_array *out) {
     GPUARR__REQUIRE_PTR(out);
     gpuarr__array *a = NULL, *b = NULL;
     gpuarr__stream *es = NULL;
-    gpuarr__dev *d;
+    gpuarr__dev *d = NULL;
     GPUARR__CHECK(gpuarr__get_array(src, "src", &a));
     gpuarr_dtype dt = t ? t : a->dtype;
-    gpuarr_result r = gpuarr__get_dev(dst, "dst", &d);
-    if (r == GPUARR_OK && !gpuarr__dtype_valid(dt)) r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "t = %d is not a gpuarr_dtype", (int)t);
-    if (r == GPUARR_OK && stream.id) {
-        r = gpuarr__get_stream(stream, "s", &es);
-        if (r == GPUARR_OK && es->dev != a->dev && es->dev != d)
-            r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "s belongs to %s, which is neither src's device (%s) nor dst (%s)",
-                             es->dev->info.spec, a->dev->info.spec, d->info.spec);
-    }
+    gpuarr_result r = gpuarr__convert_args(a, dst, t, stream, &d, &es);
     uint32_t id = 0;
     if (r == GPUARR_OK && d == a->dev && dt == a->dtype) { /* identity: the same array, retained */
         r = gpuarr__identity_ready(a, es, async);
         if (r == GPUARR_OK) r = gpuarr__table_retain(&gpuarr__g.arrays, src.id, "src");
         id = src.id;
     } else if (r == GPUARR_OK) {
-        gpuarr__stream *writer = NULL;
         r = gpuarr__route_check(a->dev, d, a->dtype, dt);
-        if (r == GPUARR_OK) r = gpuarr__stream_for(d, es, &writer);
-        if (r == GPUARR_OK) r = gpuarr__array_new(d, dt, a->ndim, a->shape, writer, &b);
-        if (writer) gpuarr__obj_release(&writer->obj);
-        if (r == GPUARR_OK) {
-            gpuarr__transfer tr = gpuarr__transfer_make(gpuarr__array_view(b), b, gpuarr__array_view(a), a, (size_t)a->count, es, async);
-            r = gpuarr__transfer_run(&tr);
-            if (r == GPUARR_OK) r = gpuarr__array_publish(b, &id);
-            else gpuarr__obj_release(&b->obj);
-        }
+        if (r == GPUARR_OK) r = gpuarr__convert_private(a, d, dt, es, async, &b);
+        if (r == GPUARR_OK) r = gpuarr__array_publish(b, &id); /* on failure b is dropped */
     }
     if (es) gpuarr__obj_release(&es->obj);
     gpuarr__obj_release(&a->obj);
@@ -9223,22 +9242,6 @@ GPUARR_API gpuarr_result gpuarr_stack(const gpuarr_array *src, int n, gpuarr_dev
     return r;
 }
 
-/* A conversion of a to d in dt, not yet behind a handle (gpuarr__convert without publishing). */
-static gpuarr_result gpuarr__convert_private(gpuarr__array *a, gpuarr__dev *d, gpuarr_dtype dt, gpuarr__array **out) {
-    gpuarr__stream *writer;
-    GPUARR__CHECK(gpuarr__stream_for(d, NULL, &writer));
-    gpuarr_result r = gpuarr__array_new(d, dt, a->ndim, a->shape, writer, out);
-    gpuarr__obj_release(&writer->obj);
-    if (r != GPUARR_OK) return r;
-    gpuarr__transfer tr = gpuarr__transfer_make(gpuarr__array_view(*out), *out, gpuarr__array_view(a), a, (size_t)a->count, NULL, false);
-    r = gpuarr__transfer_run(&tr);
-    if (r != GPUARR_OK) {
-        gpuarr__obj_release(&(*out)->obj);
-        *out = NULL;
-    }
-    return r;
-}
-
 GPUARR_API gpuarr_result gpuarr_convert_many(const gpuarr_array *src, int n, gpuarr_device dst, gpuarr_dtype t, gpuarr_array *out) {
     GPUARR__BEGIN();
     GPUARR__REQUIRE_PTR(out);
@@ -9301,7 +9304,7 @@ GPUARR_API gpuarr_result gpuarr_convert_many(const gpuarr_array *src, int n, gpu
         gpuarr_dtype dt = t ? t : a->dtype;
         if (res[i]) continue;
         if (a->dev == d && dt == a->dtype) r = gpuarr__identity_ready(a, NULL, false);
-        else r = gpuarr__convert_private(a, d, dt, &res[i]);
+        else r = gpuarr__convert_private(a, d, dt, NULL, false, &res[i]);
     }
     int published = 0;
     for (; published < n && r == GPUARR_OK; published++) {
