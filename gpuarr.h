@@ -6235,93 +6235,97 @@ static gpuarr__path gpuarr__queued_fallback(gpuarr__stream *s, bool host_work) {
 }
 
 /* ---- the directions ---- */
-/* Host memory (dtype st) -> device memory (mem, off) on s in dtype w, where w is st or narrower
-   (the host casts). */
-static gpuarr_result gpuarr__send(gpuarr__stream *s, void *mem, size_t off, gpuarr_dtype w, const unsigned char *src, gpuarr_dtype st,
-                                  size_t n, bool async) {
-    gpuarr__dev *d = s->dev;
-    size_t wsz = gpuarr__dtype_sizes[w], bytes = n * wsz;
-    gpuarr__path path = gpuarr__host_path(d, src, bytes, w != st, async);
-    gpuarr_result r = GPUARR_OK;
-    if (path == GPUARR__PATH_STAGED) {
-        size_t per = GPUARR__STAGE_CHUNK / wsz;
-        gpuarr__ring ring;
-        if (gpuarr__ring_open(d, GPUARR__MIN(per, n) * wsz, (n + per - 1) / per, &ring))
-            return gpuarr__staged_upload(s, &ring, per, mem, off, w, src, st, n);
-        path = w != st ? GPUARR__PATH_HOST_TEMP : GPUARR__PATH_DIRECT;
-    }
-    if (path == GPUARR__PATH_QUEUED) {
-        size_t per = GPUARR__STAGE_CHUNK / wsz;
-        gpuarr__ring ring;
-        if (gpuarr__queued_ring_open(s, GPUARR__MIN(per, n) * wsz, (n + per - 1) / per, &ring))
-            return gpuarr__queued_upload(s, &ring, per, mem, off, w, src, st, n);
-        void *tmp = NULL;
-        if (d->backend->pageable_async && gpuarr__host_temp(bytes, &tmp) == GPUARR_OK) { /* one ordinary buffer */
-            r = gpuarr__queue_host_cast(s, tmp, w, src, st, n);
-            if (r == GPUARR_OK) r = d->backend->copy_h2d(s, mem, off, tmp, bytes);
-            gpuarr__stream_defer(s, gpuarr__free_host_deferred, tmp);
-            return r;
-        }
-        path = gpuarr__queued_fallback(s, w != st);
-        GPUARR__CHECK(gpuarr__stream_sync_raw(s)); /* the source may be pending on s */
-    }
-    if (path == GPUARR__PATH_DIRECT) return d->backend->copy_h2d(s, mem, off, src, bytes);
-    void *tmp;
-    GPUARR__CHECK(gpuarr__host_temp(bytes, &tmp));
-    r = gpuarr__host_step(tmp, w, src, st, n);
-    if (r == GPUARR_OK) r = d->backend->copy_h2d(s, mem, off, tmp, bytes);
-    gpuarr__stream_defer(s, gpuarr__free_host_deferred, tmp);
+/* One crossing between host memory and device memory on s's device, in either direction. The
+   bytes travel in dev's dtype; where host's differs (it is as wide or wider), the host casts:
+   before the copy going to the device, after the copy coming back. */
+typedef struct gpuarr__crossing {
+    gpuarr__stream *s;
+    bool to_device;    /* host -> dev; false: dev -> host */
+    gpuarr__view dev;  /* device memory on s's device */
+    gpuarr__view host; /* the caller's host memory */
+    size_t n;          /* elements */
+    bool async;
+} gpuarr__crossing;
+
+/* The backend's copy between dev and host buffer p, which holds the elements in dev's dtype. */
+static gpuarr_result gpuarr__crossing_copy(const gpuarr__crossing *c, void *p) {
+    gpuarr__stream *s = c->s;
+    size_t bytes = c->n * gpuarr__dtype_sizes[c->dev.dtype];
+    if (c->to_device) return s->dev->backend->copy_h2d(s, c->dev.mem, c->dev.offset, p, bytes);
+    return s->dev->backend->copy_d2h(s, p, c->dev.mem, c->dev.offset, bytes);
+}
+
+/* The host's cast between the caller's memory and buffer p (dev's dtype): by the calling thread
+   now, or queued as a host function on s. */
+static gpuarr_result gpuarr__crossing_cast(const gpuarr__crossing *c, void *p, bool queued) {
+    unsigned char *h = gpuarr__view_host_ptr(c->host);
+    gpuarr_dtype ht = c->host.dtype, w = c->dev.dtype;
+    if (queued)
+        return c->to_device ? gpuarr__queue_host_cast(c->s, p, w, h, ht, c->n) : gpuarr__queue_host_cast(c->s, h, ht, p, w, c->n);
+    return c->to_device ? gpuarr__host_step(p, w, h, ht, c->n) : gpuarr__host_step(h, ht, p, w, c->n);
+}
+
+/* Through one ordinary host buffer tmp, freed in s's order: the cast before the copy going to the
+   device, after it coming back (by the calling thread once the copy has landed, or queued). */
+static gpuarr_result gpuarr__crossing_through(const gpuarr__crossing *c, void *tmp, bool queued) {
+    gpuarr_result r = c->to_device ? gpuarr__crossing_cast(c, tmp, queued) : GPUARR_OK;
+    if (r == GPUARR_OK) r = gpuarr__crossing_copy(c, tmp);
+    if (r == GPUARR_OK && !c->to_device && !queued) r = gpuarr__stream_sync_raw(c->s);
+    if (r == GPUARR_OK && !c->to_device) r = gpuarr__crossing_cast(c, tmp, queued);
+    gpuarr__stream_defer(c->s, gpuarr__free_host_deferred, tmp);
     return r;
 }
 
-/* Device memory (mem, off) on s in dtype w -> host memory in dtype dt, where dt is w or wider
-   (the host widens). */
-static gpuarr_result gpuarr__receive(gpuarr__stream *s, unsigned char *dst, gpuarr_dtype dt, const void *mem, size_t off, gpuarr_dtype w,
-                                     size_t n, bool async) {
+/* Through a ring of pinned chunks of `per` elements, filled and drained by the calling thread
+   (synchronous) or by host functions on s (queued). Closes the ring. */
+static gpuarr_result gpuarr__crossing_ring(const gpuarr__crossing *c, gpuarr__ring *ring, size_t per, bool queued) {
+    gpuarr__stream *s = c->s;
+    unsigned char *h = gpuarr__view_host_ptr(c->host);
+    void *mem = c->dev.mem;
+    size_t off = c->dev.offset, n = c->n;
+    gpuarr_dtype ht = c->host.dtype, w = c->dev.dtype;
+    if (c->to_device && queued) return gpuarr__queued_upload(s, ring, per, mem, off, w, h, ht, n);
+    if (c->to_device) return gpuarr__staged_upload(s, ring, per, mem, off, w, h, ht, n);
+    if (queued) return gpuarr__queued_download(s, ring, per, h, ht, mem, off, w, n);
+    return gpuarr__staged_download(s, ring, per, h, ht, mem, off, w, n);
+}
+
+/* Moves c's elements, for both directions: the path gpuarr__host_path picks, falling back to the
+   next when pinned or host memory runs out. */
+static gpuarr_result gpuarr__cross(const gpuarr__crossing *c) {
+    gpuarr__stream *s = c->s;
     gpuarr__dev *d = s->dev;
-    size_t wsz = gpuarr__dtype_sizes[w], bytes = n * wsz;
-    gpuarr__path path = gpuarr__host_path(d, dst, bytes, w != dt, async);
-    gpuarr_result r = GPUARR_OK;
+    size_t wsz = gpuarr__dtype_sizes[c->dev.dtype], bytes = c->n * wsz, per = GPUARR__STAGE_CHUNK / wsz;
+    size_t chunk = GPUARR__MIN(per, c->n) * wsz, chunks = (c->n + per - 1) / per;
+    bool host_work = c->dev.dtype != c->host.dtype;
+    gpuarr__path path = gpuarr__host_path(d, gpuarr__view_host_ptr(c->host), bytes, host_work, c->async);
+    gpuarr__ring ring;
+    void *tmp = NULL;
     if (path == GPUARR__PATH_STAGED) {
-        size_t per = GPUARR__STAGE_CHUNK / wsz;
-        gpuarr__ring ring;
-        if (gpuarr__ring_open(d, GPUARR__MIN(per, n) * wsz, (n + per - 1) / per, &ring))
-            return gpuarr__staged_download(s, &ring, per, dst, dt, mem, off, w, n);
-        path = w != dt ? GPUARR__PATH_HOST_TEMP : GPUARR__PATH_DIRECT;
+        if (gpuarr__ring_open(d, chunk, chunks, &ring)) return gpuarr__crossing_ring(c, &ring, per, false);
+        path = host_work ? GPUARR__PATH_HOST_TEMP : GPUARR__PATH_DIRECT;
     }
     if (path == GPUARR__PATH_QUEUED) {
-        size_t per = GPUARR__STAGE_CHUNK / wsz;
-        gpuarr__ring ring;
-        if (gpuarr__queued_ring_open(s, GPUARR__MIN(per, n) * wsz, (n + per - 1) / per, &ring))
-            return gpuarr__queued_download(s, &ring, per, dst, dt, mem, off, w, n);
-        void *tmp = NULL;
-        if (d->backend->pageable_async && gpuarr__host_temp(bytes, &tmp) == GPUARR_OK) { /* one ordinary buffer */
-            r = d->backend->copy_d2h(s, tmp, mem, off, bytes);
-            if (r == GPUARR_OK) r = gpuarr__queue_host_cast(s, dst, dt, tmp, w, n);
-            gpuarr__stream_defer(s, gpuarr__free_host_deferred, tmp);
-            return r;
-        }
-        path = gpuarr__queued_fallback(s, w != dt);
+        if (gpuarr__queued_ring_open(s, chunk, chunks, &ring)) return gpuarr__crossing_ring(c, &ring, per, true);
+        if (d->backend->pageable_async && gpuarr__host_temp(bytes, &tmp) == GPUARR_OK) /* one ordinary buffer */
+            return gpuarr__crossing_through(c, tmp, true);
+        path = gpuarr__queued_fallback(s, host_work);
+        if (c->to_device) GPUARR__CHECK(gpuarr__stream_sync_raw(s)); /* the source may be pending on s */
     }
-    if (path == GPUARR__PATH_DIRECT) return d->backend->copy_d2h(s, dst, mem, off, bytes);
-    void *tmp;
+    if (path == GPUARR__PATH_DIRECT) return gpuarr__crossing_copy(c, gpuarr__view_host_ptr(c->host));
     GPUARR__CHECK(gpuarr__host_temp(bytes, &tmp));
-    r = d->backend->copy_d2h(s, tmp, mem, off, bytes);
-    if (r == GPUARR_OK) r = gpuarr__stream_sync_raw(s);
-    if (r == GPUARR_OK) r = gpuarr__host_step(dst, dt, tmp, w, n);
-    gpuarr__stream_defer(s, gpuarr__free_host_deferred, tmp);
-    return r;
+    return gpuarr__crossing_through(c, tmp, false);
 }
 
 /* Host -> device on s: casts the rule puts on the source run on the host, the others on the
    device after arrival. */
 static gpuarr_result gpuarr__upload(gpuarr__stream *s, gpuarr__view dst, gpuarr__view src, size_t n, bool async) {
-    const unsigned char *sp = gpuarr__view_host_ptr(src);
-    if (gpuarr__cast_side(src.dtype, dst.dtype) != GPUARR__CAST_AT_DEST)
-        return gpuarr__send(s, dst.mem, dst.offset, dst.dtype, sp, src.dtype, n, async);
+    gpuarr__crossing up = {s, true, dst, src, n, async};
+    if (gpuarr__cast_side(src.dtype, dst.dtype) != GPUARR__CAST_AT_DEST) return gpuarr__cross(&up);
     gpuarr__device_mem *tmp;
     GPUARR__CHECK(gpuarr__temp_alloc(s, n * gpuarr__dtype_sizes[src.dtype], &tmp));
-    gpuarr_result r = gpuarr__send(s, tmp->view, tmp->view_offset, src.dtype, sp, src.dtype, n, async);
+    up.dev = gpuarr__make_view(s->dev, tmp->view, tmp->view_offset, src.dtype);
+    gpuarr_result r = gpuarr__cross(&up);
     if (r == GPUARR_OK) r = s->dev->backend->cast(s, dst.mem, dst.offset, dst.dtype, tmp->view, tmp->view_offset, src.dtype, n);
     gpuarr__temp_free(s, tmp);
     return r;
@@ -6330,13 +6334,13 @@ static gpuarr_result gpuarr__upload(gpuarr__stream *s, gpuarr__view dst, gpuarr_
 /* Device -> host on s: casts the rule puts on the source run on the device before the bytes
    leave it, the others (widening) on the host after they arrive. */
 static gpuarr_result gpuarr__download(gpuarr__stream *s, gpuarr__view dst, gpuarr__view src, size_t n, bool async) {
-    unsigned char *dp = gpuarr__view_host_ptr(dst);
-    if (gpuarr__cast_side(src.dtype, dst.dtype) != GPUARR__CAST_AT_SOURCE)
-        return gpuarr__receive(s, dp, dst.dtype, src.mem, src.offset, src.dtype, n, async);
+    gpuarr__crossing down = {s, false, src, dst, n, async};
+    if (gpuarr__cast_side(src.dtype, dst.dtype) != GPUARR__CAST_AT_SOURCE) return gpuarr__cross(&down);
     gpuarr__device_mem *tmp;
     GPUARR__CHECK(gpuarr__temp_alloc(s, n * gpuarr__dtype_sizes[dst.dtype], &tmp));
+    down.dev = gpuarr__make_view(s->dev, tmp->view, tmp->view_offset, dst.dtype);
     gpuarr_result r = s->dev->backend->cast(s, tmp->view, tmp->view_offset, dst.dtype, src.mem, src.offset, src.dtype, n);
-    if (r == GPUARR_OK) r = gpuarr__receive(s, dp, dst.dtype, tmp->view, tmp->view_offset, dst.dtype, n, async);
+    if (r == GPUARR_OK) r = gpuarr__cross(&down);
     gpuarr__temp_free(s, tmp);
     return r;
 }
