@@ -9168,38 +9168,60 @@ static gpuarr_result gpuarr__batch_open(const gpuarr_array *src, int n, gpuarr_d
     return r;
 }
 
-/* Groups items (indices idx[0..m)) by source device and dtype, in first-seen order: order[]
-   receives the indices group after group, starts[g] where group g begins (starts[groups] = m). */
-static int gpuarr__batch_groups(gpuarr__array *const *a, const int *idx, int m, int *order, int *starts) {
-    int groups = 0, placed = 0;
-    unsigned char *done = (unsigned char *)gpuarr__calloc((size_t)m);
-    if (!done) return -1;
-    for (int i = 0; i < m; i++) {
-        if (done[i]) continue;
-        starts[groups++] = placed;
-        for (int j = i; j < m; j++)
-            if (!done[j] && a[idx[j]]->dev == a[idx[i]]->dev && a[idx[j]]->dtype == a[idx[i]]->dtype) {
-                done[j] = 1;
-                order[placed++] = idx[j];
-            }
-    }
-    starts[groups] = placed;
-    gpuarr__free(done);
-    return groups;
+/* The items of a batch that cross in groups, in one allocation: items[0..m) their indices in the
+   batch, order[] the same indices group after group, starts[g] where group g begins in order
+   (starts[groups] = m). */
+typedef struct gpuarr__grouping {
+    int *items;
+    int *order;
+    int *starts;
+    int groups;
+} gpuarr__grouping;
+
+/* Room for up to n items; false when there is no host memory. */
+static bool gpuarr__grouping_alloc(int n, gpuarr__grouping *gr) {
+    int *all = (int *)gpuarr__malloc(sizeof(int) * (size_t)n * 3 + sizeof(int));
+    gr->items = all;
+    gr->order = all ? all + n : NULL;
+    gr->starts = all ? all + 2 * n : NULL;
+    gr->groups = 0;
+    return all != NULL;
 }
 
-/* Runs every group of items order[starts[g]..starts[g+1]) into b at offsets off[item]. */
-static gpuarr_result gpuarr__batch_run(gpuarr__array *b, gpuarr__array *const *a, const int *order, const int *starts, int groups,
-                                       const size_t *off, gpuarr_dtype t) {
-    int n = starts[groups];
+/* Groups the m items by source device and dtype, in first-seen order (fills order, starts and
+   groups); false when there is no host memory. */
+static bool gpuarr__batch_groups(gpuarr__array *const *a, int m, gpuarr__grouping *gr) {
+    const int *item = gr->items;
+    int placed = 0;
+    unsigned char *done = (unsigned char *)gpuarr__calloc((size_t)m);
+    if (!done) return false;
+    for (int i = 0; i < m; i++) {
+        if (done[i]) continue;
+        gr->starts[gr->groups++] = placed;
+        for (int j = i; j < m; j++)
+            if (!done[j] && a[item[j]]->dev == a[item[i]]->dev && a[item[j]]->dtype == a[item[i]]->dtype) {
+                done[j] = 1;
+                gr->order[placed++] = item[j];
+            }
+    }
+    gr->starts[gr->groups] = placed;
+    gpuarr__free(done);
+    return true;
+}
+
+/* Runs every group of gr into b, item i at byte offset off[i]. */
+static gpuarr_result gpuarr__batch_run(gpuarr__array *b, gpuarr__array *const *a, const gpuarr__grouping *gr, const size_t *off,
+                                       gpuarr_dtype t) {
+    int n = gr->starts[gr->groups];
     gpuarr__array **gs = (gpuarr__array **)gpuarr__malloc(sizeof *gs * (size_t)n);
     size_t *go = (size_t *)gpuarr__malloc(sizeof *go * (size_t)n);
     gpuarr_result r = gs && go ? GPUARR_OK : gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a batch of %d arrays", n);
-    for (int g = 0; g < groups && r == GPUARR_OK; g++) {
-        int m = starts[g + 1] - starts[g];
+    for (int g = 0; g < gr->groups && r == GPUARR_OK; g++) {
+        const int *item = gr->order + gr->starts[g];
+        int m = gr->starts[g + 1] - gr->starts[g];
         for (int j = 0; j < m; j++) {
-            gs[j] = a[order[starts[g] + j]];
-            go[j] = off[order[starts[g] + j]];
+            gs[j] = a[item[j]];
+            go[j] = off[item[j]];
         }
         r = gpuarr__batch_group(b, gs, go, m, t ? t : gs[0]->dtype);
     }
@@ -9219,9 +9241,10 @@ GPUARR_API gpuarr_result gpuarr_stack(const gpuarr_array *src, int n, gpuarr_dev
     int64_t shape[GPUARR_MAX_DIMS];
     shape[0] = n;
     for (int k = 0; k < a0->ndim; k++) shape[k + 1] = a0->shape[k];
-    int *idx = (int *)gpuarr__malloc(sizeof(int) * (size_t)n * 3 + sizeof(int));
+    gpuarr__grouping gr;
+    bool grouping = gpuarr__grouping_alloc(n, &gr);
     size_t *off = (size_t *)gpuarr__malloc(sizeof(size_t) * (size_t)n);
-    gpuarr_result r = idx && off ? GPUARR_OK : gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a batch of %d arrays", n);
+    gpuarr_result r = grouping && off ? GPUARR_OK : gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a batch of %d arrays", n);
     gpuarr__stream *writer = NULL;
     if (r == GPUARR_OK) r = gpuarr__stream_for(d, NULL, &writer);
     if (r == GPUARR_OK) r = gpuarr__array_new(d, dt, a0->ndim + 1, shape, writer, &b);
@@ -9229,17 +9252,16 @@ GPUARR_API gpuarr_result gpuarr_stack(const gpuarr_array *src, int n, gpuarr_dev
     if (r == GPUARR_OK && b->nbytes) {
         size_t row = b->nbytes / (size_t)n;
         for (int i = 0; i < n; i++) {
-            idx[i] = i;
+            gr.items[i] = i;
             off[i] = (size_t)i * row;
         }
-        int groups = gpuarr__batch_groups(bt.a, idx, n, idx + n, idx + 2 * n);
-        if (groups < 0) r = gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a batch of %d arrays", n);
-        else r = gpuarr__batch_run(b, bt.a, idx + n, idx + 2 * n, groups, off, dt);
+        if (!gpuarr__batch_groups(bt.a, n, &gr)) r = gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a batch of %d arrays", n);
+        else r = gpuarr__batch_run(b, bt.a, &gr, off, dt);
     }
     uint32_t id = 0;
     if (r == GPUARR_OK) r = gpuarr__array_publish(b, &id); /* on failure b is dropped */
     else if (b) gpuarr__obj_release(&b->obj);
-    gpuarr__free(idx);
+    gpuarr__free(gr.items);
     gpuarr__free(off);
     gpuarr__batch_drop(&bt);
     if (r == GPUARR_OK) out->id = id;
@@ -9255,28 +9277,29 @@ GPUARR_API gpuarr_result gpuarr_convert_many(const gpuarr_array *src, int n, gpu
     if (n == 0) return GPUARR_OK;
     /* res[i]: the private result (NULL for an identity: src[i] itself, retained at the end) */
     gpuarr__array **res = (gpuarr__array **)gpuarr__calloc(sizeof *res * (size_t)n);
-    int *idx = (int *)gpuarr__malloc(sizeof(int) * (size_t)n * 3 + sizeof(int));
+    gpuarr__grouping gr;
+    bool grouping = gpuarr__grouping_alloc(n, &gr);
     size_t *off = (size_t *)gpuarr__calloc(sizeof(size_t) * (size_t)n);
     uint32_t *ids = (uint32_t *)gpuarr__calloc(sizeof(uint32_t) * (size_t)n);
-    gpuarr_result r = res && idx && off && ids ? GPUARR_OK : gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a batch of %d arrays", n);
+    gpuarr_result r = res && grouping && off && ids ? GPUARR_OK
+                                                    : gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a batch of %d arrays", n);
     int m = 0; /* the small ones that move or cast: one block */
     for (int i = 0; i < n && r == GPUARR_OK; i++) {
         gpuarr__array *a = bt.a[i];
         gpuarr_dtype dt = t ? t : a->dtype;
         size_t dbytes = (size_t)a->count * gpuarr__dtype_sizes[dt];
         bool identity = a->dev == d && dt == a->dtype;
-        if (!identity && a->count > 0 && a->nbytes <= GPUARR__BATCH_SMALL && dbytes <= GPUARR__BATCH_SMALL) idx[m++] = i;
+        if (!identity && a->count > 0 && a->nbytes <= GPUARR__BATCH_SMALL && dbytes <= GPUARR__BATCH_SMALL) gr.items[m++] = i;
     }
     gpuarr__array *blk = NULL;
     if (r == GPUARR_OK && m > 1) {
-        int groups = gpuarr__batch_groups(bt.a, idx, m, idx + n, idx + 2 * n);
-        if (groups < 0) r = gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a batch of %d arrays", n);
+        if (!gpuarr__batch_groups(bt.a, m, &gr)) r = gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a batch of %d arrays", n);
         size_t total = 0;
-        for (int g = 0; g < groups; g++) { /* a group's items follow each other: it lands in one piece */
+        for (int g = 0; g < gr.groups; g++) { /* a group's items follow each other: it lands in one piece */
             total = (total + GPUARR__BATCH_ALIGN - 1) / GPUARR__BATCH_ALIGN * GPUARR__BATCH_ALIGN;
-            for (int j = idx[2 * n + g]; j < idx[2 * n + g + 1]; j++) {
-                gpuarr__array *a = bt.a[idx[n + j]];
-                off[idx[n + j]] = total;
+            for (int j = gr.starts[g]; j < gr.starts[g + 1]; j++) {
+                gpuarr__array *a = bt.a[gr.order[j]];
+                off[gr.order[j]] = total;
                 total += (size_t)a->count * gpuarr__dtype_sizes[t ? t : a->dtype];
             }
         }
@@ -9287,19 +9310,20 @@ GPUARR_API gpuarr_result gpuarr_convert_many(const gpuarr_array *src, int n, gpu
         if (writer) gpuarr__obj_release(&writer->obj);
         /* each output: a handle on its part of the block, holding the block */
         for (int j = 0; j < m && r == GPUARR_OK; j++) {
-            gpuarr__array *a = bt.a[idx[n + j]], *v;
+            int i = gr.order[j];
+            gpuarr__array *a = bt.a[i], *v;
             r = gpuarr__array_alloc_struct(blk->dev, t ? t : a->dtype, a->ndim, a->shape, &v);
             if (r != GPUARR_OK) break;
             gpuarr__obj_retain(&blk->obj);
             v->base = blk;
             v->batch_member = true;
-            v->base_offset = off[idx[n + j]];
+            v->base_offset = off[i];
             v->mem = blk->mem;
             v->offset = blk->offset + v->base_offset;
             v->host_fallback = blk->host_fallback;
-            res[idx[n + j]] = v;
+            res[i] = v;
         }
-        if (r == GPUARR_OK) r = gpuarr__batch_run(blk, bt.a, idx + n, idx + 2 * n, groups, off, t);
+        if (r == GPUARR_OK) r = gpuarr__batch_run(blk, bt.a, &gr, off, t);
     } else if (r == GPUARR_OK && m == 1) {
         m = 0; /* one alone goes the ordinary way */
     }
@@ -9337,7 +9361,7 @@ GPUARR_API gpuarr_result gpuarr_convert_many(const gpuarr_array *src, int n, gpu
     if (r == GPUARR_OK)
         for (int i = 0; i < n; i++) out[i].id = ids[i];
     gpuarr__free(res);
-    gpuarr__free(idx);
+    gpuarr__free(gr.items);
     gpuarr__free(off);
     gpuarr__free(ids);
     gpuarr__batch_drop(&bt);
