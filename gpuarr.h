@@ -5984,93 +5984,97 @@ static gpuarr__path gpuarr__queued_fallback(gpuarr__stream *s, bool host_work) {
 }
 
 /* ---- the directions ---- */
-/* Host memory (dtype st) -> device memory (mem, off) on s in dtype w, where w is st or narrower
-   (the host casts). */
-static gpuarr_result gpuarr__send(gpuarr__stream *s, void *mem, size_t off, gpuarr_dtype w, const unsigned char *src, gpuarr_dtype st,
-                                  size_t n, bool async) {
-    gpuarr__dev *d = s->dev;
-    size_t wsz = gpuarr__dtype_sizes[w], bytes = n * wsz;
-    gpuarr__path path = gpuarr__host_path(d, src, bytes, w != st, async);
-    gpuarr_result r = GPUARR_OK;
-    if (path == GPUARR__PATH_STAGED) {
-        size_t per = GPUARR__STAGE_CHUNK / wsz;
-        gpuarr__ring ring;
-        if (gpuarr__ring_open(d, GPUARR__MIN(per, n) * wsz, (n + per - 1) / per, &ring))
-            return gpuarr__staged_upload(s, &ring, per, mem, off, w, src, st, n);
-        path = w != st ? GPUARR__PATH_HOST_TEMP : GPUARR__PATH_DIRECT;
-    }
-    if (path == GPUARR__PATH_QUEUED) {
-        size_t per = GPUARR__STAGE_CHUNK / wsz;
-        gpuarr__ring ring;
-        if (gpuarr__queued_ring_open(s, GPUARR__MIN(per, n) * wsz, (n + per - 1) / per, &ring))
-            return gpuarr__queued_upload(s, &ring, per, mem, off, w, src, st, n);
-        void *tmp = NULL;
-        if (d->backend->pageable_async && gpuarr__host_temp(bytes, &tmp) == GPUARR_OK) { /* one ordinary buffer */
-            r = gpuarr__queue_host_cast(s, tmp, w, src, st, n);
-            if (r == GPUARR_OK) r = d->backend->copy_h2d(s, mem, off, tmp, bytes);
-            gpuarr__stream_defer(s, gpuarr__free_host_deferred, tmp);
-            return r;
-        }
-        path = gpuarr__queued_fallback(s, w != st);
-        GPUARR__CHECK(gpuarr__stream_sync_raw(s)); /* the source may be pending on s */
-    }
-    if (path == GPUARR__PATH_DIRECT) return d->backend->copy_h2d(s, mem, off, src, bytes);
-    void *tmp;
-    GPUARR__CHECK(gpuarr__host_temp(bytes, &tmp));
-    r = gpuarr__host_step(tmp, w, src, st, n);
-    if (r == GPUARR_OK) r = d->backend->copy_h2d(s, mem, off, tmp, bytes);
-    gpuarr__stream_defer(s, gpuarr__free_host_deferred, tmp);
+/* One crossing between host memory and device memory on s's device, in either direction. The
+   bytes travel in dev's dtype; where host's differs (it is as wide or wider), the host casts:
+   before the copy going to the device, after the copy coming back. */
+typedef struct gpuarr__crossing {
+    gpuarr__stream *s;
+    bool to_device;    /* host -> dev; false: dev -> host */
+    gpuarr__view dev;  /* device memory on s's device */
+    gpuarr__view host; /* the caller's host memory */
+    size_t n;          /* elements */
+    bool async;
+} gpuarr__crossing;
+
+/* The backend's copy between dev and host buffer p, which holds the elements in dev's dtype. */
+static gpuarr_result gpuarr__crossing_copy(const gpuarr__crossing *c, void *p) {
+    gpuarr__stream *s = c->s;
+    size_t bytes = c->n * gpuarr__dtype_sizes[c->dev.dtype];
+    if (c->to_device) return s->dev->backend->copy_h2d(s, c->dev.mem, c->dev.offset, p, bytes);
+    return s->dev->backend->copy_d2h(s, p, c->dev.mem, c->dev.offset, bytes);
+}
+
+/* The host's cast between the caller's memory and buffer p (dev's dtype): by the calling thread
+   now, or queued as a host function on s. */
+static gpuarr_result gpuarr__crossing_cast(const gpuarr__crossing *c, void *p, bool queued) {
+    unsigned char *h = gpuarr__view_host_ptr(c->host);
+    gpuarr_dtype ht = c->host.dtype, w = c->dev.dtype;
+    if (queued)
+        return c->to_device ? gpuarr__queue_host_cast(c->s, p, w, h, ht, c->n) : gpuarr__queue_host_cast(c->s, h, ht, p, w, c->n);
+    return c->to_device ? gpuarr__host_step(p, w, h, ht, c->n) : gpuarr__host_step(h, ht, p, w, c->n);
+}
+
+/* Through one ordinary host buffer tmp, freed in s's order: the cast before the copy going to the
+   device, after it coming back (by the calling thread once the copy has landed, or queued). */
+static gpuarr_result gpuarr__crossing_through(const gpuarr__crossing *c, void *tmp, bool queued) {
+    gpuarr_result r = c->to_device ? gpuarr__crossing_cast(c, tmp, queued) : GPUARR_OK;
+    if (r == GPUARR_OK) r = gpuarr__crossing_copy(c, tmp);
+    if (r == GPUARR_OK && !c->to_device && !queued) r = gpuarr__stream_sync_raw(c->s);
+    if (r == GPUARR_OK && !c->to_device) r = gpuarr__crossing_cast(c, tmp, queued);
+    gpuarr__stream_defer(c->s, gpuarr__free_host_deferred, tmp);
     return r;
 }
 
-/* Device memory (mem, off) on s in dtype w -> host memory in dtype dt, where dt is w or wider
-   (the host widens). */
-static gpuarr_result gpuarr__receive(gpuarr__stream *s, unsigned char *dst, gpuarr_dtype dt, const void *mem, size_t off, gpuarr_dtype w,
-                                     size_t n, bool async) {
+/* Through a ring of pinned chunks of `per` elements, filled and drained by the calling thread
+   (synchronous) or by host functions on s (queued). Closes the ring. */
+static gpuarr_result gpuarr__crossing_ring(const gpuarr__crossing *c, gpuarr__ring *ring, size_t per, bool queued) {
+    gpuarr__stream *s = c->s;
+    unsigned char *h = gpuarr__view_host_ptr(c->host);
+    void *mem = c->dev.mem;
+    size_t off = c->dev.offset, n = c->n;
+    gpuarr_dtype ht = c->host.dtype, w = c->dev.dtype;
+    if (c->to_device && queued) return gpuarr__queued_upload(s, ring, per, mem, off, w, h, ht, n);
+    if (c->to_device) return gpuarr__staged_upload(s, ring, per, mem, off, w, h, ht, n);
+    if (queued) return gpuarr__queued_download(s, ring, per, h, ht, mem, off, w, n);
+    return gpuarr__staged_download(s, ring, per, h, ht, mem, off, w, n);
+}
+
+/* Moves c's elements, for both directions: the path gpuarr__host_path picks, falling back to the
+   next when pinned or host memory runs out. */
+static gpuarr_result gpuarr__cross(const gpuarr__crossing *c) {
+    gpuarr__stream *s = c->s;
     gpuarr__dev *d = s->dev;
-    size_t wsz = gpuarr__dtype_sizes[w], bytes = n * wsz;
-    gpuarr__path path = gpuarr__host_path(d, dst, bytes, w != dt, async);
-    gpuarr_result r = GPUARR_OK;
+    size_t wsz = gpuarr__dtype_sizes[c->dev.dtype], bytes = c->n * wsz, per = GPUARR__STAGE_CHUNK / wsz;
+    size_t chunk = GPUARR__MIN(per, c->n) * wsz, chunks = (c->n + per - 1) / per;
+    bool host_work = c->dev.dtype != c->host.dtype;
+    gpuarr__path path = gpuarr__host_path(d, gpuarr__view_host_ptr(c->host), bytes, host_work, c->async);
+    gpuarr__ring ring;
+    void *tmp = NULL;
     if (path == GPUARR__PATH_STAGED) {
-        size_t per = GPUARR__STAGE_CHUNK / wsz;
-        gpuarr__ring ring;
-        if (gpuarr__ring_open(d, GPUARR__MIN(per, n) * wsz, (n + per - 1) / per, &ring))
-            return gpuarr__staged_download(s, &ring, per, dst, dt, mem, off, w, n);
-        path = w != dt ? GPUARR__PATH_HOST_TEMP : GPUARR__PATH_DIRECT;
+        if (gpuarr__ring_open(d, chunk, chunks, &ring)) return gpuarr__crossing_ring(c, &ring, per, false);
+        path = host_work ? GPUARR__PATH_HOST_TEMP : GPUARR__PATH_DIRECT;
     }
     if (path == GPUARR__PATH_QUEUED) {
-        size_t per = GPUARR__STAGE_CHUNK / wsz;
-        gpuarr__ring ring;
-        if (gpuarr__queued_ring_open(s, GPUARR__MIN(per, n) * wsz, (n + per - 1) / per, &ring))
-            return gpuarr__queued_download(s, &ring, per, dst, dt, mem, off, w, n);
-        void *tmp = NULL;
-        if (d->backend->pageable_async && gpuarr__host_temp(bytes, &tmp) == GPUARR_OK) { /* one ordinary buffer */
-            r = d->backend->copy_d2h(s, tmp, mem, off, bytes);
-            if (r == GPUARR_OK) r = gpuarr__queue_host_cast(s, dst, dt, tmp, w, n);
-            gpuarr__stream_defer(s, gpuarr__free_host_deferred, tmp);
-            return r;
-        }
-        path = gpuarr__queued_fallback(s, w != dt);
+        if (gpuarr__queued_ring_open(s, chunk, chunks, &ring)) return gpuarr__crossing_ring(c, &ring, per, true);
+        if (d->backend->pageable_async && gpuarr__host_temp(bytes, &tmp) == GPUARR_OK) /* one ordinary buffer */
+            return gpuarr__crossing_through(c, tmp, true);
+        path = gpuarr__queued_fallback(s, host_work);
+        if (c->to_device) GPUARR__CHECK(gpuarr__stream_sync_raw(s)); /* the source may be pending on s */
     }
-    if (path == GPUARR__PATH_DIRECT) return d->backend->copy_d2h(s, dst, mem, off, bytes);
-    void *tmp;
+    if (path == GPUARR__PATH_DIRECT) return gpuarr__crossing_copy(c, gpuarr__view_host_ptr(c->host));
     GPUARR__CHECK(gpuarr__host_temp(bytes, &tmp));
-    r = d->backend->copy_d2h(s, tmp, mem, off, bytes);
-    if (r == GPUARR_OK) r = gpuarr__stream_sync_raw(s);
-    if (r == GPUARR_OK) r = gpuarr__host_step(dst, dt, tmp, w, n);
-    gpuarr__stream_defer(s, gpuarr__free_host_deferred, tmp);
-    return r;
+    return gpuarr__crossing_through(c, tmp, false);
 }
 
 /* Host -> device on s: casts the rule puts on the source run on the host, the others on the
    device after arrival. */
 static gpuarr_result gpuarr__upload(gpuarr__stream *s, gpuarr__view dst, gpuarr__view src, size_t n, bool async) {
-    const unsigned char *sp = gpuarr__view_host_ptr(src);
-    if (gpuarr__cast_side(src.dtype, dst.dtype) != GPUARR__CAST_AT_DEST)
-        return gpuarr__send(s, dst.mem, dst.offset, dst.dtype, sp, src.dtype, n, async);
+    gpuarr__crossing up = {s, true, dst, src, n, async};
+    if (gpuarr__cast_side(src.dtype, dst.dtype) != GPUARR__CAST_AT_DEST) return gpuarr__cross(&up);
     gpuarr__device_mem *tmp;
     GPUARR__CHECK(gpuarr__temp_alloc(s, n * gpuarr__dtype_sizes[src.dtype], &tmp));
-    gpuarr_result r = gpuarr__send(s, tmp->view, tmp->view_offset, src.dtype, sp, src.dtype, n, async);
+    up.dev = gpuarr__make_view(s->dev, tmp->view, tmp->view_offset, src.dtype);
+    gpuarr_result r = gpuarr__cross(&up);
     if (r == GPUARR_OK) r = s->dev->backend->cast(s, dst.mem, dst.offset, dst.dtype, tmp->view, tmp->view_offset, src.dtype, n);
     gpuarr__temp_free(s, tmp);
     return r;
@@ -6079,13 +6083,13 @@ static gpuarr_result gpuarr__upload(gpuarr__stream *s, gpuarr__view dst, gpuarr_
 /* Device -> host on s: casts the rule puts on the source run on the device before the bytes
    leave it, the others (widening) on the host after they arrive. */
 static gpuarr_result gpuarr__download(gpuarr__stream *s, gpuarr__view dst, gpuarr__view src, size_t n, bool async) {
-    unsigned char *dp = gpuarr__view_host_ptr(dst);
-    if (gpuarr__cast_side(src.dtype, dst.dtype) != GPUARR__CAST_AT_SOURCE)
-        return gpuarr__receive(s, dp, dst.dtype, src.mem, src.offset, src.dtype, n, async);
+    gpuarr__crossing down = {s, false, src, dst, n, async};
+    if (gpuarr__cast_side(src.dtype, dst.dtype) != GPUARR__CAST_AT_SOURCE) return gpuarr__cross(&down);
     gpuarr__device_mem *tmp;
     GPUARR__CHECK(gpuarr__temp_alloc(s, n * gpuarr__dtype_sizes[dst.dtype], &tmp));
+    down.dev = gpuarr__make_view(s->dev, tmp->view, tmp->view_offset, dst.dtype);
     gpuarr_result r = s->dev->backend->cast(s, tmp->view, tmp->view_offset, dst.dtype, src.mem, src.offset, src.dtype, n);
-    if (r == GPUARR_OK) r = gpuarr__receive(s, dp, dst.dtype, tmp->view, tmp->view_offset, dst.dtype, n, async);
+    if (r == GPUARR_OK) r = gpuarr__cross(&down);
     gpuarr__temp_free(s, tmp);
     return r;
 }
@@ -6224,6 +6228,23 @@ typedef struct gpuarr__transfer {
     bool async;
 } gpuarr__transfer;
 
+/* The one constructor: count elements from src to dst, each view's array (or NULL) beside it, on
+   the caller's stream es (or NULL), synchronous or async. dst_existing starts false: a site
+   writing into a published array sets it. */
+static gpuarr__transfer gpuarr__transfer_make(gpuarr__view dst, gpuarr__array *dst_array, gpuarr__view src, gpuarr__array *src_array,
+                                              size_t count, gpuarr__stream *es, bool async) {
+    gpuarr__transfer t;
+    memset(&t, 0, sizeof t);
+    t.dst = dst;
+    t.src = src;
+    t.count = count;
+    t.dst_array = dst_array;
+    t.src_array = src_array;
+    t.explicit_stream = es;
+    t.async = async;
+    return t;
+}
+
 /* Async: the result is valid once the last stream passes this point. Record that on the result,
    note the streams the arrays' memory is used on (so a release frees it in their order), keep
    caller memory (wrapped arrays) alive until then, and make the caller's stream wait for it
@@ -6337,47 +6358,58 @@ static gpuarr_result gpuarr__identity_ready(gpuarr__array *a, gpuarr__stream *ex
     return r;
 }
 
+/* A conversion of a to d in dt into a new array, not yet behind a handle: *out, or NULL on
+   failure. Written on es (NULL: this thread's stream of d), synchronously or async. */
+static gpuarr_result gpuarr__convert_private(gpuarr__array *a, gpuarr__dev *d, gpuarr_dtype dt, gpuarr__stream *es, bool async,
+                                             gpuarr__array **out) {
+    gpuarr__stream *writer;
+    *out = NULL;
+    GPUARR__CHECK(gpuarr__stream_for(d, es, &writer));
+    gpuarr_result r = gpuarr__array_new(d, dt, a->ndim, a->shape, writer, out);
+    gpuarr__obj_release(&writer->obj);
+    if (r != GPUARR_OK) return r;
+    gpuarr__transfer tr = gpuarr__transfer_make(gpuarr__array_view(*out), *out, gpuarr__array_view(a), a, (size_t)a->count, es, async);
+    r = gpuarr__transfer_run(&tr);
+    if (r != GPUARR_OK) {
+        gpuarr__obj_release(&(*out)->obj);
+        *out = NULL;
+    }
+    return r;
+}
+
+/* gpuarr_convert's arguments beside src (a): dst, the dtype (0 = a's) and the caller's stream,
+   which must be on a's device or on dst. */
+static gpuarr_result gpuarr__convert_args(gpuarr__array *a, gpuarr_device dst, gpuarr_dtype t, gpuarr_stream stream, gpuarr__dev **d,
+                                          gpuarr__stream **es) {
+    GPUARR__CHECK(gpuarr__get_dev(dst, "dst", d));
+    if (!gpuarr__dtype_valid(t ? t : a->dtype)) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "t = %d is not a gpuarr_dtype", (int)t);
+    if (!stream.id) return GPUARR_OK;
+    GPUARR__CHECK(gpuarr__get_stream(stream, "s", es));
+    if ((*es)->dev == a->dev || (*es)->dev == *d) return GPUARR_OK;
+    return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "s belongs to %s, which is neither src's device (%s) nor dst (%s)",
+                        (*es)->dev->info.spec, a->dev->info.spec, (*d)->info.spec);
+}
+
+/* A conversion put behind a new handle: gpuarr__convert_private, then published. An identity
+   conversion returns src itself, retained. */
 static gpuarr_result gpuarr__convert(gpuarr_array src, gpuarr_device dst, gpuarr_dtype t, gpuarr_stream stream,
                                      bool async, gpuarr_array *out) {
     GPUARR__REQUIRE_PTR(out);
     gpuarr__array *a = NULL, *b = NULL;
     gpuarr__stream *es = NULL;
-    gpuarr__dev *d;
+    gpuarr__dev *d = NULL;
     GPUARR__CHECK(gpuarr__get_array(src, "src", &a));
     gpuarr_dtype dt = t ? t : a->dtype;
-    gpuarr_result r = gpuarr__get_dev(dst, "dst", &d);
-    if (r == GPUARR_OK && !gpuarr__dtype_valid(dt)) r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "t = %d is not a gpuarr_dtype", (int)t);
-    if (r == GPUARR_OK && stream.id) {
-        r = gpuarr__get_stream(stream, "s", &es);
-        if (r == GPUARR_OK && es->dev != a->dev && es->dev != d)
-            r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "s belongs to %s, which is neither src's device (%s) nor dst (%s)",
-                             es->dev->info.spec, a->dev->info.spec, d->info.spec);
-    }
+    gpuarr_result r = gpuarr__convert_args(a, dst, t, stream, &d, &es);
     uint32_t id = 0;
     if (r == GPUARR_OK && d == a->dev && dt == a->dtype) { /* identity: the same array, retained */
         r = gpuarr__identity_ready(a, es, async);
         if (r == GPUARR_OK) r = gpuarr__table_retain(&gpuarr__g.arrays, src.id, "src");
         id = src.id;
     } else if (r == GPUARR_OK) {
-        gpuarr__stream *writer = NULL;
         r = gpuarr__route_check(a->dev, d, a->dtype, dt);
-        if (r == GPUARR_OK) r = gpuarr__stream_for(d, es, &writer);
-        if (r == GPUARR_OK) r = gpuarr__array_new(d, dt, a->ndim, a->shape, writer, &b);
-        if (writer) gpuarr__obj_release(&writer->obj);
-        if (r == GPUARR_OK) {
-            gpuarr__transfer tr;
-            memset(&tr, 0, sizeof tr);
-            tr.dst = gpuarr__array_view(b);
-            tr.src = gpuarr__array_view(a);
-            tr.count = (size_t)a->count;
-            tr.src_array = a;
-            tr.dst_array = b;
-            tr.explicit_stream = es;
-            tr.async = async;
-            r = gpuarr__transfer_run(&tr);
-            if (r == GPUARR_OK) r = gpuarr__array_publish(b, &id);
-            else gpuarr__obj_release(&b->obj);
-        }
+        if (r == GPUARR_OK) r = gpuarr__convert_private(a, d, dt, es, async, &b);
+        if (r == GPUARR_OK) r = gpuarr__array_publish(b, &id); /* on failure b is dropped */
     }
     if (es) gpuarr__obj_release(&es->obj);
     gpuarr__obj_release(&a->obj);
@@ -7450,12 +7482,8 @@ GPUARR_API gpuarr_result gpuarr__from_host_named(const char *api, gpuarr_device 
     gpuarr_result r = gpuarr__array_new(dev, t, ndim, shape, writer, &a);
     gpuarr__obj_release(&writer->obj);
     if (r != GPUARR_OK) return r;
-    gpuarr__transfer tr;
-    memset(&tr, 0, sizeof tr);
-    tr.dst = gpuarr__array_view(a);
-    tr.src = gpuarr__make_view(gpuarr__host_dev(), (void *)(uintptr_t)data, 0, t);
-    tr.count = (size_t)count;
-    tr.dst_array = a;
+    gpuarr__view from = gpuarr__make_view(gpuarr__host_dev(), (void *)(uintptr_t)data, 0, t);
+    gpuarr__transfer tr = gpuarr__transfer_make(gpuarr__array_view(a), a, from, NULL, (size_t)count, NULL, false);
     r = gpuarr__transfer_run(&tr);
     uint32_t id = 0;
     if (r == GPUARR_OK) r = gpuarr__array_publish(a, &id);
@@ -7486,12 +7514,8 @@ GPUARR_API gpuarr_result gpuarr__to_host_named(const char *api, gpuarr_array arr
                          (long long)a->count);
     if (r == GPUARR_OK) r = gpuarr__route_check(a->dev, gpuarr__host_dev(), a->dtype, dt);
     if (r == GPUARR_OK) {
-        gpuarr__transfer tr;
-        memset(&tr, 0, sizeof tr);
-        tr.dst = gpuarr__make_view(gpuarr__host_dev(), data, 0, dt);
-        tr.src = gpuarr__array_view(a);
-        tr.count = (size_t)a->count;
-        tr.src_array = a;
+        gpuarr__view to = gpuarr__make_view(gpuarr__host_dev(), data, 0, dt);
+        gpuarr__transfer tr = gpuarr__transfer_make(to, NULL, gpuarr__array_view(a), a, (size_t)a->count, NULL, false);
         r = gpuarr__transfer_run(&tr);
     }
     gpuarr__obj_release(&a->obj);
@@ -7647,16 +7671,8 @@ static gpuarr_result gpuarr__copy(gpuarr_array dst, gpuarr_array src, gpuarr_str
     if (r == GPUARR_OK) r = gpuarr__stream_between(stream, a->dev, d->dev, &es);
     if (r == GPUARR_OK && !same) r = gpuarr__route_check(a->dev, d->dev, a->dtype, d->dtype);
     if (r == GPUARR_OK && !same) {
-        gpuarr__transfer tr;
-        memset(&tr, 0, sizeof tr);
-        tr.dst = gpuarr__array_view(d);
-        tr.src = gpuarr__array_view(a);
-        tr.count = (size_t)a->count;
-        tr.src_array = a;
-        tr.dst_array = d;
+        gpuarr__transfer tr = gpuarr__transfer_make(gpuarr__array_view(d), d, gpuarr__array_view(a), a, (size_t)a->count, es, async);
         tr.dst_existing = true;
-        tr.explicit_stream = es;
-        tr.async = async;
         r = gpuarr__transfer_run(&tr);
     }
     if (es) gpuarr__obj_release(&es->obj);
@@ -7712,18 +7728,11 @@ static gpuarr_result gpuarr__range_io(gpuarr_array arr, int64_t first, int64_t c
     if (r == GPUARR_OK) r = gpuarr__stream_between(stream, a->dev, h, &es);
     if (r == GPUARR_OK) r = writing ? gpuarr__route_check(h, a->dev, ht, a->dtype) : gpuarr__route_check(a->dev, h, a->dtype, ht);
     if (r == GPUARR_OK && count > 0) {
-        gpuarr__transfer tr;
-        memset(&tr, 0, sizeof tr);
         gpuarr__view part = gpuarr__make_view(a->dev, a->mem, a->offset + (size_t)first * gpuarr__dtype_sizes[a->dtype], a->dtype);
         gpuarr__view mem = gpuarr__make_view(h, host, 0, ht);
-        tr.dst = writing ? part : mem;
-        tr.src = writing ? mem : part;
-        tr.count = (size_t)count;
-        tr.src_array = writing ? NULL : a;
-        tr.dst_array = writing ? a : NULL;
+        gpuarr__transfer tr = writing ? gpuarr__transfer_make(part, a, mem, NULL, (size_t)count, es, async)
+                                      : gpuarr__transfer_make(mem, NULL, part, a, (size_t)count, es, async);
         tr.dst_existing = writing;
-        tr.explicit_stream = es;
-        tr.async = async;
         r = gpuarr__transfer_run(&tr);
     }
     if (es) gpuarr__obj_release(&es->obj);
@@ -7967,13 +7976,8 @@ static gpuarr_result gpuarr__batch_group(gpuarr__array *b, gpuarr__array *const 
         }
         to = gpuarr__make_view(dd, tmp->view, tmp->view_offset, dt);
     }
-    gpuarr__transfer tr;
-    memset(&tr, 0, sizeof tr);
-    tr.dst = to;
-    tr.count = total;
     if (m == 1) { /* nothing to pack */
-        tr.src = gpuarr__array_view(src[0]);
-        tr.src_array = src[0];
+        gpuarr__transfer tr = gpuarr__transfer_make(to, NULL, gpuarr__array_view(src[0]), src[0], total, NULL, false);
         r = gpuarr__transfer_run(&tr);
     } else if (sd->backend->host_memory) { /* the host packs, casting first where the rule says so */
         gpuarr_dtype pt = gpuarr__cast_side(st, dt) == GPUARR__CAST_AT_SOURCE ? dt : st;
@@ -7992,7 +7996,7 @@ static gpuarr_result gpuarr__batch_group(gpuarr__array *b, gpuarr__array *const 
             else if (r == GPUARR_OK) r = gpuarr__host_step((unsigned char *)hb.ptr + at * psz, pt, p, st, (size_t)src[j]->count);
         }
         if (r == GPUARR_OK) {
-            tr.src = gpuarr__make_view(sd, hb.ptr, 0, pt);
+            gpuarr__transfer tr = gpuarr__transfer_make(to, NULL, gpuarr__make_view(sd, hb.ptr, 0, pt), NULL, total, NULL, false);
             r = gpuarr__transfer_run(&tr);
         }
         if (hb.pinned) gpuarr__pool_free(&dd->pinned, hb.pinned, NULL, 0);
@@ -8015,7 +8019,8 @@ static gpuarr_result gpuarr__batch_group(gpuarr__array *b, gpuarr__array *const 
                                            gpuarr__array_view(src[j]), (size_t)src[j]->count);
             }
             if (r == GPUARR_OK) { /* the transfer runs on ss too (the same thread's stream for sd) */
-                tr.src = gpuarr__make_view(sd, pack->view, pack->view_offset, st);
+                gpuarr__view packed = gpuarr__make_view(sd, pack->view, pack->view_offset, st);
+                gpuarr__transfer tr = gpuarr__transfer_make(to, NULL, packed, NULL, total, NULL, false);
                 r = gpuarr__transfer_run(&tr);
             }
             if (r != GPUARR_OK) gpuarr__stream_sync_keep(ss, r);
@@ -8092,38 +8097,60 @@ static gpuarr_result gpuarr__batch_open(const gpuarr_array *src, int n, gpuarr_d
     return r;
 }
 
-/* Groups items (indices idx[0..m)) by source device and dtype, in first-seen order: order[]
-   receives the indices group after group, starts[g] where group g begins (starts[groups] = m). */
-static int gpuarr__batch_groups(gpuarr__array *const *a, const int *idx, int m, int *order, int *starts) {
-    int groups = 0, placed = 0;
-    unsigned char *done = (unsigned char *)gpuarr__calloc((size_t)m);
-    if (!done) return -1;
-    for (int i = 0; i < m; i++) {
-        if (done[i]) continue;
-        starts[groups++] = placed;
-        for (int j = i; j < m; j++)
-            if (!done[j] && a[idx[j]]->dev == a[idx[i]]->dev && a[idx[j]]->dtype == a[idx[i]]->dtype) {
-                done[j] = 1;
-                order[placed++] = idx[j];
-            }
-    }
-    starts[groups] = placed;
-    gpuarr__free(done);
-    return groups;
+/* The items of a batch that cross in groups, in one allocation: items[0..m) their indices in the
+   batch, order[] the same indices group after group, starts[g] where group g begins in order
+   (starts[groups] = m). */
+typedef struct gpuarr__grouping {
+    int *items;
+    int *order;
+    int *starts;
+    int groups;
+} gpuarr__grouping;
+
+/* Room for up to n items; false when there is no host memory. */
+static bool gpuarr__grouping_alloc(int n, gpuarr__grouping *gr) {
+    int *all = (int *)gpuarr__malloc(sizeof(int) * (size_t)n * 3 + sizeof(int));
+    gr->items = all;
+    gr->order = all ? all + n : NULL;
+    gr->starts = all ? all + 2 * n : NULL;
+    gr->groups = 0;
+    return all != NULL;
 }
 
-/* Runs every group of items order[starts[g]..starts[g+1]) into b at offsets off[item]. */
-static gpuarr_result gpuarr__batch_run(gpuarr__array *b, gpuarr__array *const *a, const int *order, const int *starts, int groups,
-                                       const size_t *off, gpuarr_dtype t) {
-    int n = starts[groups];
+/* Groups the m items by source device and dtype, in first-seen order (fills order, starts and
+   groups); false when there is no host memory. */
+static bool gpuarr__batch_groups(gpuarr__array *const *a, int m, gpuarr__grouping *gr) {
+    const int *item = gr->items;
+    int placed = 0;
+    unsigned char *done = (unsigned char *)gpuarr__calloc((size_t)m);
+    if (!done) return false;
+    for (int i = 0; i < m; i++) {
+        if (done[i]) continue;
+        gr->starts[gr->groups++] = placed;
+        for (int j = i; j < m; j++)
+            if (!done[j] && a[item[j]]->dev == a[item[i]]->dev && a[item[j]]->dtype == a[item[i]]->dtype) {
+                done[j] = 1;
+                gr->order[placed++] = item[j];
+            }
+    }
+    gr->starts[gr->groups] = placed;
+    gpuarr__free(done);
+    return true;
+}
+
+/* Runs every group of gr into b, item i at byte offset off[i]. */
+static gpuarr_result gpuarr__batch_run(gpuarr__array *b, gpuarr__array *const *a, const gpuarr__grouping *gr, const size_t *off,
+                                       gpuarr_dtype t) {
+    int n = gr->starts[gr->groups];
     gpuarr__array **gs = (gpuarr__array **)gpuarr__malloc(sizeof *gs * (size_t)n);
     size_t *go = (size_t *)gpuarr__malloc(sizeof *go * (size_t)n);
     gpuarr_result r = gs && go ? GPUARR_OK : gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a batch of %d arrays", n);
-    for (int g = 0; g < groups && r == GPUARR_OK; g++) {
-        int m = starts[g + 1] - starts[g];
+    for (int g = 0; g < gr->groups && r == GPUARR_OK; g++) {
+        const int *item = gr->order + gr->starts[g];
+        int m = gr->starts[g + 1] - gr->starts[g];
         for (int j = 0; j < m; j++) {
-            gs[j] = a[order[starts[g] + j]];
-            go[j] = off[order[starts[g] + j]];
+            gs[j] = a[item[j]];
+            go[j] = off[item[j]];
         }
         r = gpuarr__batch_group(b, gs, go, m, t ? t : gs[0]->dtype);
     }
@@ -8143,9 +8170,10 @@ GPUARR_API gpuarr_result gpuarr_stack(const gpuarr_array *src, int n, gpuarr_dev
     int64_t shape[GPUARR_MAX_DIMS];
     shape[0] = n;
     for (int k = 0; k < a0->ndim; k++) shape[k + 1] = a0->shape[k];
-    int *idx = (int *)gpuarr__malloc(sizeof(int) * (size_t)n * 3 + sizeof(int));
+    gpuarr__grouping gr;
+    bool grouping = gpuarr__grouping_alloc(n, &gr);
     size_t *off = (size_t *)gpuarr__malloc(sizeof(size_t) * (size_t)n);
-    gpuarr_result r = idx && off ? GPUARR_OK : gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a batch of %d arrays", n);
+    gpuarr_result r = grouping && off ? GPUARR_OK : gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a batch of %d arrays", n);
     gpuarr__stream *writer = NULL;
     if (r == GPUARR_OK) r = gpuarr__stream_for(d, NULL, &writer);
     if (r == GPUARR_OK) r = gpuarr__array_new(d, dt, a0->ndim + 1, shape, writer, &b);
@@ -8153,42 +8181,19 @@ GPUARR_API gpuarr_result gpuarr_stack(const gpuarr_array *src, int n, gpuarr_dev
     if (r == GPUARR_OK && b->nbytes) {
         size_t row = b->nbytes / (size_t)n;
         for (int i = 0; i < n; i++) {
-            idx[i] = i;
+            gr.items[i] = i;
             off[i] = (size_t)i * row;
         }
-        int groups = gpuarr__batch_groups(bt.a, idx, n, idx + n, idx + 2 * n);
-        if (groups < 0) r = gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a batch of %d arrays", n);
-        else r = gpuarr__batch_run(b, bt.a, idx + n, idx + 2 * n, groups, off, dt);
+        if (!gpuarr__batch_groups(bt.a, n, &gr)) r = gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a batch of %d arrays", n);
+        else r = gpuarr__batch_run(b, bt.a, &gr, off, dt);
     }
     uint32_t id = 0;
     if (r == GPUARR_OK) r = gpuarr__array_publish(b, &id); /* on failure b is dropped */
     else if (b) gpuarr__obj_release(&b->obj);
-    gpuarr__free(idx);
+    gpuarr__free(gr.items);
     gpuarr__free(off);
     gpuarr__batch_drop(&bt);
     if (r == GPUARR_OK) out->id = id;
-    return r;
-}
-
-/* A conversion of a to d in dt, not yet behind a handle (gpuarr__convert without publishing). */
-static gpuarr_result gpuarr__convert_private(gpuarr__array *a, gpuarr__dev *d, gpuarr_dtype dt, gpuarr__array **out) {
-    gpuarr__stream *writer;
-    GPUARR__CHECK(gpuarr__stream_for(d, NULL, &writer));
-    gpuarr_result r = gpuarr__array_new(d, dt, a->ndim, a->shape, writer, out);
-    gpuarr__obj_release(&writer->obj);
-    if (r != GPUARR_OK) return r;
-    gpuarr__transfer tr;
-    memset(&tr, 0, sizeof tr);
-    tr.dst = gpuarr__array_view(*out);
-    tr.src = gpuarr__array_view(a);
-    tr.count = (size_t)a->count;
-    tr.src_array = a;
-    tr.dst_array = *out;
-    r = gpuarr__transfer_run(&tr);
-    if (r != GPUARR_OK) {
-        gpuarr__obj_release(&(*out)->obj);
-        *out = NULL;
-    }
     return r;
 }
 
@@ -8201,28 +8206,29 @@ GPUARR_API gpuarr_result gpuarr_convert_many(const gpuarr_array *src, int n, gpu
     if (n == 0) return GPUARR_OK;
     /* res[i]: the private result (NULL for an identity: src[i] itself, retained at the end) */
     gpuarr__array **res = (gpuarr__array **)gpuarr__calloc(sizeof *res * (size_t)n);
-    int *idx = (int *)gpuarr__malloc(sizeof(int) * (size_t)n * 3 + sizeof(int));
+    gpuarr__grouping gr;
+    bool grouping = gpuarr__grouping_alloc(n, &gr);
     size_t *off = (size_t *)gpuarr__calloc(sizeof(size_t) * (size_t)n);
     uint32_t *ids = (uint32_t *)gpuarr__calloc(sizeof(uint32_t) * (size_t)n);
-    gpuarr_result r = res && idx && off && ids ? GPUARR_OK : gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a batch of %d arrays", n);
+    gpuarr_result r = res && grouping && off && ids ? GPUARR_OK
+                                                    : gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a batch of %d arrays", n);
     int m = 0; /* the small ones that move or cast: one block */
     for (int i = 0; i < n && r == GPUARR_OK; i++) {
         gpuarr__array *a = bt.a[i];
         gpuarr_dtype dt = t ? t : a->dtype;
         size_t dbytes = (size_t)a->count * gpuarr__dtype_sizes[dt];
         bool identity = a->dev == d && dt == a->dtype;
-        if (!identity && a->count > 0 && a->nbytes <= GPUARR__BATCH_SMALL && dbytes <= GPUARR__BATCH_SMALL) idx[m++] = i;
+        if (!identity && a->count > 0 && a->nbytes <= GPUARR__BATCH_SMALL && dbytes <= GPUARR__BATCH_SMALL) gr.items[m++] = i;
     }
     gpuarr__array *blk = NULL;
     if (r == GPUARR_OK && m > 1) {
-        int groups = gpuarr__batch_groups(bt.a, idx, m, idx + n, idx + 2 * n);
-        if (groups < 0) r = gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a batch of %d arrays", n);
+        if (!gpuarr__batch_groups(bt.a, m, &gr)) r = gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a batch of %d arrays", n);
         size_t total = 0;
-        for (int g = 0; g < groups; g++) { /* a group's items follow each other: it lands in one piece */
+        for (int g = 0; g < gr.groups; g++) { /* a group's items follow each other: it lands in one piece */
             total = (total + GPUARR__BATCH_ALIGN - 1) / GPUARR__BATCH_ALIGN * GPUARR__BATCH_ALIGN;
-            for (int j = idx[2 * n + g]; j < idx[2 * n + g + 1]; j++) {
-                gpuarr__array *a = bt.a[idx[n + j]];
-                off[idx[n + j]] = total;
+            for (int j = gr.starts[g]; j < gr.starts[g + 1]; j++) {
+                gpuarr__array *a = bt.a[gr.order[j]];
+                off[gr.order[j]] = total;
                 total += (size_t)a->count * gpuarr__dtype_sizes[t ? t : a->dtype];
             }
         }
@@ -8233,19 +8239,20 @@ GPUARR_API gpuarr_result gpuarr_convert_many(const gpuarr_array *src, int n, gpu
         if (writer) gpuarr__obj_release(&writer->obj);
         /* each output: a handle on its part of the block, holding the block */
         for (int j = 0; j < m && r == GPUARR_OK; j++) {
-            gpuarr__array *a = bt.a[idx[n + j]], *v;
+            int i = gr.order[j];
+            gpuarr__array *a = bt.a[i], *v;
             r = gpuarr__array_alloc_struct(blk->dev, t ? t : a->dtype, a->ndim, a->shape, &v);
             if (r != GPUARR_OK) break;
             gpuarr__obj_retain(&blk->obj);
             v->base = blk;
             v->batch_member = true;
-            v->base_offset = off[idx[n + j]];
+            v->base_offset = off[i];
             v->mem = blk->mem;
             v->offset = blk->offset + v->base_offset;
             v->host_fallback = blk->host_fallback;
-            res[idx[n + j]] = v;
+            res[i] = v;
         }
-        if (r == GPUARR_OK) r = gpuarr__batch_run(blk, bt.a, idx + n, idx + 2 * n, groups, off, t);
+        if (r == GPUARR_OK) r = gpuarr__batch_run(blk, bt.a, &gr, off, t);
     } else if (r == GPUARR_OK && m == 1) {
         m = 0; /* one alone goes the ordinary way */
     }
@@ -8254,7 +8261,7 @@ GPUARR_API gpuarr_result gpuarr_convert_many(const gpuarr_array *src, int n, gpu
         gpuarr_dtype dt = t ? t : a->dtype;
         if (res[i]) continue;
         if (a->dev == d && dt == a->dtype) r = gpuarr__identity_ready(a, NULL, false);
-        else r = gpuarr__convert_private(a, d, dt, &res[i]);
+        else r = gpuarr__convert_private(a, d, dt, NULL, false, &res[i]);
     }
     int published = 0;
     for (; published < n && r == GPUARR_OK; published++) {
@@ -8283,7 +8290,7 @@ GPUARR_API gpuarr_result gpuarr_convert_many(const gpuarr_array *src, int n, gpu
     if (r == GPUARR_OK)
         for (int i = 0; i < n; i++) out[i].id = ids[i];
     gpuarr__free(res);
-    gpuarr__free(idx);
+    gpuarr__free(gr.items);
     gpuarr__free(off);
     gpuarr__free(ids);
     gpuarr__batch_drop(&bt);
