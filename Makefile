@@ -89,13 +89,6 @@ NVML_H    ?= $(firstword $(wildcard $(CUDA_HOME)/include/nvml.h /usr/include/nvm
 MPICC     := $(shell command -v mpicc 2>/dev/null)
 MPI_EXAMPLES_BUILD := $(and $(MPICC),$(HAVE_CL_H))
 
-# --- Debian packages ------------------------------------------------------------------------
-MPI_PACKAGES   := libopenmpi-dev openmpi-bin
-TEST_PACKAGES  := gcc g++ clang make libcriterion-dev \
-                  pocl-opencl-icd ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-headers \
-                  python3 python3-venv cmake pkgconf $(MPI_PACKAGES)
-CHECK_PACKAGES := $(TEST_PACKAGES) valgrind
-
 .PHONY: all demo test check bench install clean deps-test deps-check info compile-tests \
         run-tests run-asan run-tsan run-valgrind kernels kernels-check cuda-kernels \
         compile-matrix install-check install-check-consumers readme-blocks faults faults-slice fuzz fuzz-build fuzz-merge fuzz-replay soak soak-slice \
@@ -118,31 +111,13 @@ demo: $(BUILD)/rel/examples/quickstart
 info: $(BUILD)/rel/tools/gpuarr-info
 	@$(BUILD)/rel/tools/gpuarr-info
 
-# Installs the packages when root; otherwise names the exact command and stops.
-define ensure_packages
-	@missing=""; \
-	if command -v dpkg-query >/dev/null 2>&1; then \
-	  for p in $(1); do \
-	    dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
-	  done; \
-	else echo "gpuarr: not a Debian system; assuming these are installed: $(1)"; fi; \
-	if [ -n "$$missing" ]; then \
-	  if [ "$$(id -u)" = 0 ]; then \
-	    echo "gpuarr: installing$$missing"; \
-	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing || exit 1; \
-	  else \
-	    echo "gpuarr: missing Debian packages. Run:"; \
-	    echo "  sudo apt-get install -y$$missing"; \
-	    exit 1; \
-	  fi; \
-	fi
-endef
-
+# The Debian packages of a set (tools/deps.sh lists them): installed when root; otherwise the
+# script prints the exact apt-get line and the target stops.
 deps-test:
-	$(call ensure_packages,$(TEST_PACKAGES))
+	@tools/deps.sh test
 
 deps-check:
-	$(call ensure_packages,$(CHECK_PACKAGES))
+	@tools/deps.sh check
 
 # --- builds, one directory per flavour --------------------------------------------------------
 # $(1) = flavour (rel, asan, tsan), $(2) = its CFLAGS
@@ -333,7 +308,7 @@ comma := ,
 .PHONY: mpi-examples
 mpi-examples: $(if $(MPI_EXAMPLES_BUILD),$(BUILD)/rel/examples/mpi_heat) $(BUILD)/rel/tools/gpuarr-info $(FAKE_CUDA)
 ifeq ($(MPI_EXAMPLES_BUILD),)
-	@echo "== mpi-examples skipped: $(if $(MPICC),no CL/cl.h,no mpicc) (Debian: $(MPI_PACKAGES) ocl-icd-opencl-dev; make test installs them)"
+	@echo "== mpi-examples skipped: $(if $(MPICC),no CL/cl.h,no mpicc) (Debian: $$(tools/deps.sh --list mpi) ocl-icd-opencl-dev; make test installs them)"
 else
 	@mkdir -p $(BUILD)/logs
 	$(call mpi_heat_run,1,opencl:0)
@@ -806,10 +781,9 @@ $(BUILD)/rel/tools/gpuarr-bench-notrace: tools/gpuarr-bench.c $(HEADERS)
 # first CUDA device, where there is one), into
 # bench/results/plots/<machine tag>.csv, drawn by tools/bench-plots.sh (gnuplot) as PNGs beside it.
 # Not part of make test; make test runs bench-smoke: a 4-16 KiB sweep, its CSV checked.
-PLOT_PACKAGES := gnuplot-nox
 BENCH_SWEEP_FLAGS ?= --host-isa baseline,avx2
 bench-plots:
-	$(call ensure_packages,$(PLOT_PACKAGES))
+	@tools/deps.sh plots
 	@$(MAKE) --no-print-directory $(BUILD)/rel/tools/gpuarr-bench
 	@mkdir -p bench/results/plots
 	$(BUILD)/rel/tools/gpuarr-bench --csv $(BUILD)/bench-sweep.csv $(BENCH_SWEEP_FLAGS)
@@ -849,14 +823,13 @@ bench-offload: $(BUILD)/rel/tools/bench-offload
 # OpenCL worker on PoCL; tools/bench-offload-starpu.c): a calibration run (STARPU_CALIBRATE=1,
 # 4 passes) then a measured run on those models, in a STARPU_HOME of its own. Needs libstarpu-dev,
 # installed as root, else its apt-get line is printed and the target stops (as make test).
-STARPU_PACKAGES := libstarpu-dev
 STARPU_ENV := STARPU_HOME=$(abspath $(BUILD))/starpu-home STARPU_SCHED=dmda STARPU_NCPU=1 STARPU_NOPENCL=1 STARPU_OPENCL_ON_CPUS=1 STARPU_NCUDA=0
 .PHONY: bench-offload-starpu
 $(BUILD)/rel/tools/bench-offload-starpu: tools/bench-offload-starpu.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_REL) $$(pkg-config --cflags starpu-1.3) $< -o $@ $$(pkg-config --libs starpu-1.3) -lOpenCL
 bench-offload-starpu:
-	$(call ensure_packages,$(STARPU_PACKAGES))
+	@tools/deps.sh starpu
 	@$(MAKE) --no-print-directory $(BUILD)/rel/tools/bench-offload-starpu
 	@rm -rf $(BUILD)/starpu-home && mkdir -p $(BUILD)/starpu-home $(BUILD)/bench-offload
 	$(STARPU_ENV) STARPU_CALIBRATE=1 $(BUILD)/rel/tools/bench-offload-starpu --calibrate 4 | tee $(BUILD)/bench-offload/starpu-calibration.txt
@@ -865,13 +838,12 @@ bench-offload-starpu:
 # `make bench-compare`: tools/compare-boost-compute.cpp, gpuarr against Boost.Compute (header-only,
 # in libboost-dev) and raw OpenCL on opencl:0, in one process; not part of make test. A missing
 # package is installed as root, else its apt-get line is printed and the target stops (as make test).
-BENCH_COMPARE_PACKAGES := libboost-dev
 .PHONY: bench-compare
 $(BUILD)/rel/tools/compare-boost-compute: tools/compare-boost-compute.cpp $(BUILD)/rel/gpuarr.o
 	@mkdir -p $(@D)
 	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror -I. $< $(BUILD)/rel/gpuarr.o -o $@ -lOpenCL $(LIBS)
 bench-compare:
-	$(call ensure_packages,$(BENCH_COMPARE_PACKAGES))
+	@tools/deps.sh compare
 	@$(MAKE) --no-print-directory $(BUILD)/rel/tools/compare-boost-compute
 	$(BUILD)/rel/tools/compare-boost-compute
 
