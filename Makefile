@@ -205,51 +205,18 @@ FAULT_OPENCL := $(BUILD)/fault-opencl/libfault_opencl.so
 FAKE_ENV := GPUARR_CUDA_LIBRARY=$(abspath $(BUILD))/fake-cuda/libcuda.so.1 GPUARR_CACHE_DIR=$(abspath $(BUILD))/fake-cuda/cache \
   GPUARR_NVML_LIBRARY=$(abspath $(BUILD))/fake-nvml/libnvidia-ml.so.1 GPUARR_TEST_FAKE_NVML_OLD=$(abspath $(BUILD))/fake-nvml-old/libnvidia-ml.so.1
 
-run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAKE_NVML) $(FAULT_OPENCL) $(SETUID_PROBE) $(BUILD)/rel/plugin/plugin_driver $(BUILD)/rel/tools/gpuarr-info \
-           $(BUILD)/rel/examples/quickstart $(BUILD)/rel/examples/offload
-	@set -e; for dev in $(TEST_DEVICES); do \
-	  for t in $(GENERIC_TESTS); do \
-	    echo "== $$t on $$dev"; \
-	    GPUARR_TEST_DEVICE=$$dev $(BUILD)/rel/tests/$$t --jobs 2; \
-	  done; \
-	done
-	@set -e; for t in $(DISCRETE_TESTS); do \
-	  echo "== $$t on opencl:0 handled as a discrete device (GPUARR_OPENCL_UNIFIED=off: staged copies)"; \
-	  GPUARR_OPENCL_UNIFIED=off GPUARR_TEST_DEVICE=opencl:0 $(BUILD)/rel/tests/$$t --jobs 2; \
-	done
-	@set -e; for t in $(WHITEBOX_TESTS); do echo "== $$t (white-box)"; $(BUILD)/rel/tests/$$t --jobs 2; done
-	@echo "== test_opencl (POCL_DEVICES=\"$$POCL_DEVICES\")"
-	@GPUARR_TEST_FAULT_OPENCL=$(abspath $(FAULT_OPENCL)) $(BUILD)/rel/tests/test_opencl --jobs 2
-	@echo "== test_trace on opencl:0 whose markers report a wrong end (as NVIDIA's OpenCL did): host times instead"
-	@GPUARR_OPENCL_LIBRARY=$(abspath $(FAULT_OPENCL)) FAULT_OPENCL_PROFILING=marker-end-far GPUARR_TEST_DEVICE=opencl:0 \
-	  $(BUILD)/rel/tests/test_trace --filter 'trace/events_nest*' --jobs 2
-	@echo "== test_local_rank: \"local\" over PoCL's two devices, 4 processes on 1 slot each (then with the fake driver's GPUs too)"
-	@$(BUILD)/rel/tests/test_local_rank --jobs 2
-	@$(if $(FAKE_CUDA),$(FAKE_ENV) $(BUILD)/rel/tests/test_local_rank --jobs 2)
-	@echo "== test_setuid: a setuid-root copy of tests/setuid/setuid_probe run as nobody ignores GPUARR_TRACE and GPUARR_OPENCL_LIBRARY (skips, saying why, when not root)"
-	@$(SETUID_ENV) $(BUILD)/rel/tests/test_setuid --jobs 1
-	@echo "== test_cuda (its GPU tests skip, saying why, where there is no GPU)"
-	@$(BUILD)/rel/tests/test_cuda --jobs 2
-	@set -e; if $(BUILD)/rel/tools/gpuarr-info | grep -q "^cuda:0 "; then \
-	  for t in $(GENERIC_TESTS); do echo "== $$t on cuda:0"; GPUARR_TEST_DEVICE=cuda:0 $(BUILD)/rel/tests/$$t --jobs 2; done; \
-	else echo "== the suite on cuda:0 skipped: $$($(BUILD)/rel/tools/gpuarr-info --find cuda:0)"; fi
-	@set -e; if [ -n "$(FAKE_CUDA)" ]; then \
-	  for t in $(GENERIC_TESTS); do echo "== $$t on cuda:0 of the fake driver (tests/fake_cuda)"; \
-	    $(FAKE_ENV) GPUARR_TEST_DEVICE=cuda:0 $(BUILD)/rel/tests/$$t --jobs 2; done; \
-	  echo "== test_internals on the fake driver (the backend procs on cuda:0)"; \
-	  $(FAKE_ENV) $(BUILD)/rel/tests/test_internals --jobs 2; \
-	  echo "== test_telemetry_files on the fake driver and fake NVML (an OpenCL device linked to cuda:1)"; \
-	  $(FAKE_ENV) $(BUILD)/rel/tests/test_telemetry_files --jobs 2; \
-	  echo "== test_lease_links on the fake driver (leases across a GPU's CUDA and OpenCL views)"; \
-	  $(FAKE_ENV) $(BUILD)/rel/tests/test_lease_links --jobs 2; \
-	  echo "== test_cuda on the fake driver: two GPUs with peer access, then without"; \
-	  $(FAKE_ENV) $(BUILD)/rel/tests/test_cuda --jobs 2; \
-	  $(FAKE_ENV) FAKE_CUDA_PEER=0 $(BUILD)/rel/tests/test_cuda --jobs 2; \
-	  echo "== test_roundtrip on the fake driver, its PTX refused as too new: kernels from NVRTC"; \
-	  $(FAKE_ENV) FAKE_CUDA_PTX_MAX_ISA=6.0 GPUARR_TEST_DEVICE=cuda:0 $(BUILD)/rel/tests/test_roundtrip --jobs 2; \
-	else echo "== the fake CUDA driver skipped: no cuda.h (CUDA_HOME=$(CUDA_HOME))"; fi
-	@echo "== test_failures: sticky errors on the fake driver's two GPUs (its tests skip, saying why, without it), a lost device on PoCL's two (tests/fault_opencl)"
-	@$(if $(FAKE_CUDA),$(FAKE_ENV)) GPUARR_TEST_FAULT_OPENCL=$(abspath $(FAULT_OPENCL)) $(BUILD)/rel/tests/test_failures --jobs 2
+# The suite's device matrix: tests/matrix.txt says which test runs on which device under which
+# environment, tests/run-matrix.sh runs it. `make run-matrix MATRIX_ONLY=REGEX` runs the lines
+# whose "==" line matches, e.g. MATRIX_ONLY='^test_casts on (host|opencl:0)$$'.
+MATRIX_ENV = TEST_BIN=$(BUILD)/rel/tests GPUARR_INFO=$(BUILD)/rel/tools/gpuarr-info TEST_DEVICES="$(TEST_DEVICES)" \
+  GENERIC_TESTS="$(GENERIC_TESTS)" DISCRETE_TESTS="$(DISCRETE_TESTS)" WHITEBOX_TESTS="$(WHITEBOX_TESTS)" \
+  FAULT_OPENCL=$(abspath $(FAULT_OPENCL)) SETUID_ENV="$(SETUID_ENV)" FAKE_ENV="$(if $(FAKE_CUDA),$(FAKE_ENV))" \
+  FAKE_CUDA_WHY_NOT="no cuda.h (CUDA_HOME=$(CUDA_HOME))"
+.PHONY: run-matrix
+run-matrix: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAKE_NVML) $(FAULT_OPENCL) $(SETUID_PROBE) $(BUILD)/rel/tools/gpuarr-info
+	@$(MATRIX_ENV) tests/run-matrix.sh tests/matrix.txt
+
+run-tests: run-matrix $(BUILD)/rel/plugin/plugin_driver $(BUILD)/rel/tools/gpuarr-info $(BUILD)/rel/examples/quickstart $(BUILD)/rel/examples/offload
 	@echo "== the library in a dlopen'ed plugin, unloaded before its worker thread exits"
 	@$(if $(FAKE_CUDA),$(FAKE_ENV)) $(BUILD)/rel/plugin/plugin_driver $(BUILD)/rel/plugin/libgpuarr-plugin.so
 	@echo "== gpuarr-info lists the OpenCL devices"
