@@ -1,59 +1,34 @@
 # gpuarr -- the two commands are `make demo` and `make test`.
 #
 #   make demo     build and run examples/quickstart.c on the best device found
-#   make test     install the Debian packages the tests need (as root; otherwise print the
-#                 apt-get line and stop), build everything, run the Criterion suite on every
-#                 device class present, and the compile tests (C11 gcc/clang, C++17, .cu, the
-#                 implementation at -O3 and with -flto, GPUARR_STATIC, the README's code, an
-#                 installed copy used through pkg-config, CMake and libgpuarr, then uninstalled),
-#                 the DLPack tests against NumPy through ctypes (a venv under build/ with NumPy
-#                 from PyPI), bench-smoke (gpuarr-bench --host-isa and --csv, checked), and under
-#                 mpirun the MPI tests (mpi-tests), examples/mpi_heat and gpuarr-info --mpi
-#                 (mpi-examples), and the single header (single-header-check: the quickstart and
+#   make test     install the Debian packages the tests need (tools/deps.sh: as root; otherwise it
+#                 prints the apt-get line and stops), build everything, run the Criterion suite on
+#                 every device class present (tests/matrix.txt), the compile tests (C11 gcc/clang,
+#                 C++17, .cu, -O3, -flto, GPUARR_STATIC, the README's code, an installed copy used
+#                 through pkg-config, CMake and libgpuarr), the DLPack tests against NumPy (a venv
+#                 under build/ with NumPy from PyPI), bench-smoke, and under mpirun the MPI tests
+#                 and examples, and the single header (single-header-check: the quickstart and
 #                 every example needing no other library built against it alone, in an empty folder)
 #   make check    the suite under ASan+UBSan, the threaded tests under TSan, valgrind on the
 #                 examples, a slice of the fault matrix, the fuzz corpus replayed (fuzz-replay)
-#                 and 2 minutes of the soak (soak-slice; its seed is printed, a failing input
-#                 kept in build/logs/soak-crash-input)
+#                 and 2 minutes of the soak (soak-slice)
+#   make run-matrix MATRIX_ONLY=REGEX  the lines of the device matrix whose "==" line matches
 #   make faults   the fault matrix: every driver call of each scenario failed in turn, under
 #                 ASan+UBSan (tests/faults; a slice of it runs in make check)
-#   make fuzz     the libFuzzer targets of tests/fuzz (api, parse, dlpack; clang), FUZZ_SECONDS each
-#                 (default 60); new inputs go to build/fuzz/corpus/, `make fuzz-merge` minimizes
-#                 them into tests/fuzz/corpus/ (-merge=1)
-#   make fuzz-replay  the committed corpus through gcc ASan+UBSan builds (tests/fuzz/standalone.c)
-#   make soak     the api interpreter's random sequences from 8 threads under ASan with faults
-#                 for SOAK_MINUTES (default 30)
-#   make bench    tools/gpuarr-bench; prints a table (see bench/results/)
-#   make bench-dlpack  DLPack hand-over to and from NumPy against numpy.copy (not in make test)
-#   make bench-leases  gpuarr-bench --leases on PoCL's two pthread devices: lease latency, across
-#                 processes, 8 workers with 1, 2, 4 and unlimited slots (not in make test)
-#   make bench-plots  the size sweep (gpuarr-bench --csv) and its PNGs in bench/results/plots/
-#                 (needs gnuplot-nox: installed as root, else the apt-get line; not in make test)
-#   make bench-compare  gpuarr against Boost.Compute and raw OpenCL on opencl:0
-#                 (needs libboost-dev, installed the same way; not in make test)
-#   make bench-offload  issue 18's offload benchmark (tools/bench-offload.c): the planner's regret
-#                 against the per-call oracle, always-host, always-device and the 1 MiB rule on the
-#                 host and PoCL as a discrete device, and gpuarr_map on one and two PoCL devices
-#                 and the host; raw output in build/bench-offload/ (bench/results/offload.md;
-#                 not in make test)
-#   make bench-offload-starpu  the same workload under StarPU's dmda scheduler (needs
-#                 libstarpu-dev, installed the same way; not in make test)
-#   make mpi-tests  tests/mpi/test_mpi under mpirun -np 4 (host and PoCL ranks; part of make test,
-#                 mpi-tests-asan of make check), plus compile checks of the MPI part
-#   make bench-mpi  send/recv bandwidth between 2 MPI ranks, gpuarr arrays against MPI_Send
-#                 (tools/bench-mpi.c; bench/results/mpi.md; not in make test)
-#   make lib      build/lib/: libgpuarr.a and libgpuarr.so.<version> (soname libgpuarr.so.<major>,
-#                 links of both names and libgpuarr.so), from gpuarr.c; only gpuarr_ symbols exported
-#   make install  gpuarr.h and its folders (backends/ layers/ kernels/ generated/) to
-#                 $(PREFIX)/include/gpuarr (programs include
-#                 <gpuarr/gpuarr.h>, or <gpuarr.h> with pkg-config's flags), the libraries to
-#                 LIBDIR (default $(PREFIX)/lib), gpuarr.pc (header-only) and gpuarr-lib.pc (the
-#                 library) to $(PREFIX)/share/pkgconfig, the CMake package gpuarr::gpuarr to
-#                 $(PREFIX)/share/cmake/gpuarr; PREFIX defaults to /usr/local; honours DESTDIR
+#   make lib      build/lib/: libgpuarr.a and libgpuarr.so.<version>, from gpuarr.c; only gpuarr_
+#                 symbols exported
+#   make install  gpuarr.h and the folders of HEADER_DIRS to $(PREFIX)/include/gpuarr, the
+#                 libraries to LIBDIR, the pkg-config files and the CMake package gpuarr::gpuarr;
+#                 PREFIX defaults to /usr/local; honours DESTDIR. make uninstall removes them.
 #   make single-header  build/single-header/gpuarr.h: gpuarr.h with its folders inlined, one
 #                 self-contained file to drop into a project (tools/amalgamate.py)
-#   make uninstall  removes what make install put there (same PREFIX, LIBDIR and DESTDIR)
 #   make clean
+#
+# The long tails are in fragments beside what they serve, each listing its targets:
+#   tests/fuzz/fuzz.mk    fuzz, fuzz-merge, fuzz-replay, soak
+#   tests/mpi/mpi.mk      mpi-tests, mpi-examples
+#   tools/bench/bench.mk  bench, bench-smoke, bench-plots, bench-leases, bench-compare, bench-offload,
+#                         bench-offload-starpu, bench-mpi, bench-dlpack
 #
 # CUDA and OpenCL are detected for the compile tests and later backends: CUDA_HOME (or
 # /usr/local/cuda, or nvcc on PATH) and CL/cl.h. Nothing needs configuring.
@@ -73,7 +48,7 @@ TEST_CFLAGS = -I. -Itests
 # the header and the folders it includes from (see the layout in README.md)
 HEADER_DIRS := backends layers kernels generated
 HEADERS   := gpuarr.h $(wildcard $(addsuffix /*.h,$(HEADER_DIRS)))
-# examples that need MPI are built with its flags, below (mpi-examples)
+# examples that need MPI are built with its flags (tests/mpi/mpi.mk)
 MPI_EXAMPLES := mpi_heat
 EXAMPLES  := $(filter-out $(MPI_EXAMPLES),$(basename $(notdir $(wildcard examples/*.c))))
 TESTS     := $(basename $(notdir $(wildcard tests/test_*.c)))
@@ -91,18 +66,14 @@ CUDA_H    := $(firstword $(wildcard $(CUDA_HOME)/include/cuda.h))
 NVML_H    ?= $(firstword $(wildcard $(CUDA_HOME)/include/nvml.h /usr/include/nvml.h))
 MPICC     := $(shell command -v mpicc 2>/dev/null)
 MPI_EXAMPLES_BUILD := $(and $(MPICC),$(HAVE_CL_H))
+# Open MPI's flags come from its wrapper (mpicc --showme); the compiler stays $(CC)
+MPI_CFLAGS = $(shell mpicc --showme:compile 2>/dev/null)
+MPI_LIBS = $(shell mpicc --showme:link 2>/dev/null)
+MPIRUN_NP = mpirun --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-as-root) -np
 
-# --- Debian packages ------------------------------------------------------------------------
-MPI_PACKAGES   := libopenmpi-dev openmpi-bin
-TEST_PACKAGES  := gcc g++ clang make libcriterion-dev \
-                  pocl-opencl-icd ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-headers \
-                  python3 python3-venv cmake pkgconf $(MPI_PACKAGES)
-CHECK_PACKAGES := $(TEST_PACKAGES) valgrind
-
-.PHONY: all demo test check bench install clean deps-test deps-check info compile-tests \
-        run-tests run-asan run-tsan run-valgrind kernels kernels-check cuda-kernels \
-        compile-matrix install-check install-check-consumers readme-blocks faults faults-slice fuzz fuzz-build fuzz-merge fuzz-replay soak soak-slice \
-        bench-plots bench-smoke python-tests single-header single-header-check
+.PHONY: all demo test check install clean deps-test deps-check info compile-tests \
+        run-tests run-matrix run-asan run-tsan run-valgrind kernels kernels-check cuda-kernels \
+        compile-matrix install-check install-check-consumers readme-blocks faults faults-slice python-tests single-header single-header-check
 
 CU_EXAMPLES := $(if $(NVCC),$(basename $(notdir $(wildcard examples/*.cu))))
 
@@ -121,31 +92,22 @@ demo: $(BUILD)/rel/examples/quickstart
 info: $(BUILD)/rel/tools/gpuarr-info
 	@$(BUILD)/rel/tools/gpuarr-info
 
-# Installs the packages when root; otherwise names the exact command and stops.
-define ensure_packages
-	@missing=""; \
-	if command -v dpkg-query >/dev/null 2>&1; then \
-	  for p in $(1); do \
-	    dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
-	  done; \
-	else echo "gpuarr: not a Debian system; assuming these are installed: $(1)"; fi; \
-	if [ -n "$$missing" ]; then \
-	  if [ "$$(id -u)" = 0 ]; then \
-	    echo "gpuarr: installing$$missing"; \
-	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing || exit 1; \
-	  else \
-	    echo "gpuarr: missing Debian packages. Run:"; \
-	    echo "  sudo apt-get install -y$$missing"; \
-	    exit 1; \
-	  fi; \
-	fi
-endef
+# gpuarr-info is built with GPUARR_MPI and Open MPI's flags where mpicc is found (its --mpi;
+# MPI_Init only then), without elsewhere; a stamp rebuilds it when that changes.
+MPI_STAMP := $(BUILD)/rel/mpi-$(if $(MPICC),yes,no).stamp
+$(MPI_STAMP):
+	@mkdir -p $(@D) && rm -f $(BUILD)/rel/mpi-*.stamp && touch $@
+$(BUILD)/rel/tools/gpuarr-info: tools/gpuarr-info.c $(HEADERS) $(MPI_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_REL) $(if $(MPICC),-DGPUARR_MPI $(MPI_CFLAGS)) -I. $< -o $@ $(if $(MPICC),$(MPI_LIBS)) $(LIBS)
 
+# The Debian packages of a set (tools/deps.sh lists them): installed when root; otherwise the
+# script prints the exact apt-get line and the target stops.
 deps-test:
-	$(call ensure_packages,$(TEST_PACKAGES))
+	@tools/deps.sh test
 
 deps-check:
-	$(call ensure_packages,$(CHECK_PACKAGES))
+	@tools/deps.sh check
 
 # --- builds, one directory per flavour --------------------------------------------------------
 # $(1) = flavour (rel, asan, tsan), $(2) = its CFLAGS
@@ -233,51 +195,17 @@ FAULT_OPENCL := $(BUILD)/fault-opencl/libfault_opencl.so
 FAKE_ENV := GPUARR_CUDA_LIBRARY=$(abspath $(BUILD))/fake-cuda/libcuda.so.1 GPUARR_CACHE_DIR=$(abspath $(BUILD))/fake-cuda/cache \
   GPUARR_NVML_LIBRARY=$(abspath $(BUILD))/fake-nvml/libnvidia-ml.so.1 GPUARR_TEST_FAKE_NVML_OLD=$(abspath $(BUILD))/fake-nvml-old/libnvidia-ml.so.1
 
-run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAKE_NVML) $(FAULT_OPENCL) $(SETUID_PROBE) $(BUILD)/rel/plugin/plugin_driver $(BUILD)/rel/tools/gpuarr-info \
-           $(BUILD)/rel/examples/quickstart $(BUILD)/rel/examples/offload
-	@set -e; for dev in $(TEST_DEVICES); do \
-	  for t in $(GENERIC_TESTS); do \
-	    echo "== $$t on $$dev"; \
-	    GPUARR_TEST_DEVICE=$$dev $(BUILD)/rel/tests/$$t --jobs 2; \
-	  done; \
-	done
-	@set -e; for t in $(DISCRETE_TESTS); do \
-	  echo "== $$t on opencl:0 handled as a discrete device (GPUARR_OPENCL_UNIFIED=off: staged copies)"; \
-	  GPUARR_OPENCL_UNIFIED=off GPUARR_TEST_DEVICE=opencl:0 $(BUILD)/rel/tests/$$t --jobs 2; \
-	done
-	@set -e; for t in $(WHITEBOX_TESTS); do echo "== $$t (white-box)"; $(BUILD)/rel/tests/$$t --jobs 2; done
-	@echo "== test_opencl (POCL_DEVICES=\"$$POCL_DEVICES\")"
-	@GPUARR_TEST_FAULT_OPENCL=$(abspath $(FAULT_OPENCL)) $(BUILD)/rel/tests/test_opencl --jobs 2
-	@echo "== test_trace on opencl:0 whose markers report a wrong end (as NVIDIA's OpenCL did): host times instead"
-	@GPUARR_OPENCL_LIBRARY=$(abspath $(FAULT_OPENCL)) FAULT_OPENCL_PROFILING=marker-end-far GPUARR_TEST_DEVICE=opencl:0 \
-	  $(BUILD)/rel/tests/test_trace --filter 'trace/events_nest*' --jobs 2
-	@echo "== test_local_rank: \"local\" over PoCL's two devices, 4 processes on 1 slot each (then with the fake driver's GPUs too)"
-	@$(BUILD)/rel/tests/test_local_rank --jobs 2
-	@$(if $(FAKE_CUDA),$(FAKE_ENV) $(BUILD)/rel/tests/test_local_rank --jobs 2)
-	@echo "== test_setuid: a setuid-root copy of tests/setuid/setuid_probe run as nobody ignores GPUARR_TRACE and GPUARR_OPENCL_LIBRARY (skips, saying why, when not root)"
-	@$(SETUID_ENV) $(BUILD)/rel/tests/test_setuid --jobs 1
-	@echo "== test_cuda (its GPU tests skip, saying why, where there is no GPU)"
-	@$(BUILD)/rel/tests/test_cuda --jobs 2
-	@set -e; if $(BUILD)/rel/tools/gpuarr-info | grep -q "^cuda:0 "; then \
-	  for t in $(GENERIC_TESTS); do echo "== $$t on cuda:0"; GPUARR_TEST_DEVICE=cuda:0 $(BUILD)/rel/tests/$$t --jobs 2; done; \
-	else echo "== the suite on cuda:0 skipped: $$($(BUILD)/rel/tools/gpuarr-info --find cuda:0)"; fi
-	@set -e; if [ -n "$(FAKE_CUDA)" ]; then \
-	  for t in $(GENERIC_TESTS); do echo "== $$t on cuda:0 of the fake driver (tests/fake_cuda)"; \
-	    $(FAKE_ENV) GPUARR_TEST_DEVICE=cuda:0 $(BUILD)/rel/tests/$$t --jobs 2; done; \
-	  echo "== test_internals on the fake driver (the backend procs on cuda:0)"; \
-	  $(FAKE_ENV) $(BUILD)/rel/tests/test_internals --jobs 2; \
-	  echo "== test_telemetry_files on the fake driver and fake NVML (an OpenCL device linked to cuda:1)"; \
-	  $(FAKE_ENV) $(BUILD)/rel/tests/test_telemetry_files --jobs 2; \
-	  echo "== test_lease_links on the fake driver (leases across a GPU's CUDA and OpenCL views)"; \
-	  $(FAKE_ENV) $(BUILD)/rel/tests/test_lease_links --jobs 2; \
-	  echo "== test_cuda on the fake driver: two GPUs with peer access, then without"; \
-	  $(FAKE_ENV) $(BUILD)/rel/tests/test_cuda --jobs 2; \
-	  $(FAKE_ENV) FAKE_CUDA_PEER=0 $(BUILD)/rel/tests/test_cuda --jobs 2; \
-	  echo "== test_roundtrip on the fake driver, its PTX refused as too new: kernels from NVRTC"; \
-	  $(FAKE_ENV) FAKE_CUDA_PTX_MAX_ISA=6.0 GPUARR_TEST_DEVICE=cuda:0 $(BUILD)/rel/tests/test_roundtrip --jobs 2; \
-	else echo "== the fake CUDA driver skipped: no cuda.h (CUDA_HOME=$(CUDA_HOME))"; fi
-	@echo "== test_failures: sticky errors on the fake driver's two GPUs (its tests skip, saying why, without it), a lost device on PoCL's two (tests/fault_opencl)"
-	@$(if $(FAKE_CUDA),$(FAKE_ENV)) GPUARR_TEST_FAULT_OPENCL=$(abspath $(FAULT_OPENCL)) $(BUILD)/rel/tests/test_failures --jobs 2
+# The suite's device matrix: tests/matrix.txt says which test runs on which device under which
+# environment, tests/run-matrix.sh runs it. `make run-matrix MATRIX_ONLY=REGEX` runs the lines
+# whose "==" line matches, e.g. MATRIX_ONLY='^test_casts on (host|opencl:0)$$'.
+MATRIX_ENV = TEST_BIN=$(BUILD)/rel/tests GPUARR_INFO=$(BUILD)/rel/tools/gpuarr-info TEST_DEVICES="$(TEST_DEVICES)" \
+  GENERIC_TESTS="$(GENERIC_TESTS)" DISCRETE_TESTS="$(DISCRETE_TESTS)" WHITEBOX_TESTS="$(WHITEBOX_TESTS)" \
+  FAULT_OPENCL=$(abspath $(FAULT_OPENCL)) SETUID_ENV="$(SETUID_ENV)" FAKE_ENV="$(if $(FAKE_CUDA),$(FAKE_ENV))" \
+  FAKE_CUDA_WHY_NOT="no cuda.h (CUDA_HOME=$(CUDA_HOME))"
+run-matrix: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAKE_NVML) $(FAULT_OPENCL) $(SETUID_PROBE) $(BUILD)/rel/tools/gpuarr-info
+	@$(MATRIX_ENV) tests/run-matrix.sh tests/matrix.txt
+
+run-tests: run-matrix $(BUILD)/rel/plugin/plugin_driver $(BUILD)/rel/tools/gpuarr-info $(BUILD)/rel/examples/quickstart $(BUILD)/rel/examples/offload
 	@echo "== the library in a dlopen'ed plugin, unloaded before its worker thread exits"
 	@$(if $(FAKE_CUDA),$(FAKE_ENV)) $(BUILD)/rel/plugin/plugin_driver $(BUILD)/rel/plugin/libgpuarr-plugin.so
 	@echo "== gpuarr-info lists the OpenCL devices"
@@ -301,72 +229,6 @@ run-tests: $(addprefix $(BUILD)/rel/tests/,$(TESTS)) $(FAKE_CUDA) $(FAKE_NVML) $
 	@$(PYTHON) tests/python/check_trace.py $(BUILD)/logs/quickstart-trace.json --expect alloc --expect free
 	@$(MAKE) --no-print-directory mpi-tests
 	@echo "make test: all suites passed on: $(TEST_DEVICES), opencl:0 as a discrete device, two PoCL devices, the fake CUDA driver, CUDA where present, and 4 MPI ranks"
-
-# --- MPI examples and gpuarr-info --mpi (issue 19) ---------------------------------------------
-# gpuarr-info is built with GPUARR_MPI and Open MPI's flags (MPI_CFLAGS, MPI_LIBS below) where
-# mpicc is found (its --mpi; MPI_Init only then), without elsewhere; a stamp rebuilds it when that
-# changes. The MPI examples (examples/mpi_heat.c: its own implementation unit, an OpenCL kernel)
-# need mpicc and CL/cl.h. mpi-examples runs them under mpirun, each rank on the host or one of
-# PoCL's two devices.
-MPIRUN_NP = mpirun --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-as-root) -np
-MPI_STAMP := $(BUILD)/rel/mpi-$(if $(MPICC),yes,no).stamp
-$(MPI_STAMP):
-	@mkdir -p $(@D) && rm -f $(BUILD)/rel/mpi-*.stamp && touch $@
-$(BUILD)/rel/tools/gpuarr-info: tools/gpuarr-info.c $(HEADERS) $(MPI_STAMP)
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_REL) $(if $(MPICC),-DGPUARR_MPI $(MPI_CFLAGS)) -I. $< -o $@ $(if $(MPICC),$(MPI_LIBS)) $(LIBS)
-# -ffp-contract=off: the host stencil rounds as the OpenCL kernel does (no fused multiply-add)
-$(BUILD)/rel/examples/mpi_heat: examples/mpi_heat.c $(HEADERS)
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_REL) -ffp-contract=off $(MPI_CFLAGS) -I. $< -o $@ $(MPI_LIBS) -lOpenCL $(LIBS)
-
-# Each run: rank r on the (r mod count)-th device of the --device list, the field bit for bit
-# equal to the one-rank run on the host, and every rank on the device it should be on.
-# $(1) ranks, $(2) --device list (empty: gpuarr_mpi_device's choice, expected $(5)),
-# $(3) environment, $(4) more arguments
-define mpi_heat_run
-	@echo "== mpirun -np $(1) examples/mpi_heat $(if $(2),--device $(2),(gpuarr_mpi_device's choice)) $(4)$(if $(3), ($(firstword $(3)) ...))"
-	@$(3) timeout 300 $(MPIRUN_NP) $(1) $(BUILD)/rel/examples/mpi_heat $(if $(2),--device $(2)) $(4) > $(BUILD)/logs/mpi-heat.log 2>&1 && \
-	  grep -q ": identical$$" $(BUILD)/logs/mpi-heat.log && \
-	  awk -v specs="$(or $(2),$(5))" -v n=$(1) 'BEGIN { k = split(specs, s, ",") } /^rank [0-9]+: rows / { seen++; if ($$NF != s[$$2 % k + 1]) bad = 1 } \
-	    END { exit bad || seen != n }' $(BUILD)/logs/mpi-heat.log || { cat $(BUILD)/logs/mpi-heat.log; exit 1; }
-endef
-comma := ,
-
-.PHONY: mpi-examples
-mpi-examples: $(if $(MPI_EXAMPLES_BUILD),$(BUILD)/rel/examples/mpi_heat) $(BUILD)/rel/tools/gpuarr-info $(FAKE_CUDA)
-ifeq ($(MPI_EXAMPLES_BUILD),)
-	@echo "== mpi-examples skipped: $(if $(MPICC),no CL/cl.h,no mpicc) (Debian: $(MPI_PACKAGES) ocl-icd-opencl-dev; make test installs them)"
-else
-	@mkdir -p $(BUILD)/logs
-	$(call mpi_heat_run,1,opencl:0)
-	$(call mpi_heat_run,2,host$(comma)opencl:0)
-	$(call mpi_heat_run,3,host$(comma)opencl:0$(comma)opencl:1)
-	$(call mpi_heat_run,4,host$(comma)opencl:0$(comma)opencl:1)
-	$(call mpi_heat_run,4,opencl:1$(comma)opencl:0,GPUARR_OPENCL_UNIFIED=off,--nx 37 --ny 23 --steps 40)
-	$(if $(FAKE_CUDA),$(call mpi_heat_run,3,cuda:0$(comma)opencl:0$(comma)cuda:1,$(FAKE_ENV),--steps 30))
-	$(call mpi_heat_run,4,,,--nx 16 --ny 9,opencl:0$(comma)opencl:1)
-	@echo "== examples/mpi_heat refuses a grid with fewer rows than ranks (exit status 2), and a device that is not there (1, naming it)"
-	@timeout 60 $(MPIRUN_NP) 4 $(BUILD)/rel/examples/mpi_heat --ny 3 >/dev/null 2>&1; [ $$? = 2 ]
-	@timeout 60 $(MPIRUN_NP) 2 $(BUILD)/rel/examples/mpi_heat --device host,opencl:7 > $(BUILD)/logs/mpi-heat-bad.log 2>&1; \
-	  [ $$? = 1 ] && grep -q 'spec "opencl:7": no such device' $(BUILD)/logs/mpi-heat-bad.log || { cat $(BUILD)/logs/mpi-heat-bad.log; exit 1; }
-	@echo "== mpirun -np 4 gpuarr-info --mpi: a row per rank, gpuarr_mpi_device's pick local rank mod 2 of PoCL's two devices"
-	@timeout 120 $(MPIRUN_NP) 4 $(BUILD)/rel/tools/gpuarr-info --mpi > $(BUILD)/logs/info-mpi.txt 2>&1 && \
-	  [ $$(grep -cE "^[0-9]+ " $(BUILD)/logs/info-mpi.txt) = 4 ] && \
-	  for r in 0 1 2 3; do grep -qE "^$$r +[^ ]+ +$$r OMPI_COMM_WORLD_LOCAL_RANK=$$r +opencl:$$((r % 2)) +host,opencl:0,opencl:1$$" $(BUILD)/logs/info-mpi.txt || exit 1; done || \
-	  { cat $(BUILD)/logs/info-mpi.txt; exit 1; }
-	@timeout 120 $(MPIRUN_NP) 4 $(BUILD)/rel/tools/gpuarr-info --mpi --json > $(BUILD)/logs/info-mpi.json && \
-	  $(PYTHON) -c 'import json, sys; r = json.load(open(sys.argv[1]))["ranks"]; assert [x["rank"] for x in r] == [0, 1, 2, 3], r; assert all(x["error"] is None and x["device"] == "opencl:%d" % (x["local_rank"] % 2) for x in r), r' $(BUILD)/logs/info-mpi.json
-	@echo "== gpuarr-info --mpi where gpuarr_init fails on every rank: each row says why, exit status 1"
-	@GPUARR_LOG=bogus timeout 120 $(MPIRUN_NP) 2 $(BUILD)/rel/tools/gpuarr-info --mpi > $(BUILD)/logs/info-mpi-bad.txt 2>&1; [ $$? = 1 ] && \
-	  [ $$(grep -cE '^[01] .*gpuarr_init: GPUARR_LOG="bogus"' $(BUILD)/logs/info-mpi-bad.txt) = 2 ] || { cat $(BUILD)/logs/info-mpi-bad.txt; exit 1; }
-endif
-	@echo "== gpuarr-info --mpi without MPI in the build: says so, exit status 2"
-	@$(MAKE) --no-print-directory $(BUILD)/rel/tools/gpuarr-info-nompi >/dev/null
-	@$(BUILD)/rel/tools/gpuarr-info-nompi --mpi 2>&1 | grep -q "built without MPI" && { $(BUILD)/rel/tools/gpuarr-info-nompi --mpi 2>/dev/null; [ $$? = 2 ]; }
-$(BUILD)/rel/tools/gpuarr-info-nompi: tools/gpuarr-info.c $(HEADERS)
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_REL) -I. $< -o $@ $(LIBS)
 
 # DLPack against NumPy (tests/python/test_numpy.py, examples/numpy_interop.py): libgpuarr.so
 # loaded with ctypes by Debian's Python, in a virtual environment under build/ with NumPy >= 2.1
@@ -392,12 +254,6 @@ python-tests: $(VENV)/numpy-installed $(BUILD)/lib/libgpuarr.so
 	@GPUARR_LIB=$(abspath $(BUILD))/lib/libgpuarr.so GPUARR_PY_DEVICE=opencl:0 $(VENV)/bin/python tests/python/test_numpy.py
 	@echo "== examples/numpy_interop.py on opencl:0"
 	@$(VENV)/bin/python examples/numpy_interop.py $(abspath $(BUILD))/lib/libgpuarr.so opencl:0
-
-# `make bench-dlpack`: the DLPack hand-over through ctypes against numpy.copy of the same bytes
-# (tools/bench-dlpack.py; bench/results/dlpack.md). Not part of make test.
-.PHONY: bench-dlpack
-bench-dlpack: $(VENV)/numpy-installed $(BUILD)/lib/libgpuarr.so
-	GPUARR_LIB=$(abspath $(BUILD))/lib/libgpuarr.so $(VENV)/bin/python tools/bench-dlpack.py
 
 # The device kernels are compiled from kernels/gpuarr_kernels.h, embedded as text in
 # generated/gpuarr_kernels_source.h: regenerate with `make kernels`; the test fails when stale.
@@ -642,241 +498,10 @@ endif
 	@valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite --show-possibly-lost=no --suppressions=tools/valgrind.supp \
 	  $(BUILD)/rel/tools/gpuarr-info >/dev/null
 
-# --- fuzzing (issue 13) ---------------------------------------------------------------------
-# tests/fuzz: fuzz_api.c (an op-code interpreter over every public call, on the host, PoCL's two
-# devices and the fake CUDA driver's two, with allocation faults) and fuzz_parse.c (the
-# configuration parsers, white-box) and fuzz_dlpack.c (malformed tensors given to the DLPack
-# imports). The clang builds
-# are libFuzzer's; the gcc builds (ASan+UBSan, tests/fuzz/standalone.c as main) replay the
-# committed corpus, and tests/fuzz/soak.c runs the api interpreter from 8 threads.
-FUZZ_TARGETS := api parse dlpack
-FUZZ_SECONDS ?= 60
-SOAK_MINUTES ?= 30
-# api: an input is at most 96 ops of a few bytes each; len_control=0 lets it reach them at once
-FUZZ_FLAGS_api := -max_len=1024 -len_control=0
-FUZZ_FLAGS_parse := -max_len=602
-FUZZ_FLAGS_dlpack := -max_len=64
-FUZZ_CFLAGS := -std=c11 -O1 -g $(WARN) -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
-FUZZ_DEFS = -DFUZZ_FAKE_CUDA='"$(abspath $(BUILD))/fake-cuda/libcuda.so.1"' -DFUZZ_FAKE_NVML='"$(abspath $(BUILD))/fake-nvml/libnvidia-ml.so.1"' -DFUZZ_CACHE_DIR='"$(abspath $(BUILD))/fuzz/cache"'
-FUZZ_ENV := ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/fuzz/lsan.supp \
-            UBSAN_OPTIONS=print_stacktrace=1
-# Where Open MPI is installed (make test installs it) the api target and the soak include the MPI
-# part (GPUARR_MPI): the harness starts a one-rank MPI job itself (tests/fuzz/fuzz_api.c, op_mpi).
-FUZZ_MPI_IMPL = $(if $(MPICC),-DGPUARR_MPI $(MPI_CFLAGS) -include mpi.h)
-FUZZ_MPI_DEFS = $(if $(MPICC),-DFUZZ_MPI $(MPI_CFLAGS))
-FUZZ_MPI_LIBS = $(if $(MPICC),$(MPI_LIBS))
-$(BUILD)/fuzz/gpuarr.o: gpuarr.c $(HEADERS)
-	@mkdir -p $(@D)
-	$(CLANG) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link $(FUZZ_MPI_IMPL) -I. -c $< -o $@
-$(BUILD)/fuzz/fuzz_api: tests/fuzz/fuzz_api.c $(BUILD)/fuzz/gpuarr.o $(FAKE_CUDA) $(FAKE_NVML)
-	$(CLANG) $(FUZZ_CFLAGS) -fsanitize=fuzzer $(FUZZ_DEFS) $(FUZZ_MPI_DEFS) -I. $< $(BUILD)/fuzz/gpuarr.o -o $@ $(FUZZ_MPI_LIBS) $(LIBS)
-$(BUILD)/fuzz/fuzz_parse: tests/fuzz/fuzz_parse.c $(HEADERS)
-	@mkdir -p $(@D)
-	$(CLANG) $(FUZZ_CFLAGS) -fsanitize=fuzzer -I. $< -o $@ $(LIBS)
-$(BUILD)/fuzz/fuzz_dlpack: tests/fuzz/fuzz_dlpack.c $(BUILD)/fuzz/gpuarr.o
-	$(CLANG) $(FUZZ_CFLAGS) -fsanitize=fuzzer -I. $< $(BUILD)/fuzz/gpuarr.o -o $@ $(FUZZ_MPI_LIBS) $(LIBS)
-$(BUILD)/fuzz-replay/gpuarr.o: gpuarr.c $(HEADERS)
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_ASAN) $(FUZZ_MPI_IMPL) -I. -c $< -o $@
-$(BUILD)/fuzz-replay/fuzz_dlpack: tests/fuzz/fuzz_dlpack.c tests/fuzz/standalone.c $(BUILD)/asan/gpuarr.o
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_ASAN) -I. tests/fuzz/fuzz_dlpack.c tests/fuzz/standalone.c $(BUILD)/asan/gpuarr.o -o $@ $(LIBS)
-$(BUILD)/fuzz-replay/fuzz_api: tests/fuzz/fuzz_api.c tests/fuzz/standalone.c $(BUILD)/fuzz-replay/gpuarr.o $(FAKE_CUDA) $(FAKE_NVML)
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_ASAN) $(FUZZ_DEFS) $(FUZZ_MPI_DEFS) -I. tests/fuzz/fuzz_api.c tests/fuzz/standalone.c $(BUILD)/fuzz-replay/gpuarr.o -o $@ $(FUZZ_MPI_LIBS) $(LIBS)
-$(BUILD)/fuzz-replay/fuzz_parse: tests/fuzz/fuzz_parse.c tests/fuzz/standalone.c $(HEADERS)
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_ASAN) -I. tests/fuzz/fuzz_parse.c tests/fuzz/standalone.c -o $@ $(LIBS)
-$(BUILD)/fuzz-replay/soak: tests/fuzz/soak.c tests/fuzz/fuzz_api.c $(BUILD)/fuzz-replay/gpuarr.o $(FAKE_CUDA) $(FAKE_NVML)
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_ASAN) $(FUZZ_DEFS) $(FUZZ_MPI_DEFS) -I. tests/fuzz/soak.c $(BUILD)/fuzz-replay/gpuarr.o -o $@ $(FUZZ_MPI_LIBS) $(LIBS)
-
-fuzz-build: $(addprefix $(BUILD)/fuzz/fuzz_,$(FUZZ_TARGETS))
-
-fuzz: fuzz-build
-	@set -e; for t in $(FUZZ_TARGETS); do \
-	  mkdir -p $(BUILD)/fuzz/corpus/$$t $(BUILD)/fuzz/artifacts; \
-	  echo "== fuzz: $$t for $(FUZZ_SECONDS) s"; \
-	  $(FUZZ_ENV) nice -n 10 $(BUILD)/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) $(FUZZ_FLAGS_$$t) -timeout=120 \
-	    -rss_limit_mb=6144 -print_final_stats=1 -artifact_prefix=$(BUILD)/fuzz/artifacts/$$t- \
-	    $(BUILD)/fuzz/corpus/$$t tests/fuzz/corpus/$$t; \
-	done
-
-# what the fuzzer found that adds coverage, minimized into the committed corpus
-fuzz-merge: fuzz-build
-	@set -e; for t in $(FUZZ_TARGETS); do \
-	  $(FUZZ_ENV) $(BUILD)/fuzz/fuzz_$$t -merge=1 $(FUZZ_FLAGS_$$t) tests/fuzz/corpus/$$t $(BUILD)/fuzz/corpus/$$t; \
-	done
-
-fuzz-replay: $(addprefix $(BUILD)/fuzz-replay/fuzz_,$(FUZZ_TARGETS))
-	@mkdir -p $(BUILD)/logs
-	@set -e; for t in $(FUZZ_TARGETS); do \
-	  log=$(BUILD)/logs/fuzz-replay-$$t.log; \
-	  echo "== fuzz-replay: tests/fuzz/corpus/$$t ($$(ls tests/fuzz/corpus/$$t | wc -l) inputs, gcc ASan+UBSan)"; \
-	  $(FUZZ_ENV) $(BUILD)/fuzz-replay/fuzz_$$t tests/fuzz/corpus/$$t >$$log 2>&1 || { cat $$log; exit 1; }; \
-	  if grep -qE $(SANITIZER_REPORT) $$log; then cat $$log; echo "fuzz-replay: sanitizer report in $$t"; exit 1; fi; \
-	  tail -1 $$log; \
-	done
-
-soak: $(BUILD)/fuzz-replay/soak
-	@mkdir -p $(BUILD)/logs
-	@echo "== soak: the api interpreter from 8 threads for $(SOAK_MINUTES) min (ASan+UBSan, faults)"
-	@$(FUZZ_ENV) FUZZ_API_CRASH_INPUT=$(BUILD)/logs/soak-crash-input nice -n 10 $(BUILD)/fuzz-replay/soak $(SOAK_MINUTES) >$(BUILD)/logs/soak.log 2>&1 || { tail -80 $(BUILD)/logs/soak.log; exit 1; }
-	@if grep -qE $(SANITIZER_REPORT) $(BUILD)/logs/soak.log; then cat $(BUILD)/logs/soak.log; echo "soak: sanitizer report"; exit 1; fi
-	@grep '^soak: .* sequences' $(BUILD)/logs/soak.log
-
-# the soak's slice in make check
-soak-slice:
-	@$(MAKE) --no-print-directory soak SOAK_MINUTES=2
-
-# --- MPI (issue 19; the manual's MPI section) ------------------------------------------------
-# tests/mpi/test_mpi.c runs under mpirun, 4 ranks on 2 CPUs (--oversubscribe; --allow-run-as-root
-# when root), each on its own device (host, opencl:0, opencl:1, opencl:0 discrete; then host,
-# cuda:0, opencl:0, cuda:1 on the fake CUDA driver where it is built), each job
-# bounded by MPI_TEST_TIMEOUT seconds; every rank must print its "0 failed" status line. The flags
-# come from Open MPI's wrapper (mpicc --showme), the compiler stays $(CC).
-MPI_CFLAGS = $(shell mpicc --showme:compile 2>/dev/null)
-MPI_LIBS = $(shell mpicc --showme:link 2>/dev/null)
-MPI_RANKS ?= 4
-MPIRUN = mpirun -np $(MPI_RANKS) --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-as-root)
-MPI_TEST_TIMEOUT ?= 300
-.PHONY: mpi-tests mpi-tests-asan bench-mpi
-$(BUILD)/rel/tests/mpi/test_mpi: tests/mpi/test_mpi.c $(HEADERS)
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_REL) $(MPI_CFLAGS) -I. $< -o $@ $(MPI_LIBS) $(LIBS)
-$(BUILD)/asan/tests/mpi/test_mpi: tests/mpi/test_mpi.c $(HEADERS)
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_ASAN) $(MPI_CFLAGS) -I. $< -o $@ $(MPI_LIBS) $(LIBS)
-# $(1) flavour, $(2) environment, $(3) the ranks' devices (TEST_MPI_DEVICES), $(4) the log's name
-define run_mpi_test
-	@echo "== $(1): tests/mpi/test_mpi under $(MPIRUN) (ranks on $(3))"
-	@$(2) TEST_MPI_DEVICES="$(3)" timeout $(MPI_TEST_TIMEOUT) $(MPIRUN) $(BUILD)/$(1)/tests/mpi/test_mpi >$(BUILD)/logs/$(4).log 2>&1 || \
-	  { cat $(BUILD)/logs/$(4).log; echo "mpi-tests ($(1)): failed or timed out ($(MPI_TEST_TIMEOUT) s)"; exit 1; }
-	@grep "checks, \|ended in" $(BUILD)/logs/$(4).log
-	@test "$$(grep -c 'checks, 0 failed' $(BUILD)/logs/$(4).log)" = $(MPI_RANKS) || \
-	  { cat $(BUILD)/logs/$(4).log; echo "mpi-tests ($(1)): not every rank reported success"; exit 1; }
-	@if grep -qE $(SANITIZER_REPORT) $(BUILD)/logs/$(4).log; then cat $(BUILD)/logs/$(4).log; echo "$(1): sanitizer report in test_mpi"; exit 1; fi
-endef
-MPI_TEST_DEVICES := host,opencl:0,opencl:1,opencl:0/discrete
-# with the fake CUDA driver (tests/fake_cuda), where cuda.h is: CUDA ranks, staged through pinned memory
-MPI_TEST_DEVICES_FAKE := host,cuda:0,opencl:0,cuda:1
-# tests/mpi/cuda_aware_build.c: the CUDA-aware branch compiled and linked (not run) against this
-# MPI, which is not CUDA-aware; and GPUARR_MPI without <mpi.h> must stop at the header's #error.
-$(BUILD)/rel/tests/mpi/cuda_aware_build: tests/mpi/cuda_aware_build.c $(HEADERS)
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_REL) -DMPIX_CUDA_AWARE_SUPPORT=1 -DGPUARR__MPI_NO_EXT $(MPI_CFLAGS) -I. $< -o $@ $(MPI_LIBS) $(LIBS)
-mpi-tests: $(BUILD)/rel/tests/mpi/test_mpi $(BUILD)/rel/tests/mpi/cuda_aware_build $(FAKE_CUDA)
-	@mkdir -p $(BUILD)/logs
-	@echo "== GPUARR_MPI defined without <mpi.h>: the header's #error"
-	@printf '#define GPUARR_MPI\n#include "gpuarr.h"\n' | { ! $(CC) -std=c11 -fsyntax-only -I. -x c - 2>$(BUILD)/logs/mpi-no-header.log; } && \
-	  grep -q 'include <mpi.h> before gpuarr.h' $(BUILD)/logs/mpi-no-header.log
-	@echo "== the MPI part compiles warning-free with clang (C11) and g++ (C++17, Open MPI's C++ bindings off)"
-	@printf '#include <mpi.h>\n#define GPUARR_MPI\n#define GPUARR_IMPLEMENTATION\n#include "gpuarr.h"\n' > $(BUILD)/logs/mpi-impl.c
-	@$(CLANG) -std=c11 $(WARN) $(MPI_CFLAGS) -I. -fsyntax-only $(BUILD)/logs/mpi-impl.c
-	@$(CXX) -std=c++17 $(WARN) -DOMPI_SKIP_MPICXX $(MPI_CFLAGS) -I. -fsyntax-only -x c++ $(BUILD)/logs/mpi-impl.c
-	$(call run_mpi_test,rel,,$(MPI_TEST_DEVICES),rel-mpi)
-	$(if $(FAKE_CUDA),$(call run_mpi_test,rel,$(FAKE_ENV),$(MPI_TEST_DEVICES_FAKE),rel-mpi-fake-cuda))
-# Under ASan: Open MPI's own leaks from MPI_Init are suppressed (tools/lsan-openmpi.supp, which
-# needs full stacks and Open MPI's components kept loaded), gpuarr's are reported; the test of a
-# transfer longer than its time limit gets 5 s (its transfer takes 8-16 s there).
-MPI_ASAN_ENV := TEST_MPI_SLOW_TIMEOUT_MS=5000 OMPI_MCA_mca_base_component_disable_dlclose=1 ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0 \
-  LSAN_OPTIONS=suppressions=$(CURDIR)/tools/lsan-openmpi.supp UBSAN_OPTIONS=print_stacktrace=1
-mpi-tests-asan: $(BUILD)/asan/tests/mpi/test_mpi
-	@mkdir -p $(BUILD)/logs
-	$(call run_mpi_test,asan,$(MPI_ASAN_ENV),$(MPI_TEST_DEVICES),asan-mpi)
-
-# `make bench-mpi`: tools/bench-mpi.c, one-way bandwidth between 2 ranks, 4 KiB..64 MiB, gpuarr
-# arrays on the host and opencl:0 (unified, discrete) against MPI_Send of malloc'ed buffers, in
-# one run (bench/results/mpi.md). Not part of make test.
-$(BUILD)/rel/tools/bench-mpi: tools/bench-mpi.c $(HEADERS)
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_REL) $(MPI_CFLAGS) -I. $< -o $@ $(MPI_LIBS) $(LIBS)
-bench-mpi: $(BUILD)/rel/tools/bench-mpi
-	$(subst -np $(MPI_RANKS),-np 2,$(MPIRUN)) $(BUILD)/rel/tools/bench-mpi $(BENCH_MPI_FLAGS)
-
-# --- benchmarks -----------------------------------------------------------------------------
-bench: $(BUILD)/rel/tools/gpuarr-bench
-	$(BUILD)/rel/tools/gpuarr-bench
-
-# gpuarr-bench with the trace's hooks compiled out (GPUARR_NO_TRACE): the baseline of
-# `gpuarr-bench --trace-overhead` (bench/results/trace-overhead.md)
-$(BUILD)/rel/tools/gpuarr-bench-notrace: tools/gpuarr-bench.c $(HEADERS)
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_REL) -DGPUARR_NO_TRACE -I. $< -o $@ $(LIBS)
-
-# make bench-plots: gpuarr-bench --csv, rate against size from 4 KiB to 256 MiB for every path and
-# its baselines (host casts with both kernel sets; transfers and casts on the first OpenCL and the
-# first CUDA device, where there is one), into
-# bench/results/plots/<machine tag>.csv, drawn by tools/bench-plots.sh (gnuplot) as PNGs beside it.
-# Not part of make test; make test runs bench-smoke: a 4-16 KiB sweep, its CSV checked.
-PLOT_PACKAGES := gnuplot-nox
-BENCH_SWEEP_FLAGS ?= --host-isa baseline,avx2
-bench-plots:
-	$(call ensure_packages,$(PLOT_PACKAGES))
-	@$(MAKE) --no-print-directory $(BUILD)/rel/tools/gpuarr-bench
-	@mkdir -p bench/results/plots
-	$(BUILD)/rel/tools/gpuarr-bench --csv $(BUILD)/bench-sweep.csv $(BENCH_SWEEP_FLAGS)
-	@tag=$$(sed -n 's/^# machine tag: //p' $(BUILD)/bench-sweep.csv) && cp $(BUILD)/bench-sweep.csv bench/results/plots/$$tag.csv && \
-	  tools/bench-plots.sh bench/results/plots/$$tag.csv bench/results/plots
-
-# `make bench-leases`: what leases cost (gpuarr-bench --leases; bench/results/leases.md), on two
-# PoCL pthread devices. Not part of make test: it takes about 15 s, most of it waiting for its
-# child processes and restarting the library.
-.PHONY: bench-leases
-bench-leases: $(BUILD)/rel/tools/gpuarr-bench
-	POCL_DEVICES="pthread pthread" $(BUILD)/rel/tools/gpuarr-bench --leases
-
-bench-smoke: $(BUILD)/rel/tools/gpuarr-bench $(BUILD)/rel/tools/gpuarr-info $(FAKE_CUDA)
-	@echo "== gpuarr-bench --host-isa and --csv (tools/bench-smoke.sh$(if $(FAKE_CUDA),; CUDA rows on the fake driver))"
-	@tools/bench-smoke.sh $(BUILD)/rel/tools/gpuarr-bench $(BUILD)/logs $(abspath $(FAKE_CUDA))
-
-# `make bench-offload`: tools/bench-offload.c (needs the OpenCL ICD loader, -lOpenCL, and PoCL);
-# each run starts from a fresh cache folder of its own, so nothing learned earlier counts.
-.PHONY: bench-offload
-$(BUILD)/rel/tools/bench-offload: tools/bench-offload.c $(BUILD)/rel/gpuarr.o
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_REL) -I. $< $(BUILD)/rel/gpuarr.o -o $@ -lOpenCL $(LIBS)
-bench-offload: $(BUILD)/rel/tools/bench-offload
-	@mkdir -p $(BUILD)/bench-offload
-	@rm -f $(BUILD)/bench-offload/failed
-	($(BUILD)/rel/tools/bench-offload --reps 3 || touch $(BUILD)/bench-offload/failed) | tee $(BUILD)/bench-offload/regret.txt
-	@test ! -e $(BUILD)/bench-offload/failed || { echo "bench-offload failed (see above)"; exit 1; }
-	@(for task in "" --matmul; do \
-	  $(BUILD)/rel/tools/bench-offload --map opencl:0 $$task || exit 1; \
-	  POCL_DEVICES="pthread pthread" $(BUILD)/rel/tools/bench-offload --map opencl:0,opencl:1 $$task || exit 1; \
-	  POCL_DEVICES="pthread pthread" $(BUILD)/rel/tools/bench-offload --map host,opencl:0,opencl:1 $$task || exit 1; \
-	done || touch $(BUILD)/bench-offload/failed) | tee $(BUILD)/bench-offload/map.txt
-	@test ! -e $(BUILD)/bench-offload/failed || { echo "bench-offload --map failed: an output differs from the host's (see above)"; exit 1; }
-
-# `make bench-offload-starpu`: the same workload under StarPU's dmda scheduler (one CPU worker, one
-# OpenCL worker on PoCL; tools/bench-offload-starpu.c): a calibration run (STARPU_CALIBRATE=1,
-# 4 passes) then a measured run on those models, in a STARPU_HOME of its own. Needs libstarpu-dev,
-# installed as root, else its apt-get line is printed and the target stops (as make test).
-STARPU_PACKAGES := libstarpu-dev
-STARPU_ENV := STARPU_HOME=$(abspath $(BUILD))/starpu-home STARPU_SCHED=dmda STARPU_NCPU=1 STARPU_NOPENCL=1 STARPU_OPENCL_ON_CPUS=1 STARPU_NCUDA=0
-.PHONY: bench-offload-starpu
-$(BUILD)/rel/tools/bench-offload-starpu: tools/bench-offload-starpu.c
-	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_REL) $$(pkg-config --cflags starpu-1.3) $< -o $@ $$(pkg-config --libs starpu-1.3) -lOpenCL
-bench-offload-starpu:
-	$(call ensure_packages,$(STARPU_PACKAGES))
-	@$(MAKE) --no-print-directory $(BUILD)/rel/tools/bench-offload-starpu
-	@rm -rf $(BUILD)/starpu-home && mkdir -p $(BUILD)/starpu-home $(BUILD)/bench-offload
-	$(STARPU_ENV) STARPU_CALIBRATE=1 $(BUILD)/rel/tools/bench-offload-starpu --calibrate 4 | tee $(BUILD)/bench-offload/starpu-calibration.txt
-	$(STARPU_ENV) $(BUILD)/rel/tools/bench-offload-starpu --calibrate 0 | tee $(BUILD)/bench-offload/starpu-measured.txt
-
-# `make bench-compare`: tools/compare-boost-compute.cpp, gpuarr against Boost.Compute (header-only,
-# in libboost-dev) and raw OpenCL on opencl:0, in one process; not part of make test. A missing
-# package is installed as root, else its apt-get line is printed and the target stops (as make test).
-BENCH_COMPARE_PACKAGES := libboost-dev
-.PHONY: bench-compare
-$(BUILD)/rel/tools/compare-boost-compute: tools/compare-boost-compute.cpp $(BUILD)/rel/gpuarr.o
-	@mkdir -p $(@D)
-	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror -I. $< $(BUILD)/rel/gpuarr.o -o $@ -lOpenCL $(LIBS)
-bench-compare:
-	$(call ensure_packages,$(BENCH_COMPARE_PACKAGES))
-	@$(MAKE) --no-print-directory $(BUILD)/rel/tools/compare-boost-compute
-	$(BUILD)/rel/tools/compare-boost-compute
+# --- the long tails, each in a fragment beside what it serves -----------------------------------
+include tests/fuzz/fuzz.mk
+include tests/mpi/mpi.mk
+include tools/bench/bench.mk
 
 # --- the library and the install ---------------------------------------------------------
 # Every name and place `make lib`, `make install` and `make uninstall` use, in one place. The

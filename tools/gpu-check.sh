@@ -10,7 +10,7 @@
 # and racecheck on the CUDA tests and the .cu example, and the CUDA benchmarks. Everything lands
 # in $OUT (three files: gpu-check.log, bench-cuda.md, info.json); the last lines of the log say
 # which steps passed. With NVIDIA's OpenCL driver present (libnvidia-opencl.so.1) but not registered,
-# it registers it for the ICD loader, so the OpenCL suite and bench-offload (issue 18's regret on a
+# it registers it for the ICD loader, so the OpenCL suite and bench-offload (the planner's regret on a
 # real GPU, bench-offload.txt) run on the GPU too.
 # Parts: tools/gpu-check.sh [build] [test] [sanitize] [bench] [offload] (default: all).
 set -u
@@ -111,7 +111,7 @@ if want bench; then
     fi
 fi
 if want offload; then
-    if build/rel/tools/gpuarr-info --find opencl:0 >/dev/null 2>&1 && gcc -std=c11 -O2 -I. -I"$deps/include" tools/bench-offload.c build/rel/gpuarr.o \
+    if build/rel/tools/gpuarr-info --find opencl:0 >/dev/null 2>&1 && gcc -std=c11 -O2 -I. -I"$deps/include" tools/bench/bench-offload.c build/rel/gpuarr.o \
         -o build/rel/tools/bench-offload -L"$deps/lib" -lOpenCL -lm -lpthread -ldl >>"$LOG" 2>&1; then
         note "== offload: bench-offload --reps 3 on the host and opencl:0 (the GPU through OpenCL)"
         if timeout 200 build/rel/tools/bench-offload --reps 3 > "$OUT/bench-offload.txt" 2>>"$LOG"; then

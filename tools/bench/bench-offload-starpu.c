@@ -1,5 +1,5 @@
 /*
- * bench-offload-starpu.c -- the workload of tools/bench-offload.c (the same saxpy and naive
+ * bench-offload-starpu.c -- the workload of tools/bench/bench-offload.c (the same saxpy and naive
  * matmul, kernels and host loops, the same sizes, the same shuffled sequence of 45 calls) under
  * StarPU's dmda scheduler, for bench/results/offload.md: one CPU worker and one OpenCL worker on
  * PoCL (run with STARPU_SCHED=dmda STARPU_NCPU=1 STARPU_NOPENCL=1 STARPU_OPENCL_ON_CPUS=1 and a
@@ -51,7 +51,7 @@ static void matmul_cpu(void *buffers[], void *arg) {
     int64_t n = *(const int64_t *)arg;
     const float *A = (const float *)STARPU_VECTOR_GET_PTR(buffers[0]), *B = (const float *)STARPU_VECTOR_GET_PTR(buffers[1]);
     float *C = (float *)STARPU_VECTOR_GET_PTR(buffers[2]);
-    for (int64_t i = 0; i < n; i++) /* naive, i-j-k, as tools/bench-offload.c */
+    for (int64_t i = 0; i < n; i++) /* naive, i-j-k, as tools/bench/bench-offload.c */
         for (int64_t j = 0; j < n; j++) {
             float sum = 0.0f;
             for (int64_t k = 0; k < n; k++) sum += A[i * n + k] * B[k * n + j];
@@ -103,7 +103,7 @@ typedef struct call {
     starpu_data_handle_t h[3];
 } call;
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull; /* the same sequence as tools/bench-offload.c */
+static uint64_t rng = 0x9e3779b97f4a7c15ull; /* the same sequence as tools/bench/bench-offload.c */
 static uint64_t next_rand(void) {
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
     return rng;

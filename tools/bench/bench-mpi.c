@@ -1,5 +1,5 @@
 /*
- * bench-mpi.c -- one-way send/recv bandwidth between two MPI ranks on one machine (issue 19):
+ * bench-mpi.c -- one-way send/recv bandwidth between two MPI ranks on one machine:
  * gpuarr_mpi_send/recv of f32 arrays on the host, on opencl:0 (PoCL, unified memory) and on
  * opencl:0 handled as a discrete device (GPUARR_OPENCL_UNIFIED=off: pinned staging), against
  * plain MPI_Send/MPI_Recv of malloc'ed host buffers and of buffers allocated as gpuarr's host

@@ -1,5 +1,5 @@
 /*
- * bench-offload.c -- issue 18's offload benchmark (`make bench-offload`; bench/results/offload.md).
+ * bench-offload.c -- the offload benchmark (`make bench-offload`; bench/results/offload.md).
  *
  * Regret: two tasks with a host implementation (plain loops) and an OpenCL one (a kernel built
  * here through gpuarr's OpenCL interop, enqueued on the stream gpuarr gives the implementation),
