@@ -286,6 +286,8 @@ POSIX_CALLS_USED = nm -u $(1) | grep -q clock_gettime && nm -u $(1) | grep -q ma
   { echo "compile test: $(1) should call clock_gettime and madvise, not timespec_get:"; nm -u $(1) | grep -E 'clock_gettime|madvise|timespec_get'; exit 1; }
 compile-tests: compile-matrix readme-blocks install-check
 	@mkdir -p $(BUILD)/compile
+	@# the layout README.md describes: backends, layers and generated files where they should be
+	@$(PYTHON) tools/check-layout.py
 	@if $(CC) -std=c11 -I. -c tests/compile/libc_first.c -o $(BUILD)/compile/never.o 2>$(BUILD)/compile/libc-first.err; then \
 	  echo "compile test: the implementation after <stdio.h> in strict ISO mode should stop with an #error"; exit 1; fi
 	@grep -q "define _DEFAULT_SOURCE" $(BUILD)/compile/libc-first.err || { cat $(BUILD)/compile/libc-first.err; exit 1; }
