@@ -975,7 +975,7 @@ static void test_shutdown_pending(void) {
 }
 
 /* A request of an earlier gpuarr_init cycle: refused, saying so, the request left as it was; one
-   of this cycle that was waited for already is refused as before. */
+   of this cycle that was waited for already is still refused. */
 static void test_earlier_cycle_request(void) {
     setenv("GPUARR_MPI_TIMEOUT_MS", "2000", 1);
     gpuarr_array a = make(GPUARR_I32, 16, NULL, 0);
