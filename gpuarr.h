@@ -4462,13 +4462,13 @@ static void gpuarr__backends_fill(void) {
 
 /* The table of backend b, or NULL for a backend this build left out. Any thread, at any time
    (before gpuarr_init too): the first call fills the tables. */
-static const gpuarr__backend *gpuarr__backend_get(int b) {
+static const gpuarr__backend *gpuarr__backend_get(gpuarr_backend b) {
     pthread_once(&gpuarr__g.backends_once, gpuarr__backends_fill);
     return gpuarr__g.backends[b].id != GPUARR_BACKEND_INVALID ? &gpuarr__g.backends[b] : NULL;
 }
 
 /* Whether backend b is compiled in and the builtin one (GPUARR__BACKEND_BUILTIN). */
-static bool gpuarr__backend_builtin(int b) {
+static bool gpuarr__backend_builtin(gpuarr_backend b) {
     const gpuarr__backend *t = gpuarr__backend_get(b);
     return t && gpuarr__backend_has(t, GPUARR__BACKEND_BUILTIN);
 }
@@ -7276,7 +7276,7 @@ static void gpuarr__warn_absent_filter_items(const int *counts) {
 static gpuarr_result gpuarr__registry_build(void) {
     int capacity = 0, counts[GPUARR_BACKEND_COUNT] = {0};
     for (int i = 1; i < GPUARR_BACKEND_COUNT; i++) {
-        const gpuarr__backend *b = gpuarr__backend_get(i);
+        const gpuarr__backend *b = gpuarr__backend_get((gpuarr_backend)i);
         if (!b || !gpuarr__filter_mentions(b->id)) continue;
         gpuarr_result r = gpuarr__backend_load(b);
         if (r == GPUARR_ERROR_OUT_OF_MEMORY) return r;
@@ -7294,7 +7294,7 @@ static gpuarr_result gpuarr__registry_build(void) {
     if (!gpuarr__g.devices) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the device registry");
     for (int i = 1; i < GPUARR_BACKEND_COUNT; i++) {
         if (!gpuarr__g.backend_loaded[i]) continue;
-        const gpuarr__backend *b = gpuarr__backend_get(i);
+        const gpuarr__backend *b = gpuarr__backend_get((gpuarr_backend)i);
         for (int k = 0; k < counts[i]; k++) {
             if (!gpuarr__filter_allows(b->id, k)) continue;
             gpuarr_result r = gpuarr__registry_add(b, k);
