@@ -2399,7 +2399,7 @@ struct gpuarr__obj {
    of gpuarr__backend.flags (gpuarr__backend_has). */
 enum gpuarr__backend_flag {
     /* Work is complete when it is enqueued (the host): streams are always idle, events complete
-       when recorded, and the stream and event procedures may be NULL. */
+       when recorded, and the stream procedures and the event waits may be NULL. */
     GPUARR__BACKEND_SYNCHRONOUS = 1u << 0,
     /* The embedded default: one device, named by the backend's name alone ("host", not "host:0"),
        that GPUARR_DEVICES never filters out. */
@@ -2413,6 +2413,7 @@ enum gpuarr__backend_flag {
     GPUARR__BACKEND_PAGEABLE_ASYNC = 1u << 3
 };
 
+/* Work a stream runs on the host (launch_host_fn). */
 typedef void (*gpuarr__host_fn)(void *ctx);
 
 /* The backend table: the only way the core reaches a backend. Each backend fills one by
@@ -2429,18 +2430,20 @@ struct gpuarr__backend {
     const char *max_alloc_name; /* the native name of the largest-allocation limit, for messages; NULL: none */
     const void *interop;        /* its gpuarr__interop_<NAME> table (its public interop functions) */
 
-    /* ---- lifecycle: gpuarr_init loads every backend, gpuarr_shutdown unloads those loaded ---- */
-    /* Finds the native library and the devices. A failure means zero devices of this backend,
-       never a failed gpuarr_init (its message is kept for gpuarr_backend_error). Optional: NULL
-       means there is nothing to load. */
+    /* ---- lifecycle: gpuarr_init loads each backend the device filter mentions, the last
+       gpuarr_shutdown unloads those loaded ---- */
+    /* Finds the native library and the devices. A failure means zero devices of this backend (its
+       message is kept for the device-finding messages), not a failed gpuarr_init, unless it is
+       GPUARR_ERROR_OUT_OF_MEMORY. Optional: NULL means there is nothing to load. */
     gpuarr_result (*load)(void);
     /* Releases what load took; runs after every device is closed. Optional: NULL, nothing to release. */
     void (*unload)(void);
 
     /* ---- devices: an index is the backend's own, 0 .. device_count() - 1 ---- */
-    /* How many devices load found (0 when it failed). */
+    /* How many devices load found (asked only of a loaded backend). */
     int (*device_count)(void);
-    /* Fills the zeroed *info of device `index`; works on a device that is not opened yet. */
+    /* Fills the zeroed *info of device `index` (the core then sets backend, index, device and
+       spec); works on a device that is not opened yet. */
     gpuarr_result (*device_info)(int index, gpuarr_device_info *info);
     /* Opens d at its first use (under d's lock, once until device_close). Optional: NULL, nothing to open. */
     gpuarr_result (*device_open)(gpuarr__dev *d);
@@ -10248,12 +10251,13 @@ GPUARR_API void gpuarr_scope_leave(gpuarr_scope *scope) {
     scope->lease.id = 0;
 }
 
-/* The public interop functions, generated from each backend's GPUARR__INTEROP_<NAME> list: a call
-   through the backend's interop table, or GPUARR_ERROR_UNSUPPORTED in a build without it. */
+/* The definitions of the public interop functions declared in the interop sections, generated
+   from each backend's GPUARR__INTEROP_<NAME> dispatch list: a call through the backend's interop
+   table, or GPUARR_ERROR_UNSUPPORTED in a build without it. */
 #define GPUARR__INTEROP_CALL(B, name, params, args)                                            \
     GPUARR_API gpuarr_result gpuarr_##name params {                                            \
         GPUARR__BEGIN();                                                                       \
-        const gpuarr__backend *b = gpuarr__backend_get(GPUARR_BACKEND_##B);                         \
+        const gpuarr__backend *b = gpuarr__backend_get(GPUARR_BACKEND_##B);                    \
         if (!b)                                                                                \
             return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "this build has no %s backend (GPUARR_NO_" #B ")", \
                                 gpuarr__backend_names[GPUARR_BACKEND_##B]);                    \
