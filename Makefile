@@ -317,10 +317,11 @@ compile-tests: compile-matrix readme-blocks install-check
 	@# adding a backend takes what the top of gpuarr.h says: a toy one, with those lines added to a copy
 	@mkdir -p $(BUILD)/compile/toy
 	@sed -e 's/^\(#define GPUARR_BACKEND_LIST(X) .*\)$$/\1 X(TOY, "toy")/' \
+	  -e 's/^GPUARR_API gpuarr_result gpuarr_cuda_wrap_stream(.*;$$/&\nGPUARR_API gpuarr_result gpuarr_toy_answer(gpuarr_device d, int *out); \/* 42 on a toy device *\//' \
 	  -e 's/^#define GPUARR__INTEROP_HOST(X)$$/&\n#define GPUARR__INTEROP_TOY(X) X(TOY, toy_answer, (gpuarr_device d, int *out), (d, out))/' \
-	  -e 's|^#include "backends/gpuarr_host.h"$$|&\n#ifndef GPUARR_NO_TOY\n#include "backends/gpuarr_toy.h"\n#else\n#define GPUARR__BACKEND_PTR_TOY NULL\n#endif|' \
+	  -e 's|^#include "backends/gpuarr_host.h"$$|&\n#ifndef GPUARR_NO_TOY\n#include "backends/gpuarr_toy.h"\n#else\n#define GPUARR__BACKEND_FILL_TOY NULL\n#endif|' \
 	  gpuarr.h > $(BUILD)/compile/toy/gpuarr.h
-	@[ $$(diff gpuarr.h $(BUILD)/compile/toy/gpuarr.h | grep -c '^>') = 7 ] || { echo "compile test: the toy backend's lines did not all go into the copy of gpuarr.h"; exit 1; }
+	@[ $$(diff gpuarr.h $(BUILD)/compile/toy/gpuarr.h | grep -c '^>') = 8 ] || { echo "compile test: the toy backend's lines did not all go into the copy of gpuarr.h"; exit 1; }
 	$(CC) -std=c11 $(WARN) -I$(BUILD)/compile/toy -I. -Itests/compile/toy tests/compile/toy_backend.c -o $(BUILD)/compile/toy-backend $(LIBS)
 	$(CC) -std=c11 $(WARN) -DGPUARR_NO_TOY -I$(BUILD)/compile/toy -I. -Itests/compile/toy tests/compile/toy_backend.c -o $(BUILD)/compile/toy-backend-left-out $(LIBS)
 	@$(BUILD)/compile/toy-backend && $(BUILD)/compile/toy-backend-left-out

@@ -15,12 +15,16 @@
  * and OpenCL (every platform and device the ICD loader finds). Both are loaded at run time: a
  * program built with plain cc runs on a machine without them and just finds no such devices.
  *
- * Adding a backend takes four things: its header, backends/gpuarr_<name>.h, which defines its
- * gpuarr__backend table (traits and procs), its interop table and GPUARR__BACKEND_PTR_<NAME>; a
- * line X(<NAME>, "<name>") in GPUARR_BACKEND_LIST; a list GPUARR__INTEROP_<NAME> of its public
- * interop functions (empty if it has none), from which their declarations, their calls through
- * its table and, in a build without it, their GPUARR_ERROR_UNSUPPORTED answers are generated;
- * and its #include, under its GPUARR_NO_<NAME> switch, in the implementation's list of backends.
+ * Adding a backend takes four things: its header, backends/gpuarr_<name>.h, which defines
+ * gpuarr__<name>_backend_fill (it fills a struct gpuarr__backend by assignment: its id, name,
+ * flags and procedures, the optional ones left NULL, as that struct's comments say), its interop
+ * table and GPUARR__BACKEND_FILL_<NAME> naming the fill function; a line X(<NAME>, "<name>") in
+ * GPUARR_BACKEND_LIST; for each public interop function (none is fine), its declaration in the
+ * public interop section and a row in its list GPUARR__INTEROP_<NAME> in the implementation,
+ * from which its call through the backend's interop table and, in a build without the backend,
+ * its GPUARR_ERROR_UNSUPPORTED answer are generated; and its #include, under its
+ * GPUARR_NO_<NAME> switch (with GPUARR__BACKEND_FILL_<NAME> NULL otherwise), in the
+ * implementation's list of backends.
  *
  * =============================================================================================
  * HOW TO USE IT
@@ -1302,7 +1306,7 @@ typedef struct gpuarr_bf16 { uint16_t bits; } gpuarr_bf16;
 
 /* ---------------------------------------------------------------------------------------------
  * Backends. X(NAME, name). The host is always compiled in. Each backend's public interop
- * functions are listed in GPUARR__INTEROP_<NAME> (below, empty for the host).
+ * functions are declared in its interop section below (the host has none).
  * ------------------------------------------------------------------------------------------- */
 #define GPUARR_BACKEND_LIST(X) X(HOST, "host") X(CUDA, "cuda") X(OPENCL, "opencl")
 
@@ -2021,22 +2025,19 @@ static inline gpuarr_scope gpuarr__scope_report(gpuarr_scope s, gpuarr_result *r
  * with GPUARR_ERROR_INVALID_ARGUMENT). Without the OpenCL backend these return
  * GPUARR_ERROR_UNSUPPORTED.
  * ------------------------------------------------------------------------------------------- */
-/* X(BACKEND, name after "gpuarr_", (parameters), (arguments)): a backend's interop functions,
-   one list per backend, GPUARR__INTEROP_<NAME>. Each list gives the declarations (after the last
-   list), and in the implementation each function's call through the backend's table, or
-   GPUARR_ERROR_UNSUPPORTED in a build without the backend. */
-#define GPUARR__INTEROP_HOST(X)
-#define GPUARR__INTEROP_OPENCL(X)                                                              \
-    X(OPENCL, opencl_context_raw, (gpuarr_device d, void **cl_context_out), (d, cl_context_out)) \
-    X(OPENCL, opencl_device_id_raw, (gpuarr_device d, void **cl_device_id_out), (d, cl_device_id_out)) \
-    X(OPENCL, opencl_queue_raw, (gpuarr_stream s, void **cl_command_queue_out), (s, cl_command_queue_out)) \
-    /* The buffer holding a's elements, and the byte offset where they start. */               \
-    X(OPENCL, opencl_mem_raw, (gpuarr_array a, void **cl_mem_out, size_t *offset), (a, cl_mem_out, offset)) \
-    X(OPENCL, opencl_wrap_mem_raw,                                                             \
-      (gpuarr_device d, void *cl_mem, size_t offset, gpuarr_dtype t, int ndim, const int64_t *shape, gpuarr_array *out), \
-      (d, cl_mem, offset, t, ndim, shape, out))                                                \
-    X(OPENCL, opencl_wrap_queue_raw, (gpuarr_device d, void *cl_command_queue, gpuarr_stream *out), \
-      (d, cl_command_queue, out))
+/* The cl_context gpuarr uses for d (its platform's, shared by the platform's devices). */
+GPUARR_API gpuarr_result gpuarr_opencl_context_raw(gpuarr_device d, void **cl_context_out);
+/* The cl_device_id of d. */
+GPUARR_API gpuarr_result gpuarr_opencl_device_id_raw(gpuarr_device d, void **cl_device_id_out);
+/* The in-order cl_command_queue that runs s's work. */
+GPUARR_API gpuarr_result gpuarr_opencl_queue_raw(gpuarr_stream s, void **cl_command_queue_out);
+/* The buffer holding a's elements, and the byte offset where they start. */
+GPUARR_API gpuarr_result gpuarr_opencl_mem_raw(gpuarr_array a, void **cl_mem_out, size_t *offset);
+/* An array on d over the caller's cl_mem from byte `offset` on, shape[ndim] elements of t. */
+GPUARR_API gpuarr_result gpuarr_opencl_wrap_mem_raw(gpuarr_device d, void *cl_mem, size_t offset, gpuarr_dtype t, int ndim,
+                                                    const int64_t *shape, gpuarr_array *out);
+/* A stream on d whose work runs on the caller's in-order cl_command_queue. */
+GPUARR_API gpuarr_result gpuarr_opencl_wrap_queue_raw(gpuarr_device d, void *cl_command_queue, gpuarr_stream *out);
 
 /* ---------------------------------------------------------------------------------------------
  * CUDA interop. The handles are the driver's, declared with CUDA's own struct tags, so CUcontext,
@@ -2051,27 +2052,20 @@ static inline gpuarr_scope gpuarr__scope_report(gpuarr_scope s, gpuarr_result *r
  * ------------------------------------------------------------------------------------------- */
 struct CUctx_st;
 struct CUstream_st;
-#define GPUARR__INTEROP_CUDA(X)                                                                \
-    X(CUDA, cuda_context, (gpuarr_device d, struct CUctx_st **out), (d, out))                  \
-    /* The CUDA device ordinal (cudaSetDevice's; "cuda:N" is ordinal N). */                    \
-    X(CUDA, cuda_device_ordinal, (gpuarr_device d, int *out), (d, out))                        \
-    X(CUDA, cuda_stream, (gpuarr_stream s, struct CUstream_st **out), (s, out))                \
-    /* The device address of a's first element. */                                            \
-    X(CUDA, cuda_ptr, (gpuarr_array a, void **out), (a, out))                                  \
-    /* ptr: device memory of d's primary context (cudaMalloc, cuMemAlloc), aligned for t,      \
-       holding the whole array. stream: one of d's primary context (runtime's or driver's). */ \
-    X(CUDA, cuda_wrap_ptr,                                                                     \
-      (gpuarr_device d, void *ptr, gpuarr_dtype t, int ndim, const int64_t *shape, gpuarr_release_fn release, \
-       void *user_data, gpuarr_array *out),                                                    \
-      (d, ptr, t, ndim, shape, release, user_data, out))                                       \
-    X(CUDA, cuda_wrap_stream, (gpuarr_device d, struct CUstream_st *stream, gpuarr_stream *out), (d, stream, out))
-
-/* The declarations of every backend's interop functions. */
-#define GPUARR__DECLARE_INTEROP(B, name, params, args) GPUARR_API gpuarr_result gpuarr_##name params;
-#define GPUARR__DECLARE_INTEROPS(NAME, str) GPUARR__INTEROP_##NAME(GPUARR__DECLARE_INTEROP)
-GPUARR_BACKEND_LIST(GPUARR__DECLARE_INTEROPS)
-#undef GPUARR__DECLARE_INTEROPS
-#undef GPUARR__DECLARE_INTEROP
+/* d's primary context (the CUDA runtime's for that device too). */
+GPUARR_API gpuarr_result gpuarr_cuda_context(gpuarr_device d, struct CUctx_st **out);
+/* The CUDA device ordinal (cudaSetDevice's; "cuda:N" is ordinal N). */
+GPUARR_API gpuarr_result gpuarr_cuda_device_ordinal(gpuarr_device d, int *out);
+/* The CUstream (a cudaStream_t) that runs s's work. */
+GPUARR_API gpuarr_result gpuarr_cuda_stream(gpuarr_stream s, struct CUstream_st **out);
+/* The device address of a's first element. */
+GPUARR_API gpuarr_result gpuarr_cuda_ptr(gpuarr_array a, void **out);
+/* An array on d over ptr: device memory of d's primary context (cudaMalloc, cuMemAlloc), aligned
+   for t, holding the whole array; release(user_data) runs once gpuarr no longer uses it. */
+GPUARR_API gpuarr_result gpuarr_cuda_wrap_ptr(gpuarr_device d, void *ptr, gpuarr_dtype t, int ndim, const int64_t *shape,
+                                              gpuarr_release_fn release, void *user_data, gpuarr_array *out);
+/* A stream on d whose work runs on `stream`, one of d's primary context (runtime's or driver's). */
+GPUARR_API gpuarr_result gpuarr_cuda_wrap_stream(gpuarr_device d, struct CUstream_st *stream, gpuarr_stream *out);
 
 /* ---------------------------------------------------------------------------------------------
  * DLPack (v1.1 ABI). With <dlpack/dlpack.h> (v1.x) included before gpuarr.h its types are used;
@@ -2416,100 +2410,167 @@ struct gpuarr__obj {
     void (*destroy)(gpuarr__obj *self);
 };
 
-/* The backend table: the only way the core reaches a backend. Memory handles are void *: a
-   host pointer, a CUdeviceptr or a cl_mem. Offsets are in bytes. Copies and casts are enqueued
-   on a stream; a backend whose `synchronous` flag is set completes them before returning.
-   device_info and mem_info work on a device that is not opened yet. The pool carves arrays out
-   of mem_alloc'ed segments at mem_alignment boundaries; mem_view gives the handle and offset an
-   array uses for such a block (the segment itself, or a sub-buffer). pinned_alloc gives host
-   memory the device copies from and to at full speed (UNSUPPORTED: the backend has none, and
-   gets no staging); host_ptr_pinned says whether the device copies from and to host memory at p
-   at full speed as it is (page-locked by the caller), so staging would only cost. activate makes d's native
-   context current on the calling thread (replacing, not pushing) and returns the one it
-   replaced; deactivate puts that one back. stream_wait_event must accept an event of another
-   device of the same backend (waiting on the host if the native API cannot). cast_supported says,
-   before any data moves, whether d can run the cast kernel of a pair (UNSUPPORTED and why if
-   not). launch_host_fn runs fn(ctx) on some host thread once the work queued on s so far has
-   completed, and s's later work waits for it (the host: at once); fn must not call s's backend
-   (CUDA forbids driver calls there); on failure fn never runs. fill writes `bytes` bytes at
-   dst + dst_off with the pattern repeated (pattern_size is 1, 2, 4 or 8; bytes and dst_off are
-   multiples of it), enqueued on s like a copy. telemetry fills what the device reports now into a
-   zeroed *out, setting a valid bit for each group it read; it never fails (a reading it cannot
-   get leaves its bit clear) and works on a device that is not opened yet. */
-/* device_reset runs between device_close and the next device_open of gpuarr_device_reset: it
-   discards what the driver still keeps for the device (CUDA: cuDevicePrimaryCtxReset). */
-typedef void (*gpuarr__host_fn)(void *ctx);
-#define GPUARR__BACKEND_PROCS(X)                                                               \
-    X(gpuarr_result, load, (void))                                                             \
-    X(void, unload, (void))                                                                    \
-    X(int, device_count, (void))                                                               \
-    X(gpuarr_result, device_info, (int index, gpuarr_device_info *info))                       \
-    X(gpuarr_result, device_open, (gpuarr__dev * d))                                           \
-    X(void, device_close, (gpuarr__dev * d))                                                   \
-    X(gpuarr_result, device_reset, (gpuarr__dev * d))                                          \
-    X(gpuarr_result, mem_info, (gpuarr__dev * d, uint64_t *free_bytes, uint64_t *total_bytes)) \
-    X(gpuarr_result, mem_alloc, (gpuarr__dev * d, size_t bytes, void **mem))                   \
-    X(void, mem_free, (gpuarr__dev * d, void *mem))                                            \
-    X(void *, mem_host_ptr, (gpuarr__dev * d, void *mem))                                      \
-    X(size_t, mem_alignment, (gpuarr__dev * d))                                                \
-    X(gpuarr_result, mem_view,                                                                 \
-      (gpuarr__dev * d, void *segment, size_t offset, size_t bytes, void **mem, size_t *mem_offset)) \
-    X(void, mem_view_release, (gpuarr__dev * d, void *mem))                                    \
-    X(gpuarr_result, pinned_alloc, (gpuarr__dev * d, size_t bytes, void **handle, void **host_ptr)) \
-    X(void, pinned_free, (gpuarr__dev * d, void *handle))                                      \
-    X(bool, host_ptr_pinned, (gpuarr__dev * d, const void *p))                                 \
-    X(gpuarr_result, copy_h2d,                                                                 \
-      (gpuarr__stream * s, void *dst, size_t dst_off, const void *src, size_t bytes))          \
-    X(gpuarr_result, copy_d2h,                                                                 \
-      (gpuarr__stream * s, void *dst, const void *src, size_t src_off, size_t bytes))          \
-    X(gpuarr_result, copy_d2d,                                                                 \
-      (gpuarr__stream * s, void *dst, size_t dst_off, const void *src, size_t src_off,         \
-       size_t bytes))                                                                          \
-    X(bool, can_copy_peer, (gpuarr__dev * dst, gpuarr__dev *src))                              \
-    X(gpuarr_result, copy_peer,                                                                \
-      (gpuarr__stream * s, gpuarr__dev *dst_dev, void *dst, size_t dst_off,                    \
-       gpuarr__dev *src_dev, const void *src, size_t src_off, size_t bytes))                   \
-    X(gpuarr_result, cast,                                                                     \
-      (gpuarr__stream * s, void *dst, size_t dst_off, gpuarr_dtype dst_t, const void *src,     \
-       size_t src_off, gpuarr_dtype src_t, size_t count))                                      \
-    X(gpuarr_result, cast_supported, (gpuarr__dev * d, gpuarr_dtype dst_t, gpuarr_dtype src_t)) \
-    X(gpuarr_result, fill,                                                                     \
-      (gpuarr__stream * s, void *dst, size_t dst_off, const void *pattern, size_t pattern_size, \
-       size_t bytes))                                                                          \
-    X(gpuarr_result, launch_host_fn, (gpuarr__stream * s, gpuarr__host_fn fn, void *ctx))      \
-    X(gpuarr_result, stream_create, (gpuarr__dev * d, void **native))                          \
-    X(void, stream_destroy, (gpuarr__dev * d, void *native))                                   \
-    X(gpuarr_result, stream_sync, (gpuarr__dev * d, void *native))                             \
-    X(gpuarr_result, stream_query, (gpuarr__dev * d, void *native, bool *done))                \
-    X(gpuarr_result, event_create, (gpuarr__dev * d, bool timing, void **native))              \
-    X(void, event_destroy, (gpuarr__dev * d, void *native))                                    \
-    X(gpuarr_result, event_record, (gpuarr__dev * d, void *event, void *stream))               \
-    X(gpuarr_result, event_sync, (gpuarr__dev * d, void *event))                               \
-    X(gpuarr_result, event_query, (gpuarr__dev * d, void *event, bool *done))                  \
-    X(gpuarr_result, event_elapsed, (gpuarr__dev * d, void *start, void *end, double *ms))     \
-    X(gpuarr_result, stream_wait_event, (gpuarr__dev * d, void *stream, void *event))          \
-    X(gpuarr_result, activate, (gpuarr__dev * d, void **previous))                             \
-    X(void, deactivate, (gpuarr__dev * d, void *previous))                                     \
-    X(void, telemetry, (gpuarr__dev * d, gpuarr_telemetry *out))
-
-/* What sets a backend apart, for the core to ask instead of testing which backend it is. */
-struct gpuarr__backend {
-    gpuarr_backend id;
-    const char *name;
-    bool synchronous;    /* work is complete when it is enqueued (the host) */
-    bool builtin;        /* the embedded default: one device, named by the backend's name alone
-                            ("host", not "host:0"), that GPUARR_DEVICES never filters out */
-    bool host_memory;    /* its memory handles are host pointers the program may use: moving data
-                            to or from it is a host step, never a device transfer (the host) */
-    bool pageable_async; /* copies from and to pageable host memory are queued like any work; if
-                            not (CUDA), the driver consumes them at the call, so queued host steps
-                            and bounce chunks use its own pinned memory */
-    const char *max_alloc_name; /* the native name of the largest-allocation limit, for messages */
-    const void *interop; /* its gpuarr__interop_<NAME> table (its public interop functions) */
-#define GPUARR__PROC_MEMBER(ret, name, params) ret(*name) params;
-    GPUARR__BACKEND_PROCS(GPUARR__PROC_MEMBER)
-#undef GPUARR__PROC_MEMBER
+/* What sets a backend apart, for the core to ask instead of testing which backend it is: the bits
+   of gpuarr__backend.flags (gpuarr__backend_has). */
+enum gpuarr__backend_flag {
+    /* Work is complete when it is enqueued (the host): streams are always idle, events complete
+       when recorded, and the stream procedures and the event waits may be NULL. */
+    GPUARR__BACKEND_SYNCHRONOUS = 1u << 0,
+    /* The embedded default: one device, named by the backend's name alone ("host", not "host:0"),
+       that GPUARR_DEVICES never filters out. */
+    GPUARR__BACKEND_BUILTIN = 1u << 1,
+    /* Its memory handles are host pointers the program may use: moving data to or from it is a
+       host step, never a device transfer (the host). */
+    GPUARR__BACKEND_HOST_MEMORY = 1u << 2,
+    /* Copies from and to pageable host memory are queued like any work; without it (CUDA) the
+       driver consumes them at the call, so queued host steps and bounce chunks use its own
+       pinned memory. */
+    GPUARR__BACKEND_PAGEABLE_ASYNC = 1u << 3
 };
+
+/* Work a stream runs on the host (launch_host_fn). */
+typedef void (*gpuarr__host_fn)(void *ctx);
+
+/* The backend table: the only way the core reaches a backend. Each backend fills one by
+   assignment (gpuarr__<name>_backend_fill), once per process. Memory handles are void *: a host
+   pointer, a CUdeviceptr or a cl_mem; offsets are in bytes. A native stream or event is the
+   backend's own (void *). Every procedure that enqueues work puts it on stream s in order; a
+   backend with GPUARR__BACKEND_SYNCHRONOUS completes it before returning. A procedure marked
+   "optional" may be NULL: the core then does what the member's comment says, through its helper
+   gpuarr__backend_<name>. Failures set the error message (gpuarr__fail) and return its code. */
+struct gpuarr__backend {
+    gpuarr_backend id;          /* GPUARR_BACKEND_<NAME>; 0 in the slot of a backend left out */
+    const char *name;           /* "host", "cuda", "opencl": the device specs' prefix */
+    uint32_t flags;             /* GPUARR__BACKEND_SYNCHRONOUS | _BUILTIN | _HOST_MEMORY | _PAGEABLE_ASYNC */
+    const char *max_alloc_name; /* the native name of the largest-allocation limit, for messages; NULL: none */
+    const void *interop;        /* its gpuarr__interop_<NAME> table (its public interop functions) */
+
+    /* ---- lifecycle: gpuarr_init loads each backend the device filter mentions, the last
+       gpuarr_shutdown unloads those loaded ---- */
+    /* Finds the native library and the devices. A failure means zero devices of this backend (its
+       message is kept for the device-finding messages), not a failed gpuarr_init, unless it is
+       GPUARR_ERROR_OUT_OF_MEMORY. Optional: NULL means there is nothing to load. */
+    gpuarr_result (*load)(void);
+    /* Releases what load took; runs after every device is closed. Optional: NULL, nothing to release. */
+    void (*unload)(void);
+
+    /* ---- devices: an index is the backend's own, 0 .. device_count() - 1 ---- */
+    /* How many devices load found (asked only of a loaded backend). */
+    int (*device_count)(void);
+    /* Fills the zeroed *info of device `index` (the core then sets backend, index, device and
+       spec); works on a device that is not opened yet. */
+    gpuarr_result (*device_info)(int index, gpuarr_device_info *info);
+    /* Opens d at its first use (under d's lock, once until device_close). Optional: NULL, nothing to open. */
+    gpuarr_result (*device_open)(gpuarr__dev *d);
+    /* Closes an opened d (at shutdown or gpuarr_device_reset). Optional: NULL, nothing to close. */
+    void (*device_close)(gpuarr__dev *d);
+    /* Runs between device_close and the next device_open of gpuarr_device_reset: it discards what
+       the driver still keeps for the device (CUDA: cuDevicePrimaryCtxReset). Optional: NULL,
+       nothing to discard. */
+    gpuarr_result (*device_reset)(gpuarr__dev *d);
+
+    /* ---- memory: the pool carves arrays out of segments mem_alloc gave ---- */
+    /* The device's free and total memory now; works on a device that is not opened yet. */
+    gpuarr_result (*mem_info)(gpuarr__dev *d, uint64_t *free_bytes, uint64_t *total_bytes);
+    /* A segment of `bytes` device memory, aligned to mem_alignment. */
+    gpuarr_result (*mem_alloc)(gpuarr__dev *d, size_t bytes, void **mem);
+    /* Frees a segment of mem_alloc; the core has waited for the work that used it. */
+    void (*mem_free)(gpuarr__dev *d, void *mem);
+    /* The alignment of mem_alloc's segments; the pool carves blocks at multiples of it. */
+    size_t (*mem_alignment)(gpuarr__dev *d);
+    /* The handle and offset an array uses for the block at `offset` of `segment` (the segment
+       itself, or a sub-buffer). Optional: NULL means the segment's handle at that offset. */
+    gpuarr_result (*mem_view)(gpuarr__dev *d, void *segment, size_t offset, size_t bytes, void **mem, size_t *mem_offset);
+    /* Drops a view mem_view made. Optional: NULL, views hold nothing (as with mem_view NULL). */
+    void (*mem_view_release)(gpuarr__dev *d, void *mem);
+    /* Host memory the device copies from and to at full speed: *handle for pinned_free, *host_ptr
+       for the host's reads and writes. Optional: NULL means the backend has none
+       (GPUARR_ERROR_UNSUPPORTED), and its transfers get no staging. */
+    gpuarr_result (*pinned_alloc)(gpuarr__dev *d, size_t bytes, void **handle, void **host_ptr);
+    /* Frees what pinned_alloc gave. Optional with pinned_alloc: NULL only where that is NULL. */
+    void (*pinned_free)(gpuarr__dev *d, void *handle);
+    /* Whether the device copies from and to host memory at p at full speed as it is (page-locked
+       by the caller), so staging would only cost. Optional: NULL means never. */
+    bool (*host_ptr_pinned)(gpuarr__dev *d, const void *p);
+
+    /* ---- copies and kernels, enqueued on s; async: the call is an _async one, so no step may
+       wait for work already queued (a blocking map would) ---- */
+    /* Host memory at src -> device memory at dst + dst_off. */
+    gpuarr_result (*copy_h2d)(gpuarr__stream *s, void *dst, size_t dst_off, const void *src, size_t bytes, bool async);
+    /* Device memory at src + src_off -> host memory at dst. */
+    gpuarr_result (*copy_d2h)(gpuarr__stream *s, void *dst, const void *src, size_t src_off, size_t bytes, bool async);
+    /* Device memory to device memory of s's device. */
+    gpuarr_result (*copy_d2d)(gpuarr__stream *s, void *dst, size_t dst_off, const void *src, size_t src_off, size_t bytes);
+    /* Whether copy_peer can copy from src's memory to dst's (two devices of this backend).
+       Optional: NULL means never (then copy_peer may be NULL too). */
+    bool (*can_copy_peer)(gpuarr__dev *dst, gpuarr__dev *src);
+    /* Device memory of src_dev -> device memory of dst_dev, on s (src_dev's stream); called only
+       where can_copy_peer said yes. */
+    gpuarr_result (*copy_peer)(gpuarr__stream *s, gpuarr__dev *dst_dev, void *dst, size_t dst_off, gpuarr__dev *src_dev,
+                               const void *src, size_t src_off, size_t bytes);
+    /* count elements of src_t at src + src_off -> dst_t at dst + dst_off on s's device, by the
+       conversion rules (bit for bit the host reference's). */
+    gpuarr_result (*cast)(gpuarr__stream *s, void *dst, size_t dst_off, gpuarr_dtype dst_t, const void *src, size_t src_off,
+                          gpuarr_dtype src_t, size_t count);
+    /* Before any data moves: whether d can run the cast kernel of a pair (UNSUPPORTED and why if
+       not). Optional: NULL means every pair. */
+    gpuarr_result (*cast_supported)(gpuarr__dev *d, gpuarr_dtype dst_t, gpuarr_dtype src_t);
+    /* Writes `bytes` bytes at dst + dst_off with the pattern repeated (pattern_size is 1, 2, 4 or
+       8; bytes and dst_off are multiples of it), enqueued on s like a copy. */
+    gpuarr_result (*fill)(gpuarr__stream *s, void *dst, size_t dst_off, const void *pattern, size_t pattern_size, size_t bytes,
+                          bool async);
+
+    /* ---- streams: a native stream runs its work in order ---- */
+    /* Runs fn(ctx) on some host thread once the work queued on s so far has completed, and s's
+       later work waits for it; fn must not call s's backend (CUDA forbids driver calls there); on
+       failure fn never runs. Optional: NULL means the work is done already (a synchronous
+       backend): fn runs at once on the calling thread. */
+    gpuarr_result (*launch_host_fn)(gpuarr__stream *s, gpuarr__host_fn fn, void *ctx);
+    /* A new native stream of d. Optional: NULL means there is nothing to queue on (a synchronous
+       backend): the device itself serves as the native stream. */
+    gpuarr_result (*stream_create)(gpuarr__dev *d, void **native);
+    /* Destroys a native stream once its work is done. Optional: NULL, nothing to destroy. */
+    void (*stream_destroy)(gpuarr__dev *d, void *native);
+    /* Waits for the stream's work. Optional: NULL means it is always done. */
+    gpuarr_result (*stream_sync)(gpuarr__dev *d, void *native);
+    /* *done: whether the stream's work is done, without waiting. Optional: NULL, always done. */
+    gpuarr_result (*stream_query)(gpuarr__dev *d, void *native, bool *done);
+    /* Makes the native stream wait for an event, which may be of another device of this backend
+       (waiting on the host if the native API cannot). Optional: NULL means the event's work is
+       done already. */
+    gpuarr_result (*stream_wait_event)(gpuarr__dev *d, void *stream, void *event);
+
+    /* ---- events: a point in a stream's work ---- */
+    /* A new native event; timing: event_elapsed will be asked about it. */
+    gpuarr_result (*event_create)(gpuarr__dev *d, bool timing, void **native);
+    void (*event_destroy)(gpuarr__dev *d, void *native);
+    /* Records the event at the current end of the native stream's work. */
+    gpuarr_result (*event_record)(gpuarr__dev *d, void *event, void *stream);
+    /* Waits for the recorded event. Optional: NULL means it completed when recorded. */
+    gpuarr_result (*event_sync)(gpuarr__dev *d, void *event);
+    /* *done: whether the recorded event completed, without waiting. Optional: NULL, always. */
+    gpuarr_result (*event_query)(gpuarr__dev *d, void *event, bool *done);
+    /* Milliseconds between two completed timing events. */
+    gpuarr_result (*event_elapsed)(gpuarr__dev *d, void *start, void *end, double *ms);
+
+    /* ---- context: the scopes' native context on the calling thread ---- */
+    /* Makes d's native context current on the calling thread (replacing, not pushing) and returns
+       the one it replaced. Optional: NULL means there is no current context (*previous = NULL). */
+    gpuarr_result (*activate)(gpuarr__dev *d, void **previous);
+    /* Puts back the context activate replaced. Optional: NULL, nothing to put back. */
+    void (*deactivate)(gpuarr__dev *d, void *previous);
+
+    /* ---- telemetry ---- */
+    /* Fills what the device reports now into a zeroed *out, setting a valid bit for each group it
+       read; never fails (a reading it cannot get leaves its bit clear) and works on a device that
+       is not opened yet. Optional: NULL means no readings. */
+    void (*telemetry)(gpuarr__dev *d, gpuarr_telemetry *out);
+};
+
+/* Whether backend b has the flag GPUARR__BACKEND_<FLAG>. */
+static inline bool gpuarr__backend_has(const gpuarr__backend *b, enum gpuarr__backend_flag flag) {
+    return (b->flags & (uint32_t)flag) != 0;
+}
 
 /* Memory pools (see the pool section): a device's arrays are blocks carved out of segments the
    backend allocated. A free block remembers the events to pass before a stream other than the
@@ -2833,6 +2894,11 @@ typedef struct gpuarr__state {
     /* Guards every device's thread_streams list. Taken only the first time a thread uses a
        device, when a thread exits, and by whole-device syncs. */
     pthread_mutex_t defaults_lock;
+    /* The backend tables, each filled by its backend's fill function the first time anything
+       asks for one (gpuarr__backend_get: gpuarr_backend_compiled may come before gpuarr_init),
+       and kept until the process ends. A backend left out keeps a zeroed slot (id 0). */
+    pthread_once_t backends_once;
+    gpuarr__backend backends[GPUARR_BACKEND_COUNT];
     /* The three handle tables share one lock: a new id is checked against all of them (no id
        is live in two tables), and one lock costs a third of three in every create. Creates,
        retains and releases take it; lookups do not (gpuarr__table_lookup). A spin lock
@@ -2911,13 +2977,13 @@ typedef struct gpuarr__state {
     struct gpuarr__offload_state *offload; /* tasks and their models (layers/gpuarr_offload.h) */
 } gpuarr__state;
 
-/* Zero but for the locks; the rest is left to zero initialization (designated initializers
+/* Zero but for the locks and the backends' once flag; the rest is left to zero initialization (designated initializers
    would say so without a warning, but C++17 lacks them). */
 #if defined(__GNUC__) || defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 #endif
-static gpuarr__state gpuarr__g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, 0};
+static gpuarr__state gpuarr__g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_ONCE_INIT};
 #if defined(__GNUC__) || defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
@@ -2935,7 +3001,6 @@ typedef struct gpuarr__thread_state {
     uint32_t stream_id;    /* current stream; 0 = none */
     gpuarr_result scope_failure; /* inside a held scope that failed: its result, else 0 */
     char scope_why[512];   /* that scope's error message */
-    bool async_call;       /* inside an _async call: no backend step may wait for queued work */
     bool registering_host_fn; /* a backend is handing a host function to its driver, which may call
                                  it at once on this thread (OpenCL's clSetEventCallback) */
     uint64_t serial;       /* names the thread as the owner of its default streams; 0 = none yet */
@@ -4044,9 +4109,35 @@ static gpuarr_result gpuarr__stream_adopt(gpuarr__dev *d, void *native, gpuarr__
 static gpuarr_result gpuarr__stream_publish(gpuarr__stream *s, gpuarr_stream *out);
 static gpuarr_result gpuarr__resolve_stream_of(gpuarr_stream s, gpuarr_backend backend, const char *what, gpuarr__stream **out);
 
-/* Each backend's interop table, gpuarr__interop_<NAME>: its GPUARR__INTEROP_<NAME> functions. A
-   backend fills it with {GPUARR_BACKEND_<NAME>, GPUARR__INTEROP_<NAME>(GPUARR__INTEROP_IMPL)},
-   its functions named gpuarr__<name> (the public name with two underscores). */
+/* The interop dispatch table: X(BACKEND, name after "gpuarr_", (parameters), (arguments)), one
+   row per public interop function declared above, one list GPUARR__INTEROP_<NAME> per backend
+   (empty for the host). From it come each backend's interop table, gpuarr__interop_<NAME>, which
+   the backend fills with {GPUARR_BACKEND_<NAME>, GPUARR__INTEROP_<NAME>(GPUARR__INTEROP_IMPL)}
+   from its functions gpuarr__<name> (the public name with two underscores), and the public
+   functions' definitions (at the end of the implementation): a call through that table, or
+   GPUARR_ERROR_UNSUPPORTED in a build without the backend. A row must match its declaration:
+   the compiler checks the definitions against them. */
+#define GPUARR__INTEROP_HOST(X)
+#define GPUARR__INTEROP_CUDA(X)                                                                \
+    X(CUDA, cuda_context, (gpuarr_device d, struct CUctx_st **out), (d, out))                  \
+    X(CUDA, cuda_device_ordinal, (gpuarr_device d, int *out), (d, out))                        \
+    X(CUDA, cuda_stream, (gpuarr_stream s, struct CUstream_st **out), (s, out))                \
+    X(CUDA, cuda_ptr, (gpuarr_array a, void **out), (a, out))                                  \
+    X(CUDA, cuda_wrap_ptr,                                                                     \
+      (gpuarr_device d, void *ptr, gpuarr_dtype t, int ndim, const int64_t *shape, gpuarr_release_fn release, \
+       void *user_data, gpuarr_array *out),                                                    \
+      (d, ptr, t, ndim, shape, release, user_data, out))                                       \
+    X(CUDA, cuda_wrap_stream, (gpuarr_device d, struct CUstream_st *stream, gpuarr_stream *out), (d, stream, out))
+#define GPUARR__INTEROP_OPENCL(X)                                                              \
+    X(OPENCL, opencl_context_raw, (gpuarr_device d, void **cl_context_out), (d, cl_context_out)) \
+    X(OPENCL, opencl_device_id_raw, (gpuarr_device d, void **cl_device_id_out), (d, cl_device_id_out)) \
+    X(OPENCL, opencl_queue_raw, (gpuarr_stream s, void **cl_command_queue_out), (s, cl_command_queue_out)) \
+    X(OPENCL, opencl_mem_raw, (gpuarr_array a, void **cl_mem_out, size_t *offset), (a, cl_mem_out, offset)) \
+    X(OPENCL, opencl_wrap_mem_raw,                                                             \
+      (gpuarr_device d, void *cl_mem, size_t offset, gpuarr_dtype t, int ndim, const int64_t *shape, gpuarr_array *out), \
+      (d, cl_mem, offset, t, ndim, shape, out))                                                \
+    X(OPENCL, opencl_wrap_queue_raw, (gpuarr_device d, void *cl_command_queue, gpuarr_stream *out), \
+      (d, cl_command_queue, out))
 #define GPUARR__INTEROP_MEMBER(B, name, params, args) gpuarr_result(*name) params;
 #define GPUARR__INTEROP_TABLE(NAME, str)                                                       \
     typedef struct gpuarr__interop_##NAME {                                                    \
@@ -4091,25 +4182,48 @@ static gpuarr_result gpuarr__dev_alive(gpuarr__dev *d) {
                         "streams and events are released)", d->info.spec, d->failure);
 }
 
-/* The backends. Each header defines its table and GPUARR__BACKEND_PTR_<NAME> pointing to it. */
+/* The backends. Each header defines its fill function, gpuarr__<name>_backend_fill, which fills
+   its gpuarr__backend by assignment, and GPUARR__BACKEND_FILL_<NAME> naming it; a backend left
+   out has NULL there. */
 #include "backends/gpuarr_host.h"
 #ifndef GPUARR_NO_CUDA
 #include "backends/gpuarr_cuda.h"
 #else
-#define GPUARR__BACKEND_PTR_CUDA NULL
+#define GPUARR__BACKEND_FILL_CUDA NULL
 #endif
 #ifndef GPUARR_NO_OPENCL
 #include "backends/gpuarr_opencl.h"
 #else
-#define GPUARR__BACKEND_PTR_OPENCL NULL
+#define GPUARR__BACKEND_FILL_OPENCL NULL
 #endif
 
-static const gpuarr__backend *const gpuarr__backends[GPUARR_BACKEND_COUNT] = {
-    NULL,
-#define GPUARR__BACKEND_ENTRY(NAME, str) GPUARR__BACKEND_PTR_##NAME,
-    GPUARR_BACKEND_LIST(GPUARR__BACKEND_ENTRY)
-#undef GPUARR__BACKEND_ENTRY
-};
+typedef void (*gpuarr__backend_fill_fn)(gpuarr__backend *b);
+
+/* Fills gpuarr__g.backends, once per process (through gpuarr__g.backends_once). */
+static void gpuarr__backends_fill(void) {
+    const gpuarr__backend_fill_fn fill[GPUARR_BACKEND_COUNT] = {
+        NULL,
+#define GPUARR__BACKEND_FILL_ENTRY(NAME, str) GPUARR__BACKEND_FILL_##NAME,
+        GPUARR_BACKEND_LIST(GPUARR__BACKEND_FILL_ENTRY)
+#undef GPUARR__BACKEND_FILL_ENTRY
+    };
+    for (int b = 1; b < GPUARR_BACKEND_COUNT; b++)
+        if (fill[b]) fill[b](&gpuarr__g.backends[b]);
+}
+
+/* The table of backend b, or NULL for a backend this build left out. Any thread, at any time
+   (before gpuarr_init too): the first call fills the tables. */
+static const gpuarr__backend *gpuarr__backend_get(gpuarr_backend b) {
+    pthread_once(&gpuarr__g.backends_once, gpuarr__backends_fill);
+    return gpuarr__g.backends[b].id != GPUARR_BACKEND_INVALID ? &gpuarr__g.backends[b] : NULL;
+}
+
+/* Whether backend b is compiled in and the builtin one (GPUARR__BACKEND_BUILTIN). */
+static bool gpuarr__backend_builtin(gpuarr_backend b) {
+    const gpuarr__backend *t = gpuarr__backend_get(b);
+    return t && gpuarr__backend_has(t, GPUARR__BACKEND_BUILTIN);
+}
+
 GPUARR__STATIC_ASSERT(GPUARR_BACKEND_COUNT <= GPUARR_TASK_MAX_BACKENDS, "gpuarr_task_desc.impl has no room for every backend");
 static const char *const gpuarr__backend_names[GPUARR_BACKEND_COUNT] = {
     "invalid",
@@ -4117,6 +4231,90 @@ static const char *const gpuarr__backend_names[GPUARR_BACKEND_COUNT] = {
     GPUARR_BACKEND_LIST(GPUARR__BACKEND_NAME)
 #undef GPUARR__BACKEND_NAME
 };
+
+/* ---- the optional procedures: each helper calls the backend's, or does what NULL means there
+   (gpuarr__backend says what) ---- */
+static gpuarr_result gpuarr__backend_load(const gpuarr__backend *b) { return b->load ? b->load() : GPUARR_OK; }
+static void gpuarr__backend_unload(const gpuarr__backend *b) {
+    if (b->unload) b->unload();
+}
+static gpuarr_result gpuarr__backend_device_open(gpuarr__dev *d) {
+    return d->backend->device_open ? d->backend->device_open(d) : GPUARR_OK;
+}
+static void gpuarr__backend_device_close(gpuarr__dev *d) {
+    if (d->backend->device_close) d->backend->device_close(d);
+}
+static gpuarr_result gpuarr__backend_device_reset(gpuarr__dev *d) {
+    return d->backend->device_reset ? d->backend->device_reset(d) : GPUARR_OK;
+}
+static gpuarr_result gpuarr__backend_mem_view(gpuarr__dev *d, void *segment, size_t offset, size_t bytes, void **mem, size_t *mem_offset) {
+    if (d->backend->mem_view) return d->backend->mem_view(d, segment, offset, bytes, mem, mem_offset);
+    *mem = segment;
+    *mem_offset = offset;
+    return GPUARR_OK;
+}
+static void gpuarr__backend_mem_view_release(gpuarr__dev *d, void *mem) {
+    if (d->backend->mem_view_release) d->backend->mem_view_release(d, mem);
+}
+static gpuarr_result gpuarr__backend_pinned_alloc(gpuarr__dev *d, size_t bytes, void **handle, void **host_ptr) {
+    if (d->backend->pinned_alloc) return d->backend->pinned_alloc(d, bytes, handle, host_ptr);
+    return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "the %s has no pinned memory to stage through", d->backend->name);
+}
+static void gpuarr__backend_pinned_free(gpuarr__dev *d, void *handle) {
+    if (d->backend->pinned_free) d->backend->pinned_free(d, handle);
+}
+static bool gpuarr__backend_host_ptr_pinned(gpuarr__dev *d, const void *p) {
+    return d->backend->host_ptr_pinned && d->backend->host_ptr_pinned(d, p);
+}
+static bool gpuarr__backend_can_copy_peer(gpuarr__dev *dst, gpuarr__dev *src) {
+    return dst->backend->can_copy_peer && dst->backend->can_copy_peer(dst, src);
+}
+static gpuarr_result gpuarr__backend_cast_supported(gpuarr__dev *d, gpuarr_dtype dst_t, gpuarr_dtype src_t) {
+    return d->backend->cast_supported ? d->backend->cast_supported(d, dst_t, src_t) : GPUARR_OK;
+}
+static gpuarr_result gpuarr__backend_launch_host_fn(gpuarr__stream *s, gpuarr__host_fn fn, void *ctx) {
+    if (s->dev->backend->launch_host_fn) return s->dev->backend->launch_host_fn(s, fn, ctx);
+    fn(ctx);
+    return GPUARR_OK;
+}
+static gpuarr_result gpuarr__backend_stream_create(gpuarr__dev *d, void **native) {
+    if (d->backend->stream_create) return d->backend->stream_create(d, native);
+    *native = d;
+    return GPUARR_OK;
+}
+static void gpuarr__backend_stream_destroy(gpuarr__dev *d, void *native) {
+    if (d->backend->stream_destroy) d->backend->stream_destroy(d, native);
+}
+static gpuarr_result gpuarr__backend_stream_sync(gpuarr__dev *d, void *native) {
+    return d->backend->stream_sync ? d->backend->stream_sync(d, native) : GPUARR_OK;
+}
+static gpuarr_result gpuarr__backend_stream_query(gpuarr__dev *d, void *native, bool *done) {
+    if (d->backend->stream_query) return d->backend->stream_query(d, native, done);
+    *done = true;
+    return GPUARR_OK;
+}
+static gpuarr_result gpuarr__backend_stream_wait_event(gpuarr__dev *d, void *stream, void *event) {
+    return d->backend->stream_wait_event ? d->backend->stream_wait_event(d, stream, event) : GPUARR_OK;
+}
+static gpuarr_result gpuarr__backend_event_sync(gpuarr__dev *d, void *event) {
+    return d->backend->event_sync ? d->backend->event_sync(d, event) : GPUARR_OK;
+}
+static gpuarr_result gpuarr__backend_event_query(gpuarr__dev *d, void *event, bool *done) {
+    if (d->backend->event_query) return d->backend->event_query(d, event, done);
+    *done = true;
+    return GPUARR_OK;
+}
+static gpuarr_result gpuarr__backend_activate(gpuarr__dev *d, void **previous) {
+    if (d->backend->activate) return d->backend->activate(d, previous);
+    *previous = NULL;
+    return GPUARR_OK;
+}
+static void gpuarr__backend_deactivate(gpuarr__dev *d, void *previous) {
+    if (d->backend->deactivate) d->backend->deactivate(d, previous);
+}
+static void gpuarr__backend_telemetry(gpuarr__dev *d, gpuarr_telemetry *out) {
+    if (d->backend->telemetry) d->backend->telemetry(d, out);
+}
 
 /* ---------------------------------------------------------------------------------------------
  * Devices. A device id is (init epoch << 16) | (registry index + 1), so an id from an earlier
@@ -4160,7 +4358,7 @@ static gpuarr_result gpuarr__dev_open(gpuarr__dev *d) {
     pthread_mutex_lock(&d->lock);
     gpuarr_result r = GPUARR_OK;
     if (!d->opened) {
-        r = d->backend->device_open(d);
+        r = gpuarr__backend_device_open(d);
         __atomic_store_n(&d->opened, r == GPUARR_OK, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&d->lock);
@@ -4193,7 +4391,7 @@ static void gpuarr__stream_collect(gpuarr__stream *s, uint64_t done_through) {
     gpuarr__deferred *ready = s->deferred_head, *last = NULL;
     for (gpuarr__deferred *e = s->deferred_head; e; e = e->next) {
         bool done = e->seq <= done_through;
-        if (!done && s->dev->backend->event_query(s->dev, e->event, &done) != GPUARR_OK) done = false;
+        if (!done && gpuarr__backend_event_query(s->dev, e->event, &done) != GPUARR_OK) done = false;
         if (!done) break;
         last = e;
     }
@@ -4220,9 +4418,9 @@ static void gpuarr__pool_apply_threshold(gpuarr__pool *p);
 static gpuarr_result gpuarr__stream_sync_raw(gpuarr__stream *s) {
     if (GPUARR__ATOMIC_LOAD(&s->destroyed)) return GPUARR_OK; /* waited for at its destroy */
     uint64_t seq = gpuarr__stream_seq(s);
-    gpuarr_result r = s->dev->backend->stream_sync(s->dev, s->native);
+    gpuarr_result r = gpuarr__backend_stream_sync(s->dev, s->native);
     if (r == GPUARR_OK) gpuarr__stream_collect(s, seq);
-    if (r == GPUARR_OK && !s->dev->backend->synchronous) gpuarr__pool_apply_threshold(&s->dev->pool);
+    if (r == GPUARR_OK && !gpuarr__backend_has(s->dev->backend, GPUARR__BACKEND_SYNCHRONOUS)) gpuarr__pool_apply_threshold(&s->dev->pool);
     return r;
 }
 
@@ -4241,7 +4439,7 @@ static gpuarr_result gpuarr__stream_sync_keep(gpuarr__stream *s, gpuarr_result r
    cannot be allocated, it waits for the stream instead. */
 static void gpuarr__stream_defer(gpuarr__stream *s, gpuarr__deferred_fn fn, void *ctx) {
     const gpuarr__backend *b = s->dev->backend;
-    if (b->synchronous) {
+    if (gpuarr__backend_has(b, GPUARR__BACKEND_SYNCHRONOUS)) {
         fn(ctx);
         return;
     }
@@ -4252,7 +4450,7 @@ static void gpuarr__stream_defer(gpuarr__stream *s, gpuarr__deferred_fn fn, void
     if (!e || b->event_create(s->dev, false, &event) != GPUARR_OK || b->event_record(s->dev, event, s->native) != GPUARR_OK) {
         if (event) b->event_destroy(s->dev, event);
         gpuarr__free(e);
-        b->stream_sync(s->dev, s->native);
+        gpuarr__backend_stream_sync(s->dev, s->native);
         gpuarr__error_restore(&saved); /* never fails: the caller's error, if any, stands */
         fn(ctx);
         return;
@@ -4273,10 +4471,10 @@ static void gpuarr__stream_destroy_obj(gpuarr__obj *o) {
     gpuarr__stream *s = (gpuarr__stream *)o;
     gpuarr__error_saved saved; /* a destructor: it may run in the cleanup of a failed call */
     gpuarr__error_save(&saved);
-    if (!GPUARR__ATOMIC_LOAD(&s->destroyed)) s->dev->backend->stream_sync(s->dev, s->native);
+    if (!GPUARR__ATOMIC_LOAD(&s->destroyed)) gpuarr__backend_stream_sync(s->dev, s->native);
     gpuarr__error_restore(&saved);
     gpuarr__stream_collect(s, UINT64_MAX); /* the last reference: nobody can add entries */
-    s->dev->backend->stream_destroy(s->dev, s->native);
+    gpuarr__backend_stream_destroy(s->dev, s->native);
     pthread_mutex_destroy(&s->lock);
     __atomic_sub_fetch(&s->dev->live_streams, 1u, __ATOMIC_ACQ_REL);
     gpuarr__free(s);
@@ -4287,7 +4485,7 @@ static void gpuarr__stream_destroy_obj(gpuarr__obj *o) {
 static gpuarr_result gpuarr__stream_adopt(gpuarr__dev *d, void *native, gpuarr__stream **out) {
     gpuarr__stream *s = (gpuarr__stream *)gpuarr__calloc(sizeof *s);
     if (!s) {
-        d->backend->stream_destroy(d, native);
+        gpuarr__backend_stream_destroy(d, native);
         return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a stream");
     }
     s->obj.refs = 1;
@@ -4304,7 +4502,7 @@ static gpuarr_result gpuarr__stream_adopt(gpuarr__dev *d, void *native, gpuarr__
 static gpuarr_result gpuarr__stream_new(gpuarr__dev *d, gpuarr__stream **out) {
     GPUARR__CHECK(gpuarr__dev_open(d));
     void *native;
-    GPUARR__CHECK(d->backend->stream_create(d, &native));
+    GPUARR__CHECK(gpuarr__backend_stream_create(d, &native));
     return gpuarr__stream_adopt(d, native, out);
 }
 
@@ -4573,7 +4771,7 @@ static gpuarr_result gpuarr__event_record_raw(gpuarr__event *e, gpuarr__stream *
 /* A host function that waits for an event of another backend (so it may call that backend). */
 static void gpuarr__event_wait_job(void *ctx) {
     gpuarr__event *e = (gpuarr__event *)ctx;
-    e->dev->backend->event_sync(e->dev, e->native);
+    gpuarr__backend_event_sync(e->dev, e->native);
     gpuarr__obj_release(&e->obj);
     gpuarr__host_fn_done();
 }
@@ -4581,18 +4779,18 @@ static void gpuarr__event_wait_job(void *ctx) {
 /* Orders later work on s after e without the caller waiting: on the device when both share a
    backend, else by a host function on s that waits for e. */
 static gpuarr_result gpuarr__stream_wait_raw(gpuarr__stream *s, gpuarr__event *e) {
-    if (!GPUARR__ATOMIC_LOAD(&e->recorded) || e->dev->backend->synchronous) return GPUARR_OK;
+    if (!GPUARR__ATOMIC_LOAD(&e->recorded) || gpuarr__backend_has(e->dev->backend, GPUARR__BACKEND_SYNCHRONOUS)) return GPUARR_OK;
     GPUARR__TRACE_SCOPE(gpuarr__trace_wait, s, NULL, e);
-    if (e->dev->backend == s->dev->backend) return s->dev->backend->stream_wait_event(s->dev, s->native, e->native);
+    if (e->dev->backend == s->dev->backend) return gpuarr__backend_stream_wait_event(s->dev, s->native, e->native);
     gpuarr__obj_retain(&e->obj);
-    gpuarr_result r = s->dev->backend->launch_host_fn(s, gpuarr__event_wait_job, e);
+    gpuarr_result r = gpuarr__backend_launch_host_fn(s, gpuarr__event_wait_job, e);
     if (r != GPUARR_OK) gpuarr__obj_release(&e->obj);
     return r;
 }
 
 /* Orders later work on `later` after everything queued on `earlier` so far. */
 static gpuarr_result gpuarr__stream_order(gpuarr__stream *later, gpuarr__stream *earlier) {
-    if (later == earlier || earlier->dev->backend->synchronous || GPUARR__ATOMIC_LOAD(&earlier->destroyed)) return GPUARR_OK;
+    if (later == earlier || gpuarr__backend_has(earlier->dev->backend, GPUARR__BACKEND_SYNCHRONOUS) || GPUARR__ATOMIC_LOAD(&earlier->destroyed)) return GPUARR_OK;
     GPUARR__TRACE_SCOPE(gpuarr__trace_wait, later, earlier, NULL);
     gpuarr__event *e;
     GPUARR__CHECK(gpuarr__event_new(earlier->dev, false, &e));
@@ -4741,7 +4939,7 @@ static gpuarr_result gpuarr__pool_raw_alloc(gpuarr__pool *p, size_t bytes, void 
     if (over_limit)
         return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "%s: %zu bytes more would pass the pool limit (%llu of %llu reserved)",
                             d->info.spec, bytes, (unsigned long long)reserved, (unsigned long long)limit);
-    return p->pinned ? d->backend->pinned_alloc(d, bytes, mem, host_base) : d->backend->mem_alloc(d, bytes, mem);
+    return p->pinned ? gpuarr__backend_pinned_alloc(d, bytes, mem, host_base) : d->backend->mem_alloc(d, bytes, mem);
 }
 
 /* Links a new segment with one free block covering it (pool lock held). */
@@ -4788,12 +4986,12 @@ static void gpuarr__segment_release(gpuarr__pool *p, gpuarr__segment *seg) {
         next = b->next;
         for (uint32_t i = 0; i < b->nevents; i++) {
             gpuarr__event *e = b->events[i].event;
-            e->dev->backend->event_sync(e->dev, e->native);
+            gpuarr__backend_event_sync(e->dev, e->native);
         }
         gpuarr__block_drop_events(b);
         gpuarr__free(b);
     }
-    if (p->pinned) d->backend->pinned_free(d, seg->mem);
+    if (p->pinned) gpuarr__backend_pinned_free(d, seg->mem);
     else d->backend->mem_free(d, seg->mem);
     gpuarr__free(seg);
     pthread_mutex_lock(&p->lock);
@@ -4822,7 +5020,7 @@ static void gpuarr__pool_index_free(gpuarr__pool *p, gpuarr__block *b) {
 /* A cached array's block back to the pool as a free block (pool lock held); the record goes. */
 static void gpuarr__tcache_return(gpuarr__pool *p, gpuarr__array *a) {
     gpuarr__block *b = a->block;
-    if (b->view && !p->pinned) p->dev->backend->mem_view_release(p->dev, b->view);
+    if (b->view && !p->pinned) gpuarr__backend_mem_view_release(p->dev, b->view);
     b->view = NULL;
     p->stats.allocated_bytes -= b->size;
     p->stats.requested_bytes -= b->requested;
@@ -5219,7 +5417,7 @@ static gpuarr_result gpuarr__pool_alloc_ex(gpuarr__pool *p, size_t bytes, gpuarr
         if (s && waits) *waits = true; /* s's own earlier work too: it is ordered only on s */
         if (s && b->events[i].stream_serial == s->serial) continue;
         gpuarr__event *e = b->events[i].event;
-        r = s ? gpuarr__stream_wait_raw(s, e) : e->dev->backend->event_sync(e->dev, e->native);
+        r = s ? gpuarr__stream_wait_raw(s, e) : gpuarr__backend_event_sync(e->dev, e->native);
         if (s) {
             pthread_mutex_lock(&p->lock);
             p->stats.cross_stream_waits++;
@@ -5230,7 +5428,7 @@ static gpuarr_result gpuarr__pool_alloc_ex(gpuarr__pool *p, size_t bytes, gpuarr
         b->view = (unsigned char *)b->seg->host_base + b->offset;
         b->view_offset = 0;
     } else if (r == GPUARR_OK) {
-        r = d->backend->mem_view(d, b->seg->mem, b->offset, b->size, &b->view, &b->view_offset);
+        r = gpuarr__backend_mem_view(d, b->seg->mem, b->offset, b->size, &b->view, &b->view_offset);
     }
     if (r != GPUARR_OK) { /* back with its events: its earlier users' work may still be pending */
         gpuarr__pool_free(p, b, NULL, 0);
@@ -5274,7 +5472,7 @@ static uint32_t gpuarr__pool_free_events(gpuarr__stream *const *uses, uint32_t n
 static void gpuarr__pool_free(gpuarr__pool *p, gpuarr__block *b, gpuarr__stream *const *uses, uint32_t nuses) {
     gpuarr__dev *d = p->dev;
     GPUARR__TRACE_SCOPE(gpuarr__trace_free, d, p->pinned, b->requested, "pool");
-    if (b->view && !p->pinned) d->backend->mem_view_release(d, b->view);
+    if (b->view && !p->pinned) gpuarr__backend_mem_view_release(d, b->view);
     b->view = NULL;
     gpuarr__block_event evs[GPUARR__POOL_EVENTS];
     uint32_t nevs = nuses ? gpuarr__pool_free_events(uses, nuses, evs) : 0;
@@ -5316,7 +5514,7 @@ static void gpuarr__pool_init(gpuarr__pool *p, gpuarr__dev *d, bool pinned) {
         p->stats.release_threshold_bytes = UINT64_MAX;
         return;
     }
-    int host = d->backend->builtin ? 1 : 0; /* limit: device pools, host_limit: the host's (the builtin one) */
+    int host = gpuarr__backend_has(d->backend, GPUARR__BACKEND_BUILTIN) ? 1 : 0; /* limit: device pools, host_limit: the host's (the builtin one) */
     uint64_t limit = gpuarr__g.alloc_conf.limit_bytes[host];
     if (gpuarr__g.alloc_conf.limit_percent[host]) limit = d->info.total_memory / 100u * gpuarr__g.alloc_conf.limit_percent[host];
     p->stats.limit_bytes = limit;
@@ -5409,7 +5607,7 @@ static void gpuarr__ready_set(gpuarr__array *a, gpuarr__event *e) {
    list waits for its oldest. */
 static void gpuarr__array_note_use(gpuarr__array *a, gpuarr__stream *s) {
     a = gpuarr__root(a);
-    if (!s || s->dev->backend->synchronous || !a->mem) return;
+    if (!s || gpuarr__backend_has(s->dev->backend, GPUARR__BACKEND_SYNCHRONOUS) || !a->mem) return;
     pthread_mutex_t *lock = gpuarr__use_lock(a);
     pthread_mutex_lock(lock);
     bool known = false;
@@ -5613,13 +5811,13 @@ static gpuarr_result gpuarr__temp_alloc(gpuarr__stream *s, size_t bytes, gpuarr_
 
 static void gpuarr__temp_free(gpuarr__stream *s, gpuarr__device_mem *tmp) {
     gpuarr__stream *uses[1] = {s};
-    gpuarr__pool_free(&s->dev->pool, tmp, uses, s->dev->backend->synchronous ? 0u : 1u);
+    gpuarr__pool_free(&s->dev->pool, tmp, uses, gpuarr__backend_has(s->dev->backend, GPUARR__BACKEND_SYNCHRONOUS) ? 0u : 1u);
 }
 
 /* A temporary written on one stream and read on another of its device (peer copies). */
 static void gpuarr__temp_free2(gpuarr__stream *a, gpuarr__stream *b, gpuarr__device_mem *tmp) {
     gpuarr__stream *uses[2] = {a, b};
-    gpuarr__pool_free(&b->dev->pool, tmp, uses, b->dev->backend->synchronous ? 0u : a == b ? 1u : 2u);
+    gpuarr__pool_free(&b->dev->pool, tmp, uses, gpuarr__backend_has(b->dev->backend, GPUARR__BACKEND_SYNCHRONOUS) ? 0u : a == b ? 1u : 2u);
 }
 
 static void gpuarr__free_host_deferred(void *ctx) { gpuarr__aligned_free(ctx); }
@@ -5669,7 +5867,7 @@ static gpuarr_result gpuarr__route_check(gpuarr__dev *sd, gpuarr__dev *dd, gpuar
     gpuarr__cast_at at = gpuarr__cast_side(st, dt);
     if (at == GPUARR__CAST_NONE) return GPUARR_OK;
     gpuarr__dev *d = at == GPUARR__CAST_AT_SOURCE ? sd : dd;
-    return d->backend->cast_supported(d, dt, st);
+    return gpuarr__backend_cast_supported(d, dt, st);
 }
 
 /* ---- how bytes cross between pageable host memory and a device ---- */
@@ -5703,15 +5901,15 @@ static bool gpuarr__pool_owns(gpuarr__pool *p, const void *ptr) {
 /* Host memory d copies from and to at full speed as it is: page-locked by the caller, or a
    pinned host array of d (gpuarr_empty_pinned). */
 static bool gpuarr__host_pinned(gpuarr__dev *d, const void *host) {
-    return gpuarr__pool_owns(&d->pinned, host) || d->backend->host_ptr_pinned(d, host);
+    return gpuarr__pool_owns(&d->pinned, host) || gpuarr__backend_host_ptr_pinned(d, host);
 }
 
 static bool gpuarr__stages(gpuarr__dev *d, const void *host, size_t bytes) {
-    return !d->info.host_unified && !d->backend->host_memory && bytes >= GPUARR__STAGE_MIN && !gpuarr__host_pinned(d, host);
+    return !d->info.host_unified && !gpuarr__backend_has(d->backend, GPUARR__BACKEND_HOST_MEMORY) && bytes >= GPUARR__STAGE_MIN && !gpuarr__host_pinned(d, host);
 }
 
 static gpuarr__path gpuarr__host_path(gpuarr__dev *d, const void *host, size_t bytes, bool host_work, bool async) {
-    if (async) return host_work || (!d->backend->pageable_async && !gpuarr__host_pinned(d, host)) ? GPUARR__PATH_QUEUED : GPUARR__PATH_DIRECT;
+    if (async) return host_work || (!gpuarr__backend_has(d->backend, GPUARR__BACKEND_PAGEABLE_ASYNC) && !gpuarr__host_pinned(d, host)) ? GPUARR__PATH_QUEUED : GPUARR__PATH_DIRECT;
     if (gpuarr__stages(d, host, bytes)) return GPUARR__PATH_STAGED;
     return host_work ? GPUARR__PATH_HOST_TEMP : GPUARR__PATH_DIRECT;
 }
@@ -5754,7 +5952,7 @@ static bool gpuarr__ring_open(gpuarr__dev *d, size_t chunk, size_t chunks, gpuar
 static gpuarr_result gpuarr__ring_wait(gpuarr__ring *r, int j) {
     gpuarr__event *e = r->done[j];
     if (!e) return GPUARR_OK;
-    gpuarr_result res = e->dev->backend->event_sync(e->dev, e->native);
+    gpuarr_result res = gpuarr__backend_event_sync(e->dev, e->native);
     gpuarr__obj_release(&e->obj);
     r->done[j] = NULL;
     return res;
@@ -5778,7 +5976,7 @@ static gpuarr_result gpuarr__staged_upload(gpuarr__stream *s, gpuarr__ring *ring
         size_t first = i * per, count = GPUARR__MIN(per, n - first);
         r = gpuarr__ring_wait(ring, j);
         if (r == GPUARR_OK) r = gpuarr__host_step(ring->chunk[j]->view, t, src + first * ssz, st, count);
-        if (r == GPUARR_OK) r = d->backend->copy_h2d(s, mem, off + first * tsz, ring->chunk[j]->view, count * tsz);
+        if (r == GPUARR_OK) r = d->backend->copy_h2d(s, mem, off + first * tsz, ring->chunk[j]->view, count * tsz, false);
         if (r == GPUARR_OK) r = gpuarr__ring_mark(ring, j, s);
     }
     gpuarr__ring_close(d, ring, s);
@@ -5795,7 +5993,7 @@ static gpuarr_result gpuarr__staged_download(gpuarr__stream *s, gpuarr__ring *ri
     gpuarr_result r = GPUARR_OK;
     for (size_t i = 0; r == GPUARR_OK && i < (size_t)ring->count; i++) { /* the first copies in flight */
         size_t count = GPUARR__MIN(per, n - i * per);
-        r = d->backend->copy_d2h(s, ring->chunk[i]->view, mem, off + i * per * tsz, count * tsz);
+        r = d->backend->copy_d2h(s, ring->chunk[i]->view, mem, off + i * per * tsz, count * tsz, false);
         if (r == GPUARR_OK) r = gpuarr__ring_mark(ring, (int)i, s);
     }
     for (size_t i = 0; r == GPUARR_OK && i < chunks; i++) {
@@ -5806,7 +6004,7 @@ static gpuarr_result gpuarr__staged_download(gpuarr__stream *s, gpuarr__ring *ri
         size_t next = i + (size_t)ring->count;
         if (r == GPUARR_OK && next < chunks) {
             size_t ncount = GPUARR__MIN(per, n - next * per);
-            r = d->backend->copy_d2h(s, ring->chunk[j]->view, mem, off + next * per * tsz, ncount * tsz);
+            r = d->backend->copy_d2h(s, ring->chunk[j]->view, mem, off + next * per * tsz, ncount * tsz, false);
             if (r == GPUARR_OK) r = gpuarr__ring_mark(ring, j, s);
         }
     }
@@ -5830,14 +6028,14 @@ static gpuarr_result gpuarr__staged_bounce(gpuarr__stream *ss, gpuarr__stream *d
         if (k < chunks) { /* copy chunk k out into its slot, after the slot's last copy in */
             int j = (int)(k % (size_t)want);
             r = gpuarr__ring_wait(&in, j);
-            if (r == GPUARR_OK) r = ss->dev->backend->copy_d2h(ss, out->chunk[j]->view, smem, soff + k * chunk, GPUARR__MIN(chunk, bytes - k * chunk));
+            if (r == GPUARR_OK) r = ss->dev->backend->copy_d2h(ss, out->chunk[j]->view, smem, soff + k * chunk, GPUARR__MIN(chunk, bytes - k * chunk), false);
             if (r == GPUARR_OK) r = gpuarr__ring_mark(out, j, ss);
         }
         if (r == GPUARR_OK && k + 1 >= (size_t)want) { /* copy chunk c in, want - 1 behind */
             size_t c = k + 1 - (size_t)want;
             int j = (int)(c % (size_t)want);
             r = gpuarr__ring_wait(out, j);
-            if (r == GPUARR_OK) r = ds->dev->backend->copy_h2d(ds, dmem, doff + c * chunk, out->chunk[j]->view, GPUARR__MIN(chunk, bytes - c * chunk));
+            if (r == GPUARR_OK) r = ds->dev->backend->copy_h2d(ds, dmem, doff + c * chunk, out->chunk[j]->view, GPUARR__MIN(chunk, bytes - c * chunk), false);
             if (r == GPUARR_OK) r = gpuarr__ring_mark(&in, j, ds);
         }
     }
@@ -5878,7 +6076,7 @@ static gpuarr_result gpuarr__queue_host_cast(gpuarr__stream *s, void *dst, gpuar
     j->dt = dt;
     j->st = st;
     j->n = n;
-    gpuarr_result r = s->dev->backend->launch_host_fn(s, gpuarr__host_cast_job_run, j);
+    gpuarr_result r = gpuarr__backend_launch_host_fn(s, gpuarr__host_cast_job_run, j);
     if (r != GPUARR_OK) gpuarr__free(j);
     return r;
 }
@@ -5903,7 +6101,7 @@ static gpuarr_result gpuarr__queued_upload(gpuarr__stream *s, gpuarr__ring *ring
         void *slot = ring->chunk[i % (size_t)ring->count]->view;
         size_t count = GPUARR__MIN(per, n - first);
         r = gpuarr__queue_host_cast(s, slot, t, src + first * ssz, st, count);
-        if (r == GPUARR_OK) r = s->dev->backend->copy_h2d(s, mem, off + first * tsz, slot, count * tsz);
+        if (r == GPUARR_OK) r = s->dev->backend->copy_h2d(s, mem, off + first * tsz, slot, count * tsz, true);
     }
     gpuarr__ring_close(s->dev, ring, s);
     return r;
@@ -5918,7 +6116,7 @@ static gpuarr_result gpuarr__queued_download(gpuarr__stream *s, gpuarr__ring *ri
     for (size_t i = 0, first = 0; r == GPUARR_OK && first < n; i++, first += per) {
         void *slot = ring->chunk[i % (size_t)ring->count]->view;
         size_t count = GPUARR__MIN(per, n - first);
-        r = s->dev->backend->copy_d2h(s, slot, mem, off + first * tsz, count * tsz);
+        r = s->dev->backend->copy_d2h(s, slot, mem, off + first * tsz, count * tsz, true);
         if (r == GPUARR_OK) r = gpuarr__queue_host_cast(s, dst + first * hsz, ht, slot, t, count);
     }
     gpuarr__ring_close(s->dev, ring, s);
@@ -6000,8 +6198,8 @@ typedef struct gpuarr__crossing {
 static gpuarr_result gpuarr__crossing_copy(const gpuarr__crossing *c, void *p) {
     gpuarr__stream *s = c->s;
     size_t bytes = c->n * gpuarr__dtype_sizes[c->dev.dtype];
-    if (c->to_device) return s->dev->backend->copy_h2d(s, c->dev.mem, c->dev.offset, p, bytes);
-    return s->dev->backend->copy_d2h(s, p, c->dev.mem, c->dev.offset, bytes);
+    if (c->to_device) return s->dev->backend->copy_h2d(s, c->dev.mem, c->dev.offset, p, bytes, c->async);
+    return s->dev->backend->copy_d2h(s, p, c->dev.mem, c->dev.offset, bytes, c->async);
 }
 
 /* The host's cast between the caller's memory and buffer p (dev's dtype): by the calling thread
@@ -6056,7 +6254,7 @@ static gpuarr_result gpuarr__cross(const gpuarr__crossing *c) {
     }
     if (path == GPUARR__PATH_QUEUED) {
         if (gpuarr__queued_ring_open(s, chunk, chunks, &ring)) return gpuarr__crossing_ring(c, &ring, per, true);
-        if (d->backend->pageable_async && gpuarr__host_temp(bytes, &tmp) == GPUARR_OK) /* one ordinary buffer */
+        if (gpuarr__backend_has(d->backend, GPUARR__BACKEND_PAGEABLE_ASYNC) && gpuarr__host_temp(bytes, &tmp) == GPUARR_OK) /* one ordinary buffer */
             return gpuarr__crossing_through(c, tmp, true);
         path = gpuarr__queued_fallback(s, host_work);
         if (c->to_device) GPUARR__CHECK(gpuarr__stream_sync_raw(s)); /* the source may be pending on s */
@@ -6133,7 +6331,7 @@ static gpuarr_result gpuarr__move_peer(gpuarr__stream *ss, gpuarr__stream *ds, g
 /* Whose pinned memory carries bytes between two devices through the host: the side whose driver
    consumes pageable memory at the call needs its own (OpenCL takes any host memory). */
 static gpuarr__dev *gpuarr__bounce_pinned_dev(gpuarr__stream *ss, gpuarr__stream *ds) {
-    return ds->dev->backend->pageable_async ? ss->dev : ds->dev;
+    return gpuarr__backend_has(ds->dev->backend, GPUARR__BACKEND_PAGEABLE_ASYNC) ? ss->dev : ds->dev;
 }
 
 /* `bytes` from device memory on ss's device to device memory on ds's, through one host buffer.
@@ -6142,7 +6340,7 @@ static gpuarr__dev *gpuarr__bounce_pinned_dev(gpuarr__stream *ss, gpuarr__stream
 static gpuarr_result gpuarr__bounce_once(gpuarr__stream *ss, gpuarr__stream *ds, void *dmem, size_t doff, const void *smem, size_t soff,
                                          size_t bytes, bool async) {
     gpuarr__dev *pd = gpuarr__bounce_pinned_dev(ss, ds);
-    bool pageable_ok = ss->dev->backend->pageable_async && ds->dev->backend->pageable_async;
+    bool pageable_ok = gpuarr__backend_has(ss->dev->backend, GPUARR__BACKEND_PAGEABLE_ASYNC) && gpuarr__backend_has(ds->dev->backend, GPUARR__BACKEND_PAGEABLE_ASYNC);
     gpuarr__hostbuf b;
     gpuarr_result r;
     /* ss writes the buffer first. From ss's device's pool it is taken for ss; from ds's, for no
@@ -6150,18 +6348,18 @@ static gpuarr_result gpuarr__bounce_once(gpuarr__stream *ss, gpuarr__stream *ds,
        own frees at once), and ordering ss after ds across backends would put a host function on
        ss waiting for ds; instead the calling thread waits for that work, if the block has any. */
     if (async && gpuarr__hostbuf_get(pd, pd == ds->dev ? NULL : ss, bytes, pageable_ok, &b)) {
-        r = ss->dev->backend->copy_d2h(ss, b.ptr, smem, soff, bytes);
+        r = ss->dev->backend->copy_d2h(ss, b.ptr, smem, soff, bytes, async);
         if (r == GPUARR_OK) r = gpuarr__stream_order(ds, ss);
-        if (r == GPUARR_OK) r = ds->dev->backend->copy_h2d(ds, dmem, doff, b.ptr, bytes);
+        if (r == GPUARR_OK) r = ds->dev->backend->copy_h2d(ds, dmem, doff, b.ptr, bytes, async);
         gpuarr__hostbuf_release(&b, ds);
         return r;
     }
     if (async) gpuarr__queued_fallback(ds, false);
     void *tmp;
     GPUARR__CHECK(gpuarr__host_temp(bytes, &tmp));
-    r = ss->dev->backend->copy_d2h(ss, tmp, smem, soff, bytes);
+    r = ss->dev->backend->copy_d2h(ss, tmp, smem, soff, bytes, async);
     if (r == GPUARR_OK) r = gpuarr__stream_sync_raw(ss);
-    if (r == GPUARR_OK) r = ds->dev->backend->copy_h2d(ds, dmem, doff, tmp, bytes);
+    if (r == GPUARR_OK) r = ds->dev->backend->copy_h2d(ds, dmem, doff, tmp, bytes, async);
     gpuarr__stream_defer(ds, gpuarr__free_host_deferred, tmp);
     return r;
 }
@@ -6204,12 +6402,12 @@ static gpuarr_result gpuarr__move(gpuarr__stream *ss, gpuarr__stream *ds, gpuarr
     if (n == 0) return GPUARR_OK;
     GPUARR__TRACE_SCOPE(gpuarr__trace_transfer, ss, ds, &dst, &src, n, async);
     if (sd == dd) return gpuarr__move_local(ss, dst, src, n);
-    if (sd->backend->host_memory) {
+    if (gpuarr__backend_has(sd->backend, GPUARR__BACKEND_HOST_MEMORY)) {
         *last = ds;
         return gpuarr__upload(ds, dst, src, n, async);
     }
-    if (dd->backend->host_memory) return gpuarr__download(ss, dst, src, n, async);
-    if (sd->backend == dd->backend && !gpuarr__g.no_peer_copies && sd->backend->can_copy_peer(dd, sd))
+    if (gpuarr__backend_has(dd->backend, GPUARR__BACKEND_HOST_MEMORY)) return gpuarr__download(ss, dst, src, n, async);
+    if (sd->backend == dd->backend && !gpuarr__g.no_peer_copies && gpuarr__backend_can_copy_peer(dd, sd))
         return gpuarr__move_peer(ss, ds, dst, src, n, last);
     *last = ds;
     return gpuarr__move_bounce(ss, ds, dst, src, n, async);
@@ -6256,7 +6454,7 @@ static gpuarr_result gpuarr__transfer_finish_async(gpuarr__transfer *t, gpuarr__
         gpuarr__array_note_use(arrays[i], ss);
         gpuarr__array_note_use(arrays[i], ds);
     }
-    if (last->dev->backend->synchronous) return GPUARR_OK;
+    if (gpuarr__backend_has(last->dev->backend, GPUARR__BACKEND_SYNCHRONOUS)) return GPUARR_OK;
     gpuarr__event *ready;
     GPUARR__CHECK(gpuarr__event_new(last->dev, false, &ready));
     gpuarr_result r = gpuarr__event_record_raw(ready, last);
@@ -6307,7 +6505,7 @@ static gpuarr_result gpuarr__order_after_uses(gpuarr__stream *s, gpuarr__array *
 /* Before writing into an existing array: the streams that may write it (those of a device; the
    host's only when both are the host's) wait for its earlier readers and writers. */
 static gpuarr_result gpuarr__order_writers(gpuarr__stream *ss, gpuarr__stream *ds, gpuarr__array *dst) {
-    bool ss_device = !ss->dev->backend->synchronous, ds_device = !ds->dev->backend->synchronous;
+    bool ss_device = !gpuarr__backend_has(ss->dev->backend, GPUARR__BACKEND_SYNCHRONOUS), ds_device = !gpuarr__backend_has(ds->dev->backend, GPUARR__BACKEND_SYNCHRONOUS);
     gpuarr_result r = GPUARR_OK;
     if (ss_device || !ds_device) r = gpuarr__order_after_uses(ss, dst);
     if (r == GPUARR_OK && ds != ss && (ds_device || !ss_device)) r = gpuarr__order_after_uses(ds, dst);
@@ -6320,16 +6518,14 @@ static gpuarr_result gpuarr__transfer_run(gpuarr__transfer *t) {
     gpuarr_result r = gpuarr__stream_for(t->src.dev, t->explicit_stream, &ss);
     if (r == GPUARR_OK) r = gpuarr__stream_for(t->dst.dev, t->explicit_stream, &ds);
     /* the source's producer: an async upload's stream waits for it (a pending host array), never the caller */
-    gpuarr__stream *reader = t->async && t->src.dev->backend->host_memory ? ds : ss;
+    gpuarr__stream *reader = t->async && gpuarr__backend_has(t->src.dev->backend, GPUARR__BACKEND_HOST_MEMORY) ? ds : ss;
     gpuarr__event *src_ready = r == GPUARR_OK && t->src_array ? gpuarr__ready_get(t->src_array) : NULL;
     if (src_ready) {
         r = gpuarr__stream_wait_raw(reader, src_ready);
         gpuarr__obj_release(&src_ready->obj);
     }
     if (r == GPUARR_OK && t->dst_existing) r = gpuarr__order_writers(ss, ds, t->dst_array);
-    gpuarr__tls.async_call = t->async; /* read by backends whose copies could block (see copy_h2d) */
     if (r == GPUARR_OK) r = gpuarr__move(ss, ds, t->dst, t->src, t->count, t->async, &last);
-    gpuarr__tls.async_call = false;
     if (r == GPUARR_OK && !t->async) r = gpuarr__stream_sync_raw(last);
     if (r == GPUARR_OK && t->async) r = gpuarr__transfer_finish_async(t, ss, ds, last);
     if (r != GPUARR_OK) { /* nothing may still be reading or writing once we report failure */
@@ -6351,7 +6547,7 @@ static gpuarr_result gpuarr__identity_ready(gpuarr__array *a, gpuarr__stream *ex
     if (!ready) return GPUARR_OK;
     gpuarr__stream *s = NULL;
     gpuarr_result r;
-    if (!async) r = ready->dev->backend->event_sync(ready->dev, ready->native);
+    if (!async) r = gpuarr__backend_event_sync(ready->dev, ready->native);
     else if ((r = gpuarr__stream_for(a->dev, explicit_stream, &s)) == GPUARR_OK) r = gpuarr__stream_wait_raw(s, ready);
     if (s) gpuarr__obj_release(&s->obj);
     gpuarr__obj_release(&ready->obj);
@@ -6646,14 +6842,14 @@ static gpuarr_result gpuarr__parse_filter(const char *text) {
 }
 
 static bool gpuarr__filter_allows(gpuarr_backend b, int index) {
-    if (gpuarr__backends[b]->builtin || !gpuarr__g.filter) return true;
+    if (gpuarr__backend_builtin(b) || !gpuarr__g.filter) return true;
     for (int i = 0; i < gpuarr__g.filter_count; i++)
         if (gpuarr__g.filter[i].backend == b && (gpuarr__g.filter[i].index < 0 || gpuarr__g.filter[i].index == index)) return true;
     return false;
 }
 
 static bool gpuarr__filter_mentions(gpuarr_backend b) {
-    if (gpuarr__backends[b]->builtin || !gpuarr__g.filter) return true;
+    if (gpuarr__backend_builtin(b) || !gpuarr__g.filter) return true;
     for (int i = 0; i < gpuarr__g.filter_count; i++)
         if (gpuarr__g.filter[i].backend == b) return true;
     return false;
@@ -6820,7 +7016,7 @@ static gpuarr_result gpuarr__registry_add(const gpuarr__backend *b, int index) {
     d->info.backend = b->id;
     d->info.index = index;
     d->info.device = gpuarr__device_handle(gpuarr__g.device_count);
-    if (b->builtin) snprintf(d->info.spec, sizeof d->info.spec, "%s", b->name);
+    if (gpuarr__backend_has(b, GPUARR__BACKEND_BUILTIN)) snprintf(d->info.spec, sizeof d->info.spec, "%s", b->name);
     else snprintf(d->info.spec, sizeof d->info.spec, "%s:%d", b->name, index);
     pthread_mutex_init(&d->lock, NULL);
     gpuarr__pool_init(&d->pool, d, false);
@@ -6833,7 +7029,7 @@ static gpuarr_result gpuarr__registry_add(const gpuarr__backend *b, int index) {
 static void gpuarr__warn_absent_filter_items(const int *counts) {
     for (int i = 0; i < gpuarr__g.filter_count; i++) {
         const gpuarr__filter_item *f = &gpuarr__g.filter[i];
-        if ((gpuarr__backends[f->backend] && gpuarr__backends[f->backend]->builtin) || (f->index < 0 ? counts[f->backend] > 0 : f->index < counts[f->backend])) continue;
+        if (gpuarr__backend_builtin(f->backend) || (f->index < 0 ? counts[f->backend] > 0 : f->index < counts[f->backend])) continue;
         char item[32];
         if (f->index < 0) snprintf(item, sizeof item, "%s", gpuarr__backend_names[f->backend]);
         else snprintf(item, sizeof item, "%s:%d", gpuarr__backend_names[f->backend], f->index);
@@ -6846,10 +7042,10 @@ static void gpuarr__warn_absent_filter_items(const int *counts) {
 static gpuarr_result gpuarr__registry_build(void) {
     int capacity = 0, counts[GPUARR_BACKEND_COUNT] = {0};
     for (int i = 1; i < GPUARR_BACKEND_COUNT; i++) {
-        const gpuarr__backend *b = gpuarr__backends[i];
+        const gpuarr__backend *b = gpuarr__backend_get((gpuarr_backend)i);
         if (!b || !gpuarr__filter_mentions(b->id)) continue;
-        gpuarr_result r = b->load();
-        if (r == GPUARR_ERROR_OUT_OF_MEMORY || (r != GPUARR_OK && b->builtin)) return r; /* the host must load */
+        gpuarr_result r = gpuarr__backend_load(b);
+        if (r == GPUARR_ERROR_OUT_OF_MEMORY || (r != GPUARR_OK && gpuarr__backend_has(b, GPUARR__BACKEND_BUILTIN))) return r; /* the host must load */
         if (r != GPUARR_OK) { /* its library is missing (UNSUPPORTED) or broken: zero devices */
             gpuarr__copy_string(gpuarr__g.backend_error[i], sizeof gpuarr__g.backend_error[i], gpuarr__tls.error_detail);
             gpuarr__log(r == GPUARR_ERROR_UNSUPPORTED ? GPUARR_LOG_INFO : GPUARR_LOG_WARN, "the %s backend is unavailable: %s",
@@ -6864,7 +7060,7 @@ static gpuarr_result gpuarr__registry_build(void) {
     if (!gpuarr__g.devices) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the device registry");
     for (int i = 1; i < GPUARR_BACKEND_COUNT; i++) {
         if (!gpuarr__g.backend_loaded[i]) continue;
-        const gpuarr__backend *b = gpuarr__backends[i];
+        const gpuarr__backend *b = gpuarr__backend_get((gpuarr_backend)i);
         for (int k = 0; k < counts[i]; k++) {
             if (!gpuarr__filter_allows(b->id, k)) continue;
             gpuarr_result r = gpuarr__registry_add(b, k);
@@ -6926,11 +7122,11 @@ static void gpuarr__teardown(void) {
         gpuarr__dev *d = &gpuarr__g.devices[i];
         gpuarr__pool_destroy(&d->pinned);
         gpuarr__pool_destroy(&d->pool);
-        if (d->opened) d->backend->device_close(d);
+        if (d->opened) gpuarr__backend_device_close(d);
         pthread_mutex_destroy(&d->lock);
     }
     for (int i = GPUARR_BACKEND_COUNT - 1; i > 0; i--)
-        if (gpuarr__g.backend_loaded[i]) gpuarr__backends[i]->unload();
+        if (gpuarr__g.backend_loaded[i]) gpuarr__backend_unload(gpuarr__backend_get((gpuarr_backend)i));
     gpuarr__thread_key_delete();
     if (gpuarr__g.locks_ready) {
         pthread_mutex_destroy(&gpuarr__g.oom_lock);
@@ -7100,7 +7296,7 @@ GPUARR_API gpuarr_dtype gpuarr_dtype_from_name(const char *name) {
 GPUARR_API const char *gpuarr_backend_name(gpuarr_backend b) {
     return b > 0 && b < GPUARR_BACKEND_COUNT ? gpuarr__backend_names[b] : "invalid";
 }
-GPUARR_API bool gpuarr_backend_compiled(gpuarr_backend b) { return b > 0 && b < GPUARR_BACKEND_COUNT && gpuarr__backends[b]; }
+GPUARR_API bool gpuarr_backend_compiled(gpuarr_backend b) { return b > 0 && b < GPUARR_BACKEND_COUNT && gpuarr__backend_get(b); }
 GPUARR_API const char *gpuarr_version_string(void) { return GPUARR_VERSION_STRING; }
 
 /* The narrowing helpers let the FPU round subnormal results, so they run in the default FP
@@ -7219,24 +7415,24 @@ static gpuarr_result gpuarr__find_device(const char *spec, gpuarr__dev **out) {
     } else if (gpuarr__layers_find_device(spec, out, &r)) {
         return r; /* a spec a layer knows ("local") */
     } else if (gpuarr__parse_backend_spec(spec, strlen(spec), false, &b, &index)) {
-        if (gpuarr__backends[b] && gpuarr__backends[b]->builtin && index > 0)
+        if (gpuarr__backend_builtin(b) && index > 0)
             return gpuarr__fail(GPUARR_ERROR_NO_DEVICE, "spec \"%s\": there is one %s device, %s:0", spec, gpuarr__backend_names[b],
                                 gpuarr__backend_names[b]);
         if (index < 0) found = gpuarr__best_of_backend(b);
         for (int i = 0; index >= 0 && i < gpuarr__g.device_count; i++)
             if (gpuarr__g.devices[i].info.backend == b && gpuarr__g.devices[i].info.index == index) found = &gpuarr__g.devices[i];
-        if (!found && !gpuarr__backends[b])
+        if (!found && !gpuarr__backend_get(b))
             return gpuarr__fail(GPUARR_ERROR_NO_DEVICE, "spec \"%s\": no such device (the %s backend is not compiled in)", spec,
                                 gpuarr__backend_names[b]);
         if (!found && !gpuarr__g.backend_loaded[b])
             return gpuarr__fail(GPUARR_ERROR_NO_DEVICE, "spec \"%s\": no such device (the %s backend is not available at run time: %s)", spec,
                                 gpuarr__backend_names[b], gpuarr__g.backend_error[b][0] ? gpuarr__g.backend_error[b] : "not asked for by GPUARR_DEVICES");
-        if (!found && index >= 0 && index < gpuarr__backends[b]->device_count() && !gpuarr__filter_allows(b, index))
+        if (!found && index >= 0 && index < gpuarr__backend_get(b)->device_count() && !gpuarr__filter_allows(b, index))
             return gpuarr__fail(GPUARR_ERROR_NO_DEVICE, "spec \"%s\": the device exists but the device filter \"%s\" leaves it out", spec,
                                 gpuarr__g.devices_filter);
         if (!found)
             return gpuarr__fail(GPUARR_ERROR_NO_DEVICE, "spec \"%s\": no such device (%d %s devices)", spec,
-                                gpuarr__backends[b]->device_count(), gpuarr__backend_names[b]);
+                                gpuarr__backend_get(b)->device_count(), gpuarr__backend_names[b]);
     } else {
         return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT,
                             "spec \"%s\" is not one of host, cpu, gpu, any, local, local:R, cuda, cuda:N, opencl, opencl:N", spec);
@@ -7273,7 +7469,7 @@ GPUARR_API gpuarr_result gpuarr_device_get_telemetry(gpuarr_device d, gpuarr_tel
     if (gpuarr__is_duplicate(dev)) dev = &gpuarr__g.devices[(dev->info.same_as.id & 0xffffu) - 1u];
     gpuarr_telemetry t;
     memset(&t, 0, sizeof t);
-    dev->backend->telemetry(dev, &t);
+    gpuarr__backend_telemetry(dev, &t);
     memcpy(out, &t, sizeof t); /* padding too: zero */
     return GPUARR_OK;
 }
@@ -7351,7 +7547,7 @@ GPUARR_API gpuarr_result gpuarr_device_reset(gpuarr_device d) {
     GPUARR__BEGIN();
     gpuarr__dev *dev;
     GPUARR__CHECK(gpuarr__get_dev_any(d, "d", &dev));
-    if (dev->backend->builtin) return GPUARR_OK; /* the host never fails */
+    if (gpuarr__backend_has(dev->backend, GPUARR__BACKEND_BUILTIN)) return GPUARR_OK; /* the host never fails */
     uint32_t arrays, streams, events;
     gpuarr__count_alive(dev, &arrays, &streams, &events);
     if (arrays || streams || events)
@@ -7390,13 +7586,13 @@ GPUARR_API gpuarr_result gpuarr_device_reset(gpuarr_device d) {
                             "%u streams and events of %s are still held by arrays of other devices that work on it ordered: "
                             "release those arrays before gpuarr_device_reset", held, dev->info.spec);
     pthread_mutex_lock(&dev->lock);
-    if (dev->opened) dev->backend->device_close(dev); /* what work was still holding goes here */
+    if (dev->opened) gpuarr__backend_device_close(dev); /* what work was still holding goes here */
     __atomic_store_n(&dev->opened, false, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&dev->lock);
     uint32_t left = gpuarr__pool_empty(&dev->pool) + gpuarr__pool_empty(&dev->pinned);
     if (left) gpuarr__log(GPUARR_LOG_WARN, "%s: %u pool segments still in use at gpuarr_device_reset (held by DLPack exports?)",
                           dev->info.spec, left);
-    gpuarr_result r = dev->backend->device_reset(dev);
+    gpuarr_result r = gpuarr__backend_device_reset(dev);
     if (r == GPUARR_OK) {
         dev->failure[0] = 0;
         __atomic_store_n(&dev->failed, 0u, __ATOMIC_RELEASE);
@@ -7434,7 +7630,7 @@ static gpuarr_result gpuarr__create(gpuarr_device d, gpuarr_dtype t, int ndim, c
         if (a->dev != dev) r = gpuarr__stream_for(a->dev, NULL, &fs); /* placed on the host */
         if (r == GPUARR_OK) {
             static const unsigned char zero = 0;
-            r = a->dev->backend->fill(fs, a->mem, a->offset, &zero, 1, a->nbytes);
+            r = a->dev->backend->fill(fs, a->mem, a->offset, &zero, 1, a->nbytes, false);
             r = gpuarr__stream_sync_keep(fs, r);
             if (fs != s) gpuarr__obj_release(&fs->obj);
         }
@@ -7588,7 +7784,7 @@ GPUARR_API gpuarr_result gpuarr_array_get_info(gpuarr_array arr, gpuarr_array_in
     out->count = a->count;
     out->itemsize = gpuarr__dtype_sizes[a->dtype];
     out->nbytes = a->nbytes;
-    out->host_accessible = a->dev->backend->host_memory;
+    out->host_accessible = gpuarr__backend_has(a->dev->backend, GPUARR__BACKEND_HOST_MEMORY);
     out->wrapped = a->wrapped;
     out->host_fallback = a->host_fallback;
     out->pinned = a->pinned_for != NULL;
@@ -7606,12 +7802,12 @@ GPUARR_API gpuarr_result gpuarr_host_data(gpuarr_array arr, void **out) {
     gpuarr__array *a;
     GPUARR__CHECK(gpuarr__get_array(arr, "a", &a));
     gpuarr_result r = GPUARR_OK;
-    if (!a->dev->backend->host_memory)
+    if (!gpuarr__backend_has(a->dev->backend, GPUARR__BACKEND_HOST_MEMORY))
         r = gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "a lives on %s, not on the host; convert it to gpuarr_host() first", a->dev->info.spec);
     else {
         gpuarr__event *ready = gpuarr__ready_get(a);
         if (ready) {
-            r = ready->dev->backend->event_sync(ready->dev, ready->native);
+            r = gpuarr__backend_event_sync(ready->dev, ready->native);
             if (r == GPUARR_OK) gpuarr__collect_device(ready->dev);
             gpuarr__obj_release(&ready->obj);
         }
@@ -7632,7 +7828,7 @@ static bool gpuarr__overlap(gpuarr__array *x, gpuarr__array *y, bool *same) {
     *same = false;
     if (x->dev != y->dev || !x->nbytes || !y->nbytes) return false;
     uintptr_t xs = x->offset, ys = y->offset;
-    if (x->dev->backend->host_memory) {
+    if (gpuarr__backend_has(x->dev->backend, GPUARR__BACKEND_HOST_MEMORY)) {
         xs += (uintptr_t)x->mem;
         ys += (uintptr_t)y->mem;
     } else if (x->mem != y->mem) {
@@ -7797,7 +7993,7 @@ GPUARR_API gpuarr_result gpuarr__fill_named(const char *api, gpuarr_array arr, g
         r = gpuarr__stream_for(a->dev, NULL, &s);
         if (r == GPUARR_OK) {
             r = gpuarr__order_after_uses(s, a);
-            if (r == GPUARR_OK) r = a->dev->backend->fill(s, a->mem, a->offset, pattern, size, a->nbytes);
+            if (r == GPUARR_OK) r = a->dev->backend->fill(s, a->mem, a->offset, pattern, size, a->nbytes, false);
             r = gpuarr__stream_sync_keep(s, r);
             gpuarr__obj_release(&s->obj);
         }
@@ -7897,12 +8093,12 @@ static gpuarr_result gpuarr__array_settle(gpuarr_array arr, bool wait, bool *rea
     gpuarr__event *e = gpuarr__ready_get(a);
     bool done = true;
     gpuarr_result r = GPUARR_OK;
-    if (e) r = wait ? e->dev->backend->event_sync(e->dev, e->native) : e->dev->backend->event_query(e->dev, e->native, &done);
+    if (e) r = wait ? gpuarr__backend_event_sync(e->dev, e->native) : gpuarr__backend_event_query(e->dev, e->native, &done);
     for (uint32_t i = 0; i < n; i++) {
         gpuarr__stream *s = uses[i];
         bool finished = true;
         uint64_t seq = gpuarr__stream_seq(s);
-        if (r == GPUARR_OK && done) r = wait ? s->dev->backend->stream_sync(s->dev, s->native) : s->dev->backend->stream_query(s->dev, s->native, &finished);
+        if (r == GPUARR_OK && done) r = wait ? gpuarr__backend_stream_sync(s->dev, s->native) : gpuarr__backend_stream_query(s->dev, s->native, &finished);
         if (r == GPUARR_OK && finished && done) gpuarr__stream_collect(s, seq);
         done = done && finished;
         gpuarr__obj_release(&s->obj);
@@ -7979,7 +8175,7 @@ static gpuarr_result gpuarr__batch_group(gpuarr__array *b, gpuarr__array *const 
     if (m == 1) { /* nothing to pack */
         gpuarr__transfer tr = gpuarr__transfer_make(to, NULL, gpuarr__array_view(src[0]), src[0], total, NULL, false);
         r = gpuarr__transfer_run(&tr);
-    } else if (sd->backend->host_memory) { /* the host packs, casting first where the rule says so */
+    } else if (gpuarr__backend_has(sd->backend, GPUARR__BACKEND_HOST_MEMORY)) { /* the host packs, casting first where the rule says so */
         gpuarr_dtype pt = gpuarr__cast_side(st, dt) == GPUARR__CAST_AT_SOURCE ? dt : st;
         size_t psz = gpuarr__dtype_sizes[pt];
         gpuarr__hostbuf hb;
@@ -7988,7 +8184,7 @@ static gpuarr_result gpuarr__batch_group(gpuarr__array *b, gpuarr__array *const 
         for (size_t j = 0, at = 0; r == GPUARR_OK && j < (size_t)m; at += (size_t)src[j]->count, j++) {
             gpuarr__event *e = gpuarr__ready_get(src[j]);
             if (e) {
-                r = e->dev->backend->event_sync(e->dev, e->native);
+                r = gpuarr__backend_event_sync(e->dev, e->native);
                 gpuarr__obj_release(&e->obj);
             }
             const unsigned char *p = (const unsigned char *)src[j]->mem + src[j]->offset;
@@ -8386,7 +8582,7 @@ GPUARR_API gpuarr_result gpuarr_stream_query(gpuarr_stream s, bool *done) {
     GPUARR__CHECK(gpuarr__resolve_stream(s, "s", &st));
     bool finished = false;
     uint64_t seq = gpuarr__stream_seq(st);
-    gpuarr_result r = st->dev->backend->stream_query(st->dev, st->native, &finished);
+    gpuarr_result r = gpuarr__backend_stream_query(st->dev, st->native, &finished);
     if (r == GPUARR_OK) gpuarr__stream_collect(st, finished ? seq : 0);
     if (r == GPUARR_OK) *done = finished;
     gpuarr__obj_release(&st->obj);
@@ -8426,8 +8622,8 @@ GPUARR_API gpuarr_result gpuarr_stream_wait(gpuarr_stream s, gpuarr_event e) {
         /* Across backends the calling thread waits (as the manual says): a host function on s
            would wait for e as recorded when it runs, and the caller may record e again before
            then, after work that waits for s (a deadlock). */
-        if (ev->dev->backend != st->dev->backend && !ev->dev->backend->synchronous)
-            r = GPUARR__ATOMIC_LOAD(&ev->recorded) ? ev->dev->backend->event_sync(ev->dev, ev->native) : GPUARR_OK;
+        if (ev->dev->backend != st->dev->backend && !gpuarr__backend_has(ev->dev->backend, GPUARR__BACKEND_SYNCHRONOUS))
+            r = GPUARR__ATOMIC_LOAD(&ev->recorded) ? gpuarr__backend_event_sync(ev->dev, ev->native) : GPUARR_OK;
         else
             r = gpuarr__stream_wait_raw(st, ev);
         gpuarr__obj_release(&st->obj);
@@ -8500,8 +8696,8 @@ GPUARR_API gpuarr_result gpuarr_event_sync(gpuarr_event e) {
     gpuarr__event *ev;
     GPUARR__CHECK(gpuarr__get_event(e, "e", &ev));
     gpuarr_result r = GPUARR_OK;
-    if (GPUARR__ATOMIC_LOAD(&ev->recorded)) r = ev->dev->backend->event_sync(ev->dev, ev->native);
-    if (r == GPUARR_OK && !ev->dev->backend->synchronous) gpuarr__collect_device(ev->dev);
+    if (GPUARR__ATOMIC_LOAD(&ev->recorded)) r = gpuarr__backend_event_sync(ev->dev, ev->native);
+    if (r == GPUARR_OK && !gpuarr__backend_has(ev->dev->backend, GPUARR__BACKEND_SYNCHRONOUS)) gpuarr__collect_device(ev->dev);
     gpuarr__obj_release(&ev->obj);
     return r;
 }
@@ -8513,7 +8709,7 @@ GPUARR_API gpuarr_result gpuarr_event_query(gpuarr_event e, bool *done) {
     GPUARR__CHECK(gpuarr__get_event(e, "e", &ev));
     bool finished = true;
     gpuarr_result r = GPUARR_OK;
-    if (GPUARR__ATOMIC_LOAD(&ev->recorded)) r = ev->dev->backend->event_query(ev->dev, ev->native, &finished);
+    if (GPUARR__ATOMIC_LOAD(&ev->recorded)) r = gpuarr__backend_event_query(ev->dev, ev->native, &finished);
     if (r == GPUARR_OK) *done = finished;
     gpuarr__obj_release(&ev->obj);
     return r;
@@ -8826,7 +9022,7 @@ GPUARR_API gpuarr_result gpuarr_pool_inject_faults(gpuarr_device d, uint64_t nth
    comes after the caller's work. */
 static gpuarr_result gpuarr__array_written_on(gpuarr__array *a, gpuarr__stream *s) {
     gpuarr__array_note_use(a, s);
-    if (s->dev->backend->synchronous || !gpuarr__root(a)->mem) return GPUARR_OK;
+    if (gpuarr__backend_has(s->dev->backend, GPUARR__BACKEND_SYNCHRONOUS) || !gpuarr__root(a)->mem) return GPUARR_OK;
     gpuarr__event *before = gpuarr__ready_get(a), *after = NULL;
     gpuarr_result r = before ? gpuarr__stream_wait_raw(s, before) : GPUARR_OK;
     if (before) gpuarr__obj_release(&before->obj);
@@ -8845,7 +9041,7 @@ GPUARR_API gpuarr_result gpuarr_array_record_stream(gpuarr_array a, gpuarr_strea
     gpuarr_result r = gpuarr__resolve_stream(s, "s", &st);
     if (r == GPUARR_OK) {
         /* a host array may be written by any device's work (pinned, mapped or wrapped memory) */
-        if (st->dev != arr->dev && !arr->dev->backend->host_memory)
+        if (st->dev != arr->dev && !gpuarr__backend_has(arr->dev->backend, GPUARR__BACKEND_HOST_MEMORY))
             r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "s is on %s but a lives on %s (only a host array may be recorded "
                              "on another device's stream)", st->dev->info.spec, arr->dev->info.spec);
         else
@@ -8869,7 +9065,7 @@ GPUARR_API gpuarr_device gpuarr_current_device(void) {
    current, if it did so in this init cycle (an earlier cycle's devices are gone). */
 static void gpuarr__activation_end(void) {
     gpuarr__dev *dev = gpuarr__tls.activation.dev;
-    if (dev && gpuarr__tls.activation.epoch == gpuarr__g.epoch) dev->backend->deactivate(dev, gpuarr__tls.activation.previous);
+    if (dev && gpuarr__tls.activation.epoch == gpuarr__g.epoch) gpuarr__backend_deactivate(dev, gpuarr__tls.activation.previous);
     memset(&gpuarr__tls.activation, 0, sizeof gpuarr__tls.activation);
 }
 
@@ -8885,7 +9081,7 @@ GPUARR_API gpuarr_result gpuarr_set_current_device(gpuarr_device d) {
     GPUARR__CHECK(gpuarr__dev_open(dev));
     gpuarr__activation_end(); /* so that `previous` is the thread's own context */
     void *previous;
-    GPUARR__CHECK(dev->backend->activate(dev, &previous));
+    GPUARR__CHECK(gpuarr__backend_activate(dev, &previous));
     gpuarr__tls.activation.epoch = gpuarr__g.epoch;
     gpuarr__tls.activation.dev = dev;
     gpuarr__tls.activation.previous = previous;
@@ -8917,7 +9113,7 @@ static gpuarr_scope gpuarr__scope_enter(gpuarr__dev *dev, uint32_t stream_id) {
     sc.previous_stream.id = gpuarr__tls.stream_id;
     sc.previous_failure = gpuarr__tls.scope_failure;
     sc.result = gpuarr__dev_open(dev);
-    if (sc.result == GPUARR_OK) sc.result = dev->backend->activate(dev, &sc.native_previous);
+    if (sc.result == GPUARR_OK) sc.result = gpuarr__backend_activate(dev, &sc.native_previous);
     if (sc.result != GPUARR_OK) {
         gpuarr__log(GPUARR_LOG_WARN, "the scope did not start: %s", gpuarr_last_error());
         return sc;
@@ -8981,7 +9177,7 @@ GPUARR_API void gpuarr_scope_leave(gpuarr_scope *scope) {
     scope->active = false;
     gpuarr__dev *dev;
     if (gpuarr__initialized() && gpuarr__get_dev(scope->device, "scope", &dev) == GPUARR_OK)
-        dev->backend->deactivate(dev, scope->native_previous);
+        gpuarr__backend_deactivate(dev, scope->native_previous);
     gpuarr__tls.device_id = scope->previous_device.id;
     gpuarr__tls.stream_id = scope->previous_stream.id;
     gpuarr__tls.scope_failure = scope->previous_failure;
@@ -8990,12 +9186,13 @@ GPUARR_API void gpuarr_scope_leave(gpuarr_scope *scope) {
     scope->lease.id = 0;
 }
 
-/* The public interop functions, generated from each backend's GPUARR__INTEROP_<NAME> list: a call
-   through the backend's interop table, or GPUARR_ERROR_UNSUPPORTED in a build without it. */
+/* The definitions of the public interop functions declared in the interop sections, generated
+   from each backend's GPUARR__INTEROP_<NAME> dispatch list: a call through the backend's interop
+   table, or GPUARR_ERROR_UNSUPPORTED in a build without it. */
 #define GPUARR__INTEROP_CALL(B, name, params, args)                                            \
     GPUARR_API gpuarr_result gpuarr_##name params {                                            \
         GPUARR__BEGIN();                                                                       \
-        const gpuarr__backend *b = gpuarr__backends[GPUARR_BACKEND_##B];                       \
+        const gpuarr__backend *b = gpuarr__backend_get(GPUARR_BACKEND_##B);                    \
         if (!b)                                                                                \
             return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "this build has no %s backend (GPUARR_NO_" #B ")", \
                                 gpuarr__backend_names[GPUARR_BACKEND_##B]);                    \

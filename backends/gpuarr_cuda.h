@@ -677,12 +677,6 @@ static void gpuarr__cu_mem_free(gpuarr__dev *d, void *mem) {
     gpuarr__cu_leave(&sc);
 }
 
-static void *gpuarr__cu_mem_host_ptr(gpuarr__dev *d, void *mem) {
-    GPUARR__UNUSED(d);
-    GPUARR__UNUSED(mem);
-    return NULL;
-}
-
 static size_t gpuarr__cu_mem_alignment(gpuarr__dev *d) {
     GPUARR__UNUSED(d);
     return 256; /* cuMemAlloc's; the pool rounds to 512 anyway */
@@ -695,11 +689,6 @@ static gpuarr_result gpuarr__cu_mem_view(gpuarr__dev *d, void *segment, size_t o
     *mem = (void *)(uintptr_t)GPUARR__CU_PTR(segment, offset);
     *mem_offset = 0;
     return GPUARR_OK;
-}
-
-static void gpuarr__cu_mem_view_release(gpuarr__dev *d, void *mem) {
-    GPUARR__UNUSED(d);
-    GPUARR__UNUSED(mem);
 }
 
 /* Pinned (page-locked) host memory, usable by every context (portable). */
@@ -745,12 +734,14 @@ static bool gpuarr__cu_host_ptr_pinned(gpuarr__dev *d, const void *p) {
  * from pageable memory the driver copies through its own staging (gpuarr stages large ones
  * itself, see the core).
  * ------------------------------------------------------------------------------------------- */
-static gpuarr_result gpuarr__cu_copy_h2d(gpuarr__stream *s, void *dst, size_t dst_off, const void *src, size_t bytes) {
+static gpuarr_result gpuarr__cu_copy_h2d(gpuarr__stream *s, void *dst, size_t dst_off, const void *src, size_t bytes, bool async) {
+    GPUARR__UNUSED(async); /* the driver never waits for queued work at these calls */
     GPUARR__CU_DO(s->dev, "cuMemcpyHtoDAsync", cuMemcpyHtoDAsync_v2(GPUARR__CU_PTR(dst, dst_off), src, bytes, GPUARR__CU_STREAM(s->native)));
     return GPUARR_OK;
 }
 
-static gpuarr_result gpuarr__cu_copy_d2h(gpuarr__stream *s, void *dst, const void *src, size_t src_off, size_t bytes) {
+static gpuarr_result gpuarr__cu_copy_d2h(gpuarr__stream *s, void *dst, const void *src, size_t src_off, size_t bytes, bool async) {
+    GPUARR__UNUSED(async); /* the driver never waits for queued work at these calls */
     GPUARR__CU_DO(s->dev, "cuMemcpyDtoHAsync", cuMemcpyDtoHAsync_v2(dst, GPUARR__CU_PTR(src, src_off), bytes, GPUARR__CU_STREAM(s->native)));
     return GPUARR_OK;
 }
@@ -803,7 +794,8 @@ static gpuarr_result gpuarr__cu_copy_peer(gpuarr__stream *s, gpuarr__dev *dst_de
 /* The driver has no 64-bit memset: an 8-byte pattern is two strided 32-bit ones, the low word
    at each element's first 4 bytes and the high word at the next 4 (little-endian). */
 static gpuarr_result gpuarr__cu_fill(gpuarr__stream *s, void *dst, size_t dst_off, const void *pattern, size_t pattern_size,
-                                     size_t bytes) {
+                                     size_t bytes, bool async) {
+    GPUARR__UNUSED(async); /* the driver never waits for queued work at these calls */
     GPUARR__TRACE_SCOPE(gpuarr__trace_fill, s, bytes, pattern_size);
     gpuarr__cu_ptr p = GPUARR__CU_PTR(dst, dst_off);
     gpuarr__cu_stream cs = GPUARR__CU_STREAM(s->native);
@@ -1110,12 +1102,6 @@ static gpuarr_result gpuarr__cu_cast(gpuarr__stream *s, void *dst, size_t dst_of
                                      params, NULL));
         done += n;
     }
-    return GPUARR_OK;
-}
-
-/* Every pair has a kernel (from the committed PTX or NVRTC); failing to get one is BACKEND. */
-static gpuarr_result gpuarr__cu_cast_supported(gpuarr__dev *d, gpuarr_dtype dst_t, gpuarr_dtype src_t) {
-    GPUARR__UNUSED(d); GPUARR__UNUSED(dst_t); GPUARR__UNUSED(src_t);
     return GPUARR_OK;
 }
 
@@ -1549,12 +1535,54 @@ static void gpuarr__cu_telemetry(gpuarr__dev *d, gpuarr_telemetry *out) {
 
 static const gpuarr__interop_CUDA gpuarr__cu_interop = {GPUARR_BACKEND_CUDA, GPUARR__INTEROP_CUDA(GPUARR__INTEROP_IMPL)};
 
-#define GPUARR__CU_TABLE_PROC(ret, name, params) gpuarr__cu_##name,
-/* asynchronous, devices named "cuda:N", device memory, no allocation limit of its own */
-static const gpuarr__backend gpuarr__backend_cuda = {
-    GPUARR_BACKEND_CUDA, "cuda", false, false, false, false, NULL, &gpuarr__cu_interop,
-    GPUARR__BACKEND_PROCS(GPUARR__CU_TABLE_PROC)};
-#undef GPUARR__CU_TABLE_PROC
-#define GPUARR__BACKEND_PTR_CUDA (&gpuarr__backend_cuda)
+/* The CUDA table: asynchronous, devices named "cuda:N", device memory, no allocation limit of
+   its own. A view is an address inside its segment: nothing to release (mem_view_release NULL);
+   every pair has a kernel, from the committed PTX or NVRTC, and failing to get one is
+   GPUARR_ERROR_BACKEND at the cast (cast_supported NULL). */
+static void gpuarr__cu_backend_fill(gpuarr__backend *b) {
+    b->id = GPUARR_BACKEND_CUDA;
+    b->name = "cuda";
+    b->flags = 0; /* asynchronous; the driver consumes pageable copies at the call */
+    b->max_alloc_name = NULL;
+    b->interop = &gpuarr__cu_interop;
+    b->load = gpuarr__cu_load;
+    b->unload = gpuarr__cu_unload;
+    b->device_count = gpuarr__cu_device_count;
+    b->device_info = gpuarr__cu_device_info;
+    b->device_open = gpuarr__cu_device_open;
+    b->device_close = gpuarr__cu_device_close;
+    b->device_reset = gpuarr__cu_device_reset;
+    b->mem_info = gpuarr__cu_mem_info;
+    b->mem_alloc = gpuarr__cu_mem_alloc;
+    b->mem_free = gpuarr__cu_mem_free;
+    b->mem_alignment = gpuarr__cu_mem_alignment;
+    b->mem_view = gpuarr__cu_mem_view;
+    b->pinned_alloc = gpuarr__cu_pinned_alloc;
+    b->pinned_free = gpuarr__cu_pinned_free;
+    b->host_ptr_pinned = gpuarr__cu_host_ptr_pinned;
+    b->copy_h2d = gpuarr__cu_copy_h2d;
+    b->copy_d2h = gpuarr__cu_copy_d2h;
+    b->copy_d2d = gpuarr__cu_copy_d2d;
+    b->can_copy_peer = gpuarr__cu_can_copy_peer;
+    b->copy_peer = gpuarr__cu_copy_peer;
+    b->cast = gpuarr__cu_cast;
+    b->fill = gpuarr__cu_fill;
+    b->launch_host_fn = gpuarr__cu_launch_host_fn;
+    b->stream_create = gpuarr__cu_stream_create;
+    b->stream_destroy = gpuarr__cu_stream_destroy;
+    b->stream_sync = gpuarr__cu_stream_sync;
+    b->stream_query = gpuarr__cu_stream_query;
+    b->stream_wait_event = gpuarr__cu_stream_wait_event;
+    b->event_create = gpuarr__cu_event_create;
+    b->event_destroy = gpuarr__cu_event_destroy;
+    b->event_record = gpuarr__cu_event_record;
+    b->event_sync = gpuarr__cu_event_sync;
+    b->event_query = gpuarr__cu_event_query;
+    b->event_elapsed = gpuarr__cu_event_elapsed;
+    b->activate = gpuarr__cu_activate;
+    b->deactivate = gpuarr__cu_deactivate;
+    b->telemetry = gpuarr__cu_telemetry;
+}
+#define GPUARR__BACKEND_FILL_CUDA gpuarr__cu_backend_fill
 
 #endif /* GPUARR_CUDA_BACKEND_INCLUDED */

@@ -403,10 +403,6 @@ typedef struct gpuarr__host_event {
     double recorded_ms; /* monotonic time of the last record; < 0 = never */
 } gpuarr__host_event;
 
-/* Any non-NULL value serves as the native stream: there is nothing to queue. A constant, never
-   written: not state. */
-static const char gpuarr__host_stream_token = 0;
-
 /* The worker pool starts here, its threads at the first large job; the cast kernels for this CPU
    are picked (GPUARR_HOST_ISA). The core and the device backends reach the CPU work through
    gpuarr__g.cpu, filled here. */
@@ -482,13 +478,6 @@ static gpuarr_result gpuarr__host_device_info(int index, gpuarr_device_info *inf
     return GPUARR_OK;
 }
 
-static gpuarr_result gpuarr__host_device_open(gpuarr__dev *d) { GPUARR__UNUSED(d); return GPUARR_OK; }
-static void gpuarr__host_device_close(gpuarr__dev *d) { GPUARR__UNUSED(d); }
-static gpuarr_result gpuarr__host_device_reset(gpuarr__dev *d) { /* nothing to discard */
-    GPUARR__UNUSED(d);
-    return GPUARR_OK;
-}
-
 static gpuarr_result gpuarr__host_mem_alloc(gpuarr__dev *d, size_t bytes, void **mem) {
     GPUARR__UNUSED(d);
     void *p = gpuarr__aligned_malloc(bytes, GPUARR__HOST_ALIGN);
@@ -505,33 +494,18 @@ static gpuarr_result gpuarr__host_mem_alloc(gpuarr__dev *d, size_t bytes, void *
 }
 
 static void gpuarr__host_mem_free(gpuarr__dev *d, void *mem) { GPUARR__UNUSED(d); gpuarr__aligned_free(mem); }
-static void *gpuarr__host_mem_host_ptr(gpuarr__dev *d, void *mem) { GPUARR__UNUSED(d); return mem; }
 static size_t gpuarr__host_mem_alignment(gpuarr__dev *d) { GPUARR__UNUSED(d); return GPUARR__HOST_ALIGN; }
-/* A pool block is the segment's pointer at an offset. */
-static gpuarr_result gpuarr__host_mem_view(gpuarr__dev *d, void *segment, size_t offset, size_t bytes, void **mem, size_t *mem_offset) {
-    GPUARR__UNUSED(d);
-    GPUARR__UNUSED(bytes);
-    *mem = segment;
-    *mem_offset = offset;
-    return GPUARR_OK;
-}
-static void gpuarr__host_mem_view_release(gpuarr__dev *d, void *mem) { GPUARR__UNUSED(d); GPUARR__UNUSED(mem); }
-/* Host memory needs no staging. */
-static gpuarr_result gpuarr__host_pinned_alloc(gpuarr__dev *d, size_t bytes, void **handle, void **host_ptr) {
-    GPUARR__UNUSED(d); GPUARR__UNUSED(bytes); GPUARR__UNUSED(handle); GPUARR__UNUSED(host_ptr);
-    return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "the host has no pinned memory to stage through");
-}
-static void gpuarr__host_pinned_free(gpuarr__dev *d, void *handle) { GPUARR__UNUSED(d); GPUARR__UNUSED(handle); }
-static bool gpuarr__host_host_ptr_pinned(gpuarr__dev *d, const void *p) { GPUARR__UNUSED(d); GPUARR__UNUSED(p); return false; }
 
-static gpuarr_result gpuarr__host_copy_h2d(gpuarr__stream *s, void *dst, size_t dst_off, const void *src, size_t bytes) {
+static gpuarr_result gpuarr__host_copy_h2d(gpuarr__stream *s, void *dst, size_t dst_off, const void *src, size_t bytes, bool async) {
     GPUARR__UNUSED(s);
+    GPUARR__UNUSED(async);
     gpuarr__host_cpu_copy((unsigned char *)dst + dst_off, src, bytes);
     return GPUARR_OK;
 }
 
-static gpuarr_result gpuarr__host_copy_d2h(gpuarr__stream *s, void *dst, const void *src, size_t src_off, size_t bytes) {
+static gpuarr_result gpuarr__host_copy_d2h(gpuarr__stream *s, void *dst, const void *src, size_t src_off, size_t bytes, bool async) {
     GPUARR__UNUSED(s);
+    GPUARR__UNUSED(async);
     gpuarr__host_cpu_copy(dst, (const unsigned char *)src + src_off, bytes);
     return GPUARR_OK;
 }
@@ -543,19 +517,6 @@ static gpuarr_result gpuarr__host_copy_d2d(gpuarr__stream *s, void *dst, size_t 
     return GPUARR_OK;
 }
 
-static bool gpuarr__host_can_copy_peer(gpuarr__dev *dst, gpuarr__dev *src) {
-    GPUARR__UNUSED(dst);
-    GPUARR__UNUSED(src);
-    return false; /* there is one host device */
-}
-
-static gpuarr_result gpuarr__host_copy_peer(gpuarr__stream *s, gpuarr__dev *dst_dev, void *dst, size_t dst_off,
-                                            gpuarr__dev *src_dev, const void *src, size_t src_off, size_t bytes) {
-    GPUARR__UNUSED(s); GPUARR__UNUSED(dst_dev); GPUARR__UNUSED(dst); GPUARR__UNUSED(dst_off);
-    GPUARR__UNUSED(src_dev); GPUARR__UNUSED(src); GPUARR__UNUSED(src_off); GPUARR__UNUSED(bytes);
-    return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "the host backend has no peer devices");
-}
-
 static gpuarr_result gpuarr__host_cast(gpuarr__stream *s, void *dst, size_t dst_off, gpuarr_dtype dst_t,
                                        const void *src, size_t src_off, gpuarr_dtype src_t, size_t count) {
     GPUARR__TRACE_SCOPE(gpuarr__trace_cast, s, dst_t, src_t, count);
@@ -563,38 +524,11 @@ static gpuarr_result gpuarr__host_cast(gpuarr__stream *s, void *dst, size_t dst_
     return GPUARR_OK;
 }
 
-static gpuarr_result gpuarr__host_cast_supported(gpuarr__dev *d, gpuarr_dtype dst_t, gpuarr_dtype src_t) {
-    GPUARR__UNUSED(d); GPUARR__UNUSED(dst_t); GPUARR__UNUSED(src_t);
-    return GPUARR_OK; /* the host reference casts every pair */
-}
-
-/* The stream's work is done already: run it now. */
-static gpuarr_result gpuarr__host_launch_host_fn(gpuarr__stream *s, gpuarr__host_fn fn, void *ctx) {
-    GPUARR__UNUSED(s);
-    fn(ctx);
-    return GPUARR_OK;
-}
-
 static gpuarr_result gpuarr__host_fill(gpuarr__stream *s, void *dst, size_t dst_off, const void *pattern, size_t pattern_size,
-                                       size_t bytes) {
+                                       size_t bytes, bool async) {
+    GPUARR__UNUSED(async);
     GPUARR__TRACE_SCOPE(gpuarr__trace_fill, s, bytes, pattern_size);
     gpuarr__host_cpu_fill((unsigned char *)dst + dst_off, pattern, pattern_size, bytes);
-    return GPUARR_OK;
-}
-
-static gpuarr_result gpuarr__host_stream_create(gpuarr__dev *d, void **native) {
-    GPUARR__UNUSED(d);
-    *native = (void *)&gpuarr__host_stream_token;
-    return GPUARR_OK;
-}
-static void gpuarr__host_stream_destroy(gpuarr__dev *d, void *native) { GPUARR__UNUSED(d); GPUARR__UNUSED(native); }
-static gpuarr_result gpuarr__host_stream_sync(gpuarr__dev *d, void *native) {
-    GPUARR__UNUSED(d); GPUARR__UNUSED(native);
-    return GPUARR_OK;
-}
-static gpuarr_result gpuarr__host_stream_query(gpuarr__dev *d, void *native, bool *done) {
-    GPUARR__UNUSED(d); GPUARR__UNUSED(native);
-    *done = true;
     return GPUARR_OK;
 }
 
@@ -612,30 +546,11 @@ static gpuarr_result gpuarr__host_event_record(gpuarr__dev *d, void *event, void
     ((gpuarr__host_event *)event)->recorded_ms = gpuarr__now_ms();
     return GPUARR_OK;
 }
-static gpuarr_result gpuarr__host_event_sync(gpuarr__dev *d, void *event) {
-    GPUARR__UNUSED(d); GPUARR__UNUSED(event);
-    return GPUARR_OK;
-}
-static gpuarr_result gpuarr__host_event_query(gpuarr__dev *d, void *event, bool *done) {
-    GPUARR__UNUSED(d); GPUARR__UNUSED(event);
-    *done = true;
-    return GPUARR_OK;
-}
 static gpuarr_result gpuarr__host_event_elapsed(gpuarr__dev *d, void *start, void *end, double *ms) {
     GPUARR__UNUSED(d);
     *ms = ((gpuarr__host_event *)end)->recorded_ms - ((gpuarr__host_event *)start)->recorded_ms;
     return GPUARR_OK;
 }
-static gpuarr_result gpuarr__host_stream_wait_event(gpuarr__dev *d, void *stream, void *event) {
-    GPUARR__UNUSED(d); GPUARR__UNUSED(stream); GPUARR__UNUSED(event);
-    return GPUARR_OK; /* the event's work is already done */
-}
-static gpuarr_result gpuarr__host_activate(gpuarr__dev *d, void **previous) {
-    GPUARR__UNUSED(d);
-    *previous = NULL;
-    return GPUARR_OK;
-}
-static void gpuarr__host_deactivate(gpuarr__dev *d, void *previous) { GPUARR__UNUSED(d); GPUARR__UNUSED(previous); }
 
 /* ---------------------------------------------------------------------------------------------
  * Telemetry: memory from /proc/meminfo, CPU utilization from /proc/stat, the CPU's temperature
@@ -801,11 +716,34 @@ static void gpuarr__host_telemetry(gpuarr__dev *d, gpuarr_telemetry *out) {
 
 static const gpuarr__interop_HOST gpuarr__host_interop = {GPUARR_BACKEND_HOST, GPUARR__INTEROP_HOST(GPUARR__INTEROP_IMPL)};
 
-/* synchronous, builtin ("host", always kept), its memory is host memory, no allocation limit */
-#define GPUARR__HOST_PROC(ret, name, params) gpuarr__host_##name,
-static const gpuarr__backend gpuarr__backend_host = {
-    GPUARR_BACKEND_HOST, "host", true, true, true, true, NULL, &gpuarr__host_interop, GPUARR__BACKEND_PROCS(GPUARR__HOST_PROC)};
-#undef GPUARR__HOST_PROC
-#define GPUARR__BACKEND_PTR_HOST (&gpuarr__backend_host)
+/* The host's table. Synchronous, so it leaves the stream procedures and the event waits NULL;
+   no driver to load, nothing to open, no pinned memory, no peers, no context to activate: those
+   are NULL too. */
+static void gpuarr__host_backend_fill(gpuarr__backend *b) {
+    b->id = GPUARR_BACKEND_HOST;
+    b->name = "host";
+    b->flags = GPUARR__BACKEND_SYNCHRONOUS | GPUARR__BACKEND_BUILTIN | GPUARR__BACKEND_HOST_MEMORY | GPUARR__BACKEND_PAGEABLE_ASYNC;
+    b->max_alloc_name = NULL; /* no allocation limit of its own */
+    b->interop = &gpuarr__host_interop;
+    b->load = gpuarr__host_load;
+    b->unload = gpuarr__host_unload;
+    b->device_count = gpuarr__host_device_count;
+    b->device_info = gpuarr__host_device_info;
+    b->mem_info = gpuarr__host_mem_info;
+    b->mem_alloc = gpuarr__host_mem_alloc;
+    b->mem_free = gpuarr__host_mem_free;
+    b->mem_alignment = gpuarr__host_mem_alignment;
+    b->copy_h2d = gpuarr__host_copy_h2d;
+    b->copy_d2h = gpuarr__host_copy_d2h;
+    b->copy_d2d = gpuarr__host_copy_d2d;
+    b->cast = gpuarr__host_cast;
+    b->fill = gpuarr__host_fill;
+    b->event_create = gpuarr__host_event_create;
+    b->event_destroy = gpuarr__host_event_destroy;
+    b->event_record = gpuarr__host_event_record;
+    b->event_elapsed = gpuarr__host_event_elapsed;
+    b->telemetry = gpuarr__host_telemetry;
+}
+#define GPUARR__BACKEND_FILL_HOST gpuarr__host_backend_fill
 
 #endif /* GPUARR_HOST_BACKEND_INCLUDED */

@@ -660,13 +660,6 @@ static void gpuarr__cl_device_close(gpuarr__dev *d) {
     cd->build_result = GPUARR_OK;
 }
 
-/* The context is the platform's, shared with its other devices: it stays. device_close and
-   device_open around this make the device's queues and kernels anew. */
-static gpuarr_result gpuarr__cl_device_reset(gpuarr__dev *d) {
-    GPUARR__UNUSED(d);
-    return GPUARR_OK;
-}
-
 /* ---------------------------------------------------------------------------------------------
  * Memory
  * ------------------------------------------------------------------------------------------- */
@@ -839,19 +832,6 @@ static void gpuarr__cl_pinned_free(gpuarr__dev *d, void *handle) {
     gpuarr__free(pin);
 }
 
-/* OpenCL cannot tell whether the caller's memory is page-locked: assume not. */
-static bool gpuarr__cl_host_ptr_pinned(gpuarr__dev *d, const void *p) {
-    GPUARR__UNUSED(d);
-    GPUARR__UNUSED(p);
-    return false;
-}
-
-static void *gpuarr__cl_mem_host_ptr(gpuarr__dev *d, void *mem) {
-    GPUARR__UNUSED(d);
-    GPUARR__UNUSED(mem);
-    return NULL;
-}
-
 /* ---------------------------------------------------------------------------------------------
  * Copies. Host-unified devices (PoCL, integrated GPUs) map the buffer and copy with the host's
  * threads: their write/read paths are far slower than a memcpy (bench/results/opencl-pocl.md).
@@ -903,10 +883,10 @@ static gpuarr_result gpuarr__cl_copy_queued(gpuarr__stream *s, gpuarr__cl_mem m,
    the two were even at 4 MiB; at 64 MiB the map is 1.6x faster). */
 #define GPUARR__CL_MAP_MIN ((size_t)4 << 20)
 
-static gpuarr_result gpuarr__cl_copy_h2d(gpuarr__stream *s, void *dst, size_t dst_off, const void *src, size_t bytes) {
+static gpuarr_result gpuarr__cl_copy_h2d(gpuarr__stream *s, void *dst, size_t dst_off, const void *src, size_t bytes, bool async) {
     gpuarr__cl_state *cl = &GPUARR__CL;
     gpuarr__cl_device *cd = GPUARR__CL_DEV(s->dev);
-    if (cd->host_unified && gpuarr__tls.async_call)
+    if (cd->host_unified && async)
         return gpuarr__cl_copy_queued(s, (gpuarr__cl_mem)dst, dst_off, bytes, (void *)(uintptr_t)src, true);
     if (cd->host_unified && bytes >= GPUARR__CL_MAP_MIN) {
         gpuarr__cl_int e = GPUARR__CL_SUCCESS;
@@ -926,11 +906,11 @@ static gpuarr_result gpuarr__cl_copy_h2d(gpuarr__stream *s, void *dst, size_t ds
     return GPUARR_OK;
 }
 
-static gpuarr_result gpuarr__cl_copy_d2h(gpuarr__stream *s, void *dst, const void *src, size_t src_off, size_t bytes) {
+static gpuarr_result gpuarr__cl_copy_d2h(gpuarr__stream *s, void *dst, const void *src, size_t src_off, size_t bytes, bool async) {
     gpuarr__cl_state *cl = &GPUARR__CL;
     gpuarr__cl_device *cd = GPUARR__CL_DEV(s->dev);
     gpuarr__cl_mem m = (gpuarr__cl_mem)(uintptr_t)src;
-    if (cd->host_unified && gpuarr__tls.async_call) return gpuarr__cl_copy_queued(s, m, src_off, bytes, dst, false);
+    if (cd->host_unified && async) return gpuarr__cl_copy_queued(s, m, src_off, bytes, dst, false);
     if (cd->host_unified && bytes >= GPUARR__CL_MAP_MIN) {
         gpuarr__cl_int e = GPUARR__CL_SUCCESS;
         void *p = cl->clEnqueueMapBuffer(GPUARR__CL_QUEUE(s), m, GPUARR__CL_TRUE, GPUARR__CL_MAP_READ, src_off, bytes, 0, NULL, NULL, &e);
@@ -983,7 +963,7 @@ static gpuarr_result gpuarr__cl_fill_range(gpuarr__stream *s, void *dst, size_t 
 }
 
 static gpuarr_result gpuarr__cl_fill(gpuarr__stream *s, void *dst, size_t dst_off, const void *pattern, size_t pattern_size,
-                                     size_t bytes) {
+                                     size_t bytes, bool async) {
     GPUARR__TRACE_SCOPE(gpuarr__trace_fill, s, bytes, pattern_size);
     gpuarr__cl_state *cl = &GPUARR__CL;
     gpuarr__cl_event ev = NULL;
@@ -992,7 +972,7 @@ static gpuarr_result gpuarr__cl_fill(gpuarr__stream *s, void *dst, size_t dst_of
        PoCL's clEnqueueFillBuffer writes a pattern wider than one byte several times slower
        than memset (bench/results/mutable.md). An async call keeps the enqueued fill, which
        does not wait for the queue as a blocking map would. */
-    if (GPUARR__CL_DEV(s->dev)->host_unified && !gpuarr__tls.async_call) {
+    if (GPUARR__CL_DEV(s->dev)->host_unified && !async) {
         gpuarr__cl_int e = GPUARR__CL_SUCCESS;
         void *p = cl->clEnqueueMapBuffer(GPUARR__CL_QUEUE(s), (gpuarr__cl_mem)dst, GPUARR__CL_TRUE,
                                          GPUARR__CL_MAP_WRITE_INVALIDATE_REGION, dst_off, bytes, 0, NULL, NULL, &e);
@@ -1517,16 +1497,6 @@ static gpuarr_result gpuarr__cl_stream_wait_event(gpuarr__dev *d, void *stream, 
     return GPUARR_OK;
 }
 
-static gpuarr_result gpuarr__cl_activate(gpuarr__dev *d, void **previous) {
-    GPUARR__UNUSED(d);
-    *previous = NULL; /* OpenCL has no current context */
-    return GPUARR_OK;
-}
-static void gpuarr__cl_deactivate(gpuarr__dev *d, void *previous) {
-    GPUARR__UNUSED(d);
-    GPUARR__UNUSED(previous);
-}
-
 /* Telemetry: what the platform offers. The device's global memory always; free memory where the
    vendor has a query for it (AMD's). PoCL has none: the total alone. */
 static void gpuarr__cl_telemetry(gpuarr__dev *d, gpuarr_telemetry *out) {
@@ -1679,12 +1649,54 @@ static gpuarr_result gpuarr__opencl_wrap_queue_raw(gpuarr_device d, void *queue,
 
 static const gpuarr__interop_OPENCL gpuarr__cl_interop = {GPUARR_BACKEND_OPENCL, GPUARR__INTEROP_OPENCL(GPUARR__INTEROP_IMPL)};
 
-/* asynchronous, devices named "opencl:N", device memory, CL_DEVICE_MAX_MEM_ALLOC_SIZE */
-#define GPUARR__CL_TABLE_PROC(ret, name, params) gpuarr__cl_##name,
-static const gpuarr__backend gpuarr__backend_opencl = {
-    GPUARR_BACKEND_OPENCL, "opencl", false, false, false, true, "CL_DEVICE_MAX_MEM_ALLOC_SIZE", &gpuarr__cl_interop,
-    GPUARR__BACKEND_PROCS(GPUARR__CL_TABLE_PROC)};
-#undef GPUARR__CL_TABLE_PROC
-#define GPUARR__BACKEND_PTR_OPENCL (&gpuarr__backend_opencl)
+/* The OpenCL table: asynchronous, devices named "opencl:N", device memory, copies from pageable
+   memory queued, CL_DEVICE_MAX_MEM_ALLOC_SIZE. Left NULL: device_reset (the context is the
+   platform's, shared with its other devices: it stays; device_close and device_open around the
+   reset make the device's queues and kernels anew), host_ptr_pinned (OpenCL cannot tell whether
+   the caller's memory is page-locked: assume not), activate and deactivate (OpenCL has no
+   current context). */
+static void gpuarr__cl_backend_fill(gpuarr__backend *b) {
+    b->id = GPUARR_BACKEND_OPENCL;
+    b->name = "opencl";
+    b->flags = GPUARR__BACKEND_PAGEABLE_ASYNC;
+    b->max_alloc_name = "CL_DEVICE_MAX_MEM_ALLOC_SIZE";
+    b->interop = &gpuarr__cl_interop;
+    b->load = gpuarr__cl_load;
+    b->unload = gpuarr__cl_unload;
+    b->device_count = gpuarr__cl_device_count;
+    b->device_info = gpuarr__cl_device_info;
+    b->device_open = gpuarr__cl_device_open;
+    b->device_close = gpuarr__cl_device_close;
+    b->mem_info = gpuarr__cl_mem_info;
+    b->mem_alloc = gpuarr__cl_mem_alloc;
+    b->mem_free = gpuarr__cl_mem_free;
+    b->mem_alignment = gpuarr__cl_mem_alignment;
+    b->mem_view = gpuarr__cl_mem_view;
+    b->mem_view_release = gpuarr__cl_mem_view_release;
+    b->pinned_alloc = gpuarr__cl_pinned_alloc;
+    b->pinned_free = gpuarr__cl_pinned_free;
+    b->copy_h2d = gpuarr__cl_copy_h2d;
+    b->copy_d2h = gpuarr__cl_copy_d2h;
+    b->copy_d2d = gpuarr__cl_copy_d2d;
+    b->can_copy_peer = gpuarr__cl_can_copy_peer;
+    b->copy_peer = gpuarr__cl_copy_peer;
+    b->cast = gpuarr__cl_cast;
+    b->cast_supported = gpuarr__cl_cast_supported;
+    b->fill = gpuarr__cl_fill;
+    b->launch_host_fn = gpuarr__cl_launch_host_fn;
+    b->stream_create = gpuarr__cl_stream_create;
+    b->stream_destroy = gpuarr__cl_stream_destroy;
+    b->stream_sync = gpuarr__cl_stream_sync;
+    b->stream_query = gpuarr__cl_stream_query;
+    b->stream_wait_event = gpuarr__cl_stream_wait_event;
+    b->event_create = gpuarr__cl_event_create;
+    b->event_destroy = gpuarr__cl_event_destroy;
+    b->event_record = gpuarr__cl_event_record;
+    b->event_sync = gpuarr__cl_event_sync;
+    b->event_query = gpuarr__cl_event_query;
+    b->event_elapsed = gpuarr__cl_event_elapsed;
+    b->telemetry = gpuarr__cl_telemetry;
+}
+#define GPUARR__BACKEND_FILL_OPENCL gpuarr__cl_backend_fill
 
 #endif /* GPUARR_OPENCL_BACKEND_INCLUDED */

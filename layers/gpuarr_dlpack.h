@@ -89,7 +89,7 @@ static void gpuarr__dlpack_deleter_legacy(DLManagedTensor *self) {
 }
 
 #define GPUARR__DLPACK_INTEROP(B) \
-    (gpuarr__backends[GPUARR_BACKEND_##B] ? (const gpuarr__interop_##B *)gpuarr__backends[GPUARR_BACKEND_##B]->interop : NULL)
+    (gpuarr__backend_get(GPUARR_BACKEND_##B) ? (const gpuarr__interop_##B *)gpuarr__backend_get(GPUARR_BACKEND_##B)->interop : NULL)
 
 /* The DLPack device, data and byte_offset of a (held by handle h). */
 static gpuarr_result gpuarr__dlpack_place(gpuarr__array *a, gpuarr_array h, DLTensor *t) {
@@ -156,7 +156,7 @@ static gpuarr_result gpuarr__dlpack_export(gpuarr_array h, bool async, gpuarr_st
     } else if (r == GPUARR_OK) {
         gpuarr__event *ready = gpuarr__ready_get(a);
         if (ready) {
-            r = ready->dev->backend->event_sync(ready->dev, ready->native);
+            r = gpuarr__backend_event_sync(ready->dev, ready->native);
             if (r == GPUARR_OK) gpuarr__collect_device(ready->dev);
             gpuarr__obj_release(&ready->obj);
         }

@@ -1014,7 +1014,7 @@ static uint64_t gpuarr__plan_capacity(gpuarr__dev *d) {
 static bool gpuarr__plan_has_fp64(gpuarr__dev *d) {
     gpuarr__error_saved sv; /* cast_supported words its refusal as an error: not this call's */
     gpuarr__error_save(&sv);
-    bool ok = d->backend->cast_supported(d, GPUARR_F64, GPUARR_F64) == GPUARR_OK;
+    bool ok = gpuarr__backend_cast_supported(d, GPUARR_F64, GPUARR_F64) == GPUARR_OK;
     gpuarr__error_restore(&sv);
     return ok;
 }

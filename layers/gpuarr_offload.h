@@ -671,7 +671,7 @@ static gpuarr_result gpuarr__off_describe(const gpuarr__task_rec *task, const gp
         snprintf(arg, sizeof arg, "in[%d]", i);
         GPUARR__CHECK(gpuarr__get_array(in[i], arg, &a));
         it->dev[i] = a->dev;
-        it->mem[i] = a->pinned_for ? GPUARR__XFER_PINNED : a->dev->backend->host_memory ? GPUARR__XFER_PAGEABLE : GPUARR__XFER_DEVICE;
+        it->mem[i] = a->pinned_for ? GPUARR__XFER_PINNED : gpuarr__backend_has(a->dev->backend, GPUARR__BACKEND_HOST_MEMORY) ? GPUARR__XFER_PAGEABLE : GPUARR__XFER_DEVICE;
         it->dtype[i] = a->dtype;
         it->bytes[i] = a->nbytes;
         it->total_bytes += a->nbytes;
@@ -698,7 +698,7 @@ static double gpuarr__off_transfers(const gpuarr__off_call *c, const gpuarr__off
         double per = c->task->out_bytes_per_size;
         uint64_t bytes = per >= 0 ? (uint64_t)(per * it->size) : it->bytes[0] * (uint64_t)c->task->desc.n_out;
         gpuarr_dtype t = c->d.out_dtype ? c->d.out_dtype : it->dtype[0];
-        gpuarr__transfer_predict(dev, dev->backend->host_memory ? GPUARR__XFER_PAGEABLE : GPUARR__XFER_DEVICE, c->out_dev, t, t, bytes, &s,
+        gpuarr__transfer_predict(dev, gpuarr__backend_has(dev->backend, GPUARR__BACKEND_HOST_MEMORY) ? GPUARR__XFER_PAGEABLE : GPUARR__XFER_DEVICE, c->out_dev, t, t, bytes, &s,
                                  &modeled);
         total += s;
     }

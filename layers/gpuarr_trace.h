@@ -315,18 +315,18 @@ static void gpuarr__trace_rec_transfer(gpuarr__trace_scope *sc, gpuarr__stream *
     const char *name, *dir, *path;
     gpuarr__stream *on = ss;
     if (sd == dd) {
-        name = sd->backend->host_memory ? "transfer h2h" : "transfer d2d";
-        dir = sd->backend->host_memory ? "h2h" : "d2d";
+        name = gpuarr__backend_has(sd->backend, GPUARR__BACKEND_HOST_MEMORY) ? "transfer h2h" : "transfer d2d";
+        dir = gpuarr__backend_has(sd->backend, GPUARR__BACKEND_HOST_MEMORY) ? "h2h" : "d2d";
         path = "local";
-    } else if (sd->backend->host_memory) {
+    } else if (gpuarr__backend_has(sd->backend, GPUARR__BACKEND_HOST_MEMORY)) {
         name = "transfer h2d", dir = "h2d", on = ds;
         path = gpuarr__trace_path(dd, gpuarr__view_host_ptr(*src), bytes, wire != src->dtype, async);
-    } else if (dd->backend->host_memory) {
+    } else if (gpuarr__backend_has(dd->backend, GPUARR__BACKEND_HOST_MEMORY)) {
         name = "transfer d2h", dir = "d2h";
         path = gpuarr__trace_path(sd, gpuarr__view_host_ptr(*dst), bytes, wire != dst->dtype, async);
     } else {
         name = "transfer d2d", dir = "d2d";
-        bool peer = sd->backend == dd->backend && !gpuarr__g.no_peer_copies && sd->backend->can_copy_peer(dd, sd);
+        bool peer = sd->backend == dd->backend && !gpuarr__g.no_peer_copies && gpuarr__backend_can_copy_peer(dd, sd);
         path = peer ? "peer" : "bounce"; /* bounce: through host memory */
         if (!peer) on = ds;
     }

@@ -233,7 +233,7 @@ static void check_backend_fill(const char *spec, gpuarr_backend backend, bool re
             cr_assert_eq(arr->dev->backend->id, backend, "%s: the array is not on the device's backend", spec);
             gpuarr__stream *s;
             TEST_OK(gpuarr__stream_for(arr->dev, NULL, &s));
-            r = arr->dev->backend->fill(s, arr->mem, arr->offset + off, pattern, ps, bytes);
+            r = arr->dev->backend->fill(s, arr->mem, arr->offset + off, pattern, ps, bytes, false);
             cr_assert_eq(r, GPUARR_OK, "%s: fill(%zu-byte pattern) = %s: %s", spec, ps, gpuarr_result_name(r), gpuarr_last_error());
             TEST_OK(gpuarr__stream_sync_raw(s));
             gpuarr__obj_release(&s->obj);

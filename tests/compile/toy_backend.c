@@ -1,8 +1,9 @@
 /* Compile-and-run test: a backend added as the top of gpuarr.h says -- its header
-   (tests/compile/toy/backends/gpuarr_toy.h), its line in GPUARR_BACKEND_LIST, its interop list
-   and its #include -- is found, converts, answers its interop function, and in a build without
-   it (-DGPUARR_NO_TOY) that function says so. The Makefile makes the copy of gpuarr.h with those
-   three lines added (build/compile/toy/gpuarr.h). */
+   (tests/compile/toy/backends/gpuarr_toy.h), its line in GPUARR_BACKEND_LIST, its interop
+   function's declaration and its row in the interop dispatch list, and its #include -- is found,
+   converts, answers its interop function, and in a build without it (-DGPUARR_NO_TOY) that
+   function says so. The Makefile makes the copy of gpuarr.h with those lines added
+   (build/compile/toy/gpuarr.h). */
 #define GPUARR_IMPLEMENTATION
 #include "gpuarr.h"
 #include <stdio.h>
@@ -39,7 +40,7 @@ int main(void) {
     for (int i = 0; i < 5; i++) EXPECT(out[i] == (double)(float)in[i]);
     gpuarr_release(t);
     gpuarr_release(h);
-    puts("compile test (a backend added: its header, a list line, an interop list and an #include): ok");
+    puts("compile test (a backend added: its header, a list line, an interop declaration and row, an #include): ok");
 #endif
     gpuarr_shutdown();
     return 0;
