@@ -1343,6 +1343,8 @@ typedef struct gpuarr_device { uint32_t id; } gpuarr_device;
 typedef struct gpuarr_array { uint32_t id; } gpuarr_array;
 typedef struct gpuarr_stream { uint32_t id; } gpuarr_stream;
 typedef struct gpuarr_event { uint32_t id; } gpuarr_event;
+typedef struct gpuarr_lease { uint32_t id; } gpuarr_lease; /* a slot on a device (LEASES) */
+typedef struct gpuarr_task { uint32_t id; } gpuarr_task;   /* a piece of user work (OFFLOAD) */
 
 /* ---------------------------------------------------------------------------------------------
  * Initialization
@@ -1462,179 +1464,6 @@ GPUARR_API gpuarr_result gpuarr_device_sync(gpuarr_device d);
    released: otherwise GPUARR_ERROR_INVALID_ARGUMENT saying how many are alive. No other thread may
    use d during the call. The host has nothing to reset (GPUARR_OK). */
 GPUARR_API gpuarr_result gpuarr_device_reset(gpuarr_device d);
-
-/* ---------------------------------------------------------------------------------------------
- * Leases (see LEASES): a slot on a device, taken for a piece of work and given back after it.
- * ------------------------------------------------------------------------------------------- */
-typedef struct gpuarr_lease { uint32_t id; } gpuarr_lease; /* id 0 = invalid */
-typedef enum gpuarr_placement {
-    GPUARR_PLACE_DEFAULT = 0,  /* least leased (share of slots in use), ties by most free memory */
-    GPUARR_PLACE_LEAST_LEASED, /* the same */
-    GPUARR_PLACE_MOST_FREE,    /* most free memory, ties by least leased */
-    GPUARR_PLACE_ROUND_ROBIN,  /* the candidate after the one this process leased last */
-    GPUARR_PLACEMENT_COUNT
-} gpuarr_placement;
-typedef struct gpuarr_lease_desc {
-    const char *devices;        /* candidates, comma separated: "gpu" (every GPU; the default), "any"
-                                   (every GPU, else the host), "all" (every device, the host included),
-                                   host, cuda, cuda:*, cuda:N, opencl..., local, local:R */
-    gpuarr_placement placement;
-    const char *affinity;       /* leases with the same key go to the same physical device while it
-                                   has free slots; NULL = none (at most 127 characters) */
-    int slots;                  /* slots this lease takes on its device; 0 = 1 */
-    uint64_t memory_bytes;      /* free device memory the work needs (0 = no condition) */
-    int64_t timeout_ms;         /* 0 = try once, < 0 = wait forever */
-} gpuarr_lease_desc;
-/* Takes desc->slots slots on one candidate device (NULL desc = defaults), waiting for them in
-   FIFO order up to desc->timeout_ms; writes *out only on success. A FAILED device is never
-   leased. Errors: INVALID_ARGUMENT (a desc field or out, named), NO_DEVICE (no candidate
-   present), DEVICE_LOST (every candidate failed), TIMEOUT (no slot in time; the message says who
-   holds them). Thread-safe. */
-GPUARR_API gpuarr_result gpuarr_lease_acquire(const gpuarr_lease_desc *desc, gpuarr_lease *out);
-/* Gives the slots back and wakes waiters. A released or unknown lease: INVALID_HANDLE. */
-GPUARR_API gpuarr_result gpuarr_lease_release(gpuarr_lease l);
-/* The device the lease is on (the view its candidates named: "opencl:0" stays opencl:0). */
-GPUARR_API gpuarr_result gpuarr_lease_device(gpuarr_lease l, gpuarr_device *out);
-/* The slots of d's physical device (shared by its views through other backends): at least 1, and
-   not below the slots in use. Raising them wakes waiters. */
-GPUARR_API gpuarr_result gpuarr_device_set_slots(gpuarr_device d, int slots);
-GPUARR_API gpuarr_result gpuarr_device_get_slots(gpuarr_device d, int *total, int *in_use);
-/* Every slot of d's physical device, a line each, into buf (NUL-terminated, cut to len):
-   "opencl:0 slot 0: free", or "... slot 1: pid P thread T host H program NAME since UNIX-TIME"
-   (from the slot files: any process; per process, with GPUARR_LEASE_DIR=off: this one's leases).
-   What gpuarr-info --leases prints. Errors: buf NULL or len 0 (INVALID_ARGUMENT), d (INVALID_HANDLE). */
-GPUARR_API gpuarr_result gpuarr_lease_summary(gpuarr_device d, char *buf, size_t len);
-
-/* Placement before running (see PLANS): a device for each step of a pipeline. */
-#define GPUARR_NEED_FP64 0x1u   /* the step computes in f64: not on OpenCL devices without cl_khr_fp64 */
-typedef struct gpuarr_plan_step {
-    const char *name;           /* for messages; NULL = its index */
-    const char *devices;        /* candidates, as gpuarr_lease_desc.devices (NULL = "gpu"): "host",
-                                   "gpu", "any", "cuda", "opencl:1", lists */
-    uint32_t needs;             /* GPUARR_NEED_* bits */
-    uint64_t memory_bytes;      /* device memory the step uses at its peak (0 = no condition) */
-} gpuarr_plan_step;
-/* Writes out[i], the device of steps[i], for all count steps, or nothing: the physical device
-   that can take the most steps takes them (ties: placement, as for leases), then the next for
-   the rest. Errors: INVALID_ARGUMENT (steps, out, count, placement, a step's needs or devices,
-   named), NO_DEVICE (a step no candidate can take: the message names the step and says why of
-   each candidate). Thread-safe. */
-GPUARR_API gpuarr_result gpuarr_plan(const gpuarr_plan_step *steps, int count, gpuarr_placement placement, gpuarr_device *out);
-
-/* ---------------------------------------------------------------------------------------------
- * Local rank (see LOCAL RANK): a device per process of a launcher, by its node-local rank.
- * ------------------------------------------------------------------------------------------- */
-/* The node-local rank the launcher gives: the first of OMPI_COMM_WORLD_LOCAL_RANK,
-   MV2_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID, PMI_LOCAL_RANK that is set (not
-   empty). *variable (unless variable is NULL) = its name, a static string, or NULL when none is
-   set: then *rank = 0 (a lone process is local rank 0). Read at each call; needs no gpuarr_init.
-   Errors: rank NULL, or the variable's value not a decimal integer 0..999999999: INVALID_ARGUMENT
-   naming the variable and its value (nothing is written). */
-GPUARR_API gpuarr_result gpuarr_local_rank(int *rank, const char **variable);
-
-/* ---------------------------------------------------------------------------------------------
- * Transfer estimates (see TRANSFER MODEL): predicted seconds to move data between devices.
- * ------------------------------------------------------------------------------------------- */
-/* Seconds predicted to move `bytes` of src's data (bytes == 0: the whole array; at most its
-   nbytes) to dst as dtype t (0 = src's dtype), from the memory src is in: pinned when src is a
-   pinned host array made for dst, else pageable host memory, or src's device memory. Fits the
-   pair's model first when it has none (GPUARR_CALIBRATE=on: a few transfers, under a second on
-   most machines). *seconds is written only on success. Errors: seconds NULL or t not a dtype
-   (INVALID_ARGUMENT), bytes more than the array holds (INVALID_ARGUMENT), src or dst not live
-   (INVALID_HANDLE), a FAILED device (DEVICE_LOST). Thread-safe. */
-GPUARR_API gpuarr_result gpuarr_transfer_estimate_array(gpuarr_array src, gpuarr_device dst, gpuarr_dtype t,
-                                                        uint64_t bytes, double *seconds);
-/* The same from a device: pageable host memory when src is the host, its device memory otherwise,
-   dtype t (1..13, required) on both sides. */
-GPUARR_API gpuarr_result gpuarr_transfer_estimate_device(gpuarr_device src, gpuarr_device dst, gpuarr_dtype t,
-                                                         uint64_t bytes, double *seconds);
-/* Fits every pair that involves d now (host <-> d both ways, pageable and pinned, cast and not;
-   d -> d cast; d <-> every other device; for d = the host: host -> host cast and host <-> every
-   device), replacing the models it had, and saves them. Seconds per device on most machines.
-   Errors: d not live (INVALID_HANDLE), FAILED (DEVICE_LOST); a transfer that fails: its error,
-   naming the pair. Thread-safe: a pair being fitted by another thread is waited for. */
-GPUARR_API gpuarr_result gpuarr_calibrate(gpuarr_device d);
-/* Every model known in this process (those on disk for these devices are read first), a line
-   each: "host -> opencl:0 pinned copy: latency 12.0 us, 5.123 GB/s (measured)"; origin measured,
-   loaded (from the cache) or set. NUL-terminated, the whole lines that fit in len. Errors: buf NULL or len 0
-   (INVALID_ARGUMENT). */
-GPUARR_API gpuarr_result gpuarr_transfer_models_summary(char *buf, size_t len);
-
-/* ---------------------------------------------------------------------------------------------
- * Tasks and offload (see OFFLOAD): the library picks the device a piece of user work runs on.
- * ------------------------------------------------------------------------------------------- */
-typedef struct gpuarr_task { uint32_t id; } gpuarr_task; /* id 0 = invalid */
-#define GPUARR_TASK_MAX_ARRAYS 8 /* inputs, and outputs, of a task */
-#define GPUARR_TASK_MAX_BACKENDS 8 /* entries of gpuarr_task_desc.impl: room for backends to come,
-                                      so the struct does not change size when one is added */
-/* An implementation: called with every input already on its device (in[i] there, as the task's
-   dtype), that device current, and a stream s of it to enqueue on (the host: runs at once); it
-   makes its outputs on the same device (out[0..n_out) are {0} on entry) and returns OK or an
-   error. It may be called from several threads at once (gpuarr_map). */
-typedef gpuarr_result (*gpuarr_task_fn)(const gpuarr_array *in, int n_in, gpuarr_array *out, int n_out, gpuarr_stream s,
-                                        void *user_data);
-/* The size metric the task's models fit time against. */
-typedef uint64_t (*gpuarr_task_size_fn)(const gpuarr_array *in, int n_in, void *user_data);
-typedef struct gpuarr_task_desc {
-    const char *name;                          /* the models' key (persisted): [A-Za-z0-9_.-]{1,63} */
-    gpuarr_task_fn impl[GPUARR_TASK_MAX_BACKENDS]; /* by backend (impl[GPUARR_BACKEND_HOST], ...); NULL =
-                                                      none; at least one; none past the last backend */
-    void *user_data;
-    int n_in, n_out;                           /* 1..8 each */
-    gpuarr_dtype in_dtype[GPUARR_TASK_MAX_ARRAYS]; /* what each input is converted to; 0 = as given */
-    gpuarr_task_size_fn size;                  /* the size metric; NULL = elements of in[0] */
-} gpuarr_task_desc;
-/* Checks desc and makes a task (the desc is copied; name too). Errors: INVALID_ARGUMENT naming
-   the field. Thread-safe. */
-GPUARR_API gpuarr_result gpuarr_task_create(const gpuarr_task_desc *desc, gpuarr_task *out);
-/* Ends the handle; a gpuarr_offload or gpuarr_map running the task (on any thread, the task's own
-   implementation included) keeps it until that call returns. A destroyed or unknown task:
-   INVALID_HANDLE. The task's models and statistics stay (they belong to its name). */
-GPUARR_API gpuarr_result gpuarr_task_destroy(gpuarr_task t);
-
-typedef enum gpuarr_offload_policy {
-    GPUARR_OFFLOAD_DEFAULT = 0, /* GPUARR_OFFLOAD=auto|host|gpu; auto when unset */
-    GPUARR_OFFLOAD_AUTO,        /* the models' choice; the 1 MiB rule while nothing is measured */
-    GPUARR_OFFLOAD_HOST,        /* the host always (the seeds' "force CPU") */
-    GPUARR_OFFLOAD_GPU,         /* a device other than the host always, the models choosing among them */
-    GPUARR_OFFLOAD_POLICY_COUNT
-} gpuarr_offload_policy;
-typedef struct gpuarr_offload_desc {
-    const char *devices;        /* candidates, a list as for leases; NULL = "all" (every device, the
-                                   host included, each physical device once) */
-    gpuarr_offload_policy policy;
-    gpuarr_device out_device;   /* where outputs go; {0} = where they were computed */
-    gpuarr_dtype out_dtype;     /* outputs converted to this; 0 = as computed */
-    bool lease;                 /* hold a lease (waiting as long as it takes) on the chosen device while
-                                   it runs, choosing among candidates with a free slot */
-    int streams;                /* gpuarr_map: streams (worker threads) per device, 0 = 2; 1..16 */
-} gpuarr_offload_desc;
-/* Runs t once (NULL desc = defaults): picks the candidate with the least predicted input
-   transfer + compute + output transfer + queue wait, moves inputs there, runs, gives outputs back
-   where asked. out[0..n_out) and *ran_on (may be NULL) are written only on success. */
-GPUARR_API gpuarr_result gpuarr_offload(gpuarr_task t, const gpuarr_array *in, int n_in, gpuarr_array *out, int n_out,
-                                        const gpuarr_offload_desc *desc, gpuarr_device *ran_on);
-/* n_items items: in holds n_items * n_in arrays (item i's inputs at in[i * n_in]), out receives
-   n_items * n_out in item order. On a failure: no new items start, running ones finish, every
-   output made is released (out all {0}), *failed_item (may be NULL) = the lowest index among the
-   items that failed, and the error is that item's. */
-GPUARR_API gpuarr_result gpuarr_map(gpuarr_task t, const gpuarr_array *in, int n_items, gpuarr_array *out,
-                                    const gpuarr_offload_desc *desc, int *failed_item);
-typedef struct gpuarr_task_stats {
-    uint64_t calls;                   /* runs of the task on this device (offload and map) */
-    uint64_t explorations;            /* of them, runs chosen to measure the device */
-    uint64_t changed_by_exploration;  /* of those, runs where the models would have chosen another */
-    double predicted_s, measured_s;   /* sums over the calls (compute: the model's prediction, the time) */
-    double model_a_s, model_b_s;      /* the robust line t = a + b * size (0, 0 while not fitted); predictions: see OFFLOAD */
-    uint64_t samples;                 /* in the model's window */
-    uint64_t rejected;                /* samples refused as outliers */
-} gpuarr_task_stats;
-/* The task's statistics and model on d (zeros where it never ran). Thread-safe. */
-GPUARR_API gpuarr_result gpuarr_task_get_stats(gpuarr_task t, gpuarr_device d, gpuarr_task_stats *out);
-/* One line per task model known to this process (those measured, and those in the cache folder
-   for this machine's devices) with its statistics: what `gpuarr-info --models` prints. buf is
-   NUL-terminated and holds the whole lines that fit in len, each ending with a newline. */
-GPUARR_API gpuarr_result gpuarr_task_models_summary(char *buf, size_t len);
 
 /* ---------------------------------------------------------------------------------------------
  * Telemetry (see TELEMETRY). X(NAME, bit, "name", fields): one bit of gpuarr_telemetry.valid per
@@ -1786,78 +1615,6 @@ GPUARR_API gpuarr_result gpuarr_convert_many(const gpuarr_array *src, int n, gpu
 GPUARR_API gpuarr_result gpuarr_array_record_stream(gpuarr_array a, gpuarr_stream s);
 
 /* ---------------------------------------------------------------------------------------------
- * Memory pools: one caching allocator per device (see MEMORY POOLS in the manual).
- * ------------------------------------------------------------------------------------------- */
-typedef struct gpuarr_pool_stats {
-    /* bytes of live arrays (rounded to blocks), and as asked for; current, peak, total */
-    uint64_t allocated_bytes, peak_allocated_bytes, total_allocated_bytes;
-    uint64_t requested_bytes, peak_requested_bytes, total_requested_bytes;
-    /* bytes held from the device (live + cached) */
-    uint64_t reserved_bytes, peak_reserved_bytes, total_reserved_bytes;
-    uint64_t allocations, peak_allocations, total_allocations; /* live blocks */
-    uint64_t segments, peak_segments, total_segments;          /* device allocations held */
-    uint64_t limit_bytes;             /* reserved bytes may not exceed this */
-    uint64_t release_threshold_bytes; /* cached bytes above this go back at sync points */
-    uint64_t cache_hits, cache_misses, backend_allocs, backend_frees, cross_stream_waits;
-    /* the out-of-memory ladder, step by step */
-    uint64_t oom_handler_calls, oom_oversize_releases, oom_waits, oom_trims, oom_retries, oom_failures;
-    uint64_t host_fallbacks;
-} gpuarr_pool_stats;
-
-typedef struct gpuarr_pool_segment_info {
-    uint64_t size;
-    bool small_pool;
-    uint32_t first_block, block_count; /* into the blocks array of gpuarr_pool_snapshot */
-} gpuarr_pool_segment_info;
-
-typedef struct gpuarr_pool_block_info {
-    uint64_t offset, size, requested; /* requested: 0 when free */
-    bool allocated;
-    uint32_t pending_events;          /* free, but reusable elsewhere only after these complete */
-} gpuarr_pool_block_info;
-
-/* Asked, in order, when a device allocation fails: return true to have gpuarr retry (say, after
-   freeing arrays of your own). Called without gpuarr's locks held, from the allocating thread. */
-typedef bool (*gpuarr_oom_fn)(gpuarr_device d, uint64_t requested_bytes, void *user_data);
-
-GPUARR_API gpuarr_result gpuarr_pool_get_stats(gpuarr_device d, gpuarr_pool_stats *out);
-/* The same counters for d's pinned host pool: the staging chunks that large transfers between
-   pageable host memory and a discrete device go through (all zero where the device needs none). */
-GPUARR_API gpuarr_result gpuarr_pool_get_pinned_stats(gpuarr_device d, gpuarr_pool_stats *out);
-GPUARR_API gpuarr_result gpuarr_pool_reset_peaks(gpuarr_device d);
-/* bytes = 0: no limit beyond the device's memory. Lowering it below what is reserved releases
-   cached memory as far as it can; live arrays are never affected. */
-GPUARR_API gpuarr_result gpuarr_pool_set_limit(gpuarr_device d, uint64_t bytes);
-/* Gives every cached segment of d back to the device (after the work that used it completes). */
-GPUARR_API gpuarr_result gpuarr_pool_trim(gpuarr_device d);
-/* A human-readable table of the stats, NUL-terminated, truncated to len. */
-GPUARR_API gpuarr_result gpuarr_pool_summary(gpuarr_device d, char *buf, size_t len);
-/* The pool's segments and their blocks in address order. Writes at most max_* entries and sets
-   *segment_count / *block_count to the totals (call with max 0 to size the arrays). */
-GPUARR_API gpuarr_result gpuarr_pool_snapshot(gpuarr_device d, gpuarr_pool_segment_info *segments, size_t max_segments,
-                                              size_t *segment_count, gpuarr_pool_block_info *blocks, size_t max_blocks,
-                                              size_t *block_count);
-GPUARR_API gpuarr_result gpuarr_oom_handler_add(gpuarr_oom_fn fn, void *user_data); /* at most 16 */
-GPUARR_API gpuarr_result gpuarr_oom_handler_remove(gpuarr_oom_fn fn, void *user_data);
-/* Fault injection for tests: the nth raw device allocation from now fails (0 = off), and every
-   raw allocation above above_bytes fails (0 = off). Also GPUARR_FAULTS (see the manual). */
-GPUARR_API gpuarr_result gpuarr_pool_inject_faults(gpuarr_device d, uint64_t nth, uint64_t above_bytes);
-
-/* ---------------------------------------------------------------------------------------------
- * Tracing (see TRACING in the manual). These work with or without gpuarr_init.
- * ------------------------------------------------------------------------------------------- */
-/* Starts recording a Chrome trace-event JSON file at path (created or truncated now; written at
-   gpuarr_trace_stop). Errors: GPUARR_ERROR_INVALID_ARGUMENT (path NULL, empty, longer than 480
-   characters, or not writable: the message gives the system's reason), GPUARR_ERROR_UNSUPPORTED
-   (a trace is already being recorded: one at a time). Thread-safe. */
-GPUARR_API gpuarr_result gpuarr_trace_start(const char *path);
-/* Stops recording and writes the file. Errors: GPUARR_ERROR_UNSUPPORTED (no trace is being
-   recorded), GPUARR_ERROR_INVALID_ARGUMENT (the file could not be written: the reason),
-   GPUARR_ERROR_OUT_OF_MEMORY (no host memory to gather the events; the file is then closed
-   holding an empty trace). Thread-safe. */
-GPUARR_API gpuarr_result gpuarr_trace_stop(void);
-
-/* ---------------------------------------------------------------------------------------------
  * Typed host I/O. X(C type, suffix, dtype). Each line makes gpuarr_from_host_<suffix> and
  * gpuarr_to_host_<suffix>, and one association of the generic gpuarr_from_host / gpuarr_to_host
  * (_Generic in C, overloads in C++). Keyed on fundamental types: `long` and `long long` are
@@ -1972,8 +1729,6 @@ typedef struct gpuarr_scope {
    makes the stream's device current). Leave: restore them; a second leave does nothing. */
 GPUARR_API gpuarr_scope gpuarr_scope_enter_device(gpuarr_device d);
 GPUARR_API gpuarr_scope gpuarr_scope_enter_stream(gpuarr_stream s);
-/* Acquires a lease (gpuarr_lease_acquire) and makes its device current; leave releases it. */
-GPUARR_API gpuarr_scope gpuarr_scope_enter_lease(const gpuarr_lease_desc *desc);
 /* Returns s. If s failed to start, the thread is left with no current device or stream until
    gpuarr_scope_leave(&s): every call that would use them (a {0} stream, work placed on the
    current stream, gpuarr_current_device) fails with s.result, saying that the scope did not
@@ -2002,18 +1757,64 @@ static inline gpuarr_scope gpuarr__scope_report(gpuarr_scope s, gpuarr_result *r
    the error that made it skip the block. */
 #define GPUARR_WITH_DEVICE_R(dev, result) GPUARR__WITH(gpuarr__scope_report(gpuarr_scope_enter_device(dev), result))
 #define GPUARR_WITH_STREAM_R(stream, result) GPUARR__WITH(gpuarr__scope_report(gpuarr_scope_enter_stream(stream), result))
-/* GPUARR_WITH_LEASE(desc_ptr, dev) { ... }: leases a device, declares `gpuarr_device dev` for the
-   block and makes it current, and releases the lease when the block ends (normally, by break or
-   by continue; as GPUARR_WITH_DEVICE, return and goto skip the release). No slot in time (or a bad
-   desc): the block is skipped and gpuarr_last_error() says why; the _R form writes the result. */
-#define GPUARR__WITH_LEASE(enter, dev)                                                         \
-    for (gpuarr_scope GPUARR__ID(scope) = enter; GPUARR__ID(scope).active;                     \
-         gpuarr_scope_leave(&GPUARR__ID(scope)))                                               \
-        for (int GPUARR__ID(once) = 1; GPUARR__ID(once); GPUARR__ID(once) = 0)                 \
-            for (gpuarr_device dev = GPUARR__ID(scope).device; GPUARR__ID(once); GPUARR__ID(once) = 0)
-#define GPUARR_WITH_LEASE(desc, dev) GPUARR__WITH_LEASE(gpuarr_scope_enter_lease(desc), dev)
-#define GPUARR_WITH_LEASE_R(desc, dev, result)                                                 \
-    GPUARR__WITH_LEASE(gpuarr__scope_report(gpuarr_scope_enter_lease(desc), result), dev)
+
+/* ---------------------------------------------------------------------------------------------
+ * Memory pools: one caching allocator per device (see MEMORY POOLS in the manual).
+ * ------------------------------------------------------------------------------------------- */
+typedef struct gpuarr_pool_stats {
+    /* bytes of live arrays (rounded to blocks), and as asked for; current, peak, total */
+    uint64_t allocated_bytes, peak_allocated_bytes, total_allocated_bytes;
+    uint64_t requested_bytes, peak_requested_bytes, total_requested_bytes;
+    /* bytes held from the device (live + cached) */
+    uint64_t reserved_bytes, peak_reserved_bytes, total_reserved_bytes;
+    uint64_t allocations, peak_allocations, total_allocations; /* live blocks */
+    uint64_t segments, peak_segments, total_segments;          /* device allocations held */
+    uint64_t limit_bytes;             /* reserved bytes may not exceed this */
+    uint64_t release_threshold_bytes; /* cached bytes above this go back at sync points */
+    uint64_t cache_hits, cache_misses, backend_allocs, backend_frees, cross_stream_waits;
+    /* the out-of-memory ladder, step by step */
+    uint64_t oom_handler_calls, oom_oversize_releases, oom_waits, oom_trims, oom_retries, oom_failures;
+    uint64_t host_fallbacks;
+} gpuarr_pool_stats;
+
+typedef struct gpuarr_pool_segment_info {
+    uint64_t size;
+    bool small_pool;
+    uint32_t first_block, block_count; /* into the blocks array of gpuarr_pool_snapshot */
+} gpuarr_pool_segment_info;
+
+typedef struct gpuarr_pool_block_info {
+    uint64_t offset, size, requested; /* requested: 0 when free */
+    bool allocated;
+    uint32_t pending_events;          /* free, but reusable elsewhere only after these complete */
+} gpuarr_pool_block_info;
+
+/* Asked, in order, when a device allocation fails: return true to have gpuarr retry (say, after
+   freeing arrays of your own). Called without gpuarr's locks held, from the allocating thread. */
+typedef bool (*gpuarr_oom_fn)(gpuarr_device d, uint64_t requested_bytes, void *user_data);
+
+GPUARR_API gpuarr_result gpuarr_pool_get_stats(gpuarr_device d, gpuarr_pool_stats *out);
+/* The same counters for d's pinned host pool: the staging chunks that large transfers between
+   pageable host memory and a discrete device go through (all zero where the device needs none). */
+GPUARR_API gpuarr_result gpuarr_pool_get_pinned_stats(gpuarr_device d, gpuarr_pool_stats *out);
+GPUARR_API gpuarr_result gpuarr_pool_reset_peaks(gpuarr_device d);
+/* bytes = 0: no limit beyond the device's memory. Lowering it below what is reserved releases
+   cached memory as far as it can; live arrays are never affected. */
+GPUARR_API gpuarr_result gpuarr_pool_set_limit(gpuarr_device d, uint64_t bytes);
+/* Gives every cached segment of d back to the device (after the work that used it completes). */
+GPUARR_API gpuarr_result gpuarr_pool_trim(gpuarr_device d);
+/* A human-readable table of the stats, NUL-terminated, truncated to len. */
+GPUARR_API gpuarr_result gpuarr_pool_summary(gpuarr_device d, char *buf, size_t len);
+/* The pool's segments and their blocks in address order. Writes at most max_* entries and sets
+   *segment_count / *block_count to the totals (call with max 0 to size the arrays). */
+GPUARR_API gpuarr_result gpuarr_pool_snapshot(gpuarr_device d, gpuarr_pool_segment_info *segments, size_t max_segments,
+                                              size_t *segment_count, gpuarr_pool_block_info *blocks, size_t max_blocks,
+                                              size_t *block_count);
+GPUARR_API gpuarr_result gpuarr_oom_handler_add(gpuarr_oom_fn fn, void *user_data); /* at most 16 */
+GPUARR_API gpuarr_result gpuarr_oom_handler_remove(gpuarr_oom_fn fn, void *user_data);
+/* Fault injection for tests: the nth raw device allocation from now fails (0 = off), and every
+   raw allocation above above_bytes fails (0 = off). Also GPUARR_FAULTS (see the manual). */
+GPUARR_API gpuarr_result gpuarr_pool_inject_faults(gpuarr_device d, uint64_t nth, uint64_t above_bytes);
 
 /* ---------------------------------------------------------------------------------------------
  * OpenCL interop. Native handles travel as void * here; with <CL/cl.h> included, the typed
@@ -2066,6 +1867,31 @@ GPUARR_API gpuarr_result gpuarr_cuda_wrap_ptr(gpuarr_device d, void *ptr, gpuarr
                                               gpuarr_release_fn release, void *user_data, gpuarr_array *out);
 /* A stream on d whose work runs on `stream`, one of d's primary context (runtime's or driver's). */
 GPUARR_API gpuarr_result gpuarr_cuda_wrap_stream(gpuarr_device d, struct CUstream_st *stream, gpuarr_stream *out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Tracing (see TRACING in the manual). These work with or without gpuarr_init.
+ * ------------------------------------------------------------------------------------------- */
+/* Starts recording a Chrome trace-event JSON file at path (created or truncated now; written at
+   gpuarr_trace_stop). Errors: GPUARR_ERROR_INVALID_ARGUMENT (path NULL, empty, longer than 480
+   characters, or not writable: the message gives the system's reason), GPUARR_ERROR_UNSUPPORTED
+   (a trace is already being recorded: one at a time). Thread-safe. */
+GPUARR_API gpuarr_result gpuarr_trace_start(const char *path);
+/* Stops recording and writes the file. Errors: GPUARR_ERROR_UNSUPPORTED (no trace is being
+   recorded), GPUARR_ERROR_INVALID_ARGUMENT (the file could not be written: the reason),
+   GPUARR_ERROR_OUT_OF_MEMORY (no host memory to gather the events; the file is then closed
+   holding an empty trace). Thread-safe. */
+GPUARR_API gpuarr_result gpuarr_trace_stop(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Local rank (see LOCAL RANK): a device per process of a launcher, by its node-local rank.
+ * ------------------------------------------------------------------------------------------- */
+/* The node-local rank the launcher gives: the first of OMPI_COMM_WORLD_LOCAL_RANK,
+   MV2_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID, PMI_LOCAL_RANK that is set (not
+   empty). *variable (unless variable is NULL) = its name, a static string, or NULL when none is
+   set: then *rank = 0 (a lone process is local rank 0). Read at each call; needs no gpuarr_init.
+   Errors: rank NULL, or the variable's value not a decimal integer 0..999999999: INVALID_ARGUMENT
+   naming the variable and its value (nothing is written). */
+GPUARR_API gpuarr_result gpuarr_local_rank(int *rank, const char **variable);
 
 /* ---------------------------------------------------------------------------------------------
  * DLPack (v1.1 ABI). With <dlpack/dlpack.h> (v1.x) included before gpuarr.h its types are used;
@@ -2169,6 +1995,181 @@ GPUARR_API void gpuarr_dlpack_capsule_destructor(void *capsule);
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
+
+/* ---------------------------------------------------------------------------------------------
+ * Leases (see LEASES): a slot on a device, taken for a piece of work and given back after it.
+ * ------------------------------------------------------------------------------------------- */
+typedef enum gpuarr_placement {
+    GPUARR_PLACE_DEFAULT = 0,  /* least leased (share of slots in use), ties by most free memory */
+    GPUARR_PLACE_LEAST_LEASED, /* the same */
+    GPUARR_PLACE_MOST_FREE,    /* most free memory, ties by least leased */
+    GPUARR_PLACE_ROUND_ROBIN,  /* the candidate after the one this process leased last */
+    GPUARR_PLACEMENT_COUNT
+} gpuarr_placement;
+typedef struct gpuarr_lease_desc {
+    const char *devices;        /* candidates, comma separated: "gpu" (every GPU; the default), "any"
+                                   (every GPU, else the host), "all" (every device, the host included),
+                                   host, cuda, cuda:*, cuda:N, opencl..., local, local:R */
+    gpuarr_placement placement;
+    const char *affinity;       /* leases with the same key go to the same physical device while it
+                                   has free slots; NULL = none (at most 127 characters) */
+    int slots;                  /* slots this lease takes on its device; 0 = 1 */
+    uint64_t memory_bytes;      /* free device memory the work needs (0 = no condition) */
+    int64_t timeout_ms;         /* 0 = try once, < 0 = wait forever */
+} gpuarr_lease_desc;
+/* Takes desc->slots slots on one candidate device (NULL desc = defaults), waiting for them in
+   FIFO order up to desc->timeout_ms; writes *out only on success. A FAILED device is never
+   leased. Errors: INVALID_ARGUMENT (a desc field or out, named), NO_DEVICE (no candidate
+   present), DEVICE_LOST (every candidate failed), TIMEOUT (no slot in time; the message says who
+   holds them). Thread-safe. */
+GPUARR_API gpuarr_result gpuarr_lease_acquire(const gpuarr_lease_desc *desc, gpuarr_lease *out);
+/* Gives the slots back and wakes waiters. A released or unknown lease: INVALID_HANDLE. */
+GPUARR_API gpuarr_result gpuarr_lease_release(gpuarr_lease l);
+/* The device the lease is on (the view its candidates named: "opencl:0" stays opencl:0). */
+GPUARR_API gpuarr_result gpuarr_lease_device(gpuarr_lease l, gpuarr_device *out);
+/* The slots of d's physical device (shared by its views through other backends): at least 1, and
+   not below the slots in use. Raising them wakes waiters. */
+GPUARR_API gpuarr_result gpuarr_device_set_slots(gpuarr_device d, int slots);
+GPUARR_API gpuarr_result gpuarr_device_get_slots(gpuarr_device d, int *total, int *in_use);
+/* Every slot of d's physical device, a line each, into buf (NUL-terminated, cut to len):
+   "opencl:0 slot 0: free", or "... slot 1: pid P thread T host H program NAME since UNIX-TIME"
+   (from the slot files: any process; per process, with GPUARR_LEASE_DIR=off: this one's leases).
+   What gpuarr-info --leases prints. Errors: buf NULL or len 0 (INVALID_ARGUMENT), d (INVALID_HANDLE). */
+GPUARR_API gpuarr_result gpuarr_lease_summary(gpuarr_device d, char *buf, size_t len);
+
+/* Placement before running (see PLANS): a device for each step of a pipeline. */
+#define GPUARR_NEED_FP64 0x1u   /* the step computes in f64: not on OpenCL devices without cl_khr_fp64 */
+typedef struct gpuarr_plan_step {
+    const char *name;           /* for messages; NULL = its index */
+    const char *devices;        /* candidates, as gpuarr_lease_desc.devices (NULL = "gpu"): "host",
+                                   "gpu", "any", "cuda", "opencl:1", lists */
+    uint32_t needs;             /* GPUARR_NEED_* bits */
+    uint64_t memory_bytes;      /* device memory the step uses at its peak (0 = no condition) */
+} gpuarr_plan_step;
+/* Writes out[i], the device of steps[i], for all count steps, or nothing: the physical device
+   that can take the most steps takes them (ties: placement, as for leases), then the next for
+   the rest. Errors: INVALID_ARGUMENT (steps, out, count, placement, a step's needs or devices,
+   named), NO_DEVICE (a step no candidate can take: the message names the step and says why of
+   each candidate). Thread-safe. */
+GPUARR_API gpuarr_result gpuarr_plan(const gpuarr_plan_step *steps, int count, gpuarr_placement placement, gpuarr_device *out);
+
+/* Acquires a lease (gpuarr_lease_acquire) and makes its device current; leave releases it. */
+GPUARR_API gpuarr_scope gpuarr_scope_enter_lease(const gpuarr_lease_desc *desc);
+/* GPUARR_WITH_LEASE(desc_ptr, dev) { ... }: leases a device, declares `gpuarr_device dev` for the
+   block and makes it current, and releases the lease when the block ends (normally, by break or
+   by continue; as GPUARR_WITH_DEVICE, return and goto skip the release). No slot in time (or a bad
+   desc): the block is skipped and gpuarr_last_error() says why; the _R form writes the result. */
+#define GPUARR__WITH_LEASE(enter, dev)                                                         \
+    for (gpuarr_scope GPUARR__ID(scope) = enter; GPUARR__ID(scope).active;                     \
+         gpuarr_scope_leave(&GPUARR__ID(scope)))                                               \
+        for (int GPUARR__ID(once) = 1; GPUARR__ID(once); GPUARR__ID(once) = 0)                 \
+            for (gpuarr_device dev = GPUARR__ID(scope).device; GPUARR__ID(once); GPUARR__ID(once) = 0)
+#define GPUARR_WITH_LEASE(desc, dev) GPUARR__WITH_LEASE(gpuarr_scope_enter_lease(desc), dev)
+#define GPUARR_WITH_LEASE_R(desc, dev, result)                                                 \
+    GPUARR__WITH_LEASE(gpuarr__scope_report(gpuarr_scope_enter_lease(desc), result), dev)
+
+/* ---------------------------------------------------------------------------------------------
+ * Transfer estimates (see TRANSFER MODEL): predicted seconds to move data between devices.
+ * ------------------------------------------------------------------------------------------- */
+/* Seconds predicted to move `bytes` of src's data (bytes == 0: the whole array; at most its
+   nbytes) to dst as dtype t (0 = src's dtype), from the memory src is in: pinned when src is a
+   pinned host array made for dst, else pageable host memory, or src's device memory. Fits the
+   pair's model first when it has none (GPUARR_CALIBRATE=on: a few transfers, under a second on
+   most machines). *seconds is written only on success. Errors: seconds NULL or t not a dtype
+   (INVALID_ARGUMENT), bytes more than the array holds (INVALID_ARGUMENT), src or dst not live
+   (INVALID_HANDLE), a FAILED device (DEVICE_LOST). Thread-safe. */
+GPUARR_API gpuarr_result gpuarr_transfer_estimate_array(gpuarr_array src, gpuarr_device dst, gpuarr_dtype t,
+                                                        uint64_t bytes, double *seconds);
+/* The same from a device: pageable host memory when src is the host, its device memory otherwise,
+   dtype t (1..13, required) on both sides. */
+GPUARR_API gpuarr_result gpuarr_transfer_estimate_device(gpuarr_device src, gpuarr_device dst, gpuarr_dtype t,
+                                                         uint64_t bytes, double *seconds);
+/* Fits every pair that involves d now (host <-> d both ways, pageable and pinned, cast and not;
+   d -> d cast; d <-> every other device; for d = the host: host -> host cast and host <-> every
+   device), replacing the models it had, and saves them. Seconds per device on most machines.
+   Errors: d not live (INVALID_HANDLE), FAILED (DEVICE_LOST); a transfer that fails: its error,
+   naming the pair. Thread-safe: a pair being fitted by another thread is waited for. */
+GPUARR_API gpuarr_result gpuarr_calibrate(gpuarr_device d);
+/* Every model known in this process (those on disk for these devices are read first), a line
+   each: "host -> opencl:0 pinned copy: latency 12.0 us, 5.123 GB/s (measured)"; origin measured,
+   loaded (from the cache) or set. NUL-terminated, the whole lines that fit in len. Errors: buf NULL or len 0
+   (INVALID_ARGUMENT). */
+GPUARR_API gpuarr_result gpuarr_transfer_models_summary(char *buf, size_t len);
+
+/* ---------------------------------------------------------------------------------------------
+ * Tasks and offload (see OFFLOAD): the library picks the device a piece of user work runs on.
+ * ------------------------------------------------------------------------------------------- */
+#define GPUARR_TASK_MAX_ARRAYS 8 /* inputs, and outputs, of a task */
+#define GPUARR_TASK_MAX_BACKENDS 8 /* entries of gpuarr_task_desc.impl: room for backends to come,
+                                      so the struct does not change size when one is added */
+/* An implementation: called with every input already on its device (in[i] there, as the task's
+   dtype), that device current, and a stream s of it to enqueue on (the host: runs at once); it
+   makes its outputs on the same device (out[0..n_out) are {0} on entry) and returns OK or an
+   error. It may be called from several threads at once (gpuarr_map). */
+typedef gpuarr_result (*gpuarr_task_fn)(const gpuarr_array *in, int n_in, gpuarr_array *out, int n_out, gpuarr_stream s,
+                                        void *user_data);
+/* The size metric the task's models fit time against. */
+typedef uint64_t (*gpuarr_task_size_fn)(const gpuarr_array *in, int n_in, void *user_data);
+typedef struct gpuarr_task_desc {
+    const char *name;                          /* the models' key (persisted): [A-Za-z0-9_.-]{1,63} */
+    gpuarr_task_fn impl[GPUARR_TASK_MAX_BACKENDS]; /* by backend (impl[GPUARR_BACKEND_HOST], ...); NULL =
+                                                      none; at least one; none past the last backend */
+    void *user_data;
+    int n_in, n_out;                           /* 1..8 each */
+    gpuarr_dtype in_dtype[GPUARR_TASK_MAX_ARRAYS]; /* what each input is converted to; 0 = as given */
+    gpuarr_task_size_fn size;                  /* the size metric; NULL = elements of in[0] */
+} gpuarr_task_desc;
+/* Checks desc and makes a task (the desc is copied; name too). Errors: INVALID_ARGUMENT naming
+   the field. Thread-safe. */
+GPUARR_API gpuarr_result gpuarr_task_create(const gpuarr_task_desc *desc, gpuarr_task *out);
+/* Ends the handle; a gpuarr_offload or gpuarr_map running the task (on any thread, the task's own
+   implementation included) keeps it until that call returns. A destroyed or unknown task:
+   INVALID_HANDLE. The task's models and statistics stay (they belong to its name). */
+GPUARR_API gpuarr_result gpuarr_task_destroy(gpuarr_task t);
+
+typedef enum gpuarr_offload_policy {
+    GPUARR_OFFLOAD_DEFAULT = 0, /* GPUARR_OFFLOAD=auto|host|gpu; auto when unset */
+    GPUARR_OFFLOAD_AUTO,        /* the models' choice; the 1 MiB rule while nothing is measured */
+    GPUARR_OFFLOAD_HOST,        /* the host always (the seeds' "force CPU") */
+    GPUARR_OFFLOAD_GPU,         /* a device other than the host always, the models choosing among them */
+    GPUARR_OFFLOAD_POLICY_COUNT
+} gpuarr_offload_policy;
+typedef struct gpuarr_offload_desc {
+    const char *devices;        /* candidates, a list as for leases; NULL = "all" (every device, the
+                                   host included, each physical device once) */
+    gpuarr_offload_policy policy;
+    gpuarr_device out_device;   /* where outputs go; {0} = where they were computed */
+    gpuarr_dtype out_dtype;     /* outputs converted to this; 0 = as computed */
+    bool lease;                 /* hold a lease (waiting as long as it takes) on the chosen device while
+                                   it runs, choosing among candidates with a free slot */
+    int streams;                /* gpuarr_map: streams (worker threads) per device, 0 = 2; 1..16 */
+} gpuarr_offload_desc;
+/* Runs t once (NULL desc = defaults): picks the candidate with the least predicted input
+   transfer + compute + output transfer + queue wait, moves inputs there, runs, gives outputs back
+   where asked. out[0..n_out) and *ran_on (may be NULL) are written only on success. */
+GPUARR_API gpuarr_result gpuarr_offload(gpuarr_task t, const gpuarr_array *in, int n_in, gpuarr_array *out, int n_out,
+                                        const gpuarr_offload_desc *desc, gpuarr_device *ran_on);
+/* n_items items: in holds n_items * n_in arrays (item i's inputs at in[i * n_in]), out receives
+   n_items * n_out in item order. On a failure: no new items start, running ones finish, every
+   output made is released (out all {0}), *failed_item (may be NULL) = the lowest index among the
+   items that failed, and the error is that item's. */
+GPUARR_API gpuarr_result gpuarr_map(gpuarr_task t, const gpuarr_array *in, int n_items, gpuarr_array *out,
+                                    const gpuarr_offload_desc *desc, int *failed_item);
+typedef struct gpuarr_task_stats {
+    uint64_t calls;                   /* runs of the task on this device (offload and map) */
+    uint64_t explorations;            /* of them, runs chosen to measure the device */
+    uint64_t changed_by_exploration;  /* of those, runs where the models would have chosen another */
+    double predicted_s, measured_s;   /* sums over the calls (compute: the model's prediction, the time) */
+    double model_a_s, model_b_s;      /* the robust line t = a + b * size (0, 0 while not fitted); predictions: see OFFLOAD */
+    uint64_t samples;                 /* in the model's window */
+    uint64_t rejected;                /* samples refused as outliers */
+} gpuarr_task_stats;
+/* The task's statistics and model on d (zeros where it never ran). Thread-safe. */
+GPUARR_API gpuarr_result gpuarr_task_get_stats(gpuarr_task t, gpuarr_device d, gpuarr_task_stats *out);
+/* One line per task model known to this process (those measured, and those in the cache folder
+   for this machine's devices) with its statistics: what `gpuarr-info --models` prints. buf is
+   NUL-terminated and holds the whole lines that fit in len, each ending with a newline. */
+GPUARR_API gpuarr_result gpuarr_task_models_summary(char *buf, size_t len);
 
 /* ---------------------------------------------------------------------------------------------
  * Generic typed I/O: gpuarr_from_host(dev, data, ndim, shape, &out), gpuarr_to_host(a, data, n)
