@@ -6,7 +6,8 @@
 - backends/ holds backends only: each header fills a gpuarr__backend table, includes no layer and
   calls no function a layer defines;
 - layers/ holds layers only: each header fills a gpuarr__layer, and the list at the end of gpuarr.h
-  adds each one; the core (gpuarr.h outside that list) calls no function a layer defines;
+  adds each one; the core (gpuarr.h outside that list) calls no function a layer defines, and a
+  layer none that a layer included after it defines;
 - generated/ files say what made them and the command that remakes them;
 - function length over gpuarr.h, backends/ and layers/: median <= 12, p90 <= 30, none over 110.
 Prints what it found; exits 1 on the first broken rule.
@@ -72,8 +73,14 @@ def check_folders():
     called = uses(core[:start] + core[end:], every_layer_fn)
     if called:
         fail("the core calls what a layer defines, not through the list: %s" % ", ".join(called))
+    order = re.findall(r'#include "(layers/[^"]+)"', core)
+    for k, path in enumerate(order):
+        later = set().union(set(), *(layer_defs[p][1] for p in order[k + 1:]))
+        called = uses(strip_comments(read(path)), later - layer_defs[path][1])
+        if called:
+            fail("%s calls what a layer included after it defines: %s" % (path, ", ".join(called)))
     print("check-layout: %d backends, %d layers; no backend uses a layer; the core reaches the layers only "
-          "through gpuarr__layer_list" % (len(headers("backends")), len(layer_files)))
+          "through gpuarr__layer_list; each layer uses only those before it" % (len(headers("backends")), len(layer_files)))
 
 
 def check_generated():
