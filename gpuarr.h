@@ -2864,6 +2864,8 @@ enum { GPUARR__KERNELS_AUTO, GPUARR__KERNELS_PTX, GPUARR__KERNELS_NVRTC };
    start order. The core knows no layer by name: it calls these. Every member but name may be NULL. */
 typedef struct gpuarr__layer {
     const char *name; /* for messages: "leases", "trace", ... */
+    void (*id)(struct gpuarr__layer *l); /* the fill function that made this row: the layer's identity
+                                            (gpuarr__layer_state) */
     /* At gpuarr_init, once the registry is built, in list order. A failure fails gpuarr_init, and
        every layer's stop runs. */
     gpuarr_result (*start)(void);
@@ -2973,9 +2975,7 @@ typedef struct gpuarr__state {
     bool backend_loaded[GPUARR_BACKEND_COUNT];
     char backend_error[GPUARR_BACKEND_COUNT][256]; /* why a backend is not available */
     void *backend_state[GPUARR_BACKEND_COUNT];
-    struct gpuarr__lease_state *leases; /* slots and leases (layers/gpuarr_lease.h) */
-    struct gpuarr__xfer_state *xfer;    /* transfer models (layers/gpuarr_transfer_model.h) */
-    struct gpuarr__offload_state *offload; /* tasks and their models (layers/gpuarr_offload.h) */
+    void *layer_state[GPUARR__LAYER_MAX]; /* each layer's own, by its row in layers[]; never read here */
 } gpuarr__state;
 
 /* Zero but for the locks and the backends' once flag; the rest is left to zero initialization (designated initializers
@@ -7082,7 +7082,25 @@ static void gpuarr__layer_list(void (*add)(void (*fill)(gpuarr__layer *)));
 
 static void gpuarr__layer_add(void (*fill)(gpuarr__layer *)) {
     if (gpuarr__g.layer_count == GPUARR__LAYER_MAX) return; /* GPUARR__LAYER_MAX is checked where the list is */
-    fill(&gpuarr__g.layers[gpuarr__g.layer_count++]);
+    gpuarr__layer *l = &gpuarr__g.layers[gpuarr__g.layer_count++];
+    l->id = fill;
+    fill(l);
+}
+
+/* The state a layer keeps from its start to its stop, found by its fill function. The core keeps
+   it (zeroed at teardown) and never reads it. NULL before the layer starts. */
+static void **gpuarr__layer_state_slot(void (*id)(gpuarr__layer *)) {
+    for (int i = 0; i < gpuarr__g.layer_count; i++)
+        if (gpuarr__g.layers[i].id == id) return &gpuarr__g.layer_state[i];
+    return NULL;
+}
+GPUARR__FOR_BACKENDS static void *gpuarr__layer_state(void (*id)(gpuarr__layer *)) {
+    void **slot = gpuarr__layer_state_slot(id);
+    return slot ? *slot : NULL;
+}
+GPUARR__FOR_BACKENDS static void gpuarr__layer_state_set(void (*id)(gpuarr__layer *), void *state) {
+    void **slot = gpuarr__layer_state_slot(id);
+    if (slot) *slot = state;
 }
 
 /* Once per process, under init_lock: the layers' table outlives every shutdown. */

@@ -65,6 +65,9 @@ typedef struct gpuarr__lease_state {
     char (*keys)[128];       /* by registry index: the slot files' name stem */
     char identity[160];      /* "host H program NAME" for the slot files; "" = not read yet */
 } gpuarr__lease_state;
+static void gpuarr__lease_layer(gpuarr__layer *l);
+/* The layer's state (gpuarr__layer_state): NULL outside its start and stop. */
+static gpuarr__lease_state *gpuarr__lease_st(void) { return (gpuarr__lease_state *)gpuarr__layer_state(gpuarr__lease_layer); }
 
 /* ---------------------------------------------------------------------------------------------
  * Slots per device: the defaults, then GPUARR_SLOTS or desc.slots
@@ -127,7 +130,7 @@ static void gpuarr__slots_apply(gpuarr_backend b, int index, int slots) {
     for (int i = 0; i < gpuarr__g.device_count; i++) {
         const gpuarr_device_info *in = &gpuarr__g.devices[i].info;
         if (in->backend != b || (index >= 0 && in->index != index)) continue;
-        gpuarr__g.leases->total[gpuarr__lease_phys(i)] = slots;
+        gpuarr__lease_st()->total[gpuarr__lease_phys(i)] = slots;
         any = true;
     }
     if (!any)
@@ -144,7 +147,7 @@ static void gpuarr__slots_defaults(void) {
     int devices = 0;
     for (int i = 1; i < gpuarr__g.device_count; i++) devices += gpuarr__lease_phys(i) == i;
     int per_device = devices ? (int)((cpus + devices - 1) / devices) : 1;
-    for (int i = 0; i < gpuarr__g.device_count; i++) gpuarr__g.leases->total[i] = i == 0 ? (int)cpus : per_device;
+    for (int i = 0; i < gpuarr__g.device_count; i++) gpuarr__lease_st()->total[i] = i == 0 ? (int)cpus : per_device;
 }
 
 static long gpuarr__lease_tid(void) {
@@ -168,7 +171,7 @@ static gpuarr_result gpuarr__check_lease_dir(const char *name, const char *value
    (the parent's locks stay: they belong to the parent's open files as well). No lock is taken: the
    child has one thread, and a lock another thread held at the fork would stay held. */
 static void gpuarr__lease_atfork_child(void) {
-    gpuarr__lease_state *ls = gpuarr__g.leases;
+    gpuarr__lease_state *ls = gpuarr__lease_st();
     if (!ls) return;
     for (uint32_t i = 0; i < ls->rec_count; i++) {
         gpuarr__lease_rec *r = &ls->recs[i];
@@ -199,7 +202,7 @@ static void gpuarr__lease_key(const gpuarr_device_info *in, char *out, size_t ca
 }
 
 static gpuarr_result gpuarr__lease_files_start(void) {
-    gpuarr__lease_state *ls = gpuarr__g.leases;
+    gpuarr__lease_state *ls = gpuarr__lease_st();
     const char *dir = gpuarr__setting(GPUARR__SET_LEASE_DIR), *xdg = gpuarr__env("XDG_RUNTIME_DIR", GPUARR__ENV_IGNORED);
     if (dir && !gpuarr__setting_value(GPUARR__SET_LEASE_DIR, 1)) return GPUARR_OK; /* off */
     if (dir) gpuarr__copy_string(ls->dir, sizeof ls->dir, dir);
@@ -214,14 +217,14 @@ static gpuarr_result gpuarr__lease_files_start(void) {
 
 /* A slot file's name in the folder. */
 static void gpuarr__lease_name(int phys, int k, char *out, size_t cap) {
-    snprintf(out, cap, "%s.%d.slot", gpuarr__g.leases->keys[phys], k);
+    snprintf(out, cap, "%s.%d.slot", gpuarr__lease_st()->keys[phys], k);
 }
 
 /* Opens the folder once (lock held), made first when make: only a folder of this user that no one
    else can write, or a sticky one of this user or root (shared on purpose; see LEASES). Without
    make, a missing folder is not an error: *found says whether it is open. */
 static gpuarr_result gpuarr__lease_dir_open(bool make, bool *found) {
-    gpuarr__lease_state *ls = gpuarr__g.leases;
+    gpuarr__lease_state *ls = gpuarr__lease_st();
     *found = ls->dir_made;
     if (ls->dir_made) return GPUARR_OK;
     char why[160];
@@ -244,7 +247,7 @@ static gpuarr_result gpuarr__lease_dir_make(void) {
 /* Who this process is, for its slot files: the host and program names, read once (at the first
    acquire that writes a file; a /proc read costs more than the rest of a lease). Lock held. */
 static const char *gpuarr__lease_identity(void) {
-    gpuarr__lease_state *ls = gpuarr__g.leases;
+    gpuarr__lease_state *ls = gpuarr__lease_st();
     if (ls->identity[0]) return ls->identity;
     char host[64] = "?", comm[64] = "?";
     if (gethostname(host, sizeof host - 1) != 0) host[0] = '?', host[1] = '\0';
@@ -276,7 +279,7 @@ static void gpuarr__lease_file_write(int fd) {
 /* Locks `slots` free slot files of phys into fds: 1, or 0 when too few are free, or -1 (error
    set). The files this process holds are busy to it too (flock is per open file). */
 static int gpuarr__lease_files_take(int phys, int slots, int *fds) {
-    gpuarr__lease_state *ls = gpuarr__g.leases;
+    gpuarr__lease_state *ls = gpuarr__lease_st();
     int got = 0;
     char name[160], why[160];
     for (int k = 0; k < ls->total[phys] && got < slots; k++) {
@@ -312,7 +315,7 @@ static void gpuarr__lease_files_put(gpuarr__lease_rec *r) {
    file says of the holder ("" when free or unreadable; a file that cannot be used counts as held,
    saying why). A folder that is refused is an error; one not made yet means every slot is free. */
 static gpuarr_result gpuarr__lease_files_each(int phys, void (*fn)(int k, bool held, const char *holder, void *user), void *user) {
-    gpuarr__lease_state *ls = gpuarr__g.leases;
+    gpuarr__lease_state *ls = gpuarr__lease_st();
     char name[160], text[256], why[160];
     bool found;
     GPUARR__CHECK(gpuarr__lease_dir_open(false, &found));
@@ -360,7 +363,7 @@ static gpuarr_result gpuarr__leases_start(void) {
     ls->in_use = counts + n;
     ls->last_view = -1;
     ls->plan_last = -1;
-    gpuarr__g.leases = ls;
+    gpuarr__layer_state_set(gpuarr__lease_layer, ls);
     gpuarr__slots_defaults();
     const char *text = gpuarr__setting(GPUARR__SET_SLOTS); /* desc.slots, else GPUARR_SLOTS: checked at read */
     const char *bad;
@@ -370,7 +373,7 @@ static gpuarr_result gpuarr__leases_start(void) {
 }
 
 static void gpuarr__leases_stop(void) {
-    gpuarr__lease_state *ls = gpuarr__g.leases;
+    gpuarr__lease_state *ls = gpuarr__lease_st();
     if (!ls) return;
     uint32_t live = 0;
     for (uint32_t i = 0; i < ls->rec_count; i++) {
@@ -385,7 +388,7 @@ static void gpuarr__leases_stop(void) {
     gpuarr__free(ls->total);
     gpuarr__free(ls->keys);
     gpuarr__free(ls);
-    gpuarr__g.leases = NULL;
+    gpuarr__layer_state_set(gpuarr__lease_layer, NULL);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -393,13 +396,13 @@ static void gpuarr__leases_stop(void) {
  * ------------------------------------------------------------------------------------------- */
 static gpuarr_lease gpuarr__lease_handle(uint32_t index) {
     gpuarr_lease l;
-    l.id = (uint32_t)gpuarr__g.leases->recs[index].gen << 16 | (index + 1u);
+    l.id = (uint32_t)gpuarr__lease_st()->recs[index].gen << 16 | (index + 1u);
     return l;
 }
 
 /* The live record of l (lock held). */
 static gpuarr_result gpuarr__lease_get(gpuarr_lease l, const char *arg, gpuarr__lease_rec **out) {
-    gpuarr__lease_state *ls = gpuarr__g.leases;
+    gpuarr__lease_state *ls = gpuarr__lease_st();
     uint32_t index = (l.id & 0xffffu) - 1u;
     uint16_t gen = (uint16_t)(l.id >> 16);
     if (l.id == 0) return gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s is a zero lease handle", arg);
@@ -417,7 +420,7 @@ static gpuarr_result gpuarr__lease_get(gpuarr_lease l, const char *arg, gpuarr__
 
 /* A free record's index (lock held), or UINT32_MAX when none can be had. */
 static uint32_t gpuarr__lease_new_rec(void) {
-    gpuarr__lease_state *ls = gpuarr__g.leases;
+    gpuarr__lease_state *ls = gpuarr__lease_st();
     for (uint32_t i = 0; i < ls->rec_count; i++)
         if (!ls->recs[i].live) return i;
     if (ls->rec_count == ls->rec_cap) {
@@ -554,7 +557,7 @@ static bool gpuarr__lease_failed(int view) {
 
 /* Can `me` (queued, or NULL for a call not queued: behind every waiter) take `slots` on view? */
 static bool gpuarr__lease_open(const gpuarr__lease_waiter *me, int view, int slots) {
-    gpuarr__lease_state *ls = gpuarr__g.leases;
+    gpuarr__lease_state *ls = gpuarr__lease_st();
     int p = gpuarr__lease_phys(view);
     if (gpuarr__lease_failed(view) || ls->total[p] - ls->in_use[p] < slots) return false;
     for (const gpuarr__lease_waiter *w = ls->head; w && w != me; w = w->next)
@@ -564,7 +567,7 @@ static bool gpuarr__lease_open(const gpuarr__lease_waiter *me, int view, int slo
 
 /* less leased than b: a smaller share of its slots in use */
 static int gpuarr__lease_cmp_share(int a, int b) {
-    gpuarr__lease_state *ls = gpuarr__g.leases;
+    gpuarr__lease_state *ls = gpuarr__lease_st();
     int pa = gpuarr__lease_phys(a), pb = gpuarr__lease_phys(b);
     int64_t x = (int64_t)ls->in_use[pa] * ls->total[pb], y = (int64_t)ls->in_use[pb] * ls->total[pa];
     return x < y ? -1 : x > y ? 1 : 0;
@@ -582,7 +585,7 @@ static uint64_t gpuarr__lease_mem(const gpuarr__lease_cands *c, int i, uint64_t 
 
 static int gpuarr__lease_pick(const gpuarr__lease_waiter *me, const gpuarr__lease_cands *c, const gpuarr_lease_desc *d, int slots,
                               const bool *excluded, uint64_t *mem, bool *memory_short) {
-    gpuarr__lease_state *ls = gpuarr__g.leases;
+    gpuarr__lease_state *ls = gpuarr__lease_st();
     int n = c->count, open[64], *ok = n <= 64 ? open : (int *)gpuarr__calloc(sizeof(int) * (size_t)n), count = 0;
     if (!ok) return -1;
     *memory_short = false;
@@ -654,7 +657,7 @@ static void gpuarr__lease_holder_other(int k, bool held, const char *holder, voi
 
 /* Who holds the candidates' slots: "opencl:0: 1 of 1 slots in use (pid 12 thread 13 for 5 ms)". */
 static void gpuarr__lease_holders(const gpuarr__lease_cands *c, char *buf, size_t cap) {
-    gpuarr__lease_state *ls = gpuarr__g.leases;
+    gpuarr__lease_state *ls = gpuarr__lease_st();
     double now = gpuarr__now_ms();
     for (int i = 0; i < c->count; i++) {
         int v = c->view[i], p = gpuarr__lease_phys(v);
@@ -712,7 +715,7 @@ static bool gpuarr__lease_before(const struct timespec *a, const struct timespec
 
 /* The slots of `view` for this lease (lock held). */
 static gpuarr_lease gpuarr__lease_grant(uint32_t index, int view, int slots, const char *affinity, int *fds) {
-    gpuarr__lease_state *ls = gpuarr__g.leases;
+    gpuarr__lease_state *ls = gpuarr__lease_st();
     gpuarr__lease_rec *rec = &ls->recs[index];
     rec->live = true;
     rec->view = view;
@@ -730,7 +733,7 @@ static gpuarr_lease gpuarr__lease_grant(uint32_t index, int view, int slots, con
 }
 
 static void gpuarr__lease_dequeue(gpuarr__lease_waiter *me) {
-    gpuarr__lease_state *ls = gpuarr__g.leases;
+    gpuarr__lease_state *ls = gpuarr__lease_st();
     gpuarr__lease_waiter **pp = &ls->head, *prev = NULL;
     while (*pp && *pp != me) prev = *pp, pp = &(*pp)->next;
     if (!*pp) return;
@@ -742,7 +745,7 @@ static void gpuarr__lease_dequeue(gpuarr__lease_waiter *me) {
 /* Places, waits, grants (lock held). */
 static gpuarr_result gpuarr__lease_wait(const gpuarr_lease_desc *d, const char *list, const gpuarr__lease_cands *c, int slots,
                                         gpuarr_lease *out, int *view_out, bool *waited) {
-    gpuarr__lease_state *ls = gpuarr__g.leases;
+    gpuarr__lease_state *ls = gpuarr__lease_st();
     uint64_t *mem = (uint64_t *)gpuarr__calloc(sizeof(uint64_t) * (size_t)c->count);
     bool *excluded = (bool *)gpuarr__calloc(sizeof(bool) * (size_t)c->count);
     if (!mem || !excluded) {
@@ -835,7 +838,7 @@ static gpuarr_result gpuarr__lease_acquire(const gpuarr_lease_desc *desc, gpuarr
     GPUARR__TRACE_SCOPE(gpuarr__trace_lease, slots);
     gpuarr__lease_cands c;
     gpuarr_result r = gpuarr__cands_parse("desc->devices", list, &c);
-    gpuarr__lease_state *ls = gpuarr__g.leases;
+    gpuarr__lease_state *ls = gpuarr__lease_st();
     int view = -1;
     bool waited = false;
     if (r == GPUARR_OK) {
@@ -863,7 +866,7 @@ GPUARR_API gpuarr_result gpuarr_lease_acquire(const gpuarr_lease_desc *desc, gpu
 }
 
 static gpuarr_result gpuarr__lease_release(gpuarr_lease l) {
-    gpuarr__lease_state *ls = gpuarr__g.leases;
+    gpuarr__lease_state *ls = gpuarr__lease_st();
     pthread_mutex_lock(&ls->lock);
     gpuarr__lease_rec *rec;
     gpuarr_result r = gpuarr__lease_get(l, "l", &rec);
@@ -894,7 +897,7 @@ static void gpuarr__lease_release_quiet(gpuarr_lease l) {
 GPUARR_API gpuarr_result gpuarr_lease_device(gpuarr_lease l, gpuarr_device *out) {
     GPUARR__BEGIN();
     GPUARR__REQUIRE_PTR(out);
-    gpuarr__lease_state *ls = gpuarr__g.leases;
+    gpuarr__lease_state *ls = gpuarr__lease_st();
     pthread_mutex_lock(&ls->lock);
     gpuarr__lease_rec *rec;
     gpuarr_result r = gpuarr__lease_get(l, "l", &rec);
@@ -909,7 +912,7 @@ GPUARR_API gpuarr_result gpuarr_device_set_slots(gpuarr_device d, int slots) {
     GPUARR__CHECK(gpuarr__get_dev_any(d, "d", &dev));
     if (slots < 1 || slots > GPUARR__LEASE_MAX_SLOTS)
         return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "slots = %d: must be 1..%d", slots, GPUARR__LEASE_MAX_SLOTS);
-    gpuarr__lease_state *ls = gpuarr__g.leases;
+    gpuarr__lease_state *ls = gpuarr__lease_st();
     int p = gpuarr__lease_phys((int)(dev - gpuarr__g.devices));
     gpuarr_result r = GPUARR_OK;
     pthread_mutex_lock(&ls->lock);
@@ -929,7 +932,7 @@ GPUARR_API gpuarr_result gpuarr_device_get_slots(gpuarr_device d, int *total, in
     GPUARR__REQUIRE_PTR(in_use);
     gpuarr__dev *dev;
     GPUARR__CHECK(gpuarr__get_dev_any(d, "d", &dev));
-    gpuarr__lease_state *ls = gpuarr__g.leases;
+    gpuarr__lease_state *ls = gpuarr__lease_st();
     int p = gpuarr__lease_phys((int)(dev - gpuarr__g.devices));
     pthread_mutex_lock(&ls->lock);
     *total = ls->total[p];
@@ -955,7 +958,7 @@ GPUARR_API gpuarr_result gpuarr_lease_summary(gpuarr_device d, char *buf, size_t
     if (!len) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "len is 0");
     gpuarr__dev *dev;
     GPUARR__CHECK(gpuarr__get_dev_any(d, "d", &dev));
-    gpuarr__lease_state *ls = gpuarr__g.leases;
+    gpuarr__lease_state *ls = gpuarr__lease_st();
     int p = gpuarr__lease_phys((int)(dev - gpuarr__g.devices));
     gpuarr__lease_summary_out o = {buf, len, dev->info.spec};
     buf[0] = '\0';
@@ -1095,7 +1098,7 @@ static int gpuarr__plan_prefer(int a, int b, gpuarr_placement placement, uint64_
 /* The physical device that takes the most steps not yet placed (ties: the placement's choice),
    or -1 when every step is placed. */
 static int gpuarr__plan_next(const bool *fits, const int *where, int count, gpuarr_placement placement, uint64_t *mem) {
-    gpuarr__lease_state *ls = gpuarr__g.leases;
+    gpuarr__lease_state *ls = gpuarr__lease_st();
     int n = gpuarr__g.device_count, best = -1, best_takes = 0;
     int start = placement == GPUARR_PLACE_ROUND_ROBIN ? ls->plan_last + 1 : 0; /* round robin: the next after the last */
     for (int k = 0; k < n; k++) {
@@ -1138,7 +1141,7 @@ static gpuarr_result gpuarr__plan(const gpuarr_plan_step *steps, int count, gpua
     gpuarr_result r = fits && where && mem ? gpuarr__plan_candidates(steps, count, fits)
                                            : gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a plan of %d steps", count);
     if (r == GPUARR_OK) {
-        gpuarr__lease_state *ls = gpuarr__g.leases;
+        gpuarr__lease_state *ls = gpuarr__lease_st();
         for (size_t i = 0; i < n; i++) mem[i] = UINT64_MAX;
         for (int s = 0; s < count; s++) where[s] = -1;
         pthread_mutex_lock(&ls->lock);

@@ -84,6 +84,9 @@ typedef struct gpuarr__offload_state {
     char host[64];                /* host name, part of a model's key */
     bool scanned;                 /* the cache folder's models were read (gpuarr_task_models_summary) */
 } gpuarr__offload_state;
+static void gpuarr__offload_layer(gpuarr__layer *l);
+/* The layer's state (gpuarr__layer_state): NULL outside its start and stop. */
+static gpuarr__offload_state *gpuarr__offload_st(void) { return (gpuarr__offload_state *)gpuarr__layer_state(gpuarr__offload_layer); }
 
 /* ---------------------------------------------------------------------------------------------
  * GPUARR_OFFLOAD, start and stop
@@ -106,14 +109,14 @@ static gpuarr_result gpuarr__offload_start(void) {
     os->queued_s = queued;
     if (gethostname(os->host, sizeof os->host - 1) != 0) gpuarr__copy_string(os->host, sizeof os->host, "localhost");
     os->host[sizeof os->host - 1] = '\0';
-    gpuarr__g.offload = os;
+    gpuarr__layer_state_set(gpuarr__offload_layer, os);
     return GPUARR_OK;
 }
 
 static void gpuarr__model_save(gpuarr__tmodel *m);
 
 static void gpuarr__offload_stop(void) {
-    gpuarr__offload_state *os = gpuarr__g.offload;
+    gpuarr__offload_state *os = gpuarr__offload_st();
     if (!os) return;
     uint32_t live = 0;
     for (uint32_t i = 0; i < os->count; i++) {
@@ -130,7 +133,7 @@ static void gpuarr__offload_stop(void) {
     gpuarr__free(os->slots);
     gpuarr__free(os->queued_s);
     gpuarr__free(os);
-    gpuarr__g.offload = NULL;
+    gpuarr__layer_state_set(gpuarr__offload_layer, NULL);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -269,7 +272,7 @@ static void gpuarr__model_key(int dev, char *out, size_t cap) {
     const gpuarr_device_info *in = &gpuarr__g.devices[dev].info;
     char id[GPUARR__LEASE_KEY_MAX + 1];
     gpuarr__lease_key(in, id, sizeof id);
-    snprintf(out, cap, "host=%s backend=%s device=%s name=%s driver=%s", gpuarr__g.offload->host, gpuarr__backend_names[in->backend], id,
+    snprintf(out, cap, "host=%s backend=%s device=%s name=%s driver=%s", gpuarr__offload_st()->host, gpuarr__backend_names[in->backend], id,
              in->name, in->version);
 }
 
@@ -378,7 +381,7 @@ static void gpuarr__model_load(gpuarr__tmodel *m) {
 /* The model of (task, dev), made and loaded from its file the first time (lock held); NULL when
    out of memory. */
 static gpuarr__tmodel *gpuarr__model_get(const char *task, int dev) {
-    gpuarr__offload_state *os = gpuarr__g.offload;
+    gpuarr__offload_state *os = gpuarr__offload_st();
     for (gpuarr__tmodel *m = os->models; m; m = m->next)
         if (m->dev == dev && strcmp(m->task, task) == 0) return m;
     gpuarr__tmodel *m = (gpuarr__tmodel *)gpuarr__calloc(sizeof *m);
@@ -449,13 +452,13 @@ static gpuarr_result gpuarr__task_check_desc(const gpuarr_task_desc *d) {
 
 static gpuarr_task gpuarr__task_handle(uint32_t index) {
     gpuarr_task t;
-    t.id = (uint32_t)gpuarr__g.offload->slots[index].gen << 16 | (index + 1u);
+    t.id = (uint32_t)gpuarr__offload_st()->slots[index].gen << 16 | (index + 1u);
     return t;
 }
 
 /* The live record of t (lock held). */
 static gpuarr_result gpuarr__task_get(gpuarr_task t, const char *arg, gpuarr__task_rec **out) {
-    gpuarr__offload_state *os = gpuarr__g.offload;
+    gpuarr__offload_state *os = gpuarr__offload_st();
     uint32_t index = (t.id & 0xffffu) - 1u;
     uint16_t gen = (uint16_t)(t.id >> 16);
     if (t.id == 0) return gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s is a zero task handle", arg);
@@ -473,7 +476,7 @@ static gpuarr_result gpuarr__task_get(gpuarr_task t, const char *arg, gpuarr__ta
 
 /* A free slot's index (lock held), or UINT32_MAX. */
 static uint32_t gpuarr__task_new_slot(void) {
-    gpuarr__offload_state *os = gpuarr__g.offload;
+    gpuarr__offload_state *os = gpuarr__offload_st();
     for (uint32_t i = 0; i < os->count; i++)
         if (!os->slots[i].rec) return i;
     if (os->count == os->cap) {
@@ -508,7 +511,7 @@ GPUARR_API gpuarr_result gpuarr_task_create(const gpuarr_task_desc *desc, gpuarr
     rec->desc.name = rec->name;
     rec->refs = 1;
     rec->out_bytes_per_size = -1;
-    gpuarr__offload_state *os = gpuarr__g.offload;
+    gpuarr__offload_state *os = gpuarr__offload_st();
     pthread_mutex_lock(&os->lock);
     uint32_t index = gpuarr__task_new_slot();
     if (index != UINT32_MAX) {
@@ -523,7 +526,7 @@ GPUARR_API gpuarr_result gpuarr_task_create(const gpuarr_task_desc *desc, gpuarr
 
 GPUARR_API gpuarr_result gpuarr_task_destroy(gpuarr_task t) {
     GPUARR__BEGIN();
-    gpuarr__offload_state *os = gpuarr__g.offload;
+    gpuarr__offload_state *os = gpuarr__offload_st();
     pthread_mutex_lock(&os->lock);
     gpuarr__task_rec *rec;
     gpuarr_result r = gpuarr__task_get(t, "t", &rec);
@@ -616,7 +619,7 @@ static gpuarr_result gpuarr__off_begin(gpuarr__off_call *c, gpuarr_task t, const
     if (c->d.out_device.id) GPUARR__CHECK(gpuarr__get_dev(c->d.out_device, "desc->out_device", &c->out_dev));
     c->policy = c->d.policy ? c->d.policy
                             : (gpuarr_offload_policy)gpuarr__setting_value(GPUARR__SET_OFFLOAD, GPUARR_OFFLOAD_AUTO);
-    gpuarr__offload_state *os = gpuarr__g.offload;
+    gpuarr__offload_state *os = gpuarr__offload_st();
     pthread_mutex_lock(&os->lock);
     gpuarr_result r = gpuarr__task_get(t, "t", &c->task);
     if (r == GPUARR_OK) c->task->refs++;
@@ -632,9 +635,9 @@ static gpuarr_result gpuarr__off_begin(gpuarr__off_call *c, gpuarr_task t, const
 }
 
 static void gpuarr__off_end(gpuarr__off_call *c) {
-    pthread_mutex_lock(&gpuarr__g.offload->lock);
+    pthread_mutex_lock(&gpuarr__offload_st()->lock);
     gpuarr__task_unref(c->task);
-    pthread_mutex_unlock(&gpuarr__g.offload->lock);
+    pthread_mutex_unlock(&gpuarr__offload_st()->lock);
 }
 
 /* Every input array of one item, checked: a live handle (INVALID_HANDLE naming in[k]). */
@@ -790,7 +793,7 @@ static bool gpuarr__off_explorable(const gpuarr__tmodel *m, bool known, double s
 
 /* Chooses among cand[0..ncand) (lock held). */
 static void gpuarr__off_choose(const gpuarr__off_call *c, const gpuarr__off_item *it, const int *cand, int ncand, gpuarr__off_choice *out) {
-    gpuarr__offload_state *os = gpuarr__g.offload;
+    gpuarr__offload_state *os = gpuarr__offload_st();
     const char *task = c->task->name;
     memset(out, 0, sizeof *out);
     if (!gpuarr__off_measured(task, cand, ncand)) {
@@ -836,13 +839,13 @@ static void gpuarr__off_started(const gpuarr__off_call *c, gpuarr__off_choice *c
         else m->unmeasured_explorations++;
     }
     ch->warmup = m ? gpuarr__model_warmup(m) : false;
-    gpuarr__g.offload->queued_s[ch->dev] += ch->predicted;
+    gpuarr__offload_st()->queued_s[ch->dev] += ch->predicted;
 }
 
 /* A run's end: its time into the model and the statistics, its compute out of the queue. */
 static void gpuarr__off_finished(gpuarr__off_call *c, const gpuarr__off_choice *ch, double size, bool ran, double seconds,
                                  double out_bytes) {
-    gpuarr__offload_state *os = gpuarr__g.offload;
+    gpuarr__offload_state *os = gpuarr__offload_st();
     pthread_mutex_lock(&os->lock);
     os->queued_s[ch->dev] -= ch->predicted;
     if (os->queued_s[ch->dev] < 1e-12) os->queued_s[ch->dev] = 0;
@@ -859,7 +862,7 @@ static void gpuarr__off_finished(gpuarr__off_call *c, const gpuarr__off_choice *
 
 /* The candidates with a free lease slot, when any has one (lock order: offload, then leases). */
 static int gpuarr__off_free_slots(const int *cand, int ncand, int *out) {
-    gpuarr__lease_state *ls = gpuarr__g.leases;
+    gpuarr__lease_state *ls = gpuarr__lease_st();
     int n = 0;
     pthread_mutex_lock(&ls->lock);
     for (int i = 0; i < ncand; i++) {
@@ -1007,7 +1010,7 @@ static gpuarr_result gpuarr__off_lease(const gpuarr__off_call *c, gpuarr__dev *d
 static gpuarr_result gpuarr__offload(gpuarr__off_call *c, const gpuarr_array *in, gpuarr_array *out, gpuarr_device *ran_on) {
     gpuarr__off_item it;
     GPUARR__CHECK(gpuarr__off_describe(c->task, in, &it));
-    gpuarr__offload_state *os = gpuarr__g.offload;
+    gpuarr__offload_state *os = gpuarr__offload_st();
     gpuarr__off_choice ch;
     int free_cand[64], nfree = c->d.lease ? gpuarr__off_free_slots(c->cand, c->ncand, free_cand) : 0;
     pthread_mutex_lock(&os->lock);
@@ -1115,7 +1118,7 @@ static int gpuarr__map_take(gpuarr__map_worker *w, gpuarr__off_item *it, gpuarr_
         return -1;
     }
     if (i >= 0) {
-        gpuarr__offload_state *os = gpuarr__g.offload;
+        gpuarr__offload_state *os = gpuarr__offload_st();
         pthread_mutex_lock(&os->lock);
         bool decline = gpuarr__map_declines(job->c, w->dev, it);
         if (!decline) {
@@ -1230,7 +1233,7 @@ GPUARR_API gpuarr_result gpuarr_task_get_stats(gpuarr_task t, gpuarr_device d, g
     GPUARR__REQUIRE_PTR(out);
     gpuarr__dev *dev;
     GPUARR__CHECK(gpuarr__get_dev_any(d, "d", &dev));
-    gpuarr__offload_state *os = gpuarr__g.offload;
+    gpuarr__offload_state *os = gpuarr__offload_st();
     pthread_mutex_lock(&os->lock);
     gpuarr__task_rec *rec;
     gpuarr_result r = gpuarr__task_get(t, "t", &rec);
@@ -1254,7 +1257,7 @@ GPUARR_API gpuarr_result gpuarr_task_get_stats(gpuarr_task t, gpuarr_device d, g
 
 /* Reads every task model in the cache folder that belongs to a device of this process (lock held). */
 static void gpuarr__models_scan(void) {
-    gpuarr__offload_state *os = gpuarr__g.offload;
+    gpuarr__offload_state *os = gpuarr__offload_st();
     const char *base = gpuarr__g.config.cache_dir;
     if (os->scanned || !base[0]) return;
     os->scanned = true;
@@ -1278,7 +1281,7 @@ GPUARR_API gpuarr_result gpuarr_task_models_summary(char *buf, size_t len) {
     GPUARR__BEGIN();
     GPUARR__REQUIRE_PTR(buf);
     if (len == 0) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "len is 0");
-    gpuarr__offload_state *os = gpuarr__g.offload;
+    gpuarr__offload_state *os = gpuarr__offload_st();
     buf[0] = '\0';
     pthread_mutex_lock(&os->lock);
     gpuarr__models_scan();

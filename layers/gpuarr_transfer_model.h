@@ -63,6 +63,9 @@ typedef struct gpuarr__xfer_state {
     bool lazy;                  /* GPUARR_CALIBRATE: fit a pair the first time it is needed */
     uint64_t fits;              /* measurements run (white-box tests: one per pair, however many threads ask) */
 } gpuarr__xfer_state;
+static void gpuarr__xfer_layer(gpuarr__layer *l);
+/* The layer's state (gpuarr__layer_state): NULL outside its start and stop. */
+static gpuarr__xfer_state *gpuarr__xfer_st(void) { return (gpuarr__xfer_state *)gpuarr__layer_state(gpuarr__xfer_layer); }
 
 typedef struct gpuarr__xfer_pair {
     int src, dst;
@@ -71,7 +74,7 @@ typedef struct gpuarr__xfer_pair {
 } gpuarr__xfer_pair;
 
 static gpuarr__xfer_model *gpuarr__xfer_at(int src, int dst, gpuarr__xfer_mem mem, int cast) {
-    gpuarr__xfer_state *xs = gpuarr__g.xfer;
+    gpuarr__xfer_state *xs = gpuarr__xfer_st();
     return &xs->models[(((size_t)src * (size_t)xs->n + (size_t)dst) * GPUARR__XFER_MEM_COUNT + (size_t)mem) * 2 + (size_t)cast];
 }
 
@@ -102,12 +105,12 @@ static gpuarr_result gpuarr__xfer_start(void) {
         if (*c <= ' ') *c = '_';
     for (size_t i = 0; i < n; i++) gpuarr__lease_key(&gpuarr__g.devices[i].info, keys[i], sizeof keys[i]);
     if (gpuarr__g.config.cache_dir[0]) snprintf(xs->dir, sizeof xs->dir, "%.500s/models", gpuarr__g.config.cache_dir);
-    gpuarr__g.xfer = xs;
+    gpuarr__layer_state_set(gpuarr__xfer_layer, xs);
     return GPUARR_OK;
 }
 
 static void gpuarr__xfer_stop(void) {
-    gpuarr__xfer_state *xs = gpuarr__g.xfer;
+    gpuarr__xfer_state *xs = gpuarr__xfer_st();
     if (!xs) return;
     pthread_cond_destroy(&xs->fitted);
     pthread_mutex_destroy(&xs->lock);
@@ -115,7 +118,7 @@ static void gpuarr__xfer_stop(void) {
     gpuarr__free(xs->loaded);
     gpuarr__free(xs->keys);
     gpuarr__free(xs);
-    gpuarr__g.xfer = NULL;
+    gpuarr__layer_state_set(gpuarr__xfer_layer, NULL);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -123,7 +126,7 @@ static void gpuarr__xfer_stop(void) {
  * ------------------------------------------------------------------------------------------- */
 /* The pair's file name in the models folder; false: models are not kept. */
 static bool gpuarr__xfer_file(int src, int dst, char *out, size_t cap) {
-    gpuarr__xfer_state *xs = gpuarr__g.xfer;
+    gpuarr__xfer_state *xs = gpuarr__xfer_st();
     if (!xs->dir[0]) return false;
     return snprintf(out, cap, "%s--%s.model", xs->keys[src], xs->keys[dst]) < (int)cap;
 }
@@ -139,13 +142,13 @@ static int gpuarr__xfer_dir_open(bool make) {
     int fd = gpuarr__dir_open_at(cache, "models", make ? GPUARR__DIR_MAKE : 0u, &shared, why, sizeof why);
     bool missing = fd < 0 && errno == ENOENT && !make;
     close(cache);
-    if (fd < 0 && !missing) gpuarr__log(GPUARR_LOG_INFO, "the transfer model folder %s %s: models are not kept", gpuarr__g.xfer->dir, why);
+    if (fd < 0 && !missing) gpuarr__log(GPUARR_LOG_INFO, "the transfer model folder %s %s: models are not kept", gpuarr__xfer_st()->dir, why);
     return fd;
 }
 
 /* "host NAME", "src-version TEXT", ...: the key a file must match, in the order it is written. */
 static void gpuarr__xfer_key_lines(int src, int dst, char *out, size_t cap) {
-    gpuarr__xfer_state *xs = gpuarr__g.xfer;
+    gpuarr__xfer_state *xs = gpuarr__xfer_st();
     char v[2][sizeof gpuarr__g.devices[0].info.version];
     gpuarr__copy_string(v[0], sizeof v[0], gpuarr__g.devices[src].info.version);
     gpuarr__copy_string(v[1], sizeof v[1], gpuarr__g.devices[dst].info.version);
@@ -160,7 +163,7 @@ static void gpuarr__xfer_key_lines(int src, int dst, char *out, size_t cap) {
 /* Writes the pair's ready models (lock held). A folder or file that cannot be written leaves the
    models in this process only (logged at info level: the cache is optional). */
 static void gpuarr__xfer_save(int src, int dst) {
-    gpuarr__xfer_state *xs = gpuarr__g.xfer;
+    gpuarr__xfer_state *xs = gpuarr__xfer_st();
     char file[400], why[160];
     if (!gpuarr__xfer_file(src, dst, file, sizeof file)) return;
     char *text = (char *)gpuarr__malloc(GPUARR__XFER_FILE_MAX);
@@ -233,7 +236,7 @@ static int gpuarr__xfer_parse(int src, int dst, char *text, gpuarr__xfer_model o
 
 /* Reads the pair's file once (lock held). Models fitted or set here already are kept. */
 static void gpuarr__xfer_load(int src, int dst) {
-    gpuarr__xfer_state *xs = gpuarr__g.xfer;
+    gpuarr__xfer_state *xs = gpuarr__xfer_st();
     bool *loaded = &xs->loaded[(size_t)src * (size_t)xs->n + (size_t)dst];
     if (*loaded) return;
     *loaded = true;
@@ -370,7 +373,7 @@ static void gpuarr__xfer_pair_name(const gpuarr__xfer_pair *p, char *out, size_t
    of the measurement overwrite this thread's api name and error: both are put back, and a failure
    is returned with its reason in *why. */
 static gpuarr_result gpuarr__xfer_refit(const gpuarr__xfer_pair *p, bool force, char *why, size_t why_cap) {
-    gpuarr__xfer_state *xs = gpuarr__g.xfer;
+    gpuarr__xfer_state *xs = gpuarr__xfer_st();
     gpuarr__xfer_model *m = gpuarr__xfer_at(p->src, p->dst, p->mem, p->cast);
     pthread_mutex_lock(&xs->lock);
     gpuarr__xfer_load(p->src, p->dst);
@@ -443,7 +446,7 @@ static bool gpuarr__xfer_nothing_moves(const gpuarr__dev *src, const gpuarr__dev
    the public calls). Never fails for valid devices (a failed fit is logged at info level). */
 static gpuarr_result gpuarr__transfer_predict(gpuarr__dev *src, gpuarr__xfer_mem mem, gpuarr__dev *dst, gpuarr_dtype src_t,
                                               gpuarr_dtype dst_t, uint64_t bytes, double *seconds, bool *modeled) {
-    gpuarr__xfer_state *xs = gpuarr__g.xfer;
+    gpuarr__xfer_state *xs = gpuarr__xfer_st();
     bool cast = src_t != dst_t && dst_t != GPUARR_DTYPE_INVALID;
     if (bytes == 0 || gpuarr__xfer_nothing_moves(src, dst, cast)) {
         *seconds = 0;
@@ -483,7 +486,7 @@ static gpuarr_result gpuarr__transfer_predict(gpuarr__dev *src, gpuarr__xfer_mem
    finite): the pair goes back to having no model. */
 static inline void gpuarr__transfer_set_model(gpuarr__dev *src, gpuarr__xfer_mem mem, gpuarr__dev *dst, bool cast, double latency_s,
                                        double bytes_per_s) {
-    gpuarr__xfer_state *xs = gpuarr__g.xfer;
+    gpuarr__xfer_state *xs = gpuarr__xfer_st();
     gpuarr__xfer_mem km = gpuarr__xfer_canonical(src, mem, dst);
     gpuarr__xfer_model *m = gpuarr__xfer_at(gpuarr__xfer_index(src), gpuarr__xfer_index(dst), km, cast ? 1 : 0);
     pthread_mutex_lock(&xs->lock);
@@ -613,7 +616,7 @@ GPUARR_API gpuarr_result gpuarr_transfer_models_summary(char *buf, size_t len) {
     GPUARR__BEGIN();
     GPUARR__REQUIRE_PTR(buf);
     if (!len) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "len is 0");
-    gpuarr__xfer_state *xs = gpuarr__g.xfer;
+    gpuarr__xfer_state *xs = gpuarr__xfer_st();
     buf[0] = '\0';
     pthread_mutex_lock(&xs->lock);
     for (int s = 0; s < xs->n; s++)

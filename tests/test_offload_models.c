@@ -129,7 +129,7 @@ static bool measured(gpuarr__tmodel *m, double n, double t) { return gpuarr__mod
 /* The first run of (task, device) in a process, 100x the steady time (PoCL building the kernel),
    as observed with the README's program on opencl:0: it must not end in a young model. */
 Test(models, a_slow_first_run_in_a_process_is_a_warm_up_and_does_not_poison_a_young_model) {
-    pthread_mutex_lock(&gpuarr__g.offload->lock);
+    pthread_mutex_lock(&gpuarr__offload_st()->lock);
     gpuarr__tmodel *m = gpuarr__model_get("warmup", (int)(gpuarr__host_dev() - gpuarr__g.devices));
     cr_assert_not_null(m);
     const double n = 1e6, steady = 1e-3;
@@ -140,7 +140,7 @@ Test(models, a_slow_first_run_in_a_process_is_a_warm_up_and_does_not_poison_a_yo
         cr_assert_eq(m->count, i, "run %d was refused", i + 1);
         expect_near(gpuarr__model_predict(m, n), steady, "prediction at 1M elements");
     }
-    pthread_mutex_unlock(&gpuarr__g.offload->lock);
+    pthread_mutex_unlock(&gpuarr__offload_st()->lock);
 }
 
 /* A model with 5 samples or more (read from the cache folder, say) has the outlier rule: the
@@ -180,11 +180,11 @@ static int index_of(gpuarr__dev *d) { return (int)(d - gpuarr__g.devices); }
 
 /* Sets the model of (task, d) to t = a + b n, measured at 6 sizes. */
 static void set_model(const char *task, gpuarr__dev *d, double a, double b) {
-    pthread_mutex_lock(&gpuarr__g.offload->lock);
+    pthread_mutex_lock(&gpuarr__offload_st()->lock);
     gpuarr__tmodel *m = gpuarr__model_get(task, index_of(d));
     cr_assert_not_null(m);
     for (int i = 0; i < 6; i++) gpuarr__model_add(m, (double)(256 << i), a + b * (double)(256 << i));
-    pthread_mutex_unlock(&gpuarr__g.offload->lock);
+    pthread_mutex_unlock(&gpuarr__offload_st()->lock);
 }
 
 /* Transfers both ways between the host and d: t = latency + bytes / rate. */
@@ -238,9 +238,9 @@ Test(models, the_choice_follows_compute_and_transfer_models) {
     set_transfers(cl, 1.0, 1e10);            /* a second each way */
     cr_assert_eq(run(t, "host,opencl:0", 1000), host, "expensive transfers: the host");
     set_transfers(cl, 1e-6, 1e10);
-    gpuarr__g.offload->queued_s[index_of(cl)] = 5.0; /* 5 s of work queued there */
+    gpuarr__offload_st()->queued_s[index_of(cl)] = 5.0; /* 5 s of work queued there */
     cr_assert_eq(run(t, "host,opencl:0", 1000), host, "a long queue: the host");
-    gpuarr__g.offload->queued_s[index_of(cl)] = 0;
+    gpuarr__offload_st()->queued_s[index_of(cl)] = 0;
     gpuarr_task_stats st = stats_of(t, cl);
     cr_assert_eq(st.calls, 1u);
     expect_near(st.predicted_s, 1e-5 + 1e-9 * 1000, "predicted");
@@ -270,11 +270,11 @@ Test(models, an_unmeasured_device_is_explored_only_within_10x_and_a_few_times) {
 
 /* Adds one sample (n, t) to the model of (task, d). */
 static void add_sample(const char *task, gpuarr__dev *d, double n, double t) {
-    pthread_mutex_lock(&gpuarr__g.offload->lock);
+    pthread_mutex_lock(&gpuarr__offload_st()->lock);
     gpuarr__tmodel *m = gpuarr__model_get(task, index_of(d));
     cr_assert_not_null(m);
     gpuarr__model_add(m, n, t);
-    pthread_mutex_unlock(&gpuarr__g.offload->lock);
+    pthread_mutex_unlock(&gpuarr__offload_st()->lock);
 }
 
 /* bench-offload's n = 512 matmul: the device measured twice at small sizes (so "known", never
@@ -296,10 +296,10 @@ Test(models, a_device_measured_only_at_small_sizes_is_measured_again_at_a_new_si
     /* the warm-up, then a sample at 2^20 (then the models' choice: more there when it is faster) */
     cr_assert(st.samples >= 3u && st.samples <= st.calls + 1u, "%llu samples of %llu calls", (unsigned long long)st.samples,
               (unsigned long long)st.calls);
-    pthread_mutex_lock(&gpuarr__g.offload->lock);
+    pthread_mutex_lock(&gpuarr__offload_st()->lock);
     gpuarr__tmodel *m = gpuarr__model_get("resize", index_of(cl));
     cr_assert(!gpuarr__model_new_size(m, 1 << 20) && m->hi == (double)(1 << 20), "the range is 256..%g", m->hi);
-    pthread_mutex_unlock(&gpuarr__g.offload->lock);
+    pthread_mutex_unlock(&gpuarr__offload_st()->lock);
     TEST_OK(gpuarr_task_destroy(t));
 }
 
@@ -338,14 +338,14 @@ Test(models, a_model_3x_slower_than_its_twins_is_explored_again_at_most_3_times)
 }
 
 Test(models, a_model_file_of_another_device_or_driver_is_replaced_without_a_warning) {
-    pthread_mutex_lock(&gpuarr__g.offload->lock);
+    pthread_mutex_lock(&gpuarr__offload_st()->lock);
     gpuarr__tmodel *m = gpuarr__model_get("keyed", 0);
     gpuarr__model_add(m, 100, 1e-3);
     gpuarr__model_save(m);
     char file[128], path[700];
     gpuarr__model_file("keyed", 0, file, sizeof file);
     snprintf(path, sizeof path, "%s/%s", gpuarr__g.config.cache_dir, file);
-    pthread_mutex_unlock(&gpuarr__g.offload->lock);
+    pthread_mutex_unlock(&gpuarr__offload_st()->lock);
     static char text[8192];
     FILE *in = fopen(path, "rb");
     cr_assert_not_null(in, "%s", path);

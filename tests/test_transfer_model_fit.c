@@ -173,7 +173,7 @@ static void *predict_in_thread(void *arg) {
 }
 
 Test(transfer_fit, threads_that_need_one_pair_share_one_fit) {
-    gpuarr__xfer_state *xs = gpuarr__g.xfer;
+    gpuarr__xfer_state *xs = gpuarr__xfer_st();
     pthread_mutex_lock(&xs->lock);
     xs->lazy = true; /* as GPUARR_CALIBRATE=on */
     uint64_t before = xs->fits;
