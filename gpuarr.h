@@ -3252,7 +3252,12 @@ typedef struct gpuarr__trace_hooks {
 } gpuarr__trace_hooks;
 /* Set once, before the first trace records, and never cleared: a trace may run across init cycles. */
 static const gpuarr__trace_hooks *gpuarr__trace_recorder;
-#define GPUARR__TRACE_HOOK(name) __atomic_load_n(&gpuarr__trace_recorder, __ATOMIC_ACQUIRE)->name
+/* A function, not an expression macro: nvcc's front end (cudafe++ 13.0) crashes on a member of
+   __atomic_load_n's result. */
+static const gpuarr__trace_hooks *gpuarr__trace_hooks_now(void) {
+    return (const gpuarr__trace_hooks *)__atomic_load_n(&gpuarr__trace_recorder, __ATOMIC_ACQUIRE);
+}
+#define GPUARR__TRACE_HOOK(name) gpuarr__trace_hooks_now()->name
 
 static void gpuarr__trace_finish(gpuarr__trace_scope *sc) { GPUARR__TRACE_HOOK(finish)(sc); }
 static void gpuarr__trace_call(gpuarr__trace_scope *sc, gpuarr__dev *dst, gpuarr__dev *src, size_t count, bool async) {
