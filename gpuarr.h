@@ -1240,13 +1240,14 @@ extern "C" {
     X(ERROR_OVERFLOW, -8, "size or count overflow")                                            \
     X(ERROR_TIMEOUT, -9, "timed out")                                                          \
     X(ERROR_NOT_READY, -10, "work has not completed yet")                                    \
-    X(ERROR_DEVICE_LOST, -11, "the device failed earlier; gpuarr_device_reset brings it back")
+    X(ERROR_DEVICE_LOST, -11, "the device failed earlier; gpuarr_device_reset brings it back") \
+    X(ERROR_BUILD, -12, "a kernel did not compile for the device")
 
 typedef enum gpuarr_result {
 #define GPUARR__RESULT_ENUM(name, value, text) GPUARR_##name = value,
     GPUARR_RESULT_LIST(GPUARR__RESULT_ENUM)
 #undef GPUARR__RESULT_ENUM
-    GPUARR_RESULT_COUNT = 12 /* number of codes; checked against the list in the implementation */
+    GPUARR_RESULT_COUNT = 13 /* number of codes; checked against the list in the implementation */
 } gpuarr_result;
 
 /* ---------------------------------------------------------------------------------------------
@@ -1757,6 +1758,222 @@ static inline gpuarr_scope gpuarr__scope_report(gpuarr_scope s, gpuarr_result *r
    the error that made it skip the block. */
 #define GPUARR_WITH_DEVICE_R(dev, result) GPUARR__WITH(gpuarr__scope_report(gpuarr_scope_enter_device(dev), result))
 #define GPUARR_WITH_STREAM_R(stream, result) GPUARR__WITH(gpuarr__scope_report(gpuarr_scope_enter_stream(stream), result))
+
+/* ---------------------------------------------------------------------------------------------
+ * Portable kernels (see KERNELS): one source compiled by the program's compiler for the host,
+ * carried as text to OpenCL and CUDA, launched on arrays through a typed launcher.
+ * ------------------------------------------------------------------------------------------- */
+#define GPUARR_KERNEL_MAX_PARAMS 16
+typedef enum gpuarr_param_kind {
+    GPUARR_PARAM_SCALAR = 1, /* a value, the same for every index */
+    GPUARR_PARAM_IN,         /* an array the kernel reads (a read-only array is allowed) */
+    GPUARR_PARAM_OUT,        /* an array the kernel writes */
+    GPUARR_PARAM_INOUT       /* an array the kernel reads and writes */
+} gpuarr_param_kind;
+typedef struct gpuarr_kernel_param {
+    gpuarr_param_kind kind;
+    gpuarr_dtype dtype; /* the element (an array) or value (a scalar) type */
+    const char *type;   /* its C spelling: "float", "int32_t", "gpuarr_f16" */
+    const char *name;   /* the parameter's name in the body */
+} gpuarr_kernel_param;
+/* The host form of a kernel: args[i] is parameter i (a scalar: its value's address; an array:
+   its first element), global the index space (3 entries, 1 past ndim); runs the indices whose
+   last dimension (ndim - 1) is in [begin, end). */
+typedef void (*gpuarr_kernel_host_fn)(void *const *args, const int64_t *global, int ndim, int64_t begin, int64_t end);
+/* What GPUARR_KERNEL makes: the kernel's description. Read it, never build one by hand. */
+typedef struct gpuarr_kernel {
+    const char *name;                  /* the C identifier */
+    const char *body;                  /* the body's text, for the device compilers */
+    int nparams;                       /* 1..GPUARR_KERNEL_MAX_PARAMS */
+    const gpuarr_kernel_param *params;
+    gpuarr_kernel_host_fn host;        /* the body compiled for the host */
+} gpuarr_kernel;
+/* Where and over what a launch runs; a zero field takes its default. */
+typedef struct gpuarr_launch {
+    gpuarr_stream stream; /* {0}: the arrays' device's current stream (see STREAMS) */
+    int ndim;             /* 1..3; 0: 1-D over the first array parameter's elements */
+    int64_t global[3];    /* the index space, global[0..ndim); each >= 0 (0: nothing runs) */
+} gpuarr_launch;
+/* One argument as the launcher passes it: an array parameter's array, or a scalar's address. */
+typedef struct gpuarr_kernel_arg {
+    gpuarr_array array;
+    const void *scalar;
+} gpuarr_kernel_arg;
+/* Launches k over l's index space (NULL: the defaults) with args[0..k->nparams): checks every
+   argument, orders the launch after the arrays' pending work, enqueues it, and records the
+   arrays' use. The typed launchers GPUARR_KERNEL makes call this. */
+GPUARR_API gpuarr_result gpuarr_kernel_launch(const gpuarr_kernel *k, const gpuarr_launch *l, const gpuarr_kernel_arg *args);
+/* Builds k for device d now (a launch builds at first use): OK, GPUARR_ERROR_BUILD with the
+   first compiler lines in the message, or UNSUPPORTED. */
+GPUARR_API gpuarr_result gpuarr_kernel_build(const gpuarr_kernel *k, gpuarr_device d);
+/* The whole compiler log of k's last build on d (NUL-terminated, cut to len); "" when the build
+   succeeded without messages or never ran. */
+GPUARR_API gpuarr_result gpuarr_kernel_build_log(const gpuarr_kernel *k, gpuarr_device d, char *buf, size_t len);
+
+typedef enum gpuarr_reduce_op {
+    GPUARR_SUM = 1, /* in out_dtype, integers wrapping */
+    GPUARR_MIN,     /* a NaN wins */
+    GPUARR_MAX,
+    GPUARR_REDUCE_OP_COUNT
+} gpuarr_reduce_op;
+/* Reduces every element of a (converted to out_dtype by the conversion rules; 0 = a's dtype)
+   with op, along one fixed tree, into *out: a new 0-d array on a's device. */
+GPUARR_API gpuarr_result gpuarr_reduce(gpuarr_array a, gpuarr_reduce_op op, gpuarr_dtype out_dtype, gpuarr_array *out);
+
+/* ---- the kernel language: GPUARR_KERNEL(name, (params...), { body }) ---- */
+/* Parameters are written GPUARR_SCALAR(T, name), GPUARR_IN(T, name), GPUARR_OUT(T, name) and
+   GPUARR_INOUT(T, name); the macros below give them their meaning in each place. */
+/* In a body: the index along dimension d, and the index space's size there (int64_t). */
+#define gpuarr_index(d) ((d) == 0 ? gpuarr__i0 : (d) == 1 ? gpuarr__i1 : gpuarr__i2)
+#define gpuarr_size(d) ((d) == 0 ? gpuarr__g0 : (d) == 1 ? gpuarr__g1 : gpuarr__g2)
+/* f16 and bf16 elements, read as float and written from float, rounding as conversions do. */
+#define gpuarr_load_f16(p, i) gpuarr_f16_to_float((p)[i])
+#define gpuarr_store_f16(p, i, v) ((p)[i] = gpuarr_f16_from_float(v))
+#define gpuarr_load_bf16(p, i) gpuarr_bf16_to_float((p)[i])
+#define gpuarr_store_bf16(p, i, v) ((p)[i] = gpuarr_bf16_from_float(v))
+
+/* The types a parameter may have, and their dtypes (a type not listed does not compile). */
+#define GPUARR__KT_int8_t GPUARR_I8
+#define GPUARR__KT_uint8_t GPUARR_U8
+#define GPUARR__KT_int16_t GPUARR_I16
+#define GPUARR__KT_uint16_t GPUARR_U16
+#define GPUARR__KT_int32_t GPUARR_I32
+#define GPUARR__KT_uint32_t GPUARR_U32
+#define GPUARR__KT_int64_t GPUARR_I64
+#define GPUARR__KT_uint64_t GPUARR_U64
+#define GPUARR__KT_float GPUARR_F32
+#define GPUARR__KT_double GPUARR_F64
+#define GPUARR__KT_gpuarr_f16 GPUARR_F16
+#define GPUARR__KT_gpuarr_bf16 GPUARR_BF16
+
+/* GPUARR__KEACH(M, ctx, (a, b, c)) -> M(ctx, a) M(ctx, b) M(ctx, c), for 1..16 parameters. */
+#define GPUARR__KSTRIP(...) __VA_ARGS__
+#define GPUARR__KEXP(x) x
+#define GPUARR__KCOUNT(...) GPUARR__KEXP(GPUARR__KCOUNT_I(__VA_ARGS__, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0))
+#define GPUARR__KCOUNT_I(a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, n, ...) n
+#define GPUARR__KEACH(M, ctx, list) GPUARR__KEACH_N(GPUARR__KCOUNT list, M, ctx, GPUARR__KSTRIP list)
+#define GPUARR__KEACH_N(n, M, ctx, ...) GPUARR__KEACH_NI(n, M, ctx, __VA_ARGS__)
+#define GPUARR__KEACH_NI(n, M, ctx, ...) GPUARR__KEXP(GPUARR__KE##n(M, ctx, __VA_ARGS__))
+#define GPUARR__KE1(M, c, a) M(c, a)
+#define GPUARR__KE2(M, c, a, ...) M(c, a) GPUARR__KEXP(GPUARR__KE1(M, c, __VA_ARGS__))
+#define GPUARR__KE3(M, c, a, ...) M(c, a) GPUARR__KEXP(GPUARR__KE2(M, c, __VA_ARGS__))
+#define GPUARR__KE4(M, c, a, ...) M(c, a) GPUARR__KEXP(GPUARR__KE3(M, c, __VA_ARGS__))
+#define GPUARR__KE5(M, c, a, ...) M(c, a) GPUARR__KEXP(GPUARR__KE4(M, c, __VA_ARGS__))
+#define GPUARR__KE6(M, c, a, ...) M(c, a) GPUARR__KEXP(GPUARR__KE5(M, c, __VA_ARGS__))
+#define GPUARR__KE7(M, c, a, ...) M(c, a) GPUARR__KEXP(GPUARR__KE6(M, c, __VA_ARGS__))
+#define GPUARR__KE8(M, c, a, ...) M(c, a) GPUARR__KEXP(GPUARR__KE7(M, c, __VA_ARGS__))
+#define GPUARR__KE9(M, c, a, ...) M(c, a) GPUARR__KEXP(GPUARR__KE8(M, c, __VA_ARGS__))
+#define GPUARR__KE10(M, c, a, ...) M(c, a) GPUARR__KEXP(GPUARR__KE9(M, c, __VA_ARGS__))
+#define GPUARR__KE11(M, c, a, ...) M(c, a) GPUARR__KEXP(GPUARR__KE10(M, c, __VA_ARGS__))
+#define GPUARR__KE12(M, c, a, ...) M(c, a) GPUARR__KEXP(GPUARR__KE11(M, c, __VA_ARGS__))
+#define GPUARR__KE13(M, c, a, ...) M(c, a) GPUARR__KEXP(GPUARR__KE12(M, c, __VA_ARGS__))
+#define GPUARR__KE14(M, c, a, ...) M(c, a) GPUARR__KEXP(GPUARR__KE13(M, c, __VA_ARGS__))
+#define GPUARR__KE15(M, c, a, ...) M(c, a) GPUARR__KEXP(GPUARR__KE14(M, c, __VA_ARGS__))
+#define GPUARR__KE16(M, c, a, ...) M(c, a) GPUARR__KEXP(GPUARR__KE15(M, c, __VA_ARGS__))
+/* M(ctx, GPUARR_IN(float, x)) -> ctx##GPUARR_IN(float, x): a macro per context and kind. */
+#define GPUARR__KPASTE(ctx, p) ctx##p
+
+/* The launcher's parameters: ", float a", ", gpuarr_array x". */
+#define GPUARR__KDECL_(c, p) GPUARR__KPASTE(GPUARR__KDECL_, p)
+#define GPUARR__KDECL_GPUARR_SCALAR(T, n) , T n
+#define GPUARR__KDECL_GPUARR_IN(T, n) , gpuarr_array n
+#define GPUARR__KDECL_GPUARR_OUT(T, n) , gpuarr_array n
+#define GPUARR__KDECL_GPUARR_INOUT(T, n) , gpuarr_array n
+/* The launcher's argument list: {{0}, &a}, {x, NULL}. */
+#define GPUARR__KARG_(c, p) GPUARR__KPASTE(GPUARR__KARG_, p)
+#define GPUARR__KARG_GPUARR_SCALAR(T, n) {{0}, &n},
+#define GPUARR__KARG_GPUARR_IN(T, n) {n, 0},
+#define GPUARR__KARG_GPUARR_OUT(T, n) {n, 0},
+#define GPUARR__KARG_GPUARR_INOUT(T, n) {n, 0},
+/* The parameter table. */
+#define GPUARR__KPARAM_(c, p) GPUARR__KPASTE(GPUARR__KPARAM_, p)
+#define GPUARR__KPARAM_GPUARR_SCALAR(T, n) {GPUARR_PARAM_SCALAR, GPUARR__KT_##T, #T, #n},
+#define GPUARR__KPARAM_GPUARR_IN(T, n) {GPUARR_PARAM_IN, GPUARR__KT_##T, #T, #n},
+#define GPUARR__KPARAM_GPUARR_OUT(T, n) {GPUARR_PARAM_OUT, GPUARR__KT_##T, #T, #n},
+#define GPUARR__KPARAM_GPUARR_INOUT(T, n) {GPUARR_PARAM_INOUT, GPUARR__KT_##T, #T, #n},
+/* The host function's locals, one per parameter, from args[]. */
+#define GPUARR__KLOCAL_(c, p) GPUARR__KPASTE(GPUARR__KLOCAL_, p)
+#define GPUARR__KLOCAL_GPUARR_SCALAR(T, n) const T n = *(const T *)gpuarr__args[gpuarr__at++];
+#define GPUARR__KLOCAL_GPUARR_IN(T, n) const T *const n = (const T *)gpuarr__args[gpuarr__at++];
+#define GPUARR__KLOCAL_GPUARR_OUT(T, n) T *const n = (T *)gpuarr__args[gpuarr__at++];
+#define GPUARR__KLOCAL_GPUARR_INOUT(T, n) T *const n = (T *)gpuarr__args[gpuarr__at++];
+/* The one-index function's parameters (a body may leave any unused) and the call's arguments. */
+#define GPUARR__KITEM_(c, p) GPUARR__KPASTE(GPUARR__KITEM_, p)
+#define GPUARR__KITEM_GPUARR_SCALAR(T, n) GPUARR__KUNUSED const T n,
+#define GPUARR__KITEM_GPUARR_IN(T, n) GPUARR__KUNUSED const T *const n,
+#define GPUARR__KITEM_GPUARR_OUT(T, n) GPUARR__KUNUSED T *const n,
+#define GPUARR__KITEM_GPUARR_INOUT(T, n) GPUARR__KUNUSED T *const n,
+#define GPUARR__KCALL_(c, p) GPUARR__KPASTE(GPUARR__KCALL_, p)
+#define GPUARR__KCALL_GPUARR_SCALAR(T, n) n,
+#define GPUARR__KCALL_GPUARR_IN(T, n) n,
+#define GPUARR__KCALL_GPUARR_OUT(T, n) n,
+#define GPUARR__KCALL_GPUARR_INOUT(T, n) n,
+
+#ifdef __cplusplus
+#define GPUARR__KLINK extern "C"
+#else
+#define GPUARR__KLINK extern
+#endif
+/* No contraction of a * b + c into an fma on the host either: the same bits as the devices. The
+   body runs as a function of one index (so that `return` ends that index only), inlined. */
+#if defined(__GNUC__) || defined(__clang__)
+#define GPUARR__KUNUSED __attribute__((unused))
+#define GPUARR__KINLINE static inline __attribute__((always_inline))
+#else
+#define GPUARR__KUNUSED
+#define GPUARR__KINLINE static inline
+#endif
+#if defined(__clang__)
+#define GPUARR__KHOST_ATTR
+#define GPUARR__KHOST_PRAGMA _Pragma("clang fp contract(off)")
+#elif defined(__GNUC__)
+#define GPUARR__KHOST_ATTR __attribute__((optimize("fp-contract=off")))
+#define GPUARR__KHOST_PRAGMA
+#else
+#define GPUARR__KHOST_ATTR
+#define GPUARR__KHOST_PRAGMA
+#endif
+
+/* Declares the kernel `name` defined elsewhere: its description and its typed launcher
+   gpuarr_result name(const gpuarr_launch *l, <a value per SCALAR, a gpuarr_array per array>). */
+#define GPUARR_KERNEL_DECLARE(name, params)                                                    \
+    GPUARR__KLINK const gpuarr_kernel name##_gpuarr_kernel;                                    \
+    GPUARR__KLINK gpuarr_result name(const gpuarr_launch *gpuarr__launch GPUARR__KEACH(GPUARR__KDECL_, ~, params))
+
+/* Defines the kernel `name` (in one .c or .cu file): the host function, the description with the
+   body's text, and the typed launcher. The body is C that is also OpenCL C and CUDA C++ (see
+   KERNELS for what it may use). */
+#define GPUARR_KERNEL(name, params, ...)                                                       \
+    GPUARR_KERNEL_DECLARE(name, params);                                                       \
+    GPUARR__KHOST_ATTR GPUARR__KINLINE void name##_gpuarr_item(                                \
+        GPUARR__KEACH(GPUARR__KITEM_, ~, params) GPUARR__KUNUSED int64_t gpuarr__i0, GPUARR__KUNUSED int64_t gpuarr__i1, \
+        GPUARR__KUNUSED int64_t gpuarr__i2, GPUARR__KUNUSED int64_t gpuarr__g0, GPUARR__KUNUSED int64_t gpuarr__g1, \
+        GPUARR__KUNUSED int64_t gpuarr__g2) {                                                  \
+        GPUARR__KHOST_PRAGMA                                                                   \
+        __VA_ARGS__                                                                            \
+    }                                                                                          \
+    GPUARR__KHOST_ATTR static void name##_gpuarr_host(void *const *gpuarr__args, const int64_t *gpuarr__global, int gpuarr__ndim, \
+                                                      int64_t gpuarr__begin, int64_t gpuarr__end) { \
+        int gpuarr__at = 0;                                                                    \
+        GPUARR__KEACH(GPUARR__KLOCAL_, ~, params)                                              \
+        const int64_t gpuarr__g0 = gpuarr__global[0], gpuarr__g1 = gpuarr__global[1], gpuarr__g2 = gpuarr__global[2]; \
+        int64_t gpuarr__lo[3] = {0, 0, 0}, gpuarr__hi[3] = {gpuarr__g0, gpuarr__g1, gpuarr__g2}; \
+        gpuarr__lo[gpuarr__ndim - 1] = gpuarr__begin;                                          \
+        gpuarr__hi[gpuarr__ndim - 1] = gpuarr__end;                                            \
+        (void)gpuarr__at;                                                                      \
+        for (int64_t gpuarr__i2 = gpuarr__lo[2]; gpuarr__i2 < gpuarr__hi[2]; gpuarr__i2++)     \
+            for (int64_t gpuarr__i1 = gpuarr__lo[1]; gpuarr__i1 < gpuarr__hi[1]; gpuarr__i1++) \
+                for (int64_t gpuarr__i0 = gpuarr__lo[0]; gpuarr__i0 < gpuarr__hi[0]; gpuarr__i0++) \
+                    name##_gpuarr_item(GPUARR__KEACH(GPUARR__KCALL_, ~, params) gpuarr__i0, gpuarr__i1, gpuarr__i2, \
+                                       gpuarr__g0, gpuarr__g1, gpuarr__g2);                    \
+    }                                                                                          \
+    static const gpuarr_kernel_param name##_gpuarr_params[] = {GPUARR__KEACH(GPUARR__KPARAM_, ~, params)}; \
+    const gpuarr_kernel name##_gpuarr_kernel = {#name, #__VA_ARGS__, (int)(sizeof name##_gpuarr_params / sizeof name##_gpuarr_params[0]), \
+                                                name##_gpuarr_params, name##_gpuarr_host}; \
+    gpuarr_result name(const gpuarr_launch *gpuarr__launch GPUARR__KEACH(GPUARR__KDECL_, ~, params)) { \
+        const gpuarr_kernel_arg gpuarr__args[] = {GPUARR__KEACH(GPUARR__KARG_, ~, params)};   \
+        return gpuarr_kernel_launch(&name##_gpuarr_kernel, gpuarr__launch, gpuarr__args);      \
+    }
 
 /* ---------------------------------------------------------------------------------------------
  * Memory pools: one caching allocator per device (see MEMORY POOLS in the manual).
@@ -2401,6 +2618,7 @@ typedef struct gpuarr__stream gpuarr__stream;
 typedef struct gpuarr__event gpuarr__event;
 typedef struct gpuarr__array gpuarr__array;
 typedef struct gpuarr__backend gpuarr__backend;
+typedef struct gpuarr__kernel_call gpuarr__kernel_call;
 
 /* A host cast kernel (tables of them are indexed [src dtype][dst dtype]). */
 typedef void (*gpuarr__cast_fn)(const void *src, void *dst, size_t n);
@@ -2520,6 +2738,16 @@ struct gpuarr__backend {
        8; bytes and dst_off are multiples of it), enqueued on s like a copy. */
     gpuarr_result (*fill)(gpuarr__stream *s, void *dst, size_t dst_off, const void *pattern, size_t pattern_size, size_t bytes,
                           bool async);
+
+    /* ---- portable kernels (KERNELS) ---- */
+    /* Builds k for d unless built (thread-safe; cached in memory and in the kernel cache
+       folder): OK, GPUARR_ERROR_BUILD through gpuarr__kernel_build_failed, UNSUPPORTED when d
+       cannot run k (a double parameter without fp64, no run-time compiler) saying why. Optional:
+       NULL means the backend runs no portable kernels (UNSUPPORTED). */
+    gpuarr_result (*kernel_build)(gpuarr__dev *d, const gpuarr_kernel *k);
+    /* Enqueues a checked launch on s (building first as kernel_build does). A shape the device
+       cannot launch is INVALID_ARGUMENT before anything is enqueued. Optional with kernel_build. */
+    gpuarr_result (*kernel_launch)(gpuarr__stream *s, const gpuarr__kernel_call *call);
 
     /* ---- streams: a native stream runs its work in order ---- */
     /* Runs fn(ctx) on some host thread once the work queued on s so far has completed, and s's
@@ -4186,6 +4414,163 @@ static gpuarr_result gpuarr__dev_alive(gpuarr__dev *d) {
     if (!gpuarr__dev_failed(d)) return GPUARR_OK;
     return gpuarr__fail(GPUARR_ERROR_DEVICE_LOST, "%s failed earlier: %s (gpuarr_device_reset brings it back once its arrays, "
                         "streams and events are released)", d->info.spec, d->failure);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Portable kernels, what the backends share: the launch a backend gets (checked), the device
+ * source made from a kernel's description in a backend's dialect, and the build logs.
+ * ------------------------------------------------------------------------------------------- */
+/* One launch, checked by gpuarr_kernel_launch: every array on s's device, of its parameter's
+   dtype, writable where written; the index space not empty. */
+struct gpuarr__kernel_call {
+    const gpuarr_kernel *kernel;
+    int ndim;                                     /* 1..3 */
+    int64_t global[3];                            /* each >= 1; 1 past ndim */
+    void *mem[GPUARR_KERNEL_MAX_PARAMS];          /* an array parameter's memory handle */
+    size_t offset[GPUARR_KERNEL_MAX_PARAMS];      /* its first element, in bytes into mem (a
+                                                     multiple of its element size) */
+    const void *scalar[GPUARR_KERNEL_MAX_PARAMS]; /* a scalar parameter's value */
+};
+
+/* How a device language spells a kernel: gpuarr__kernel_source writes
+       <prelude>
+       <entry> gpuarr_kernel_<name>(<per array: <space><const> T *gpuarr__pN[, uint64_t gpuarr__oN]>,
+                                    <per scalar: const T name>, int64_t gpuarr__g0, g1, g2) {
+           const int64_t gpuarr__i0 = <id[0]>, ...;  (return past the index space)
+           <space><const> T *const name = gpuarr__pN[ + gpuarr__oN];
+           <body> }
+   The prelude defines the fixed-width types, gpuarr_index and gpuarr_size (as the host's),
+   gpuarr_f16/gpuarr_bf16 and their load/store helpers, and the math list. */
+typedef struct gpuarr__kernel_dialect {
+    const char *prelude;
+    const char *entry; /* "__kernel void", "extern \"C\" __global__ void" */
+    const char *space; /* the arrays' address space: "__global ", "" */
+    bool offsets;      /* arrays come as a buffer and an element offset (OpenCL: a cl_mem) */
+    const char *id[3]; /* the global index along each dimension, an int64_t expression */
+} gpuarr__kernel_dialect;
+
+/* Appends printf-formatted text to a growing buffer; false when out of memory (buffer freed). */
+GPUARR__FOR_BACKENDS static bool gpuarr__text_add(char **buf, size_t *len, size_t *cap, const char *fmt, ...) GPUARR__PRINTF(4, 5);
+GPUARR__FOR_BACKENDS static bool gpuarr__text_add(char **buf, size_t *len, size_t *cap, const char *fmt, ...) {
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = *buf ? vsnprintf(*buf + *len, *cap - *len, fmt, ap) : -2;
+        va_end(ap);
+        if (n >= 0 && (size_t)n < *cap - *len) {
+            *len += (size_t)n;
+            return true;
+        }
+        if (n == -1) break;
+        size_t want = GPUARR__MAX(*cap * 2, *len + (n > 0 ? (size_t)n : 0) + 256);
+        char *grown = (char *)gpuarr__malloc(want); /* gpuarr's allocator has no realloc */
+        if (!grown) break;
+        if (*buf) memcpy(grown, *buf, *len + 1);
+        gpuarr__free(*buf);
+        *buf = grown;
+        *cap = want;
+    }
+    gpuarr__free(*buf);
+    *buf = NULL;
+    return false;
+}
+
+/* The device source of k in dialect d (gpuarr__malloc'ed; NULL: out of memory). */
+GPUARR__FOR_BACKENDS static char *gpuarr__kernel_source(const gpuarr_kernel *k, const gpuarr__kernel_dialect *d) {
+    char *b = NULL;
+    size_t len = 0, cap = 0;
+    bool ok = gpuarr__text_add(&b, &len, &cap, "%s\n%s gpuarr_kernel_%s(", d->prelude, d->entry, k->name);
+    for (int i = 0; ok && i < k->nparams; i++) {
+        const gpuarr_kernel_param *p = &k->params[i];
+        bool in = p->kind == GPUARR_PARAM_IN;
+        if (p->kind == GPUARR_PARAM_SCALAR) ok = gpuarr__text_add(&b, &len, &cap, "const %s %s, ", p->type, p->name);
+        else ok = gpuarr__text_add(&b, &len, &cap, "%s%s%s *gpuarr__p%d, ", d->space, in ? "const " : "", p->type, i) &&
+                  (!d->offsets || gpuarr__text_add(&b, &len, &cap, "uint64_t gpuarr__o%d, ", i));
+    }
+    ok = ok && gpuarr__text_add(&b, &len, &cap,
+                                "int64_t gpuarr__g0, int64_t gpuarr__g1, int64_t gpuarr__g2) {\n"
+                                "const int64_t gpuarr__i0 = %s, gpuarr__i1 = %s, gpuarr__i2 = %s;\n"
+                                "if (gpuarr__i0 >= gpuarr__g0 || gpuarr__i1 >= gpuarr__g1 || gpuarr__i2 >= gpuarr__g2) return;\n",
+                                d->id[0], d->id[1], d->id[2]);
+    for (int i = 0; ok && i < k->nparams; i++) {
+        const gpuarr_kernel_param *p = &k->params[i];
+        if (p->kind == GPUARR_PARAM_SCALAR) continue;
+        bool in = p->kind == GPUARR_PARAM_IN;
+        ok = gpuarr__text_add(&b, &len, &cap, "%s%s%s *const %s = gpuarr__p%d", d->space, in ? "const " : "", p->type, p->name, i) &&
+             (!d->offsets || gpuarr__text_add(&b, &len, &cap, " + gpuarr__o%d", i)) && gpuarr__text_add(&b, &len, &cap, ";\n");
+    }
+    /* the body, as the host compiled it; errors point at its lines */
+    ok = ok && gpuarr__text_add(&b, &len, &cap, "#line 1 \"%s\"\n%s\n}\n", k->name, k->body);
+    return ok ? b : NULL;
+}
+
+/* The first lines of a compiler log, for a message (at most `lines` lines, cap bytes). */
+GPUARR__FOR_BACKENDS static void gpuarr__log_head(const char *log, int lines, char *out, size_t cap) {
+    size_t n = 0;
+    const char *p = log;
+    while (*p == '\n' || *p == ' ') p++;
+    for (int line = 0; p[n] && line < lines; n++)
+        if (p[n] == '\n') line++;
+    while (n && (p[n - 1] == '\n' || p[n - 1] == ' ')) n--;
+    if (n >= cap) n = cap - 1;
+    memcpy(out, p, n);
+    out[n] = '\0';
+    for (size_t i = 0; i < n; i++)
+        if (out[i] == '\n') out[i] = '|'; /* one line of message */
+}
+
+/* The build logs: the whole compiler output of each (kernel, device)'s last build, for
+   gpuarr_kernel_build_log. A list under a lock; freed at the last shutdown. */
+typedef struct gpuarr__kernel_log {
+    struct gpuarr__kernel_log *next;
+    const gpuarr_kernel *kernel;
+    const gpuarr__dev *dev;
+    char *text;
+} gpuarr__kernel_log;
+static pthread_mutex_t gpuarr__kernel_logs_lock = PTHREAD_MUTEX_INITIALIZER;
+static gpuarr__kernel_log *gpuarr__kernel_logs;
+
+/* Keeps log (copied; NULL or "" clears) as the last build log of k on d. */
+GPUARR__FOR_BACKENDS static void gpuarr__kernel_log_set(const gpuarr__dev *d, const gpuarr_kernel *k, const char *log) {
+    char *copy = log && *log ? gpuarr__strdup(log) : NULL;
+    pthread_mutex_lock(&gpuarr__kernel_logs_lock);
+    gpuarr__kernel_log *e = gpuarr__kernel_logs;
+    while (e && (e->kernel != k || e->dev != d)) e = e->next;
+    if (!e && copy && (e = (gpuarr__kernel_log *)gpuarr__calloc(sizeof *e)) != NULL) {
+        e->kernel = k;
+        e->dev = d;
+        e->next = gpuarr__kernel_logs;
+        gpuarr__kernel_logs = e;
+    }
+    if (e) {
+        gpuarr__free(e->text);
+        e->text = copy;
+        copy = NULL;
+    }
+    pthread_mutex_unlock(&gpuarr__kernel_logs_lock);
+    gpuarr__free(copy);
+}
+
+static void gpuarr__kernel_logs_free(void) {
+    pthread_mutex_lock(&gpuarr__kernel_logs_lock);
+    while (gpuarr__kernel_logs) {
+        gpuarr__kernel_log *e = gpuarr__kernel_logs;
+        gpuarr__kernel_logs = e->next;
+        gpuarr__free(e->text);
+        gpuarr__free(e);
+    }
+    pthread_mutex_unlock(&gpuarr__kernel_logs_lock);
+}
+
+/* A failed build: GPUARR_ERROR_BUILD naming the kernel, the device and the log's first lines;
+   the whole log kept for gpuarr_kernel_build_log. */
+GPUARR__FOR_BACKENDS static gpuarr_result gpuarr__kernel_build_failed(const gpuarr__dev *d, const gpuarr_kernel *k, const char *how,
+                                                                      const char *log) {
+    char head[600];
+    gpuarr__log_head(log ? log : "", 6, head, sizeof head);
+    gpuarr__kernel_log_set(d, k, log);
+    return gpuarr__fail(GPUARR_ERROR_BUILD, "kernel %s did not compile for %s (%s): %s (the whole log: gpuarr_kernel_build_log)", k->name,
+                        d->info.spec, how, head[0] ? head : "the compiler gave no log");
 }
 
 /* The backends. Each header defines its fill function, gpuarr__<name>_backend_fill, which fills
@@ -7254,6 +7639,7 @@ GPUARR_API void gpuarr_shutdown(void) {
         gpuarr__activation_end(); /* the calling thread's context, as it was before gpuarr */
         GPUARR__ATOMIC_STORE(&gpuarr__g.valid, 0u);
         gpuarr__teardown();
+        gpuarr__kernel_logs_free(); /* they name devices, gone now */
         for (int i = 0; i < gpuarr__g.layer_count; i++)
             if (gpuarr__g.layers[i].after_teardown) gpuarr__g.layers[i].after_teardown();
     }
@@ -9055,6 +9441,168 @@ static gpuarr_result gpuarr__array_written_on(gpuarr__array *a, gpuarr__stream *
     if (r == GPUARR_OK) gpuarr__ready_set(a, after);
     else if (after) gpuarr__obj_release(&after->obj);
     return r;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Portable kernels: the launch (checks, order, the backend's launch, the arrays' uses)
+ * ------------------------------------------------------------------------------------------- */
+static const char *const gpuarr__param_kind_names[] = {"?", "SCALAR", "IN", "OUT", "INOUT"};
+
+/* k is what GPUARR_KERNEL makes. */
+static gpuarr_result gpuarr__kernel_check(const gpuarr_kernel *k) {
+    if (!k) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "k is NULL");
+    if (!k->name || !k->body || !k->params || !k->host || k->nparams < 1 || k->nparams > GPUARR_KERNEL_MAX_PARAMS)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "k is not a kernel GPUARR_KERNEL made (name, body, params, host: "
+                            "set; nparams = %d: 1..%d)", k->nparams, GPUARR_KERNEL_MAX_PARAMS);
+    bool array = false;
+    for (int i = 0; i < k->nparams; i++) {
+        const gpuarr_kernel_param *p = &k->params[i];
+        if (p->kind < GPUARR_PARAM_SCALAR || p->kind > GPUARR_PARAM_INOUT || !gpuarr__dtype_valid(p->dtype) || p->dtype == GPUARR_BOOL ||
+            !p->name || !p->type)
+            return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "kernel %s: parameter %d is not one GPUARR_KERNEL made", k->name, i);
+        array = array || p->kind != GPUARR_PARAM_SCALAR;
+    }
+    if (!array)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "kernel %s has no array parameter: a launch runs on its arrays' device", k->name);
+    return GPUARR_OK;
+}
+
+/* The index space: l's, or 1-D over the first array's elements. */
+static gpuarr_result gpuarr__launch_shape(const gpuarr_kernel *k, const gpuarr_launch *l, const gpuarr__array *first, gpuarr__kernel_call *c) {
+    c->ndim = l && l->ndim ? l->ndim : 1;
+    if (c->ndim < 1 || c->ndim > 3)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "kernel %s: l->ndim = %d: must be 0 (1-D over the first array) or 1..3", k->name, l->ndim);
+    int64_t total = 1;
+    for (int d = 0; d < 3; d++) {
+        c->global[d] = d >= c->ndim ? 1 : l && l->ndim ? l->global[d] : first->count;
+        if (c->global[d] < 0)
+            return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "kernel %s: l->global[%d] = %lld: must be >= 0", k->name, d, (long long)c->global[d]);
+        if (c->global[d] && total > INT64_MAX / c->global[d])
+            return gpuarr__fail(GPUARR_ERROR_OVERFLOW, "kernel %s: the index space %lld x %lld x %lld overflows int64", k->name,
+                                (long long)l->global[0], (long long)l->global[1], (long long)l->global[2]);
+        total *= c->global[d];
+    }
+    return GPUARR_OK;
+}
+
+/* Every argument against its parameter: arrays live, on one device, of the parameter's dtype,
+   writable where written; scalars given. */
+static gpuarr_result gpuarr__kernel_args(const gpuarr_kernel *k, const gpuarr_kernel_arg *args, gpuarr__array **arrs, gpuarr__kernel_call *c) {
+    gpuarr__array *first = NULL;
+    for (int i = 0; i < k->nparams; i++) {
+        const gpuarr_kernel_param *p = &k->params[i];
+        if (p->kind == GPUARR_PARAM_SCALAR) {
+            if (!args[i].scalar) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "kernel %s: scalar parameter %s has no value (NULL)", k->name, p->name);
+            c->scalar[i] = args[i].scalar;
+            continue;
+        }
+        char arg[80];
+        snprintf(arg, sizeof arg, "kernel %s: parameter %s", k->name, p->name);
+        GPUARR__CHECK(gpuarr__get_array(args[i].array, arg, &arrs[i]));
+        gpuarr__array *a = arrs[i];
+        if (!first) first = a;
+        if (a->dev != first->dev)
+            return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "%s is on %s, but %s is on %s: a kernel's arrays live on one device "
+                                "(gpuarr_convert moves them)", arg, a->dev->info.spec, k->params[0].kind == GPUARR_PARAM_SCALAR ? "the first array" : k->params[0].name,
+                                first->dev->info.spec);
+        if (a->dtype != p->dtype)
+            return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "%s (%s %s) was given an array of %s", arg, gpuarr__param_kind_names[p->kind],
+                                gpuarr__dtype_names[p->dtype], gpuarr__dtype_names[a->dtype]);
+        if (p->kind != GPUARR_PARAM_IN && a->read_only)
+            return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "%s is %s but its array is read-only (an import marked read-only)", arg,
+                                gpuarr__param_kind_names[p->kind]);
+        if (a->offset % gpuarr__dtype_sizes[a->dtype])
+            return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "%s: its array starts %zu bytes into its memory, not at a whole element of %s", arg,
+                                a->offset, gpuarr__dtype_names[a->dtype]);
+        c->mem[i] = a->mem;
+        c->offset[i] = a->offset;
+    }
+    return GPUARR_OK;
+}
+
+/* After the launch: readers noted, writers' results made the arrays' ready point. */
+static gpuarr_result gpuarr__kernel_note_uses(const gpuarr_kernel *k, gpuarr__array **arrs, gpuarr__stream *s) {
+    gpuarr_result r = GPUARR_OK;
+    bool async = !gpuarr__backend_has(s->dev->backend, GPUARR__BACKEND_SYNCHRONOUS);
+    for (int i = 0; i < k->nparams; i++) {
+        if (!arrs[i]) continue;
+        if (k->params[i].kind == GPUARR_PARAM_IN) gpuarr__array_note_use(arrs[i], s);
+        else if (r == GPUARR_OK) r = gpuarr__array_written_on(arrs[i], s);
+        if (async && gpuarr__root(arrs[i])->wrapped) { /* the caller's memory: kept until the kernel passes */
+            gpuarr__obj_retain(&arrs[i]->obj);
+            gpuarr__stream_defer(s, gpuarr__release_obj_deferred, &arrs[i]->obj);
+        }
+    }
+    return r;
+}
+
+static gpuarr_result gpuarr__kernel_launch(const gpuarr_kernel *k, const gpuarr_launch *l, const gpuarr_kernel_arg *args, gpuarr__array **arrs) {
+    GPUARR__CHECK(gpuarr__kernel_check(k));
+    if (!args) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "kernel %s: args is NULL", k->name);
+    gpuarr__kernel_call c;
+    memset(&c, 0, sizeof c);
+    c.kernel = k;
+    GPUARR__CHECK(gpuarr__kernel_args(k, args, arrs, &c));
+    gpuarr__array *first = NULL;
+    for (int i = 0; i < k->nparams && !first; i++) first = arrs[i];
+    gpuarr__dev *dev = first->dev;
+    GPUARR__CHECK(gpuarr__launch_shape(k, l, first, &c));
+    gpuarr__stream *s = NULL;
+    if (l && l->stream.id) {
+        GPUARR__CHECK(gpuarr__get_stream(l->stream, "l->stream", &s));
+        if (s->dev != dev) {
+            gpuarr__obj_release(&s->obj);
+            return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "kernel %s: l->stream is on %s, but the arrays are on %s", k->name, s->dev->info.spec,
+                                dev->info.spec);
+        }
+    } else {
+        GPUARR__CHECK(gpuarr__stream_for(dev, NULL, &s));
+    }
+    gpuarr_result r = GPUARR_OK;
+    if (!dev->backend->kernel_launch)
+        r = gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "kernel %s: %s (%s) runs no portable kernels", k->name, dev->info.spec, dev->backend->name);
+    bool empty = c.global[0] == 0 || c.global[1] == 0 || c.global[2] == 0;
+    if (r == GPUARR_OK && !empty) r = dev->backend->kernel_build(dev, k); /* a build failure enqueues nothing */
+    for (int i = 0; i < k->nparams && r == GPUARR_OK && !empty; i++)
+        if (arrs[i]) r = gpuarr__order_after_uses(s, arrs[i]);
+    if (r == GPUARR_OK && !empty) r = dev->backend->kernel_launch(s, &c);
+    if (r == GPUARR_OK && !empty) r = gpuarr__kernel_note_uses(k, arrs, s);
+    gpuarr__obj_release(&s->obj);
+    return r;
+}
+
+GPUARR_API gpuarr_result gpuarr_kernel_launch(const gpuarr_kernel *k, const gpuarr_launch *l, const gpuarr_kernel_arg *args) {
+    GPUARR__BEGIN();
+    gpuarr__array *arrs[GPUARR_KERNEL_MAX_PARAMS] = {0};
+    gpuarr_result r = gpuarr__kernel_launch(k, l, args, arrs);
+    for (int i = 0; i < GPUARR_KERNEL_MAX_PARAMS; i++)
+        if (arrs[i]) gpuarr__obj_release(&arrs[i]->obj);
+    return r;
+}
+
+GPUARR_API gpuarr_result gpuarr_kernel_build(const gpuarr_kernel *k, gpuarr_device d) {
+    GPUARR__BEGIN();
+    GPUARR__CHECK(gpuarr__kernel_check(k));
+    gpuarr__dev *dev;
+    GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
+    if (!dev->backend->kernel_build)
+        return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "kernel %s: %s (%s) runs no portable kernels", k->name, dev->info.spec, dev->backend->name);
+    GPUARR__CHECK(gpuarr__dev_open(dev));
+    return dev->backend->kernel_build(dev, k);
+}
+
+GPUARR_API gpuarr_result gpuarr_kernel_build_log(const gpuarr_kernel *k, gpuarr_device d, char *buf, size_t len) {
+    GPUARR__BEGIN();
+    GPUARR__CHECK(gpuarr__kernel_check(k));
+    gpuarr__dev *dev;
+    GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
+    if (!buf || !len) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "buf is NULL or len is 0");
+    buf[0] = '\0';
+    pthread_mutex_lock(&gpuarr__kernel_logs_lock);
+    for (gpuarr__kernel_log *e = gpuarr__kernel_logs; e; e = e->next)
+        if (e->kernel == k && e->dev == dev && e->text) gpuarr__copy_string(buf, len, e->text);
+    pthread_mutex_unlock(&gpuarr__kernel_logs_lock);
+    return GPUARR_OK;
 }
 
 GPUARR_API gpuarr_result gpuarr_array_record_stream(gpuarr_array a, gpuarr_stream s) {

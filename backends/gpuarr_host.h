@@ -714,6 +714,39 @@ static void gpuarr__host_telemetry(gpuarr__dev *d, gpuarr_telemetry *out) {
     gpuarr__host_telemetry_temperature(out);
 }
 
+/* ---- portable kernels: the body the program's compiler made, run over the index space by the
+   worker pool, split along the last dimension ---- */
+typedef struct gpuarr__host_kernel_job {
+    const gpuarr__kernel_call *call;
+    void *args[GPUARR_KERNEL_MAX_PARAMS];
+} gpuarr__host_kernel_job;
+
+static void gpuarr__host_kernel_chunk(void *ctx, size_t begin, size_t end) {
+    gpuarr__host_kernel_job *job = (gpuarr__host_kernel_job *)ctx;
+    job->call->kernel->host(job->args, job->call->global, job->call->ndim, (int64_t)begin, (int64_t)end);
+}
+
+static gpuarr_result gpuarr__host_kernel_build(gpuarr__dev *d, const gpuarr_kernel *k) {
+    GPUARR__UNUSED(d);
+    GPUARR__UNUSED(k);
+    return GPUARR_OK; /* compiled with the program */
+}
+
+static gpuarr_result gpuarr__host_kernel_launch(gpuarr__stream *s, const gpuarr__kernel_call *call) {
+    GPUARR__UNUSED(s);
+    gpuarr__host_kernel_job job;
+    job.call = call;
+    const gpuarr_kernel *k = call->kernel;
+    for (int i = 0; i < k->nparams; i++)
+        job.args[i] = k->params[i].kind == GPUARR_PARAM_SCALAR ? (void *)(uintptr_t)call->scalar[i] : (char *)call->mem[i] + call->offset[i];
+    int64_t outer = call->global[call->ndim - 1], inner = 1;
+    for (int d = 0; d < call->ndim - 1; d++) inner *= call->global[d];
+    /* chunks of about 64 Ki indices: large enough to pay for a hand-off, small enough to balance */
+    size_t chunk = (size_t)GPUARR__MAX((int64_t)1, ((int64_t)1 << 16) / GPUARR__MAX(inner, (int64_t)1));
+    gpuarr__parallel_for((size_t)outer, chunk, gpuarr__host_kernel_chunk, &job);
+    return GPUARR_OK;
+}
+
 static const gpuarr__interop_HOST gpuarr__host_interop = {GPUARR_BACKEND_HOST, GPUARR__INTEROP_HOST(GPUARR__INTEROP_IMPL)};
 
 /* The host's table. Synchronous, so it leaves the stream procedures and the event waits NULL;
@@ -738,6 +771,8 @@ static void gpuarr__host_backend_fill(gpuarr__backend *b) {
     b->copy_d2d = gpuarr__host_copy_d2d;
     b->cast = gpuarr__host_cast;
     b->fill = gpuarr__host_fill;
+    b->kernel_build = gpuarr__host_kernel_build;
+    b->kernel_launch = gpuarr__host_kernel_launch;
     b->event_create = gpuarr__host_event_create;
     b->event_destroy = gpuarr__host_event_destroy;
     b->event_record = gpuarr__host_event_record;
