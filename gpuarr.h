@@ -4449,6 +4449,18 @@ typedef struct gpuarr__kernel_dialect {
     const char *id[3]; /* the global index along each dimension, an int64_t expression */
 } gpuarr__kernel_dialect;
 
+/* What every device dialect's prelude ends with, after its fixed-width types and the conversion
+   rules (kernels/gpuarr_kernels.h): the body's names, spelled as the host's (see KERNELS). */
+GPUARR__FOR_BACKENDS static const char gpuarr__kernel_prelude_common[] =
+    "#define gpuarr_index(d) ((d) == 0 ? gpuarr__i0 : (d) == 1 ? gpuarr__i1 : gpuarr__i2)\n"
+    "#define gpuarr_size(d) ((d) == 0 ? gpuarr__g0 : (d) == 1 ? gpuarr__g1 : gpuarr__g2)\n"
+    "typedef struct gpuarr_f16 { uint16_t bits; } gpuarr_f16;\n"
+    "typedef struct gpuarr_bf16 { uint16_t bits; } gpuarr_bf16;\n"
+    "#define gpuarr_load_f16(p, i) gpuarr_k_f16_to_f32((p)[i].bits)\n"
+    "#define gpuarr_store_f16(p, i, v) ((p)[i].bits = gpuarr_k_f32_to_f16(v))\n"
+    "#define gpuarr_load_bf16(p, i) gpuarr_k_bf16_to_f32((p)[i].bits)\n"
+    "#define gpuarr_store_bf16(p, i, v) ((p)[i].bits = gpuarr_k_f32_to_bf16(v))\n";
+
 /* Appends printf-formatted text to a growing buffer; false when out of memory (buffer freed). */
 GPUARR__FOR_BACKENDS static bool gpuarr__text_add(char **buf, size_t *len, size_t *cap, const char *fmt, ...) GPUARR__PRINTF(4, 5);
 GPUARR__FOR_BACKENDS static bool gpuarr__text_add(char **buf, size_t *len, size_t *cap, const char *fmt, ...) {
