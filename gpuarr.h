@@ -1934,6 +1934,18 @@ GPUARR_API gpuarr_result gpuarr_reduce(gpuarr_array a, gpuarr_reduce_op op, gpua
 #define GPUARR__KHOST_PRAGMA
 #endif
 
+/* In C, a file that defines kernels includes <tgmath.h>, so that sqrt of a float is sqrtf as on
+   the devices (with <math.h> alone it is computed in double: other bits). The check: tgmath's
+   sqrt is a macro, so its expansion's text is longer than "sqrt(0)". C++ has the overloads. */
+#ifdef __cplusplus
+#define GPUARR__KTGMATH(name)
+#else
+#define GPUARR__KSTR(x) #x
+#define GPUARR__KXSTR(x) GPUARR__KSTR(x)
+#define GPUARR__KTGMATH(name) \
+    typedef char name##_gpuarr_kernel_needs_tgmath_h_included[sizeof(GPUARR__KXSTR(sqrt(0))) > sizeof("sqrt(0)") ? 1 : -1];
+#endif
+
 /* Declares the kernel `name` defined elsewhere: its description and its typed launcher
    gpuarr_result name(const gpuarr_launch *l, <a value per SCALAR, a gpuarr_array per array>). */
 #define GPUARR_KERNEL_DECLARE(name, params)                                                    \
@@ -1944,6 +1956,7 @@ GPUARR_API gpuarr_result gpuarr_reduce(gpuarr_array a, gpuarr_reduce_op op, gpua
    body's text, and the typed launcher. The body is C that is also OpenCL C and CUDA C++ (see
    KERNELS for what it may use). */
 #define GPUARR_KERNEL(name, params, ...)                                                       \
+    GPUARR__KTGMATH(name)                                                                      \
     GPUARR_KERNEL_DECLARE(name, params);                                                       \
     GPUARR__KHOST_ATTR GPUARR__KINLINE void name##_gpuarr_item(                                \
         GPUARR__KEACH(GPUARR__KITEM_, ~, params) GPUARR__KUNUSED int64_t gpuarr__i0, GPUARR__KUNUSED int64_t gpuarr__i1, \
