@@ -8,6 +8,7 @@
 #include "test_common.h"
 
 #include <float.h>
+#include <tgmath.h> /* a kernel file needs it: sqrt of a float is sqrtf, as on the devices */
 
 TestSuite(kernels, .init = test_setup, .fini = test_teardown);
 

@@ -53,6 +53,7 @@
 #endif
 #endif
 #include "gpuarr.h"
+#include <tgmath.h> /* a file that defines kernels (op_kernel) */
 
 #ifndef FUZZ_FAKE_CUDA
 #define FUZZ_FAKE_CUDA "build/fake-cuda/libcuda.so.1"
@@ -1738,6 +1739,241 @@ static void op_offload(fz *z) {
     if (r == GPUARR_OK) fz_die("gpuarr_task_destroy took a task twice");
 }
 
+/* ---- portable kernels (KERNELS): launches through the typed launchers (any shape, any
+   stream, the input's arrays or arrays of their own), gpuarr_kernel_launch with arguments and
+   descriptions it must refuse, builds, build logs and gpuarr_reduce ---- */
+/* Each body bounds its flattened index by n, the fewest elements of its arrays: a launch of any
+   shape stays inside them. */
+GPUARR_KERNEL(fz_kaxpy, (GPUARR_SCALAR(int64_t, n), GPUARR_SCALAR(float, a), GPUARR_IN(float, x), GPUARR_INOUT(float, y)), {
+    int64_t i = gpuarr_index(0) + gpuarr_size(0) * (gpuarr_index(1) + gpuarr_size(1) * gpuarr_index(2));
+    if (i >= n) return;
+    y[i] = a * x[i] + y[i];
+})
+GPUARR_KERNEL(fz_kwiden, (GPUARR_SCALAR(int64_t, n), GPUARR_IN(uint8_t, x), GPUARR_OUT(int32_t, y)), {
+    int64_t i = gpuarr_index(0) + gpuarr_size(0) * (gpuarr_index(1) + gpuarr_size(1) * gpuarr_index(2));
+    if (i >= n) return;
+    y[i] = (int32_t)x[i] * 3 - 7;
+})
+GPUARR_KERNEL(fz_khalf, (GPUARR_SCALAR(int64_t, n), GPUARR_SCALAR(gpuarr_bf16, s), GPUARR_IN(gpuarr_f16, x), GPUARR_OUT(gpuarr_bf16, y)), {
+    int64_t i = gpuarr_index(0) + gpuarr_size(0) * (gpuarr_index(1) + gpuarr_size(1) * gpuarr_index(2));
+    if (i >= n) return;
+    gpuarr_store_bf16(y, i, gpuarr_load_f16(x, i) * gpuarr_load_bf16(&s, 0));
+})
+/* doubles: UNSUPPORTED where fp64 is off (an input's GPUARR_OPENCL_FP64=off) */
+GPUARR_KERNEL(fz_kf64, (GPUARR_SCALAR(int64_t, n), GPUARR_INOUT(double, y)), {
+    int64_t i = gpuarr_index(0) + gpuarr_size(0) * (gpuarr_index(1) + gpuarr_size(1) * gpuarr_index(2));
+    if (i >= n) return;
+    y[i] = sqrt(fabs(y[i])) * 0.5 + 1.0;
+})
+/* C but neither OpenCL C nor CUDA C++ (`private` is their keyword): GPUARR_ERROR_BUILD there */
+GPUARR_KERNEL(fz_kbad, (GPUARR_SCALAR(int64_t, n), GPUARR_OUT(int32_t, y)), {
+    int64_t i = gpuarr_index(0) + gpuarr_size(0) * (gpuarr_index(1) + gpuarr_size(1) * gpuarr_index(2));
+    int private = 5;
+    if (i < n) y[i] = private;
+})
+#define FZ_KERNELS 5
+static const gpuarr_kernel *const fz_kernels[FZ_KERNELS] = {&fz_kaxpy_gpuarr_kernel, &fz_kwiden_gpuarr_kernel, &fz_khalf_gpuarr_kernel,
+                                                            &fz_kf64_gpuarr_kernel, &fz_kbad_gpuarr_kernel};
+/* the element types of each kernel's arrays, x then y (0: none) */
+static const gpuarr_dtype fz_kernel_dtypes[FZ_KERNELS][2] = {
+    {GPUARR_F32, GPUARR_F32}, {GPUARR_U8, GPUARR_I32}, {GPUARR_F16, GPUARR_BF16}, {GPUARR_F64, 0}, {GPUARR_I32, 0}};
+
+/* gpuarr_reduce is declared but may not be in the implementation yet: a weak reference, NULL
+   until it is */
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(GPUARR_STATIC)
+extern __typeof__(gpuarr_reduce) gpuarr_reduce __attribute__((weak));
+#define FZ_HAVE_REDUCE() (gpuarr_reduce != NULL)
+#else
+#define FZ_HAVE_REDUCE() 1
+#endif
+
+/* A launch shape from the input: l's fields, and whether it must be refused. Valid shapes stay
+   small (at most 40 x 40 x 40); hostile ones have a negative size or two sizes whose product
+   overflows, never a huge one that would run. */
+static bool fz_launch_shape(fz *z, gpuarr_launch *l) {
+    uint8_t how = u8(z);
+    memset(l, 0, sizeof *l);
+    if (how & 0x10) l->stream = fz_stream(z);
+    switch (how & 3) {
+    case 0: return false; /* the defaults */
+    case 1:
+        l->ndim = (int)(u8(z) % 5); /* 4: refused */
+        for (int d = 0; d < 3; d++) l->global[d] = u8(z) % 41;
+        return l->ndim == 4;
+    case 2: {
+        static const int64_t big[] = {INT64_MAX, (int64_t)1 << 40, (int64_t)1 << 62, INT64_MAX / 3};
+        l->ndim = 2 + (how >> 2 & 1);
+        l->global[0] = big[u8(z) & 3];
+        l->global[1] = big[u8(z) & 3];
+        l->global[2] = (int64_t)(u8(z) % 3) - 1;
+        return true;
+    }
+    default: {
+        static const int64_t neg[] = {-1, INT64_MIN, -40, -((int64_t)1 << 40)};
+        l->ndim = 1 + (int)(u8(z) % 3);
+        for (int d = 0; d < 3; d++) l->global[d] = u8(z) % 9;
+        int at = u8(z) % l->ndim;
+        l->global[at] = neg[u8(z) & 3];
+        return true;
+    }
+    }
+}
+
+/* n for a kernel's bound: the fewest elements of its arrays (0 when one is not an array) */
+static int64_t fz_kernel_bound(gpuarr_array x, gpuarr_array y, bool has_y) {
+    gpuarr_array_info xi, yi;
+    if (!fz_info(x, &xi)) return 0;
+    if (!has_y) return xi.count;
+    if (!fz_info(y, &yi)) return 0;
+    return xi.count < yi.count ? xi.count : yi.count;
+}
+
+/* fz_kwiden ran: y[i] = 3 x[i] - 7 over the indices the launch covered */
+static void fz_kwiden_check(fz *z, gpuarr_array x, gpuarr_array y, const gpuarr_launch *l, bool defaults, int64_t n) {
+    gpuarr_array_info xi, yi;
+    if (x.id == y.id || fz_aliased(z, x.id) || fz_aliased(z, y.id) || !fz_info(x, &xi) || !fz_info(y, &yi)) return;
+    int64_t covered = defaults ? xi.count : 1;
+    for (int d = 0; !defaults && d < l->ndim; d++) covered *= l->global[d];
+    if (covered > n) covered = n;
+    unsigned char *xs = fz_read_all(z, x, &xi), *ys = fz_read_all(z, y, &yi);
+    if (!xs || !ys) return;
+    for (int64_t i = 0; i < covered; i++) {
+        int32_t got;
+        memcpy(&got, ys + 4 * i, 4);
+        if (got != (int32_t)xs[i] * 3 - 7) {
+            char w[160];
+            fz_die("fz_kwiden: y[%lld] = %d after x[%lld] = %u (%lld of %lld indices covered; y %s)", (long long)i, got, (long long)i, xs[i],
+                   (long long)covered, (long long)n, fz_where(&yi, w, sizeof w));
+        }
+    }
+}
+
+/* a typed launch, on the input's arrays or (how & 0x80) on new ones of the kernel's dtypes */
+static void fz_kernel_typed(fz *z, uint8_t how) {
+    int which = u8(z) % FZ_KERNELS;
+    bool has_y = fz_kernel_dtypes[which][1] != 0;
+    gpuarr_array x = fz_arr(z), y = has_y ? fz_arr(z) : x;
+    if (how & 0x80) { /* arrays of the right dtypes on one device, kept in the table for later ops */
+        gpuarr_device d = fz_dev(z);
+        int64_t nx = u8(z) % 64, ny = u8(z) % 64;
+        gpuarr_array a = {0}, b = {0};
+        gpuarr_result r;
+        if (FZ_CALL(r, "gpuarr_empty", gpuarr_empty(d, fz_kernel_dtypes[which][0], 1, &nx, &a)) != GPUARR_OK) return;
+        if (FZ_CALL(r, "gpuarr_write", gpuarr_write(a, 0, nx, GPUARR_U8, fz_alloc(z, (size_t)nx))) != GPUARR_OK) {
+            fz_ok_or_error(gpuarr_release(a), "gpuarr_release");
+            return;
+        }
+        if (has_y && FZ_CALL(r, "gpuarr_zeros", gpuarr_zeros(d, fz_kernel_dtypes[which][1], 1, &ny, &b)) != GPUARR_OK) {
+            fz_ok_or_error(gpuarr_release(a), "gpuarr_release");
+            return;
+        }
+        x = a, y = has_y ? b : a;
+        fz_adopt(z, a);
+        if (has_y) fz_adopt(z, b);
+        if (!fz_held(z, x.id, -1) || !fz_held(z, y.id, -1)) return; /* released at once: no free slot */
+    }
+    gpuarr_launch l;
+    bool refused = fz_launch_shape(z, &l), defaults = !(how & 0x40);
+    const gpuarr_launch *lp = defaults && !refused ? NULL : &l;
+    if (lp && !lp->ndim) defaults = true; /* ndim 0: the defaults, but on l's stream */
+    int64_t n = fz_kernel_bound(x, y, has_y);
+    uint64_t bits = u64(z);
+    float a;
+    memcpy(&a, &bits, sizeof a);
+    gpuarr_result r;
+    switch (which) {
+    case 0: FZ_CALL(r, "gpuarr_kernel_launch", fz_kaxpy(lp, n, a, x, y)); break;
+    case 1: FZ_CALL(r, "gpuarr_kernel_launch", fz_kwiden(lp, n, x, y)); break;
+    case 2: FZ_CALL(r, "gpuarr_kernel_launch", fz_khalf(lp, n, gpuarr_bf16_from_float(a), x, y)); break;
+    case 3: FZ_CALL(r, "gpuarr_kernel_launch", fz_kf64(lp, n, x)); break;
+    default: FZ_CALL(r, "gpuarr_kernel_launch", fz_kbad(lp, n, x)); break;
+    }
+    if (r == GPUARR_OK && refused && lp)
+        fz_die("a launch of %s with ndim %d, global {%lld, %lld, %lld} succeeded", fz_kernels[which]->name, l.ndim, (long long)l.global[0],
+               (long long)l.global[1], (long long)l.global[2]);
+    if (r == GPUARR_OK && which == 1 && (how & 0x20)) fz_kwiden_check(z, x, y, &l, lp == NULL || defaults, n);
+}
+
+/* gpuarr_kernel_launch itself: good arguments, NULL ones, a description it must refuse */
+static void fz_kernel_direct(fz *z) {
+    uint8_t how = u8(z);
+    gpuarr_array x = fz_arr(z), y = fz_arr(z);
+    int64_t n = fz_kernel_bound(x, y, true);
+    gpuarr_kernel_arg args[3] = {{{0}, &n}, {x, NULL}, {y, NULL}};
+    if (how & 1) args[0].scalar = NULL;                        /* a scalar without a value */
+    if (how & 2) args[1].array.id = 0, args[1].scalar = &n;    /* a scalar where an array goes */
+    gpuarr_kernel k = fz_kwiden_gpuarr_kernel;
+    gpuarr_kernel_param params[3] = {k.params[0], k.params[1], k.params[2]};
+    k.params = params;
+    bool broken = true;
+    int at = u8(z) % 3, v = u8(z);
+    switch (u8(z) % 9) { /* break the description in a way the check must catch */
+    case 0: k.nparams = (v & 1) ? -(v >> 1) : GPUARR_KERNEL_MAX_PARAMS + 1 + (v >> 1); break; /* <= 0 or > 16 */
+    case 1: params[at].kind = (gpuarr_param_kind)(5 + v % 9); break;
+    case 2: params[at].dtype = (v & 1) ? GPUARR_BOOL : (gpuarr_dtype)(GPUARR_DTYPE_COUNT + v % 9); break;
+    case 3: params[1].kind = params[2].kind = GPUARR_PARAM_SCALAR; break;
+    case 4: k.host = NULL; break;
+    case 5: k.name = NULL; break;
+    case 6: k.body = NULL; break;
+    case 7: params[at].name = NULL; break;
+    default: broken = false; break;
+    }
+    /* a copy that is right is not launched: a kernel is what GPUARR_KERNEL made, not a copy */
+    const gpuarr_kernel *kp = broken ? &k : &fz_kwiden_gpuarr_kernel;
+    gpuarr_launch l;
+    bool bad_shape = fz_launch_shape(z, &l);
+    const gpuarr_launch *lp = (how & 4) ? &l : NULL;
+    gpuarr_result r;
+    switch (how >> 4 & 3) {
+    case 0: FZ_CALL(r, "gpuarr_kernel_launch", gpuarr_kernel_launch(kp, lp, (how & 8) ? NULL : args)); break;
+    case 1: FZ_CALL(r, "gpuarr_kernel_launch", gpuarr_kernel_launch(NULL, lp, args)); broken = true; break;
+    default: FZ_CALL(r, "gpuarr_kernel_launch", gpuarr_kernel_launch(kp, lp, args)); break;
+    }
+    if (r == GPUARR_OK && (broken || (how & 3) || ((how >> 4 & 3) == 0 && (how & 8)) || (lp && bad_shape)))
+        fz_die("gpuarr_kernel_launch with bad arguments (how 0x%02x, broken %d) succeeded", how, (int)broken);
+}
+
+static void op_kernel(fz *z, uint8_t how) {
+    gpuarr_result r;
+    switch (how & 7) {
+    case 0: case 1: case 2: fz_kernel_typed(z, u8(z)); break;
+    case 3: fz_kernel_direct(z); break;
+    case 4: {
+        uint8_t b = u8(z);
+        const gpuarr_kernel *k = (b & 0xf0) == 0xf0 ? NULL : fz_kernels[b % FZ_KERNELS];
+        FZ_CALL(r, "gpuarr_kernel_build", gpuarr_kernel_build(k, fz_dev(z)));
+        if (r == GPUARR_OK && !k) fz_die("gpuarr_kernel_build(NULL) succeeded");
+        break;
+    }
+    case 5: {
+        uint8_t b = u8(z);
+        const gpuarr_kernel *k = (b & 0xf0) == 0xf0 ? NULL : fz_kernels[b % FZ_KERNELS];
+        size_t len = u16(z) % 700;
+        char *buf = (b & 8) && !len ? NULL : (char *)fz_alloc(z, len ? len : 1);
+        FZ_CALL(r, "gpuarr_kernel_build_log", gpuarr_kernel_build_log(k, fz_dev(z), buf, len));
+        if (r == GPUARR_OK && (!len || !memchr(buf, '\0', len))) fz_die("gpuarr_kernel_build_log: not NUL-terminated within len %zu", len);
+        break;
+    }
+    default: { /* gpuarr_reduce: any result; a new 0-d array on a's device when it succeeds */
+        gpuarr_array a = fz_arr(z), out = {FZ_SENTINEL};
+        uint8_t b = u8(z);
+        gpuarr_reduce_op op = (gpuarr_reduce_op)((b & 0xf0) == 0xf0 ? (int)(int8_t)b : 1 + b % (GPUARR_REDUCE_OP_COUNT - 1));
+        gpuarr_dtype t = (u8(z) & 1) ? GPUARR_DTYPE_INVALID : fz_dtype(z);
+        if (!FZ_HAVE_REDUCE()) break; /* not in this implementation yet */
+        bool no_out = (b & 0xe0) == 0xe0;
+        FZ_CALL(r, "gpuarr_reduce", gpuarr_reduce(a, op, t, no_out ? NULL : &out));
+        FZ_KEEP_OUT(r, "gpuarr_reduce", out);
+        if (r == GPUARR_OK && no_out) fz_die("gpuarr_reduce with out NULL succeeded");
+        if (r != GPUARR_OK) break;
+        gpuarr_array_info ai, oi;
+        if (!fz_info(out, &oi) || oi.ndim != 0 || oi.count != 1) fz_die("gpuarr_reduce: the result is not a 0-d array");
+        if (fz_info(a, &ai) && ai.device.id != oi.device.id) fz_die("gpuarr_reduce: the result is not on a's device");
+        fz_adopt(z, out);
+        break;
+    }
+    }
+}
+
 static void op_misc(fz *z) {
     uint8_t how = u8(z);
     if (how >= 0xf0) { /* leases (bytes 0xf0..0xff; committed inputs with them ran op_misc's other cases before) */
@@ -1750,6 +1986,10 @@ static void op_misc(fz *z) {
     }
     if (how >= 0xe0) { /* transfer estimates (bytes 0xe0..0xe7, the same) */
         op_transfer(z);
+        return;
+    }
+    if (how >= 0xd0) { /* portable kernels (bytes 0xd0..0xdf, the same) */
+        op_kernel(z, how);
         return;
     }
     switch (how % 4) {
