@@ -155,8 +155,9 @@ $(eval $(call flavour_rules,tsan,$(CFLAGS_TSAN)))
 TEST_DEVICES ?= host opencl:0
 GENERIC_TESTS := $(filter-out test_opencl test_cuda test_failures test_local_rank test_setuid $(WHITEBOX_TESTS),$(TESTS))
 # ... and again on opencl:0 handled as a discrete GPU (own memory, pinned staging): the paths a
-# CUDA or discrete OpenCL device takes, on PoCL. The cast tables are the same there: not rerun.
-DISCRETE_TESTS := $(filter-out test_casts,$(GENERIC_TESTS))
+# CUDA or discrete OpenCL device takes, on PoCL. The cast tables and the kernel math functions
+# are the same there: not rerun.
+DISCRETE_TESTS := $(filter-out test_casts test_kernel_math,$(GENERIC_TESTS))
 export POCL_DEVICES ?= pthread pthread
 export GPUARR_TEST_REQUIRE ?= 1
 
