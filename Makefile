@@ -148,6 +148,8 @@ TEST_INCLUDE_tsan := -isystem tests/tsan_shim
 $(eval $(call flavour_rules,rel,$(CFLAGS_REL)))
 $(eval $(call flavour_rules,asan,$(CFLAGS_ASAN)))
 $(eval $(call flavour_rules,tsan,$(CFLAGS_TSAN)))
+# the bounds test_kernel_math holds the math functions to (the manual's table)
+$(foreach f,rel asan tsan,$(BUILD)/$(f)/tests/test_kernel_math): tests/kernel_math_bounds.h
 
 # --- the suite ------------------------------------------------------------------------------
 # One suite, run on each device class: the host, and OpenCL on PoCL (installed above, so its
