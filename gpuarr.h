@@ -489,6 +489,122 @@
  * nothing. No other thread may use d during gpuarr_device_reset.
  *
  * =============================================================================================
+ * KERNELS
+ * =============================================================================================
+ * The program's own computation, written once, runs on every device: on the host compiled by
+ * the program's compiler (no compiler at run time), on OpenCL and CUDA built from the body's
+ * text at its first use on a device.
+ *
+ *     #include <tgmath.h>  // in C, the file that defines kernels includes it (see below)
+ *     GPUARR_KERNEL(saxpy, (GPUARR_SCALAR(float, a), GPUARR_IN(float, x), GPUARR_INOUT(float, y)), {
+ *         int64_t i = gpuarr_index(0);
+ *         y[i] = a * x[i] + y[i];
+ *     })
+ *     saxpy(NULL, 2.0f, x, y);  // 1-D over x's elements, on x's device, its current stream
+ *     gpuarr_launch l = {.ndim = 2, .global = {w, h}};
+ *     blur3(&l, in, out, w, h);
+ *
+ * GPUARR_KERNEL(name, (parameters), { body }), in one .c (or C++) file, defines the kernel's
+ * description, `const gpuarr_kernel name_gpuarr_kernel`, and its typed launcher,
+ * `gpuarr_result name(const gpuarr_launch *l, ...)`, which takes a value for each scalar and a
+ * gpuarr_array for each array parameter: anything else there does not compile.
+ * GPUARR_KERNEL_DECLARE(name, (parameters)) declares both for other files. Parameters, 1 to 16,
+ * at least one an array: GPUARR_SCALAR(T, name) a value; GPUARR_IN(T, name) an array the body
+ * reads (const T *); GPUARR_OUT(T, name) and GPUARR_INOUT(T, name) arrays it writes (T *). T is
+ * one of int8_t, uint8_t, int16_t, uint16_t, int32_t, uint32_t, int64_t, uint64_t, float, double,
+ * gpuarr_f16, gpuarr_bf16; any other type does not compile.
+ *
+ * The launch. l = NULL, or a zero field, takes the default. l->ndim 0 is 1-D over the first
+ * array parameter's elements; 1..3 runs over l->global[0..ndim) (a 0 there: nothing runs, OK).
+ * l->stream {0} is the arrays' device's current stream (as for conversions). Every array must
+ * live on one device, where the launch runs. An array is passed as its first element, so a view
+ * (gpuarr_slice, gpuarr_reshape) at any element offset works: x[i] is its element i. Ordering is
+ * gpuarr's: a launch waits for the arrays' pending work (the work making them, and for a written
+ * array every earlier reader and writer) and records their use on its stream, so a later gpuarr
+ * call on any stream sees the results, and their memory is not reused before the kernel is done;
+ * no gpuarr_array_record_stream is needed. On the host a launch runs at once over gpuarr's worker
+ * threads (the index space split along its last dimension) and returns when done.
+ *
+ * The body is C that is also OpenCL C and CUDA C++. Besides its parameters it may use
+ *   gpuarr_index(d), gpuarr_size(d)  the index along dimension d (0..2) and the index space's
+ *                                    size there (int64_t; past ndim: 0 and 1)
+ *   the fixed-width types, float, double; local variables and arrays; if, for, while, switch;
+ *   `return`, which ends this index only
+ *   gpuarr_load_f16(p, i), gpuarr_load_bf16(p, i)        element i of an f16/bf16 array as float
+ *   gpuarr_store_f16(p, i, v), gpuarr_store_bf16(p, i, v) v stored rounding as conversions do
+ *   sqrt fabs floor ceil round trunc fmod fmin fmax exp exp2 log log2 log10 sin cos tan atan
+ *   tanh pow atan2 hypot: of float arguments a float, of double ones a double (give every
+ *   argument one type: pow(x, 2.0f), not pow(x, 2))
+ * and nothing else: no macros but these (the devices get the body's text as written, before the
+ * program's macros expand), no other functions, globals, statics, printf, long double or
+ * pointers but the parameters. The host build catches what is not C; what OpenCL or CUDA refuses
+ * fails the build there (below). In C the file that defines kernels includes <tgmath.h>, so
+ * that sqrt of a float is computed in float, as on the devices (with <math.h> alone C computes
+ * it in double: other bits); GPUARR_KERNEL checks: without it the file does not compile, the
+ * error naming `<name>_gpuarr_kernel_needs_tgmath_h_included`. C++ has the overloads (<cmath>).
+ *
+ * The same bits on every device for + - * / and sqrt in float and double: no contraction into
+ * fma anywhere (the host's kernel functions are compiled with fp-contract off, OpenCL gets
+ * #pragma OPENCL FP_CONTRACT OFF, NVRTC --fmad=false), and float division and sqrt correctly
+ * rounded (NVRTC -prec-div=true -prec-sqrt=true; OpenCL -cl-fp32-correctly-rounded-divide-sqrt
+ * where the device reports CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT: PoCL does; on a device that
+ * does not, OpenCL 1.2 allows 2.5 ulp for division and 3 ulp for sqrt, and the bits may differ).
+ * Integer arithmetic is the same everywhere, as are the f16/bf16 loads and stores. The host
+ * must evaluate float in float (FLT_EVAL_METHOD 0: x86-64 and AArch64 do). The math list is
+ * within these bounds, in ulp of the result (the largest |result - exact|; 0.5: correctly
+ * rounded, 0: exact), float / double:
+ *   function                 host (glibc 2.36)   OpenCL (PoCL 3.1)   CUDA
+ *   sqrt                     0.5 / 0.5           0.5 / 0.5           0.5 / 0.5
+ *   fabs floor ceil round
+ *   trunc fmod fmin fmax     0 / 0               0 / 0               0 / 0
+ *   exp exp2                 1 / 1               1.5 / 1.5           2.5 / 1.5
+ *   log log2                 1 / 1               1 / 1               1.5 / 1.5
+ *   log10                    2 / 2               1 / 1               2.5 / 1.5
+ *   sin cos                  1 / 1               2 / 2               2.5 / 2.5
+ *   tan                      1 / 1               4 / 3               4.5 / 2.5
+ *   atan                     1 / 1               1 / 1               2.5 / 2.5
+ *   tanh                     2 / 2.5             1.5 / 1.5           2.5 / 1.5
+ *   pow                      1 / 1               1.5 / 1.5           4.5 / 2.5
+ *   atan2                    1.5 / 1             1.5 / 1.5           3.5 / 2.5
+ *   hypot                    1 / 1               1 / 1               3.5 / 2.5
+ * Host and OpenCL are measured by tests/test_kernel_math.c (20000 inputs per function; another
+ * libm or OpenCL driver has bounds of its own). CUDA's are NVIDIA's documented maximum errors
+ * plus the 0.5 of rounding, not measured: the tests run without a GPU.
+ *
+ * Building. OpenCL: at the first launch on a device, the body's text after a prelude (the types,
+ * the conversion rules, the names above), built with -cl-std=CL1.2, the rounding option above and
+ * GPUARR_OPENCL_BUILD_OPTIONS. CUDA: NVRTC (loaded at run time, see CONFIGURATION's
+ * GPUARR_NVRTC_LIBRARY) compiles it for the GPU's architecture (sm_XY); without NVRTC a launch
+ * fails with GPUARR_ERROR_UNSUPPORTED saying what to install. Either binary is kept in the cache
+ * folder (GPUARR_CACHE_DIR; see FILES AND FOLDERS for how it is trusted), keyed by the source,
+ * the device, the driver or NVRTC version and the options, so a later process loads it without
+ * compiling. A kernel with a double parameter on an OpenCL device without cl_khr_fp64 (or with
+ * GPUARR_OPENCL_FP64=off): GPUARR_ERROR_UNSUPPORTED naming the parameter. A build that fails
+ * returns GPUARR_ERROR_BUILD, its message naming the kernel, the device and the compiler's first
+ * lines ("kernel blur3 did not compile for opencl:0 (clBuildProgram failed: ...): <log>");
+ * gpuarr_kernel_build_log(k, d, buf, len) gives the whole log. The failure is remembered: later
+ * launches on that device fail the same way without compiling again, until its reset or the
+ * last gpuarr_shutdown. gpuarr_kernel_build(k, d) builds ahead of the first launch.
+ *
+ * Errors, found before anything is enqueued, each message naming the kernel and the parameter:
+ * k NULL or not made by GPUARR_KERNEL, args NULL, a scalar's value NULL, arrays on different
+ * devices, an array whose dtype is not its parameter's, a read-only array (an import marked
+ * read-only) as OUT or INOUT, l->ndim outside 0..3, a negative l->global, l->stream of another
+ * device, an index space CUDA cannot launch (over 2^31 - 1 blocks of 256, or y or z over 65535
+ * blocks): GPUARR_ERROR_INVALID_ARGUMENT; an array not live: GPUARR_ERROR_INVALID_HANDLE; an
+ * index space of more than INT64_MAX indices: GPUARR_ERROR_OVERFLOW; a wrapped array that does
+ * not start at a whole element: GPUARR_ERROR_UNSUPPORTED. Launches are thread-safe.
+ *
+ * gpuarr_reduce(a, op, out_dtype, &out): GPUARR_SUM, GPUARR_MIN or GPUARR_MAX of every element
+ * of a (any dtype and shape), converted to out_dtype (0: a's dtype) by the conversion rules, into
+ * out, a new 0-d array on a's device (queued on its current stream, as a conversion). One fixed
+ * tree: blocks of 256 consecutive elements folded left to right, then the blocks' results the
+ * same way, until one is left, computed in out_dtype (f16 and bf16: in f32, rounded at the end),
+ * so the result is the same bits on every device. Integer sums wrap. MIN and MAX: a NaN wins;
+ * of equal values (-0 and +0) the first in order. SUM of an empty array is 0; MIN or MAX of one:
+ * GPUARR_ERROR_INVALID_ARGUMENT; out_dtype bool: GPUARR_ERROR_UNSUPPORTED (reduce to u8).
+ *
+ * =============================================================================================
  * CUDA
  * =============================================================================================
  * gpuarr talks to the driver (libcuda.so.1) directly, loaded at run time: no -lcudart, no nvcc
@@ -1937,11 +2053,11 @@ GPUARR_API gpuarr_result gpuarr_reduce(gpuarr_array a, gpuarr_reduce_op op, gpua
 /* In C, a file that defines kernels includes <tgmath.h>, so that sqrt of a float is sqrtf as on
    the devices (with <math.h> alone it is computed in double: other bits). The check: tgmath's
    sqrt is a macro, so its expansion's text is longer than "sqrt(0)". C++ has the overloads. */
+#define GPUARR__KSTR(...) #__VA_ARGS__
+#define GPUARR__KXSTR(...) GPUARR__KSTR(__VA_ARGS__)
 #ifdef __cplusplus
 #define GPUARR__KTGMATH(name)
 #else
-#define GPUARR__KSTR(x) #x
-#define GPUARR__KXSTR(x) GPUARR__KSTR(x)
 #define GPUARR__KTGMATH(name) \
     typedef char name##_gpuarr_kernel_needs_tgmath_h_included[sizeof(GPUARR__KXSTR(sqrt(0))) > sizeof("sqrt(0)") ? 1 : -1];
 #endif
@@ -1958,6 +2074,10 @@ GPUARR_API gpuarr_result gpuarr_reduce(gpuarr_array a, gpuarr_reduce_op op, gpua
 #define GPUARR_KERNEL(name, params, ...)                                                       \
     GPUARR__KTGMATH(name)                                                                      \
     GPUARR_KERNEL_DECLARE(name, params);                                                       \
+    GPUARR__KERNEL_DEFINE(, name, #__VA_ARGS__, params, __VA_ARGS__)
+/* The definitions; link: empty (external, as declared) or static (the library's own kernels);
+   text: the body as written (stringized where it is an argument not yet expanded). */
+#define GPUARR__KERNEL_DEFINE(link, name, text, params, ...)                                       \
     GPUARR__KHOST_ATTR GPUARR__KINLINE void name##_gpuarr_item(                                \
         GPUARR__KEACH(GPUARR__KITEM_, ~, params) GPUARR__KUNUSED int64_t gpuarr__i0, GPUARR__KUNUSED int64_t gpuarr__i1, \
         GPUARR__KUNUSED int64_t gpuarr__i2, GPUARR__KUNUSED int64_t gpuarr__g0, GPUARR__KUNUSED int64_t gpuarr__g1, \
@@ -1981,9 +2101,9 @@ GPUARR_API gpuarr_result gpuarr_reduce(gpuarr_array a, gpuarr_reduce_op op, gpua
                                        gpuarr__g0, gpuarr__g1, gpuarr__g2);                    \
     }                                                                                          \
     static const gpuarr_kernel_param name##_gpuarr_params[] = {GPUARR__KEACH(GPUARR__KPARAM_, ~, params)}; \
-    const gpuarr_kernel name##_gpuarr_kernel = {#name, #__VA_ARGS__, (int)(sizeof name##_gpuarr_params / sizeof name##_gpuarr_params[0]), \
+    link const gpuarr_kernel name##_gpuarr_kernel = {#name, text, (int)(sizeof name##_gpuarr_params / sizeof name##_gpuarr_params[0]), \
                                                 name##_gpuarr_params, name##_gpuarr_host}; \
-    gpuarr_result name(const gpuarr_launch *gpuarr__launch GPUARR__KEACH(GPUARR__KDECL_, ~, params)) { \
+    link gpuarr_result name(const gpuarr_launch *gpuarr__launch GPUARR__KEACH(GPUARR__KDECL_, ~, params)) { \
         const gpuarr_kernel_arg gpuarr__args[] = {GPUARR__KEACH(GPUARR__KARG_, ~, params)};   \
         return gpuarr_kernel_launch(&name##_gpuarr_kernel, gpuarr__launch, gpuarr__args);      \
     }
@@ -9628,6 +9748,132 @@ GPUARR_API gpuarr_result gpuarr_kernel_build_log(const gpuarr_kernel *k, gpuarr_
         if (e->kernel == k && e->dev == dev && e->text) gpuarr__copy_string(buf, len, e->text);
     pthread_mutex_unlock(&gpuarr__kernel_logs_lock);
     return GPUARR_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Reductions: one fixed tree on every device. Each level folds blocks of 256 consecutive
+ * elements left to right into one (GPUARR__REDUCE_BLOCK), until one is left; the sums are in the
+ * accumulation dtype (out_dtype; f32 for f16 and bf16), integers wrapping, so the bits are the
+ * same wherever it runs. The levels are portable kernels, one per op and accumulation dtype.
+ * ------------------------------------------------------------------------------------------- */
+#define GPUARR__REDUCE_BLOCK 256
+/* X(T, dtype) for every accumulation dtype, integer and floating */
+#define GPUARR__REDUCE_INT_TYPES(X)                                                            \
+    X(int8_t, I8) X(uint8_t, U8) X(int16_t, I16) X(uint16_t, U16) X(int32_t, I32) X(uint32_t, U32) X(int64_t, I64) X(uint64_t, U64)
+#define GPUARR__REDUCE_FLOAT_TYPES(X) X(float, F32) X(double, F64)
+/* one block: j's elements [j * 256, min(n, j * 256 + 256)), folded by `step` */
+#define GPUARR__REDUCE_BODY(T, step)                                                           \
+    {                                                                                          \
+        const int64_t j = gpuarr_index(0), lo = j * 256, hi = lo + 256 < n ? lo + 256 : n;     \
+        T acc = in[lo];                                                                        \
+        for (int64_t i = lo + 1; i < hi; i++) {                                                \
+            const T v = in[i];                                                                 \
+            step;                                                                              \
+        }                                                                                      \
+        out[j] = acc;                                                                          \
+    }
+#define GPUARR__REDUCE_SUM_INT(T) acc = (T)((uint64_t)acc + (uint64_t)v) /* wraps, no overflow */
+#define GPUARR__REDUCE_SUM_FLOAT(T) acc = acc + v
+#define GPUARR__REDUCE_MIN(T) acc = acc != acc ? acc : (v != v || v < acc) ? v : acc /* a NaN wins */
+#define GPUARR__REDUCE_MAX(T) acc = acc != acc ? acc : (v != v || v > acc) ? v : acc
+#define GPUARR__REDUCE_KERNEL(op, T, dtype, step)                                              \
+    GPUARR__KERNEL_DEFINE(GPUARR__FOR_BACKENDS static, gpuarr__reduce_##op##_##dtype,          \
+                          GPUARR__KXSTR(GPUARR__REDUCE_BODY(T, step(T))),                      \
+                          (GPUARR_IN(T, in), GPUARR_OUT(T, out), GPUARR_SCALAR(int64_t, n)),   \
+                          GPUARR__REDUCE_BODY(T, step(T)))
+#define GPUARR__REDUCE_INT_KERNELS(T, dtype)                                                   \
+    GPUARR__REDUCE_KERNEL(sum, T, dtype, GPUARR__REDUCE_SUM_INT)                               \
+    GPUARR__REDUCE_KERNEL(min, T, dtype, GPUARR__REDUCE_MIN)                                   \
+    GPUARR__REDUCE_KERNEL(max, T, dtype, GPUARR__REDUCE_MAX)
+#define GPUARR__REDUCE_FLOAT_KERNELS(T, dtype)                                                 \
+    GPUARR__REDUCE_KERNEL(sum, T, dtype, GPUARR__REDUCE_SUM_FLOAT)                             \
+    GPUARR__REDUCE_KERNEL(min, T, dtype, GPUARR__REDUCE_MIN)                                   \
+    GPUARR__REDUCE_KERNEL(max, T, dtype, GPUARR__REDUCE_MAX)
+GPUARR__REDUCE_INT_TYPES(GPUARR__REDUCE_INT_KERNELS)
+GPUARR__REDUCE_FLOAT_TYPES(GPUARR__REDUCE_FLOAT_KERNELS)
+
+/* The level kernel of an op and accumulation dtype (a switch: C++ has no array designators). */
+static const gpuarr_kernel *gpuarr__reduce_kernel(gpuarr_reduce_op op, gpuarr_dtype acc) {
+    switch (acc) {
+#define GPUARR__REDUCE_CASE(T, dtype)                                                          \
+    case GPUARR_##dtype:                                                                       \
+        return op == GPUARR_SUM   ? &gpuarr__reduce_sum_##dtype##_gpuarr_kernel                \
+               : op == GPUARR_MIN ? &gpuarr__reduce_min_##dtype##_gpuarr_kernel                \
+                                  : &gpuarr__reduce_max_##dtype##_gpuarr_kernel;
+        GPUARR__REDUCE_INT_TYPES(GPUARR__REDUCE_CASE)
+        GPUARR__REDUCE_FLOAT_TYPES(GPUARR__REDUCE_CASE)
+#undef GPUARR__REDUCE_CASE
+    default: return NULL; /* bool, f16, bf16: never an accumulation dtype */
+    }
+}
+
+static const char *const gpuarr__reduce_op_names[] = {"?", "GPUARR_SUM", "GPUARR_MIN", "GPUARR_MAX"};
+
+/* The levels, from src (n elements of acc, a reference the caller gives up) to one element. */
+static gpuarr_result gpuarr__reduce_levels(const gpuarr_kernel *k, gpuarr_array src, int64_t n, gpuarr_device dev, gpuarr_dtype acc,
+                                           gpuarr_array *out) {
+    gpuarr_result r = GPUARR_OK;
+    while (r == GPUARR_OK && n > 1) {
+        int64_t m = (n + GPUARR__REDUCE_BLOCK - 1) / GPUARR__REDUCE_BLOCK;
+        gpuarr_array partial = {0};
+        r = gpuarr_empty(dev, acc, 1, &m, &partial);
+        gpuarr_launch l = {{0}, 1, {m, 0, 0}};
+        gpuarr_kernel_arg args[3] = {{src, NULL}, {partial, NULL}, {{0}, &n}};
+        if (r == GPUARR_OK) r = gpuarr_kernel_launch(k, &l, args);
+        gpuarr_release(src);
+        src = partial;
+        n = m;
+    }
+    if (r == GPUARR_OK) *out = src;
+    else gpuarr_release(src);
+    return r;
+}
+
+GPUARR_API gpuarr_result gpuarr_reduce(gpuarr_array a, gpuarr_reduce_op op, gpuarr_dtype out_dtype, gpuarr_array *out) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(out);
+    if (op < GPUARR_SUM || op > GPUARR_MAX)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "op = %d: must be GPUARR_SUM, GPUARR_MIN or GPUARR_MAX", (int)op);
+    gpuarr__array *arr;
+    GPUARR__CHECK(gpuarr__get_array(a, "a", &arr));
+    gpuarr_dtype in_t = arr->dtype;
+    int64_t n = arr->count;
+    int ndim = arr->ndim;
+    gpuarr_device dev = arr->dev->info.device;
+    gpuarr__obj_release(&arr->obj);
+    gpuarr_dtype t = out_dtype ? out_dtype : in_t;
+    if (!gpuarr__dtype_valid(t)) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "out_dtype = %d is not a gpuarr_dtype", (int)out_dtype);
+    if (t == GPUARR_BOOL) return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "out_dtype bool: reduce to u8 instead (a bool has no sum)");
+    if (n == 0 && op != GPUARR_SUM)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "a is empty: %s of no elements is undefined", gpuarr__reduce_op_names[op]);
+    gpuarr_dtype acc = t == GPUARR_F16 || t == GPUARR_BF16 ? GPUARR_F32 : t;
+    gpuarr_array src = {0}, one = {0}, result = {0};
+    gpuarr_result r;
+    if (n == 0) { /* the sum of nothing */
+        int64_t len = 1;
+        r = gpuarr_zeros(dev, acc, 1, &len, &one);
+    } else {
+        r = in_t == acc ? gpuarr_retain(a) : gpuarr_convert(a, dev, acc, &src);
+        if (in_t == acc) src = a;
+        if (r == GPUARR_OK && ndim != 1) { /* the levels see a flat array */
+            gpuarr_array flat = {0};
+            r = gpuarr_reshape(src, 1, &n, &flat);
+            gpuarr_release(src);
+            src = flat;
+        }
+        if (r == GPUARR_OK) r = gpuarr__reduce_levels(gpuarr__reduce_kernel(op, acc), src, n, dev, acc, &one);
+    }
+    if (r == GPUARR_OK && acc != t) {
+        gpuarr_array narrow = {0};
+        r = gpuarr_convert(one, dev, t, &narrow);
+        gpuarr_release(one);
+        one = narrow;
+    }
+    if (r == GPUARR_OK) r = gpuarr_reshape(one, 0, NULL, &result);
+    gpuarr_release(one);
+    gpuarr__tls.api = "gpuarr_reduce"; /* the calls above named themselves */
+    if (r == GPUARR_OK) *out = result;
+    return r;
 }
 
 GPUARR_API gpuarr_result gpuarr_array_record_stream(gpuarr_array a, gpuarr_stream s) {
