@@ -1778,15 +1778,6 @@ static const gpuarr_kernel *const fz_kernels[FZ_KERNELS] = {&fz_kaxpy_gpuarr_ker
 static const gpuarr_dtype fz_kernel_dtypes[FZ_KERNELS][2] = {
     {GPUARR_F32, GPUARR_F32}, {GPUARR_U8, GPUARR_I32}, {GPUARR_F16, GPUARR_BF16}, {GPUARR_F64, 0}, {GPUARR_I32, 0}};
 
-/* gpuarr_reduce is declared but may not be in the implementation yet: a weak reference, NULL
-   until it is */
-#if (defined(__GNUC__) || defined(__clang__)) && !defined(GPUARR_STATIC)
-extern __typeof__(gpuarr_reduce) gpuarr_reduce __attribute__((weak));
-#define FZ_HAVE_REDUCE() (gpuarr_reduce != NULL)
-#else
-#define FZ_HAVE_REDUCE() 1
-#endif
-
 /* A launch shape from the input: l's fields, and whether it must be refused. Valid shapes stay
    small (at most 40 x 40 x 40); hostile ones have a negative size or two sizes whose product
    overflows, never a huge one that would run. */
@@ -1959,7 +1950,6 @@ static void op_kernel(fz *z, uint8_t how) {
         uint8_t b = u8(z);
         gpuarr_reduce_op op = (gpuarr_reduce_op)((b & 0xf0) == 0xf0 ? (int)(int8_t)b : 1 + b % (GPUARR_REDUCE_OP_COUNT - 1));
         gpuarr_dtype t = (u8(z) & 1) ? GPUARR_DTYPE_INVALID : fz_dtype(z);
-        if (!FZ_HAVE_REDUCE()) break; /* not in this implementation yet */
         bool no_out = (b & 0xe0) == 0xe0;
         FZ_CALL(r, "gpuarr_reduce", gpuarr_reduce(a, op, t, no_out ? NULL : &out));
         FZ_KEEP_OUT(r, "gpuarr_reduce", out);
