@@ -3058,7 +3058,9 @@ struct gpuarr__event {
     gpuarr__dev *dev;
     void *native;
     bool timing;
-    uint32_t recorded; /* atomic flag */
+    uint32_t recorded;      /* atomic flag */
+    uint64_t stream_serial; /* atomic: the stream of its latest record (a stream need not wait for
+                               its own earlier work: it runs in order) */
 };
 
 struct gpuarr__array { /* a new field is reset in gpuarr__array_from_tcache too */
@@ -5300,6 +5302,7 @@ static gpuarr_result gpuarr__event_new(gpuarr__dev *d, bool timing, gpuarr__even
 static gpuarr_result gpuarr__event_record_raw(gpuarr__event *e, gpuarr__stream *s) {
     if (GPUARR__ATOMIC_LOAD(&s->destroyed)) return GPUARR_OK;
     GPUARR__CHECK(e->dev->backend->event_record(e->dev, e->native, s->native));
+    GPUARR__ATOMIC_STORE(&e->stream_serial, s->serial);
     GPUARR__ATOMIC_STORE(&e->recorded, 1u);
     return GPUARR_OK;
 }
@@ -5316,6 +5319,7 @@ static void gpuarr__event_wait_job(void *ctx) {
    backend, else by a host function on s that waits for e. */
 static gpuarr_result gpuarr__stream_wait_raw(gpuarr__stream *s, gpuarr__event *e) {
     if (!GPUARR__ATOMIC_LOAD(&e->recorded) || gpuarr__backend_has(e->dev->backend, GPUARR__BACKEND_SYNCHRONOUS)) return GPUARR_OK;
+    if (GPUARR__ATOMIC_LOAD(&e->stream_serial) == s->serial) return GPUARR_OK; /* recorded on s: s runs after it already */
     GPUARR__TRACE_SCOPE(gpuarr__trace_wait, s, NULL, e);
     if (e->dev->backend == s->dev->backend) return gpuarr__backend_stream_wait_event(s->dev, s->native, e->native);
     gpuarr__obj_retain(&e->obj);
@@ -9665,19 +9669,32 @@ static gpuarr_result gpuarr__kernel_args(const gpuarr_kernel *k, const gpuarr_ke
     return GPUARR_OK;
 }
 
-/* After the launch: readers noted, writers' results made the arrays' ready point. */
+/* After the launch: every array's use noted, and one event after the kernel made the ready point
+   of every array it writes (the launch was ordered after their earlier work, so it covers it). */
 static gpuarr_result gpuarr__kernel_note_uses(const gpuarr_kernel *k, gpuarr__array **arrs, gpuarr__stream *s) {
-    gpuarr_result r = GPUARR_OK;
     bool async = !gpuarr__backend_has(s->dev->backend, GPUARR__BACKEND_SYNCHRONOUS);
+    gpuarr__event *done = NULL;
+    gpuarr_result r = GPUARR_OK;
     for (int i = 0; i < k->nparams; i++) {
         if (!arrs[i]) continue;
-        if (k->params[i].kind == GPUARR_PARAM_IN) gpuarr__array_note_use(arrs[i], s);
-        else if (r == GPUARR_OK) r = gpuarr__array_written_on(arrs[i], s);
-        if (async && gpuarr__root(arrs[i])->wrapped) { /* the caller's memory: kept until the kernel passes */
+        gpuarr__array_note_use(arrs[i], s);
+        if (!async) continue;
+        if (k->params[i].kind != GPUARR_PARAM_IN && gpuarr__root(arrs[i])->mem && r == GPUARR_OK) {
+            if (!done && (r = gpuarr__event_new(s->dev, false, &done)) == GPUARR_OK && (r = gpuarr__event_record_raw(done, s)) != GPUARR_OK) {
+                gpuarr__obj_release(&done->obj);
+                done = NULL;
+            }
+            if (done) {
+                gpuarr__obj_retain(&done->obj);
+                gpuarr__ready_set(arrs[i], done);
+            }
+        }
+        if (gpuarr__root(arrs[i])->wrapped) { /* the caller's memory: kept until the kernel passes */
             gpuarr__obj_retain(&arrs[i]->obj);
             gpuarr__stream_defer(s, gpuarr__release_obj_deferred, &arrs[i]->obj);
         }
     }
+    if (done) gpuarr__obj_release(&done->obj);
     return r;
 }
 

@@ -115,3 +115,14 @@ bench-mpi: $(BUILD)/rel/tools/bench-mpi
 .PHONY: bench-dlpack
 bench-dlpack: $(VENV)/numpy-installed $(BUILD)/lib/libgpuarr.so
 	GPUARR_LIB=$(abspath $(BUILD))/lib/libgpuarr.so $(VENV)/bin/python tools/bench/bench-dlpack.py
+
+# `make bench-kernels`: portable kernels against raw OpenCL launches, a hand-written threaded loop,
+# a plain C loop and numpy.sum; a new process's first launch from the cache (bench/results/kernels.md).
+# Needs the OpenCL ICD loader (-lOpenCL, for the raw baseline) and PoCL; the CUDA rows run where
+# GPUARR_CUDA_LIBRARY names a driver (the fake one: make bench-kernels FAKE=1).
+.PHONY: bench-kernels
+$(BUILD)/rel/tools/bench-kernels: tools/bench/bench-kernels.c $(BUILD)/rel/gpuarr.o
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_REL) -I. $< $(BUILD)/rel/gpuarr.o -o $@ -lOpenCL $(LIBS)
+bench-kernels: $(BUILD)/rel/tools/bench-kernels $(if $(FAKE),$(FAKE_CUDA))
+	$(if $(FAKE),$(FAKE_ENV)) $(BUILD)/rel/tools/bench-kernels
