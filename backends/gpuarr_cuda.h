@@ -923,11 +923,14 @@ static gpuarr_result gpuarr__nvrtc_run(const char *program, const char *file, co
         out->error = nv->error;
         return GPUARR_ERROR_UNSUPPORTED;
     }
-    char *rules = gpuarr__join_pieces(gpuarr__kernels_source, GPUARR__CU_PIECES(gpuarr__kernels_source));
     char arch_option[48];
-    const char *all[16];
-    if (!rules || n > 15) {
-        gpuarr__free(rules);
+    const char *all[8]; /* the architecture and options[0..n) */
+    if (n < 0 || n >= (int)GPUARR__CU_PIECES(all)) {
+        out->error = "too many NVRTC options";
+        return GPUARR_ERROR_BACKEND;
+    }
+    char *rules = gpuarr__join_pieces(gpuarr__kernels_source, GPUARR__CU_PIECES(gpuarr__kernels_source));
+    if (!rules) {
         out->error = "no host memory for the kernel source";
         return GPUARR_ERROR_OUT_OF_MEMORY;
     }
