@@ -4720,6 +4720,33 @@ GPUARR__FOR_BACKENDS static gpuarr_result gpuarr__kernel_build_failed(const gpua
                         d->info.spec, how, head[0] ? head : "the compiler gave no log");
 }
 
+/* For a simulating CUDA driver such as tests/fake_cuda, which runs no device code: the host form
+   of the portable kernels it is asked to launch. The CUDA backend, right after loading the driver
+   library, calls the library's exported
+       void gpuarr_sim_kernel_hooks_set(const gpuarr__sim_kernel_hooks *hooks, int on)
+   where it has one (on = 1; on = 0 when the backend unloads). The driver calls the hooks from
+   cuLaunchKernel (capture, addresses) and when its stream runs the launch (run), under its own
+   lock: they take no lock of gpuarr's and call no driver entry point. Here, not in the CUDA
+   backend, because the fake driver includes gpuarr without it. */
+#define GPUARR__SIM_KERNEL_HOOKS_VERSION 1
+struct CUfunc_st; /* CUfunction's tag */
+typedef struct gpuarr__sim_kernel_hooks {
+    int version; /* GPUARR__SIM_KERNEL_HOOKS_VERSION; a driver ignores hooks of another version */
+    /* A copy of one launch of f (CUfunction) with cuLaunchKernel's kernelParams, over threads[d]
+       threads (grid x block) along each dimension: malloc'ed, for run and release. NULL with why
+       set (a sentence) when f is no portable kernel this gpuarr built or the threads do not
+       cover the kernel's index space; NULL with why "" when out of memory. */
+    void *(*capture)(struct CUfunc_st *f, void *const *params, const unsigned long long threads[3], char *why, size_t why_cap);
+    /* The device addresses (CUdeviceptr) the launch's array parameters start at: their number,
+       the first cap of them written to out. */
+    int (*addresses)(const void *launch, unsigned long long *out, int cap);
+    /* Runs the launch on the calling thread: translate(ctx, address) is the host memory behind a
+       device address, NULL when there is none (then nothing runs and run returns -1); 0 when
+       done. */
+    int (*run)(void *launch, void *(*translate)(void *ctx, unsigned long long address), void *ctx);
+    void (*release)(void *launch); /* frees a captured launch, run or not */
+} gpuarr__sim_kernel_hooks;
+
 /* The backends. Each header defines its fill function, gpuarr__<name>_backend_fill, which fills
    its gpuarr__backend by assignment, and GPUARR__BACKEND_FILL_<NAME> naming it; a backend left
    out has NULL there. */

@@ -235,6 +235,8 @@ typedef struct gpuarr__cu_device_state {
     int nvml_found;    /* 0 not looked up yet, 1 nvml_device is it, -1 NVML does not know it (cu->nvml.lock) */
     gpuarr__nvml_device nvml_device;
     struct gpuarr__cu_host_call *host_calls; /* handed to the driver, not run yet (cu->host_lock) */
+    struct gpuarr__cu_user_kernel *user_kernels; /* portable kernels built here: prepended under kernel_lock,
+                                                    read without it (atomic head), freed at device_close */
 } gpuarr__cu_device_state;
 
 /* A host function handed to cuLaunchHostFunc: listed until it runs, because the driver never
@@ -256,6 +258,7 @@ typedef struct gpuarr__cu_state {
     gpuarr__cu_device_state *devices;
     pthread_mutex_t peer_lock;
     pthread_mutex_t host_lock; /* the devices' host_calls lists */
+    void (*sim_hooks_set)(const gpuarr__sim_kernel_hooks *, int); /* a simulating driver's (see gpuarr__sim_kernel_hooks); NULL */
     struct {
         pthread_mutex_t lock; /* the lazy load and init, and the devices' lookups */
         int status;           /* 0 not tried yet, 1 initialized, -1 unavailable */
@@ -432,9 +435,12 @@ static gpuarr_result gpuarr__cu_bind(gpuarr__cu_state *cu) {
 }
 #endif
 
+static const gpuarr__sim_kernel_hooks *gpuarr__cu_sim_hooks(void);
+
 static void gpuarr__cu_unload(void) {
     gpuarr__cu_state *cu = (gpuarr__cu_state *)gpuarr__g.backend_state[GPUARR_BACKEND_CUDA];
     if (!cu) return;
+    if (cu->sim_hooks_set) cu->sim_hooks_set(gpuarr__cu_sim_hooks(), 0);
     for (int i = 0; i < cu->device_count; i++) {
         pthread_mutex_destroy(&cu->devices[i].kernel_lock);
         gpuarr__free(cu->devices[i].peer);
@@ -485,6 +491,8 @@ static gpuarr_result gpuarr__cu_load(void) {
 #define GPUARR__CU_BIND_OPTIONAL(ret, name, params) gpuarr__dl_symbol(cu->library, #name, &cu->p_##name, sizeof cu->p_##name);
         GPUARR__CU_OPTIONAL_PROCS(GPUARR__CU_BIND_OPTIONAL)
 #undef GPUARR__CU_BIND_OPTIONAL
+        gpuarr__dl_symbol(cu->library, "gpuarr_sim_kernel_hooks_set", &cu->sim_hooks_set, sizeof cu->sim_hooks_set);
+        if (cu->sim_hooks_set) cu->sim_hooks_set(gpuarr__cu_sim_hooks(), 1);
         r = gpuarr__cu_enumerate(cu);
     }
     if (r != GPUARR_OK) gpuarr__cu_unload();
@@ -572,6 +580,8 @@ static gpuarr_result gpuarr__cu_device_open(gpuarr__dev *d) {
     return GPUARR_OK;
 }
 
+static void gpuarr__cu_user_kernels_free(gpuarr__dev *d);
+
 static void gpuarr__cu_device_close(gpuarr__dev *d) {
     gpuarr__cu_state *cu = &GPUARR__CU;
     gpuarr__cu_device_state *ds = GPUARR__CU_DEV(d);
@@ -584,6 +594,7 @@ static void gpuarr__cu_device_close(gpuarr__dev *d) {
     gpuarr__cu_leave(&sc);
     memset(ds->modules, 0, sizeof ds->modules);
     memset(ds->casts, 0, sizeof ds->casts);
+    gpuarr__cu_user_kernels_free(d);
     /* Host functions still listed when the context has failed will never run (the driver drops
        them): free what they hold. A healthy context still runs its own. */
     gpuarr__cu_host_call *left = NULL;
@@ -892,55 +903,88 @@ static bool gpuarr__nvrtc_load(void) {
     return loaded;
 }
 
+/* What one NVRTC compile gives: the image, NVRTC's log and its error (all empty on success). */
+typedef struct gpuarr__nvrtc_output {
+    unsigned char *image; /* gpuarr__malloc'ed: a cubin for "sm_XY", PTX for "compute_XY" */
+    size_t size;
+    char *log;         /* NVRTC's program log, gpuarr__malloc'ed; NULL when it gave none */
+    const char *error; /* why it failed: NVRTC's error string, or why NVRTC is not loaded */
+} gpuarr__nvrtc_output;
+
+/* Compiles program (with the conversion rules as the in-memory header "gpuarr_kernels.h") for
+   arch with options[0..n): OK; UNSUPPORTED without NVRTC; BUILD when the program does not compile
+   (out->log says why); OUT_OF_MEMORY; BACKEND for any other NVRTC failure. The cast kernels and
+   the portable kernels both come through here. */
+static gpuarr_result gpuarr__nvrtc_run(const char *program, const char *file, const char *arch, const char *const *options, int n,
+                                       gpuarr__nvrtc_output *out) {
+    gpuarr__nvrtc_state *nv = &gpuarr__nvrtc;
+    memset(out, 0, sizeof *out);
+    if (!gpuarr__nvrtc_load()) {
+        out->error = nv->error;
+        return GPUARR_ERROR_UNSUPPORTED;
+    }
+    char arch_option[48];
+    const char *all[8]; /* the architecture and options[0..n) */
+    if (n < 0 || n >= (int)GPUARR__CU_PIECES(all)) {
+        out->error = "too many NVRTC options";
+        return GPUARR_ERROR_BACKEND;
+    }
+    char *rules = gpuarr__join_pieces(gpuarr__kernels_source, GPUARR__CU_PIECES(gpuarr__kernels_source));
+    if (!rules) {
+        out->error = "no host memory for the kernel source";
+        return GPUARR_ERROR_OUT_OF_MEMORY;
+    }
+    snprintf(arch_option, sizeof arch_option, "--gpu-architecture=%s", arch);
+    all[0] = arch_option;
+    memcpy(all + 1, options, sizeof *options * (size_t)n);
+    const char *headers[1] = {rules}, *names[1] = {"gpuarr_kernels.h"};
+    gpuarr__nvrtc_program prog = NULL;
+    gpuarr__nvrtc_result e = nv->p_nvrtcCreateProgram(&prog, program, file, 1, headers, names), compiled = 1;
+    if (e == 0) e = compiled = nv->p_nvrtcCompileProgram(prog, n + 1, all);
+    bool cubin = strncmp(arch, "sm_", 3) == 0;
+    if (e == 0) e = cubin ? nv->p_nvrtcGetCUBINSize(prog, &out->size) : nv->p_nvrtcGetPTXSize(prog, &out->size);
+    if (e == 0 && !(out->image = (unsigned char *)gpuarr__malloc(out->size))) e = 1; /* NVRTC_ERROR_OUT_OF_MEMORY */
+    if (e == 0) e = cubin ? nv->p_nvrtcGetCUBIN(prog, (char *)out->image) : nv->p_nvrtcGetPTX(prog, (char *)out->image);
+    size_t log_size = 0;
+    if (e != 0 && prog && nv->p_nvrtcGetProgramLogSize(prog, &log_size) == 0 && log_size > 1 && (out->log = (char *)gpuarr__malloc(log_size)) &&
+        nv->p_nvrtcGetProgramLog(prog, out->log) != 0)
+        out->log[0] = '\0';
+    if (prog) nv->p_nvrtcDestroyProgram(&prog);
+    gpuarr__free(rules);
+    if (e == 0) return GPUARR_OK;
+    out->error = nv->p_nvrtcGetErrorString(e);
+    gpuarr__free(out->image);
+    out->image = NULL;
+    return e == 1 ? GPUARR_ERROR_OUT_OF_MEMORY : compiled == 6 /* NVRTC_ERROR_COMPILATION */ ? GPUARR_ERROR_BUILD : GPUARR_ERROR_BACKEND;
+}
+
 /* Compiles the cast kernel of one pair for `arch` ("sm_90": a cubin; "compute_75": PTX). The
    image is gpuarr__malloc'ed; on failure `log` holds the reason. */
 static gpuarr_result gpuarr__nvrtc_compile(int s, int t, const char *arch, unsigned char **image, size_t *size, char *log, size_t log_cap) {
-    gpuarr__nvrtc_state *nv = &gpuarr__nvrtc;
     *image = NULL;
     *size = 0;
-    if (!gpuarr__nvrtc_load()) {
-        gpuarr__copy_string(log, log_cap, nv->error);
-        return GPUARR_ERROR_UNSUPPORTED;
-    }
-    char line[256], arch_option[48];
+    char line[256];
     gpuarr__kernel_instantiation(s, t, line, sizeof line);
     const char *program_pieces[GPUARR__CU_PIECES(gpuarr__kernels_cuda_source) + 1];
     memcpy(program_pieces, gpuarr__kernels_cuda_source, sizeof gpuarr__kernels_cuda_source);
     program_pieces[GPUARR__CU_PIECES(gpuarr__kernels_cuda_source)] = line;
     char *program = gpuarr__join_pieces(program_pieces, GPUARR__CU_PIECES(program_pieces));
-    char *rules = gpuarr__join_pieces(gpuarr__kernels_source, GPUARR__CU_PIECES(gpuarr__kernels_source));
-    gpuarr_result r = GPUARR_OK;
-    gpuarr__nvrtc_program prog = NULL;
-    if (!program || !rules) {
+    if (!program) {
         gpuarr__copy_string(log, log_cap, "no host memory for the kernel source");
-        r = GPUARR_ERROR_OUT_OF_MEMORY;
-    } else {
-        const char *headers[1] = {rules}, *names[1] = {"gpuarr_kernels.h"};
-        gpuarr__nvrtc_result e = nv->p_nvrtcCreateProgram(&prog, program, "gpuarr_cast.cu", 1, headers, names);
-        snprintf(arch_option, sizeof arch_option, "--gpu-architecture=%s", arch);
-        const char *options[] = {arch_option, GPUARR__CU_NVRTC_OPTIONS};
-        if (e == 0) e = nv->p_nvrtcCompileProgram(prog, (int)GPUARR__CU_PIECES(options), options);
-        bool cubin = strncmp(arch, "sm_", 3) == 0;
-        if (e == 0) e = cubin ? nv->p_nvrtcGetCUBINSize(prog, size) : nv->p_nvrtcGetPTXSize(prog, size);
-        if (e == 0 && !(*image = (unsigned char *)gpuarr__malloc(*size))) e = 1; /* NVRTC_ERROR_OUT_OF_MEMORY */
-        if (e == 0) e = cubin ? nv->p_nvrtcGetCUBIN(prog, (char *)*image) : nv->p_nvrtcGetPTX(prog, (char *)*image);
-        if (e != 0) {
-            size_t n = 0;
-            int len = snprintf(log, log_cap, "NVRTC %d.%d, %s: %s", nv->major, nv->minor, arch, nv->p_nvrtcGetErrorString(e));
-            if (prog && nv->p_nvrtcGetProgramLogSize(prog, &n) == 0 && n > 1 && len > 0 && (size_t)len + 3 < log_cap) {
-                char *full = (char *)gpuarr__malloc(n);
-                if (full && nv->p_nvrtcGetProgramLog(prog, full) == 0) snprintf(log + len, log_cap - (size_t)len, ": %s", full);
-                gpuarr__free(full);
-            }
-            gpuarr__free(*image);
-            *image = NULL;
-            r = e == 1 ? GPUARR_ERROR_OUT_OF_MEMORY : GPUARR_ERROR_BACKEND;
-        }
+        return GPUARR_ERROR_OUT_OF_MEMORY;
     }
-    if (prog) nv->p_nvrtcDestroyProgram(&prog);
+    const char *options[] = {GPUARR__CU_NVRTC_OPTIONS};
+    gpuarr__nvrtc_output out;
+    gpuarr_result r = gpuarr__nvrtc_run(program, "gpuarr_cast.cu", arch, options, (int)GPUARR__CU_PIECES(options), &out);
     gpuarr__free(program);
-    gpuarr__free(rules);
-    return r;
+    if (r == GPUARR_ERROR_UNSUPPORTED || r == GPUARR_ERROR_OUT_OF_MEMORY) gpuarr__copy_string(log, log_cap, out.error);
+    else if (r != GPUARR_OK)
+        snprintf(log, log_cap, "NVRTC %d.%d, %s: %s%s%s", gpuarr__nvrtc.major, gpuarr__nvrtc.minor, arch, out.error, out.log ? ": " : "",
+                 out.log ? out.log : "");
+    gpuarr__free(out.log);
+    *image = out.image;
+    *size = out.size;
+    return r == GPUARR_ERROR_BUILD ? GPUARR_ERROR_BACKEND : r;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -1103,6 +1147,318 @@ static gpuarr_result gpuarr__cu_cast(gpuarr__stream *s, void *dst, size_t dst_of
         done += n;
     }
     return GPUARR_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Portable kernels: the body's text in CUDA C++, compiled by NVRTC for the device's exact sm_XY
+ * (a cubin, kept in the cache folder), launched with each array as its address.
+ * ------------------------------------------------------------------------------------------- */
+/* No contraction into fma; division and sqrt correctly rounded (NVRTC's defaults, said anyway). */
+#define GPUARR__CU_KERNEL_OPTIONS "-std=c++17", "--fmad=false", "-prec-div=true", "-prec-sqrt=true"
+
+/* A portable kernel on one device; entries are never changed once listed. */
+typedef struct gpuarr__cu_user_kernel {
+    struct gpuarr__cu_user_kernel *next;
+    const gpuarr_kernel *kernel;
+    gpuarr__cu_module module;
+    gpuarr__cu_function function; /* NULL: its build failed (result and message below) */
+    gpuarr_result result;
+    char *message;
+} gpuarr__cu_user_kernel;
+
+static void gpuarr__cu_user_kernels_free(gpuarr__dev *d) {
+    gpuarr__cu_device_state *ds = GPUARR__CU_DEV(d);
+    gpuarr__cu_scope sc;
+    bool entered = ds->user_kernels && gpuarr__cu_enter_to_release(d, &sc) == GPUARR__CUDA_SUCCESS;
+    while (ds->user_kernels) {
+        gpuarr__cu_user_kernel *u = ds->user_kernels;
+        ds->user_kernels = u->next;
+        if (u->module && entered) GPUARR__CU.p_cuModuleUnload(u->module);
+        gpuarr__free(u->message);
+        gpuarr__free(u);
+    }
+    if (entered) gpuarr__cu_leave(&sc);
+}
+
+/* What C's <math.h> and <float.h> give a body on the host and NVRTC has no header for (the math
+   functions themselves NVRTC declares, for float and double). */
+static const char gpuarr__cu_kernel_constants[] =
+    "#define INFINITY (__int_as_float(0x7f800000))\n"
+    "#define NAN (__int_as_float(0x7fc00000))\n"
+    "#define HUGE_VALF INFINITY\n"
+    "#define HUGE_VAL (__longlong_as_double(0x7ff0000000000000LL))\n"
+    "#define FLT_MAX 0x1.fffffep+127f\n"
+    "#define FLT_MIN 0x1p-126f\n"
+    "#define FLT_EPSILON 0x1p-23f\n"
+    "#define DBL_MAX 0x1.fffffffffffffp+1023\n"
+    "#define DBL_MIN 0x1p-1022\n"
+    "#define DBL_EPSILON 0x1p-52\n";
+
+/* k's CUDA source (gpuarr__malloc'ed; NULL: out of memory): the CUDA dialect of the conversion
+   rules, the constants, the common prelude, then the kernel. */
+static char *gpuarr__cu_kernel_text(const gpuarr_kernel *k) {
+    char *prelude = NULL;
+    size_t len = 0, cap = 0;
+    bool ok = true;
+    for (size_t i = 0; ok && i < GPUARR__CU_PIECES(gpuarr__kernels_cuda_source); i++)
+        ok = gpuarr__text_add(&prelude, &len, &cap, "%s", gpuarr__kernels_cuda_source[i]);
+    ok = ok && gpuarr__text_add(&prelude, &len, &cap, "%s%s", gpuarr__cu_kernel_constants, gpuarr__kernel_prelude_common);
+    if (!ok) return NULL;
+    gpuarr__kernel_dialect dialect = {prelude, "extern \"C\" __global__ void", "", false,
+                                      {"((int64_t)blockIdx.x * blockDim.x + threadIdx.x)", "((int64_t)blockIdx.y * blockDim.y + threadIdx.y)",
+                                       "((int64_t)blockIdx.z * blockDim.z + threadIdx.z)"}};
+    char *text = gpuarr__kernel_source(k, &dialect);
+    gpuarr__free(prelude);
+    return text;
+}
+
+/* Compiles a kernel's text for arch: "sm_XY" gives the cubin a launch loads, "compute_XY" PTX
+   (for checking it with ptxas). See gpuarr__nvrtc_run. */
+static gpuarr_result gpuarr__cu_kernel_compile(const char *text, const char *arch, gpuarr__nvrtc_output *out) {
+    const char *options[] = {GPUARR__CU_KERNEL_OPTIONS};
+    return gpuarr__nvrtc_run(text, "gpuarr_kernel.cu", arch, options, (int)GPUARR__CU_PIECES(options), out);
+}
+
+/* Loads a cubin as a module of d's primary context. */
+static gpuarr__cu_result gpuarr__cu_load_image(gpuarr__dev *d, const void *image, gpuarr__cu_module *mod, const char **call) {
+    char log[1024];
+    gpuarr__cu_scope sc;
+    gpuarr__cu_result e = gpuarr__cu_enter(d, &sc);
+    if (e == GPUARR__CUDA_SUCCESS) e = gpuarr__cu_load_module(mod, image, log, sizeof log);
+    gpuarr__cu_leave(&sc);
+    *call = GPUARR__CU_CALLED(sc, "cuModuleLoadDataEx");
+    return e;
+}
+
+/* NVRTC's answer for k as a result: BUILD with its log, UNSUPPORTED saying what to install. */
+static gpuarr_result gpuarr__cu_kernel_compile_failed(gpuarr__dev *d, const gpuarr_kernel *k, const char *arch, gpuarr_result r,
+                                                      const gpuarr__nvrtc_output *out) {
+    char how[64];
+    snprintf(how, sizeof how, "NVRTC %d.%d, %s", gpuarr__nvrtc.major, gpuarr__nvrtc.minor, arch);
+    if (r == GPUARR_ERROR_BUILD) return gpuarr__kernel_build_failed(d, k, how, out->log ? out->log : out->error);
+    if (r == GPUARR_ERROR_UNSUPPORTED)
+        return gpuarr__fail(r, "kernel %s cannot be compiled for %s: %s; install the CUDA toolkit's libnvrtc, or `pip install "
+                            "nvidia-cuda-nvrtc-cu12` and point GPUARR_NVRTC_LIBRARY at the wheel's libnvrtc.so.12", k->name, d->info.spec, out->error);
+    return gpuarr__fail(r, "kernel %s: %s could not compile it for %s: %s%s%.400s", k->name, how, d->info.spec, out->error, out->log ? ": " : "",
+                        out->log ? out->log : "");
+}
+
+/* Builds k for d into u (kernel_lock held): the cubin from the cache folder, else NVRTC's. */
+static gpuarr_result gpuarr__cu_user_build(gpuarr__dev *d, const gpuarr_kernel *k, gpuarr__cu_user_kernel *u, bool *cached) {
+    gpuarr__cu_device_state *ds = GPUARR__CU_DEV(d);
+    char arch[16], version[32], file[64], name[96];
+    snprintf(arch, sizeof arch, "sm_%d%d", ds->cc_major, ds->cc_minor);
+    snprintf(name, sizeof name, "gpuarr_kernel_%s", k->name);
+    gpuarr__nvrtc_output out;
+    memset(&out, 0, sizeof out);
+    if (!gpuarr__nvrtc_load()) { /* the cache key names NVRTC's version: nothing to look up without it */
+        out.error = gpuarr__nvrtc.error;
+        return gpuarr__cu_kernel_compile_failed(d, k, arch, GPUARR_ERROR_UNSUPPORTED, &out);
+    }
+    char *text = gpuarr__cu_kernel_text(k);
+    if (!text) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "kernel %s: no host memory for its CUDA source", k->name);
+    snprintf(version, sizeof version, "nvrtc %d.%d", gpuarr__nvrtc.major, gpuarr__nvrtc.minor);
+    const char *parts[] = {text, arch, version, GPUARR__CU_KERNEL_OPTIONS};
+    uint64_t key = gpuarr__hash_pieces(GPUARR__HASH_SEED, parts, GPUARR__CU_PIECES(parts));
+    snprintf(file, sizeof file, "cuda-kernel-%016llx.cubin", (unsigned long long)key);
+    const char *call = "cuModuleLoadDataEx";
+    gpuarr__cu_result e = GPUARR__CUDA_SUCCESS;
+    size_t size = 0;
+    unsigned char *image = gpuarr__cache_load(file, key, GPUARR__CACHE_KERNEL_MAX, &size);
+    *cached = image && (e = gpuarr__cu_load_image(d, image, &u->module, &call)) == GPUARR__CUDA_SUCCESS;
+    if (image && !*cached) /* one the driver refuses is compiled again and replaced */
+        gpuarr__log(GPUARR_LOG_INFO, "%s: kernel %s: the cached cubin %s/%s was not taken (%s failed: %s (%u)): compiled again", d->info.spec, k->name,
+                    gpuarr__g.config.cache_dir, file, call, gpuarr__cu_error_name(&GPUARR__CU, e), e);
+    gpuarr__free(image);
+    gpuarr_result r = GPUARR_OK;
+    if (!*cached) {
+        r = gpuarr__cu_kernel_compile(text, arch, &out);
+        if (r != GPUARR_OK) r = gpuarr__cu_kernel_compile_failed(d, k, arch, r, &out);
+        else if ((e = gpuarr__cu_load_image(d, out.image, &u->module, &call)) != GPUARR__CUDA_SUCCESS) r = gpuarr__cu_fail(e, call, d->info.spec);
+        if (r == GPUARR_OK) gpuarr__cache_store(file, key, out.image, out.size);
+        if (r == GPUARR_OK) gpuarr__kernel_log_set(d, k, NULL);
+        gpuarr__free(out.image);
+        gpuarr__free(out.log);
+    }
+    gpuarr__free(text);
+    if (r == GPUARR_OK && (e = GPUARR__CU.p_cuModuleGetFunction(&u->function, u->module, name)) != GPUARR__CUDA_SUCCESS)
+        r = gpuarr__cu_fail(e, "cuModuleGetFunction", d->info.spec);
+    return r;
+}
+
+/* k's entry on d, the list read without a lock. */
+static gpuarr__cu_user_kernel *gpuarr__cu_user_find(gpuarr__cu_device_state *ds, const gpuarr_kernel *k) {
+    gpuarr__cu_user_kernel *u = __atomic_load_n(&ds->user_kernels, __ATOMIC_ACQUIRE);
+    while (u && u->kernel != k) u = u->next;
+    return u;
+}
+
+/* k's entry on d, built at its first use (under kernel_lock); a failed build is remembered and
+   reported again, except running out of memory. */
+static gpuarr_result gpuarr__cu_user_kernel_get(gpuarr__dev *d, const gpuarr_kernel *k, gpuarr__cu_user_kernel **out) {
+    gpuarr__cu_device_state *ds = GPUARR__CU_DEV(d);
+    gpuarr__cu_user_kernel *u = gpuarr__cu_user_find(ds, k);
+    gpuarr_result r = GPUARR_OK;
+    if (!u) {
+        pthread_mutex_lock(&ds->kernel_lock);
+        if (!(u = gpuarr__cu_user_find(ds, k)) && (u = (gpuarr__cu_user_kernel *)gpuarr__calloc(sizeof *u)) != NULL) {
+            double t0 = gpuarr__now_ms();
+            bool cached = false;
+            u->kernel = k;
+            u->result = r = gpuarr__cu_user_build(d, k, u, &cached);
+            if (r == GPUARR_OK)
+                gpuarr__log(GPUARR_LOG_INFO, "%s: kernel %s ready in %.1f ms (%s)", d->info.spec, k->name, gpuarr__now_ms() - t0,
+                            cached ? "its cubin from the cache" : "compiled by NVRTC");
+            if (r != GPUARR_OK && u->module) GPUARR__CU.p_cuModuleUnload(u->module);
+            if (r != GPUARR_OK) u->module = NULL, u->function = NULL, u->message = gpuarr__strdup(gpuarr__tls.error_detail);
+            if (r == GPUARR_ERROR_OUT_OF_MEMORY) { /* not remembered: it may pass later */
+                gpuarr__free(u->message);
+                gpuarr__free(u);
+                pthread_mutex_unlock(&ds->kernel_lock);
+                return r;
+            }
+            u->next = ds->user_kernels;
+            __atomic_store_n(&ds->user_kernels, u, __ATOMIC_RELEASE);
+        } else if (!u) {
+            r = gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for kernel %s", k->name);
+        }
+        pthread_mutex_unlock(&ds->kernel_lock);
+        if (!u) return r;
+    }
+    *out = u;
+    if (u->function) return GPUARR_OK;
+    return r != GPUARR_OK ? r : gpuarr__fail(u->result, "%s", u->message ? u->message : "the kernel's earlier build failed");
+}
+
+static gpuarr_result gpuarr__cu_kernel_build(gpuarr__dev *d, const gpuarr_kernel *k) {
+    gpuarr__cu_user_kernel *u;
+    return gpuarr__cu_user_kernel_get(d, k, &u);
+}
+
+/* Blocks of 256 threads: 256 x 1 x 1 (1-D), 32 x 8 (2-D), 8 x 8 x 4 (3-D), a dimension shorter
+   than its block side giving threads to x; the grid within CUDA's 2^31 - 1 x 65535 x 65535. */
+static gpuarr_result gpuarr__cu_launch_dims(const gpuarr__kernel_call *call, unsigned int block[3], unsigned int grid[3]) {
+    static const unsigned int sides[3][3] = {{256, 1, 1}, {32, 8, 1}, {8, 8, 4}};
+    const uint64_t limits[3] = {0x7fffffffu, 65535u, 65535u};
+    uint64_t blocks[3];
+    memcpy(block, sides[call->ndim - 1], sizeof sides[0]);
+    for (int d = call->ndim - 1; d >= 1; d--)
+        while (block[d] > 1 && (int64_t)(block[d] / 2) >= call->global[d]) block[d] /= 2, block[0] *= 2;
+    bool fits = true;
+    for (int d = 0; d < 3; d++) {
+        blocks[d] = ((uint64_t)call->global[d] + block[d] - 1) / block[d];
+        fits = fits && blocks[d] <= limits[d];
+        grid[d] = (unsigned int)blocks[d];
+    }
+    if (fits) return GPUARR_OK;
+    return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "kernel %s: the index space %lld x %lld x %lld does not fit a CUDA grid (%llu x %llu x %llu "
+                        "blocks of %u x %u x %u threads; at most 2147483647 x 65535 x 65535 blocks)", call->kernel->name,
+                        (long long)call->global[0], (long long)call->global[1], (long long)call->global[2], (unsigned long long)blocks[0],
+                        (unsigned long long)blocks[1], (unsigned long long)blocks[2], block[0], block[1], block[2]);
+}
+
+/* The parameters in gpuarr__kernel_source's order: each array's address (its memory plus its
+   offset), each scalar's value, then the index space. */
+static gpuarr_result gpuarr__cu_kernel_launch(gpuarr__stream *s, const gpuarr__kernel_call *call) {
+    gpuarr__dev *d = s->dev;
+    const gpuarr_kernel *k = call->kernel;
+    unsigned int block[3], grid[3];
+    GPUARR__CHECK(gpuarr__cu_launch_dims(call, block, grid));
+    gpuarr__cu_user_kernel *u;
+    GPUARR__CHECK(gpuarr__cu_user_kernel_get(d, k, &u));
+    gpuarr__cu_ptr address[GPUARR_KERNEL_MAX_PARAMS];
+    int64_t g[3] = {call->global[0], call->global[1], call->global[2]};
+    void *params[GPUARR_KERNEL_MAX_PARAMS + 3];
+    for (int i = 0; i < k->nparams; i++) {
+        if (k->params[i].kind == GPUARR_PARAM_SCALAR) {
+            params[i] = (void *)(uintptr_t)call->scalar[i]; /* the driver only reads it */
+        } else {
+            address[i] = GPUARR__CU_PTR(call->mem[i], call->offset[i]);
+            params[i] = &address[i];
+        }
+    }
+    for (int i = 0; i < 3; i++) params[k->nparams + i] = &g[i];
+    GPUARR__CU_DO(d, "cuLaunchKernel",
+                  cuLaunchKernel(u->function, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, GPUARR__CU_STREAM(s->native), params, NULL));
+    return GPUARR_OK;
+}
+
+/* ---- the hooks a simulating driver runs portable kernels with (gpuarr__sim_kernel_hooks) ---- */
+/* One launch as the driver saw it; malloc'ed (the driver's memory, freed by the driver's call). */
+typedef struct gpuarr__cu_sim_launch {
+    const gpuarr_kernel *kernel;
+    gpuarr__cu_ptr address[GPUARR_KERNEL_MAX_PARAMS]; /* an array parameter's first element */
+    uint64_t scalar[GPUARR_KERNEL_MAX_PARAMS];        /* a scalar parameter's value (at most 8 bytes) */
+    int64_t global[3];
+} gpuarr__cu_sim_launch;
+
+/* The kernel f belongs to, from the devices' lists (no lock: the driver holds its own, which a
+   build holds while it waits for ours). */
+static const gpuarr_kernel *gpuarr__cu_sim_kernel_of(gpuarr__cu_function f) {
+    gpuarr__cu_state *cu = (gpuarr__cu_state *)gpuarr__g.backend_state[GPUARR_BACKEND_CUDA];
+    for (int i = 0; cu && f && i < cu->device_count; i++)
+        for (gpuarr__cu_user_kernel *u = __atomic_load_n(&cu->devices[i].user_kernels, __ATOMIC_ACQUIRE); u; u = u->next)
+            if (u->function == f) return u->kernel;
+    return NULL;
+}
+
+static void *gpuarr__cu_sim_capture(struct CUfunc_st *f, void *const *params, const unsigned long long threads[3], char *why, size_t why_cap) {
+    const gpuarr_kernel *k = gpuarr__cu_sim_kernel_of(f);
+    if (!k) {
+        snprintf(why, why_cap, "the function is no portable kernel this gpuarr built");
+        return NULL;
+    }
+    gpuarr__cu_sim_launch *l = (gpuarr__cu_sim_launch *)calloc(1, sizeof *l);
+    if (!l) {
+        if (why_cap) why[0] = '\0';
+        return NULL;
+    }
+    l->kernel = k;
+    for (int i = 0; i < k->nparams; i++) {
+        if (k->params[i].kind == GPUARR_PARAM_SCALAR) memcpy(&l->scalar[i], params[i], gpuarr__dtype_sizes[k->params[i].dtype]);
+        else memcpy(&l->address[i], params[i], sizeof l->address[i]);
+    }
+    for (int d = 0; d < 3; d++) memcpy(&l->global[d], params[k->nparams + d], sizeof l->global[d]);
+    for (int d = 0; d < 3; d++)
+        if (threads[d] < (unsigned long long)l->global[d]) {
+            snprintf(why, why_cap, "kernel %s: the launch's %llu x %llu x %llu threads do not cover its index space %lld x %lld x %lld", k->name,
+                     threads[0], threads[1], threads[2], (long long)l->global[0], (long long)l->global[1], (long long)l->global[2]);
+            free(l);
+            return NULL;
+        }
+    return l;
+}
+
+static int gpuarr__cu_sim_addresses(const void *launch, unsigned long long *out, int cap) {
+    const gpuarr__cu_sim_launch *l = (const gpuarr__cu_sim_launch *)launch;
+    int n = 0;
+    for (int i = 0; i < l->kernel->nparams; i++) {
+        if (l->kernel->params[i].kind == GPUARR_PARAM_SCALAR) continue;
+        if (n < cap) out[n] = l->address[i];
+        n++;
+    }
+    return n;
+}
+
+/* The host form over the whole index space (past ndim it is 1), as one range of its last
+   dimension. */
+static int gpuarr__cu_sim_run(void *launch, void *(*translate)(void *ctx, unsigned long long address), void *ctx) {
+    gpuarr__cu_sim_launch *l = (gpuarr__cu_sim_launch *)launch;
+    void *args[GPUARR_KERNEL_MAX_PARAMS];
+    for (int i = 0; i < l->kernel->nparams; i++) {
+        args[i] = l->kernel->params[i].kind == GPUARR_PARAM_SCALAR ? (void *)&l->scalar[i] : translate(ctx, l->address[i]);
+        if (!args[i]) return -1;
+    }
+    l->kernel->host(args, l->global, 3, 0, l->global[2]);
+    return 0;
+}
+
+static void gpuarr__cu_sim_release(void *launch) { free(launch); }
+
+static const gpuarr__sim_kernel_hooks *gpuarr__cu_sim_hooks(void) {
+    static const gpuarr__sim_kernel_hooks hooks = {GPUARR__SIM_KERNEL_HOOKS_VERSION, gpuarr__cu_sim_capture, gpuarr__cu_sim_addresses,
+                                                   gpuarr__cu_sim_run, gpuarr__cu_sim_release};
+    return &hooks;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -1567,6 +1923,8 @@ static void gpuarr__cu_backend_fill(gpuarr__backend *b) {
     b->copy_peer = gpuarr__cu_copy_peer;
     b->cast = gpuarr__cu_cast;
     b->fill = gpuarr__cu_fill;
+    b->kernel_build = gpuarr__cu_kernel_build;
+    b->kernel_launch = gpuarr__cu_kernel_launch;
     b->launch_host_fn = gpuarr__cu_launch_host_fn;
     b->stream_create = gpuarr__cu_stream_create;
     b->stream_destroy = gpuarr__cu_stream_destroy;

@@ -18,7 +18,20 @@
  *     stream, event or function used from another device's context is refused;
  *   - modules are PTX (its .version checked against FAKE_CUDA_PTX_MAX_ISA, default 9.0, and its
  *     .target against the device) or a CUDA ELF cubin for the device's sm; kernels named
- *     gpuarr_k_cast_<S>_<T> run gpuarr's own host reference casts, over the launched threads.
+ *     gpuarr_k_cast_<S>_<T> run gpuarr's own host reference casts, over the launched threads;
+ *     kernels named gpuarr_kernel_<name> (portable kernels, GPUARR_KERNEL) run their host form
+ *     through the hooks below.
+ * Portable kernels: gpuarr's CUDA backend, right after loading this library, finds the exported
+ * gpuarr_sim_kernel_hooks_set(hooks, on) with dlsym and hands over its gpuarr__sim_kernel_hooks
+ * (gpuarr.h), so any program run with GPUARR_CUDA_LIBRARY=<this library> has them, nothing to
+ * set up. cuLaunchKernel of a gpuarr_kernel_* function (1-3 dimensions, CUDA's limits: at most
+ * 1024 threads a block, 1024 x 1024 x 64, a grid of 2^31-1 x 65535 x 65535 blocks) captures the
+ * parameters through the hooks (a launch gpuarr did not build, or whose threads do not cover the
+ * index space, is refused with CUDA_ERROR_INVALID_VALUE), checks every array address against the
+ * allocations the device can reach (CUDA_ERROR_ILLEGAL_ADDRESS at the call, as the casts), and
+ * queues the run on the stream like any op: it counts for FAKE_CUDA_STICKY, for memory still in
+ * use at cuMemFree, and an address with no memory behind it when it runs faults the context with
+ * CUDA_ERROR_ILLEGAL_ADDRESS. Several gpuarr copies in one process may each register (up to 8).
  * Environment: FAKE_CUDA_DEVICES (default 2), FAKE_CUDA_MEMORY (bytes per device, default
  * 1 GiB), FAKE_CUDA_PEER=0 (no peer access), FAKE_CUDA_PTX_MAX_ISA ("7.0" makes newer PTX fail
  * to load, as an old driver does), FAKE_CUDA_TRACE=1 (a line per refused call on stderr; 2: also a line per operation run).
@@ -103,7 +116,7 @@ typedef struct fake_pinned {
     CUcontext ctx;
 } fake_pinned;
 
-typedef enum { OP_COPY, OP_SET, OP_CAST, OP_RECORD, OP_WAIT, OP_HOST } fake_op_kind;
+typedef enum { OP_COPY, OP_SET, OP_CAST, OP_RECORD, OP_WAIT, OP_HOST, OP_KERNEL } fake_op_kind;
 
 typedef struct fake_op {
     struct fake_op *next;
@@ -121,6 +134,7 @@ typedef struct fake_op {
     uint64_t seq, through;  /* ops are numbered per stream */
     CUhostFn fn;            /* OP_HOST */
     void *user;
+    const gpuarr__sim_kernel_hooks *hooks; /* OP_KERNEL: who captured `launch` (user) */
 } fake_op;
 
 /* Streams are never freed, only marked destroyed (and listed): a wait queued elsewhere may still
@@ -154,7 +168,8 @@ static void fake_module_free(struct CUmod_st *m);
 
 typedef struct fake_kernel {
     char name[96];
-    int src, dst; /* dtypes */
+    int src, dst;  /* dtypes */
+    bool portable; /* gpuarr_kernel_<name>: src and dst unused */
 } fake_kernel;
 
 struct CUmod_st {
@@ -189,6 +204,7 @@ static struct {
     CUevent events;
     CUmodule modules;
     gpuarr__cast_fn casts[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT]; /* the host's portable kernels */
+    const gpuarr__sim_kernel_hooks *hooks[8]; /* gpuarr_sim_kernel_hooks_set's, NULL where free */
 } fake = {.lock = PTHREAD_MUTEX_INITIALIZER, .op_done = PTHREAD_COND_INITIALIZER};
 
 static __thread CUcontext fake_current;
@@ -464,8 +480,24 @@ static bool fake_grow(void **array, size_t *cap, size_t count, size_t item) {
  * ------------------------------------------------------------------------------------------- */
 static void fake_drain(CUstream s, uint64_t through);
 
+/* An op done or dropped: what it holds goes with it (a kernel's captured launch too). */
+static void fake_op_free(fake_op *op) {
+    if (op->kind == OP_KERNEL && op->hooks) op->hooks->release(op->user);
+    free(op->owned);
+    free(op);
+}
+
+/* The host memory behind a device address, for a portable kernel run in ctx's device (its own
+   memory, or a peer's it enabled access to); NULL when there is none. */
+static void *fake_translate(void *ctx, unsigned long long address) {
+    const struct CUctx_st *c = (const struct CUctx_st *)ctx;
+    int dev = -1;
+    char *p = fake_device_range((CUdeviceptr)address, 1, &dev);
+    return p && (dev == c->device || c->peer_enabled[dev]) ? p : NULL;
+}
+
 static void fake_run(CUstream s, fake_op *op) {
-    static const char *const kinds[] = {"copy", "set", "cast", "record", "wait", "host function"};
+    static const char *const kinds[] = {"copy", "set", "cast", "record", "wait", "host function", "kernel"};
     fake_ops_run_here++;
     if (fake.trace_ops)
         fprintf(stderr, "fake-cuda: run %s #%llu on %p: dst %p src %p bytes %zu count %zu\n", kinds[op->kind], (unsigned long long)op->seq, (void *)s,
@@ -488,6 +520,20 @@ static void fake_run(CUstream s, fake_op *op) {
         if (op->cast) op->cast(op->src, op->dst, op->count);
         else memmove(op->dst, op->src, op->count * op->dst_size);
         fesetenv(&caller);
+        break;
+    }
+    case OP_KERNEL: { /* its host form; an address with no memory behind it faults as on a GPU */
+        CUcontext ctx = s ? s->ctx : fake_current;
+        fenv_t caller;
+        fegetenv(&caller);
+        fesetenv(FE_DFL_ENV);
+        int failed = op->hooks->run(op->user, fake_translate, ctx);
+        fesetenv(&caller);
+        if (failed) {
+            if (fake.trace) fprintf(stderr, "fake-cuda: a kernel #%llu on %p reads an address no memory of device %d is at\n",
+                                    (unsigned long long)op->seq, (void *)s, ctx->device);
+            ctx->sticky = CUDA_ERROR_ILLEGAL_ADDRESS;
+        }
         break;
     }
     case OP_RECORD:
@@ -526,14 +572,14 @@ static void fake_drain(CUstream s, uint64_t through) {
         fake_op *op = s->head;
         s->head = op->next;
         if (!s->head) s->tail = NULL;
-        if ((op->kind == OP_COPY || op->kind == OP_SET || op->kind == OP_CAST) && fault.sticky_at && ++fault.sticky_ops == fault.sticky_at) {
+        if ((op->kind == OP_COPY || op->kind == OP_SET || op->kind == OP_CAST || op->kind == OP_KERNEL) && fault.sticky_at &&
+            ++fault.sticky_ops == fault.sticky_at) {
             /* FAKE_CUDA_STICKY: this op faults on the "GPU", as a kernel reading a bad address does:
                it does not run, and its context is corrupted (the sync that waited for it says so) */
             if (fake.trace) fprintf(stderr, "fake-cuda: op #%llu on %p faults as FAKE_CUDA_STICKY asks\n", (unsigned long long)op->seq, (void *)s);
             s->ctx->sticky = CUDA_ERROR_ILLEGAL_ADDRESS;
             s->ran = op->seq;
-            free(op->owned);
-            free(op);
+            fake_op_free(op);
             break;
         }
         s->running = true;
@@ -541,8 +587,7 @@ static void fake_drain(CUstream s, uint64_t through) {
         s->ran = op->seq;
         s->running = false;
         pthread_cond_broadcast(&fake.op_done);
-        free(op->owned);
-        free(op);
+        fake_op_free(op);
     }
     s->asked = false;
 }
@@ -553,8 +598,7 @@ static bool fake_immediate(CUstream s) { return s == NULL || s == CU_STREAM_LEGA
 static CUresult fake_enqueue(CUstream s, fake_op *op) {
     if (fake_immediate(s)) {
         fake_run(NULL, op);
-        free(op->owned);
-        free(op);
+        fake_op_free(op);
         return CUDA_SUCCESS;
     }
     op->seq = ++s->queued;
@@ -726,8 +770,7 @@ static void fake_drop_streams(CUcontext ctx) {
         while (s->head) {
             fake_op *op = s->head;
             s->head = op->next;
-            free(op->owned);
-            free(op);
+            fake_op_free(op);
         }
         s->tail = NULL;
         s->destroyed = true;
@@ -858,6 +901,10 @@ static const char *fake_in_use(const fake_alloc *a) {
             if ((op->kind == OP_COPY || op->kind == OP_SET || op->kind == OP_CAST) &&
                 (fake_overlaps(op->dst, dn, a) || (op->kind != OP_SET && !op->owned && fake_overlaps(op->src, sn, a))))
                 return op->kind == OP_CAST ? "a kernel" : op->kind == OP_SET ? "a memset" : "a copy";
+            unsigned long long at[GPUARR_KERNEL_MAX_PARAMS];
+            int n = op->kind == OP_KERNEL ? op->hooks->addresses(op->user, at, GPUARR_KERNEL_MAX_PARAMS) : 0;
+            for (int i = 0; i < n && i < GPUARR_KERNEL_MAX_PARAMS; i++)
+                if (at[i] >= a->address && at[i] - a->address < a->size) return "a portable kernel";
         }
     return NULL;
 }
@@ -1329,10 +1376,26 @@ static void fake_log(unsigned int n, CUjit_option *opts, void **values, const ch
     va_end(ap);
 }
 
+/* "gpuarr_kernel_saxpy" -> a portable kernel, but not its parameters' PTX names
+   ("gpuarr_kernel_saxpy_param_0"). */
+static bool fake_portable_parse(const char *name, size_t len, fake_kernel *k) {
+    static const char prefix[] = "gpuarr_kernel_";
+    if (len >= sizeof k->name || len < sizeof prefix || memcmp(name, prefix, sizeof prefix - 1) != 0) return false;
+    size_t digits = 0;
+    while (digits < len && name[len - 1 - digits] >= '0' && name[len - 1 - digits] <= '9') digits++;
+    if (digits && len - digits >= 7 && memcmp(name + len - digits - 7, "_param_", 7) == 0) return false;
+    memset(k, 0, sizeof *k);
+    memcpy(k->name, name, len);
+    k->portable = true;
+    return true;
+}
+
 /* "gpuarr_k_cast_GPUARR_F32_GPUARR_F16" -> the two dtypes. */
 static bool fake_kernel_parse(const char *name, size_t len, fake_kernel *k) {
     static const char prefix[] = "gpuarr_k_cast_";
+    if (fake_portable_parse(name, len, k)) return true;
     if (len >= sizeof k->name || len < sizeof prefix || memcmp(name, prefix, sizeof prefix - 1) != 0) return false;
+    memset(k, 0, sizeof *k);
     memcpy(k->name, name, len);
     k->name[len] = 0;
     for (int s = 1; s < GPUARR_DTYPE_COUNT; s++)
@@ -1348,25 +1411,27 @@ static bool fake_kernel_parse(const char *name, size_t len, fake_kernel *k) {
     return false;
 }
 
-/* Every gpuarr kernel name in [text, text + len). */
+/* Every gpuarr kernel name in [text, text + len): casts and portable kernels. */
 static int fake_find_kernels(const char *text, size_t len, CUmodule m) {
-    static const char prefix[] = "gpuarr_k_cast_";
+    static const char *const prefixes[] = {"gpuarr_k_cast_", "gpuarr_kernel_"};
     int found = 0;
-    for (const char *p = text; (p = (const char *)memmem(p, len - (size_t)(p - text), prefix, sizeof prefix - 1)) != NULL; p++) {
-        size_t n = 0;
-        while ((size_t)(p - text) + n < len && (p[n] == '_' || (p[n] >= 'a' && p[n] <= 'z') || (p[n] >= 'A' && p[n] <= 'Z') ||
-                                                (p[n] >= '0' && p[n] <= '9')))
-            n++;
-        fake_kernel k;
-        if (!fake_kernel_parse(p, n, &k)) continue;
-        bool seen = false;
-        for (int i = 0; i < m->kernel_count; i++) seen = seen || strcmp(m->functions[i].kernel.name, k.name) == 0;
-        if (seen) continue;
-        struct CUfunc_st *grown = (struct CUfunc_st *)realloc(m->functions, (size_t)(m->kernel_count + 1) * sizeof *grown);
-        if (!grown) return -1;
-        m->functions = grown;
-        m->functions[m->kernel_count++] = (struct CUfunc_st){m, k};
-        found++;
+    for (int which = 0; which < 2; which++) {
+        for (const char *p = text; (p = (const char *)memmem(p, len - (size_t)(p - text), prefixes[which], strlen(prefixes[which]))) != NULL; p++) {
+            size_t n = 0;
+            while ((size_t)(p - text) + n < len && (p[n] == '_' || (p[n] >= 'a' && p[n] <= 'z') || (p[n] >= 'A' && p[n] <= 'Z') ||
+                                                    (p[n] >= '0' && p[n] <= '9')))
+                n++;
+            fake_kernel k;
+            if (!fake_kernel_parse(p, n, &k)) continue;
+            bool seen = false;
+            for (int i = 0; i < m->kernel_count; i++) seen = seen || strcmp(m->functions[i].kernel.name, k.name) == 0;
+            if (seen) continue;
+            struct CUfunc_st *grown = (struct CUfunc_st *)realloc(m->functions, (size_t)(m->kernel_count + 1) * sizeof *grown);
+            if (!grown) return -1;
+            m->functions = grown;
+            m->functions[m->kernel_count++] = (struct CUfunc_st){m, k};
+            found++;
+        }
     }
     return found;
 }
@@ -1462,6 +1527,49 @@ FAKE_API CUresult cuModuleGetFunction(CUfunction *out, CUmodule m, const char *n
     FAKE_RETURN(CUDA_ERROR_NOT_FOUND);
 }
 
+/* gpuarr's CUDA backend hands over its hooks here (see the top of the file); on = 0 takes them back. */
+FAKE_API void gpuarr_sim_kernel_hooks_set(const gpuarr__sim_kernel_hooks *hooks, int on);
+FAKE_API void gpuarr_sim_kernel_hooks_set(const gpuarr__sim_kernel_hooks *hooks, int on) {
+    if (!hooks || hooks->version != GPUARR__SIM_KERNEL_HOOKS_VERSION) return;
+    pthread_mutex_lock(&fake.lock);
+    int slot = -1;
+    for (int i = 0; i < 8; i++) {
+        if (fake.hooks[i] == hooks) fake.hooks[i] = NULL;
+        if (!fake.hooks[i] && slot < 0) slot = i;
+    }
+    if (on && slot >= 0) fake.hooks[slot] = hooks;
+    pthread_mutex_unlock(&fake.lock);
+}
+
+/* A portable kernel: its launch captured by the gpuarr that built it, every array it is given
+   memory the device can reach, then queued like any op. */
+static CUresult fake_launch_portable(CUfunction f, const unsigned int grid[3], const unsigned int block[3], CUstream s, void **params) {
+    unsigned long long threads[3];
+    for (int d = 0; d < 3; d++) threads[d] = (unsigned long long)grid[d] * block[d];
+    char why[256] = "no gpuarr handed this driver its kernel hooks";
+    void *launch = NULL;
+    const gpuarr__sim_kernel_hooks *hooks = NULL;
+    for (int i = 0; i < 8 && !launch; i++)
+        if (fake.hooks[i] && (launch = fake.hooks[i]->capture(f, params, threads, why, sizeof why)) != NULL) hooks = fake.hooks[i];
+    if (!launch) return why[0] ? fake_refuse(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel: %s: %s", f->kernel.name, why) : CUDA_ERROR_OUT_OF_MEMORY;
+    unsigned long long at[GPUARR_KERNEL_MAX_PARAMS];
+    int n = hooks->addresses(launch, at, GPUARR_KERNEL_MAX_PARAMS);
+    for (int i = 0; i < n && i < GPUARR_KERNEL_MAX_PARAMS; i++)
+        if (!fake_translate(fake_current, at[i])) {
+            hooks->release(launch);
+            return fake_refuse(CUDA_ERROR_ILLEGAL_ADDRESS, "%s: array %d at 0x%llx is not memory device %d can reach", f->kernel.name, i, at[i],
+                               fake_current->device);
+        }
+    fake_op *op = fake_op_new(OP_KERNEL);
+    if (!op) {
+        hooks->release(launch);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    op->hooks = hooks;
+    op->user = launch;
+    return fake_enqueue(s, op);
+}
+
 /* gpuarr's cast kernels take (src, src_index, dst, dst_index, n): thread i < n casts element i. */
 FAKE_API CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by, unsigned int bz,
                                  unsigned int shared, CUstream s, void **params, void **extra) {
@@ -1473,6 +1581,13 @@ FAKE_API CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy,
                                 f->module->ctx->device, fake_current->device));
     CUresult e = fake_check_stream(s, __func__);
     if (e != CUDA_SUCCESS) FAKE_RETURN(e);
+    if (f->kernel.portable) { /* CUDA's limits */
+        if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 || bx > 1024 || by > 1024 || bz > 64 || (unsigned long long)bx * by * bz > 1024 ||
+            gx > 0x7fffffffu || gy > 65535 || gz > 65535 || shared > 48 * 1024)
+            FAKE_RETURN(fake_refuse(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel: grid %ux%ux%u, block %ux%ux%u", gx, gy, gz, bx, by, bz));
+        const unsigned int grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
+        FAKE_RETURN(fake_launch_portable(f, grid, block, s, params));
+    }
     if (gx == 0 || gy != 1 || gz != 1 || bx == 0 || bx > 1024 || by != 1 || bz != 1 || gx > 0x7fffffffu || shared > 48 * 1024)
         FAKE_RETURN(fake_refuse(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel: grid %ux%ux%u, block %ux%ux%u", gx, gy, gz, bx, by, bz));
     CUdeviceptr sp, dp;
