@@ -1977,6 +1977,18 @@ GPUARR_API gpuarr_result gpuarr_reduce(gpuarr_array a, gpuarr_reduce_op op, gpua
 #define GPUARR__KHOST_PRAGMA
 #endif
 
+/* In C, a file that defines kernels includes <tgmath.h>, so that sqrt of a float is sqrtf as on
+   the devices (with <math.h> alone it is computed in double: other bits). The check: tgmath's
+   sqrt is a macro, so its expansion's text is longer than "sqrt(0)". C++ has the overloads. */
+#define GPUARR__KSTR(...) #__VA_ARGS__
+#define GPUARR__KXSTR(...) GPUARR__KSTR(__VA_ARGS__)
+#ifdef __cplusplus
+#define GPUARR__KTGMATH(name)
+#else
+#define GPUARR__KTGMATH(name) \
+    typedef char name##_gpuarr_kernel_needs_tgmath_h_included[sizeof(GPUARR__KXSTR(sqrt(0))) > sizeof("sqrt(0)") ? 1 : -1];
+#endif
+
 /* Declares the kernel `name` defined elsewhere: its description and its typed launcher
    gpuarr_result name(const gpuarr_launch *l, <a value per SCALAR, a gpuarr_array per array>). */
 #define GPUARR_KERNEL_DECLARE(name, params)                                                    \
@@ -1987,7 +1999,12 @@ GPUARR_API gpuarr_result gpuarr_reduce(gpuarr_array a, gpuarr_reduce_op op, gpua
    body's text, and the typed launcher. The body is C that is also OpenCL C and CUDA C++ (see
    KERNELS for what it may use). */
 #define GPUARR_KERNEL(name, params, ...)                                                       \
+    GPUARR__KTGMATH(name)                                                                      \
     GPUARR_KERNEL_DECLARE(name, params);                                                       \
+    GPUARR__KERNEL_DEFINE(, name, #__VA_ARGS__, params, __VA_ARGS__)
+/* The definitions; link: empty (external, as declared) or static (the library's own kernels);
+   text: the body as written (stringized where it is an argument not yet expanded). */
+#define GPUARR__KERNEL_DEFINE(link, name, text, params, ...)                                       \
     GPUARR__KHOST_ATTR GPUARR__KINLINE void name##_gpuarr_item(                                \
         GPUARR__KEACH(GPUARR__KITEM_, ~, params) GPUARR__KUNUSED int64_t gpuarr__i0, GPUARR__KUNUSED int64_t gpuarr__i1, \
         GPUARR__KUNUSED int64_t gpuarr__i2, GPUARR__KUNUSED int64_t gpuarr__g0, GPUARR__KUNUSED int64_t gpuarr__g1, \
@@ -2011,9 +2028,9 @@ GPUARR_API gpuarr_result gpuarr_reduce(gpuarr_array a, gpuarr_reduce_op op, gpua
                                        gpuarr__g0, gpuarr__g1, gpuarr__g2);                    \
     }                                                                                          \
     static const gpuarr_kernel_param name##_gpuarr_params[] = {GPUARR__KEACH(GPUARR__KPARAM_, ~, params)}; \
-    const gpuarr_kernel name##_gpuarr_kernel = {#name, #__VA_ARGS__, (int)(sizeof name##_gpuarr_params / sizeof name##_gpuarr_params[0]), \
+    link const gpuarr_kernel name##_gpuarr_kernel = {#name, text, (int)(sizeof name##_gpuarr_params / sizeof name##_gpuarr_params[0]), \
                                                 name##_gpuarr_params, name##_gpuarr_host}; \
-    gpuarr_result name(const gpuarr_launch *gpuarr__launch GPUARR__KEACH(GPUARR__KDECL_, ~, params)) { \
+    link gpuarr_result name(const gpuarr_launch *gpuarr__launch GPUARR__KEACH(GPUARR__KDECL_, ~, params)) { \
         const gpuarr_kernel_arg gpuarr__args[] = {GPUARR__KEACH(GPUARR__KARG_, ~, params)};   \
         return gpuarr_kernel_launch(&name##_gpuarr_kernel, gpuarr__launch, gpuarr__args);      \
     }
@@ -9689,6 +9706,132 @@ GPUARR_API gpuarr_result gpuarr_kernel_build_log(const gpuarr_kernel *k, gpuarr_
         if (e->kernel == k && e->dev == dev && e->text) gpuarr__copy_string(buf, len, e->text);
     pthread_mutex_unlock(&gpuarr__kernel_logs_lock);
     return GPUARR_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Reductions: one fixed tree on every device. Each level folds blocks of 256 consecutive
+ * elements left to right into one (GPUARR__REDUCE_BLOCK), until one is left; the sums are in the
+ * accumulation dtype (out_dtype; f32 for f16 and bf16), integers wrapping, so the bits are the
+ * same wherever it runs. The levels are portable kernels, one per op and accumulation dtype.
+ * ------------------------------------------------------------------------------------------- */
+#define GPUARR__REDUCE_BLOCK 256
+/* X(T, dtype) for every accumulation dtype, integer and floating */
+#define GPUARR__REDUCE_INT_TYPES(X)                                                            \
+    X(int8_t, I8) X(uint8_t, U8) X(int16_t, I16) X(uint16_t, U16) X(int32_t, I32) X(uint32_t, U32) X(int64_t, I64) X(uint64_t, U64)
+#define GPUARR__REDUCE_FLOAT_TYPES(X) X(float, F32) X(double, F64)
+/* one block: j's elements [j * 256, min(n, j * 256 + 256)), folded by `step` */
+#define GPUARR__REDUCE_BODY(T, step)                                                           \
+    {                                                                                          \
+        const int64_t j = gpuarr_index(0), lo = j * 256, hi = lo + 256 < n ? lo + 256 : n;     \
+        T acc = in[lo];                                                                        \
+        for (int64_t i = lo + 1; i < hi; i++) {                                                \
+            const T v = in[i];                                                                 \
+            step;                                                                              \
+        }                                                                                      \
+        out[j] = acc;                                                                          \
+    }
+#define GPUARR__REDUCE_SUM_INT(T) acc = (T)((uint64_t)acc + (uint64_t)v) /* wraps, no overflow */
+#define GPUARR__REDUCE_SUM_FLOAT(T) acc = acc + v
+#define GPUARR__REDUCE_MIN(T) acc = acc != acc ? acc : (v != v || v < acc) ? v : acc /* a NaN wins */
+#define GPUARR__REDUCE_MAX(T) acc = acc != acc ? acc : (v != v || v > acc) ? v : acc
+#define GPUARR__REDUCE_KERNEL(op, T, dtype, step)                                              \
+    GPUARR__KERNEL_DEFINE(GPUARR__FOR_BACKENDS static, gpuarr__reduce_##op##_##dtype,          \
+                          GPUARR__KXSTR(GPUARR__REDUCE_BODY(T, step(T))),                      \
+                          (GPUARR_IN(T, in), GPUARR_OUT(T, out), GPUARR_SCALAR(int64_t, n)),   \
+                          GPUARR__REDUCE_BODY(T, step(T)))
+#define GPUARR__REDUCE_INT_KERNELS(T, dtype)                                                   \
+    GPUARR__REDUCE_KERNEL(sum, T, dtype, GPUARR__REDUCE_SUM_INT)                               \
+    GPUARR__REDUCE_KERNEL(min, T, dtype, GPUARR__REDUCE_MIN)                                   \
+    GPUARR__REDUCE_KERNEL(max, T, dtype, GPUARR__REDUCE_MAX)
+#define GPUARR__REDUCE_FLOAT_KERNELS(T, dtype)                                                 \
+    GPUARR__REDUCE_KERNEL(sum, T, dtype, GPUARR__REDUCE_SUM_FLOAT)                             \
+    GPUARR__REDUCE_KERNEL(min, T, dtype, GPUARR__REDUCE_MIN)                                   \
+    GPUARR__REDUCE_KERNEL(max, T, dtype, GPUARR__REDUCE_MAX)
+GPUARR__REDUCE_INT_TYPES(GPUARR__REDUCE_INT_KERNELS)
+GPUARR__REDUCE_FLOAT_TYPES(GPUARR__REDUCE_FLOAT_KERNELS)
+
+/* The level kernel of an op and accumulation dtype (a switch: C++ has no array designators). */
+static const gpuarr_kernel *gpuarr__reduce_kernel(gpuarr_reduce_op op, gpuarr_dtype acc) {
+    switch (acc) {
+#define GPUARR__REDUCE_CASE(T, dtype)                                                          \
+    case GPUARR_##dtype:                                                                       \
+        return op == GPUARR_SUM   ? &gpuarr__reduce_sum_##dtype##_gpuarr_kernel                \
+               : op == GPUARR_MIN ? &gpuarr__reduce_min_##dtype##_gpuarr_kernel                \
+                                  : &gpuarr__reduce_max_##dtype##_gpuarr_kernel;
+        GPUARR__REDUCE_INT_TYPES(GPUARR__REDUCE_CASE)
+        GPUARR__REDUCE_FLOAT_TYPES(GPUARR__REDUCE_CASE)
+#undef GPUARR__REDUCE_CASE
+    default: return NULL; /* bool, f16, bf16: never an accumulation dtype */
+    }
+}
+
+static const char *const gpuarr__reduce_op_names[] = {"?", "GPUARR_SUM", "GPUARR_MIN", "GPUARR_MAX"};
+
+/* The levels, from src (n elements of acc, a reference the caller gives up) to one element. */
+static gpuarr_result gpuarr__reduce_levels(const gpuarr_kernel *k, gpuarr_array src, int64_t n, gpuarr_device dev, gpuarr_dtype acc,
+                                           gpuarr_array *out) {
+    gpuarr_result r = GPUARR_OK;
+    while (r == GPUARR_OK && n > 1) {
+        int64_t m = (n + GPUARR__REDUCE_BLOCK - 1) / GPUARR__REDUCE_BLOCK;
+        gpuarr_array partial = {0};
+        r = gpuarr_empty(dev, acc, 1, &m, &partial);
+        gpuarr_launch l = {{0}, 1, {m, 0, 0}};
+        gpuarr_kernel_arg args[3] = {{src, NULL}, {partial, NULL}, {{0}, &n}};
+        if (r == GPUARR_OK) r = gpuarr_kernel_launch(k, &l, args);
+        gpuarr_release(src);
+        src = partial;
+        n = m;
+    }
+    if (r == GPUARR_OK) *out = src;
+    else gpuarr_release(src);
+    return r;
+}
+
+GPUARR_API gpuarr_result gpuarr_reduce(gpuarr_array a, gpuarr_reduce_op op, gpuarr_dtype out_dtype, gpuarr_array *out) {
+    GPUARR__BEGIN();
+    GPUARR__REQUIRE_PTR(out);
+    if (op < GPUARR_SUM || op > GPUARR_MAX)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "op = %d: must be GPUARR_SUM, GPUARR_MIN or GPUARR_MAX", (int)op);
+    gpuarr__array *arr;
+    GPUARR__CHECK(gpuarr__get_array(a, "a", &arr));
+    gpuarr_dtype in_t = arr->dtype;
+    int64_t n = arr->count;
+    int ndim = arr->ndim;
+    gpuarr_device dev = arr->dev->info.device;
+    gpuarr__obj_release(&arr->obj);
+    gpuarr_dtype t = out_dtype ? out_dtype : in_t;
+    if (!gpuarr__dtype_valid(t)) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "out_dtype = %d is not a gpuarr_dtype", (int)out_dtype);
+    if (t == GPUARR_BOOL) return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "out_dtype bool: reduce to u8 instead (a bool has no sum)");
+    if (n == 0 && op != GPUARR_SUM)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "a is empty: %s of no elements is undefined", gpuarr__reduce_op_names[op]);
+    gpuarr_dtype acc = t == GPUARR_F16 || t == GPUARR_BF16 ? GPUARR_F32 : t;
+    gpuarr_array src = {0}, one = {0}, result = {0};
+    gpuarr_result r;
+    if (n == 0) { /* the sum of nothing */
+        int64_t len = 1;
+        r = gpuarr_zeros(dev, acc, 1, &len, &one);
+    } else {
+        r = in_t == acc ? gpuarr_retain(a) : gpuarr_convert(a, dev, acc, &src);
+        if (in_t == acc) src = a;
+        if (r == GPUARR_OK && ndim != 1) { /* the levels see a flat array */
+            gpuarr_array flat = {0};
+            r = gpuarr_reshape(src, 1, &n, &flat);
+            gpuarr_release(src);
+            src = flat;
+        }
+        if (r == GPUARR_OK) r = gpuarr__reduce_levels(gpuarr__reduce_kernel(op, acc), src, n, dev, acc, &one);
+    }
+    if (r == GPUARR_OK && acc != t) {
+        gpuarr_array narrow = {0};
+        r = gpuarr_convert(one, dev, t, &narrow);
+        gpuarr_release(one);
+        one = narrow;
+    }
+    if (r == GPUARR_OK) r = gpuarr_reshape(one, 0, NULL, &result);
+    gpuarr_release(one);
+    gpuarr__tls.api = "gpuarr_reduce"; /* the calls above named themselves */
+    if (r == GPUARR_OK) *out = result;
+    return r;
 }
 
 GPUARR_API gpuarr_result gpuarr_array_record_stream(gpuarr_array a, gpuarr_stream s) {

@@ -741,9 +741,12 @@ static gpuarr_result gpuarr__host_kernel_launch(gpuarr__stream *s, const gpuarr_
         job.args[i] = k->params[i].kind == GPUARR_PARAM_SCALAR ? (void *)(uintptr_t)call->scalar[i] : (char *)call->mem[i] + call->offset[i];
     int64_t outer = call->global[call->ndim - 1], inner = 1;
     for (int d = 0; d < call->ndim - 1; d++) inner *= call->global[d];
-    /* chunks of about 64 Ki indices: large enough to pay for a hand-off, small enough to balance */
-    size_t chunk = (size_t)GPUARR__MAX((int64_t)1, ((int64_t)1 << 16) / GPUARR__MAX(inner, (int64_t)1));
-    gpuarr__parallel_for((size_t)outer, chunk, gpuarr__host_kernel_chunk, &job);
+    /* chunks of at most about 64 Ki indices (large enough to pay for a hand-off), and at least 4
+       per thread, so that a kernel whose indices do much work (a reduction level) still spreads */
+    int64_t threads = GPUARR__MAX(1, gpuarr__g.workers.wanted);
+    int64_t chunk = GPUARR__MIN(((int64_t)1 << 16) / GPUARR__MAX(inner, (int64_t)1), outer / (4 * threads));
+    chunk = GPUARR__MAX(chunk, (int64_t)1);
+    gpuarr__parallel_for((size_t)outer, (size_t)chunk, gpuarr__host_kernel_chunk, &job);
     return GPUARR_OK;
 }
 

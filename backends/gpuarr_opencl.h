@@ -64,6 +64,8 @@ typedef void (*gpuarr__cl_event_fn)(gpuarr__cl_event, gpuarr__cl_int, void *);
 #define GPUARR__CL_DEVICE_MAX_MEM_ALLOC_SIZE 0x1010u
 #define GPUARR__CL_DEVICE_MEM_BASE_ADDR_ALIGN 0x1019u
 #define GPUARR__CL_DEVICE_GLOBAL_MEM_SIZE 0x101Fu
+#define GPUARR__CL_DEVICE_SINGLE_FP_CONFIG 0x101Bu
+#define GPUARR__CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT (1u << 7)
 #define GPUARR__CL_DEVICE_HOST_UNIFIED_MEMORY 0x1035u
 #define GPUARR__CL_DEVICE_NAME 0x102Bu
 #define GPUARR__CL_DEVICE_VENDOR 0x102Cu
@@ -212,6 +214,8 @@ typedef struct gpuarr__cl_device {
     gpuarr__cl_program programs[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT]; /* one per pair, at first use */
     gpuarr__cl_kernel casts[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT];
     size_t local_sizes[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT]; /* each cast kernel's work-group size */
+    struct gpuarr__cl_user_kernel *user_kernels; /* portable kernels built here (kernel_lock) */
+    bool fp32_rounded; /* CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT: float / and sqrt correctly rounded on request */
 } gpuarr__cl_device;
 
 typedef struct gpuarr__cl_state {
@@ -579,6 +583,7 @@ static gpuarr_result gpuarr__cl_device_info(int index, gpuarr_device_info *info)
     info->host_unified = d->host_unified;
     /* GPUARR_OPENCL_FP64=off treats every device as lacking doubles (slow or emulated fp64). */
     d->fp64 = gpuarr__setting_value(GPUARR__SET_OPENCL_FP64, 1) && gpuarr__cl_has_extension(cl, d->id, "cl_khr_fp64");
+    d->fp32_rounded = (gpuarr__cl_info_u64(d->id, GPUARR__CL_DEVICE_SINGLE_FP_CONFIG) & GPUARR__CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) != 0;
     if (gpuarr__cl_has_extension(cl, d->id, "cl_khr_device_uuid") &&
         cl->clGetDeviceInfo(d->id, GPUARR__CL_DEVICE_UUID_KHR, sizeof info->uuid, info->uuid, NULL) == GPUARR__CL_SUCCESS)
         info->has_uuid = true;
@@ -645,6 +650,8 @@ static gpuarr_result gpuarr__cl_device_open(gpuarr__dev *d) {
     return GPUARR_OK;
 }
 
+static void gpuarr__cl_user_kernels_free(gpuarr__cl_device *cd);
+
 static void gpuarr__cl_device_close(gpuarr__dev *d) {
     gpuarr__cl_state *cl = &GPUARR__CL;
     gpuarr__cl_device *cd = GPUARR__CL_DEV(d);
@@ -656,6 +663,7 @@ static void gpuarr__cl_device_close(gpuarr__dev *d) {
     if (cd->internal_queue) cl->clReleaseCommandQueue(cd->internal_queue);
     memset(cd->casts, 0, sizeof cd->casts);
     memset(cd->programs, 0, sizeof cd->programs);
+    gpuarr__cl_user_kernels_free(cd);
     cd->internal_queue = NULL;
     cd->build_result = GPUARR_OK;
 }
@@ -1232,6 +1240,183 @@ static gpuarr_result gpuarr__cl_cast(gpuarr__stream *s, void *dst, size_t dst_of
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * Portable kernels: the body's text in OpenCL C, built per device at first use (from the cache
+ * folder when it holds the binary), launched with the arrays as (buffer, element offset).
+ * ------------------------------------------------------------------------------------------- */
+typedef struct gpuarr__cl_user_kernel {
+    struct gpuarr__cl_user_kernel *next;
+    const gpuarr_kernel *kernel;
+    gpuarr__cl_program program;
+    gpuarr__cl_kernel cl_kernel; /* NULL: its build failed (result and message below) */
+    size_t local;                /* 1-D work-group size */
+    gpuarr_result result;
+    char *message;
+} gpuarr__cl_user_kernel;
+
+static void gpuarr__cl_user_kernels_free(gpuarr__cl_device *cd) {
+    while (cd->user_kernels) {
+        gpuarr__cl_user_kernel *u = cd->user_kernels;
+        cd->user_kernels = u->next;
+        if (u->cl_kernel) GPUARR__CL.clReleaseKernel(u->cl_kernel);
+        if (u->program) GPUARR__CL.clReleaseProgram(u->program);
+        gpuarr__free(u->message);
+        gpuarr__free(u);
+    }
+}
+
+/* The OpenCL dialect: its types and the conversion rules (as for the casts), no contraction. */
+static char *gpuarr__cl_user_source(const gpuarr__cl_device *cd, const gpuarr_kernel *k) {
+    char *prelude = NULL;
+    size_t len = 0, cap = 0;
+    bool ok = gpuarr__text_add(&prelude, &len, &cap, "%s%s#pragma OPENCL FP_CONTRACT OFF\n", gpuarr__cl_preamble_text,
+                               cd->fp64 ? "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n#define GPUARR_K_HAVE_F64 1\n" : "");
+    for (size_t i = 0; ok && i < sizeof gpuarr__kernels_source / sizeof gpuarr__kernels_source[0]; i++)
+        ok = gpuarr__text_add(&prelude, &len, &cap, "%s", gpuarr__kernels_source[i]);
+    ok = ok && gpuarr__text_add(&prelude, &len, &cap, "%s", gpuarr__kernel_prelude_common);
+    if (!ok) return NULL;
+    gpuarr__kernel_dialect dialect = {prelude, "__kernel void", "__global ", true,
+                                      {"(int64_t)get_global_id(0)", "(int64_t)get_global_id(1)", "(int64_t)get_global_id(2)"}};
+    char *text = gpuarr__kernel_source(k, &dialect);
+    gpuarr__free(prelude);
+    return text;
+}
+
+/* The whole build log of prog on cd (gpuarr__malloc'ed, "" when none; NULL: out of memory). */
+static char *gpuarr__cl_full_log(gpuarr__cl_device *cd, gpuarr__cl_program prog) {
+    size_t n = 0;
+    GPUARR__CL.clGetProgramBuildInfo(prog, cd->id, GPUARR__CL_PROGRAM_BUILD_LOG, 0, NULL, &n);
+    char *log = (char *)gpuarr__malloc(n + 1);
+    if (!log) return NULL;
+    if (!n || GPUARR__CL.clGetProgramBuildInfo(prog, cd->id, GPUARR__CL_PROGRAM_BUILD_LOG, n, log, NULL) != GPUARR__CL_SUCCESS) n = 0;
+    log[n] = '\0';
+    return log;
+}
+
+/* Builds k for d into u (with the process-wide build lock held). */
+static gpuarr_result gpuarr__cl_user_build(gpuarr__dev *d, const gpuarr_kernel *k, gpuarr__cl_user_kernel *u) {
+    gpuarr__cl_state *cl = &GPUARR__CL;
+    gpuarr__cl_device *cd = GPUARR__CL_DEV(d);
+    const char *extra = gpuarr__setting(GPUARR__SET_OPENCL_BUILD_OPTIONS);
+    char options[600], name[96], file[64];
+    snprintf(options, sizeof options, "-cl-std=CL1.2%s %s", cd->fp32_rounded ? " -cl-fp32-correctly-rounded-divide-sqrt" : "", extra ? extra : "");
+    snprintf(name, sizeof name, "gpuarr_kernel_%s", k->name);
+    char *text = gpuarr__cl_user_source(cd, k);
+    if (!text) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "kernel %s: no host memory for its OpenCL source", k->name);
+    const char *parts[4] = {text, d->info.name, d->info.version, options};
+    uint64_t key = gpuarr__hash_pieces(GPUARR__HASH_SEED, parts, 4);
+    snprintf(file, sizeof file, "opencl-kernel-%016llx.bin", (unsigned long long)key);
+    gpuarr__cl_int e = GPUARR__CL_SUCCESS;
+    bool cached = gpuarr__cl_from_cache(d, file, key, options, name, &u->program, &u->cl_kernel);
+    gpuarr_result r = GPUARR_OK;
+    if (!cached) {
+        const char *pieces[1] = {text};
+        u->program = cl->clCreateProgramWithSource(cl->platforms[cd->platform].context, 1, pieces, NULL, &e);
+        if (!u->program) r = gpuarr__cl_fail(e, "clCreateProgramWithSource", d->info.spec);
+        if (r == GPUARR_OK && (e = cl->clBuildProgram(u->program, 1, &cd->id, options, NULL, NULL)) != GPUARR__CL_SUCCESS) {
+            char *log = gpuarr__cl_full_log(cd, u->program), how[80];
+            snprintf(how, sizeof how, "clBuildProgram failed: %s (%d)", gpuarr__cl_error_name(e), (int)e);
+            r = log ? gpuarr__kernel_build_failed(d, k, how, log) : gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "kernel %s: no host memory for its build log", k->name);
+            gpuarr__free(log);
+        }
+        if (r == GPUARR_OK && !(u->cl_kernel = cl->clCreateKernel(u->program, name, &e))) r = gpuarr__cl_fail(e, "clCreateKernel", d->info.spec);
+    }
+    gpuarr__free(text);
+    if (r == GPUARR_OK) r = gpuarr__cl_local_size(d, u->cl_kernel, &u->local);
+    if (r == GPUARR_OK && !cached) gpuarr__cl_save_binary(u->program, file, key);
+    if (r == GPUARR_OK && !cached) gpuarr__kernel_log_set(d, k, NULL);
+    return r;
+}
+
+/* k's entry on d, built at its first use; a failed build is remembered and reported again. Called
+   with cd->kernel_lock held. */
+static gpuarr_result gpuarr__cl_user_kernel_get(gpuarr__dev *d, const gpuarr_kernel *k, gpuarr__cl_user_kernel **out) {
+    gpuarr__cl_device *cd = GPUARR__CL_DEV(d);
+    for (int i = 0; i < k->nparams; i++)
+        if (k->params[i].dtype == GPUARR_F64 && !cd->fp64)
+            return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "kernel %s: parameter %s is double, but %s has no cl_khr_fp64%s", k->name, k->params[i].name,
+                                d->info.spec, gpuarr__setting_value(GPUARR__SET_OPENCL_FP64, 1) ? "" : " (GPUARR_OPENCL_FP64=off)");
+    gpuarr__cl_user_kernel *u = cd->user_kernels;
+    while (u && u->kernel != k) u = u->next;
+    if (u) {
+        *out = u;
+        return u->cl_kernel ? GPUARR_OK : gpuarr__fail(u->result, "%s", u->message ? u->message : "the kernel's earlier build failed");
+    }
+    if (!(u = (gpuarr__cl_user_kernel *)gpuarr__calloc(sizeof *u))) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for kernel %s", k->name);
+    double t0 = gpuarr__now_ms();
+    pthread_mutex_lock(&GPUARR__CL.build_lock);
+    gpuarr_result r = gpuarr__cl_user_build(d, k, u);
+    pthread_mutex_unlock(&GPUARR__CL.build_lock);
+    if (r == GPUARR_ERROR_OUT_OF_MEMORY) { /* not remembered: it may pass later */
+        if (u->program) GPUARR__CL.clReleaseProgram(u->program);
+        gpuarr__free(u);
+        return r;
+    }
+    u->kernel = k;
+    u->result = r;
+    if (r != GPUARR_OK) {
+        u->message = gpuarr__strdup(gpuarr__tls.error_detail);
+        if (u->cl_kernel) GPUARR__CL.clReleaseKernel(u->cl_kernel);
+        u->cl_kernel = NULL;
+    } else {
+        gpuarr__log(GPUARR_LOG_INFO, "%s: kernel %s ready in %.1f ms", d->info.spec, k->name, gpuarr__now_ms() - t0);
+    }
+    u->next = cd->user_kernels;
+    cd->user_kernels = u;
+    *out = u;
+    return r;
+}
+
+static gpuarr_result gpuarr__cl_kernel_build(gpuarr__dev *d, const gpuarr_kernel *k) {
+    gpuarr__cl_device *cd = GPUARR__CL_DEV(d);
+    gpuarr__cl_user_kernel *u;
+    pthread_mutex_lock(&cd->kernel_lock);
+    gpuarr_result r = gpuarr__cl_user_kernel_get(d, k, &u);
+    pthread_mutex_unlock(&cd->kernel_lock);
+    return r;
+}
+
+/* Sets the arguments (in the order gpuarr__kernel_source declares them) and enqueues. */
+static gpuarr_result gpuarr__cl_user_enqueue(gpuarr__stream *s, const gpuarr__kernel_call *call, gpuarr__cl_user_kernel *u) {
+    gpuarr__cl_state *cl = &GPUARR__CL;
+    const gpuarr_kernel *k = call->kernel;
+    gpuarr__cl_kernel ck = u->cl_kernel;
+    gpuarr__cl_int e = GPUARR__CL_SUCCESS;
+    gpuarr__cl_uint at = 0;
+    for (int i = 0; i < k->nparams && e == GPUARR__CL_SUCCESS; i++) {
+        const gpuarr_kernel_param *p = &k->params[i];
+        if (p->kind == GPUARR_PARAM_SCALAR) {
+            e = cl->clSetKernelArg(ck, at++, gpuarr__dtype_sizes[p->dtype], call->scalar[i]);
+            continue;
+        }
+        gpuarr__cl_mem m = (gpuarr__cl_mem)call->mem[i];
+        gpuarr__cl_ulong off = call->offset[i] / gpuarr__dtype_sizes[p->dtype];
+        e = cl->clSetKernelArg(ck, at++, sizeof m, &m);
+        if (e == GPUARR__CL_SUCCESS) e = cl->clSetKernelArg(ck, at++, sizeof off, &off);
+    }
+    for (int dim = 0; dim < 3 && e == GPUARR__CL_SUCCESS; dim++) e = cl->clSetKernelArg(ck, at++, sizeof(int64_t), &call->global[dim]);
+    if (e != GPUARR__CL_SUCCESS) return gpuarr__cl_fail(e, "clSetKernelArg", s->dev->info.spec);
+    size_t global[3], local[3] = {u->local, 1, 1};
+    for (int dim = 0; dim < 3; dim++) global[dim] = (size_t)call->global[dim];
+    if (call->ndim == 1) global[0] = (global[0] + u->local - 1) / u->local * u->local; /* the body's guard skips the extra */
+    gpuarr__cl_event ev = NULL;
+    /* 2-D and 3-D: the driver picks the work-group shape that divides the index space */
+    e = cl->clEnqueueNDRangeKernel(GPUARR__CL_QUEUE(s), ck, (gpuarr__cl_uint)call->ndim, NULL, global, call->ndim == 1 ? local : NULL, 0, NULL, &ev);
+    if (e != GPUARR__CL_SUCCESS) return gpuarr__cl_fail(e, "clEnqueueNDRangeKernel", s->dev->info.spec);
+    gpuarr__cl_track(GPUARR__CL_LAST(s), ev);
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__cl_kernel_launch(gpuarr__stream *s, const gpuarr__kernel_call *call) {
+    gpuarr__cl_device *cd = GPUARR__CL_DEV(s->dev);
+    gpuarr__cl_user_kernel *u;
+    pthread_mutex_lock(&cd->kernel_lock); /* clSetKernelArg and the enqueue, one launch of a kernel at a time */
+    gpuarr_result r = gpuarr__cl_user_kernel_get(s->dev, call->kernel, &u);
+    if (r == GPUARR_OK) r = gpuarr__cl_user_enqueue(s, call, u);
+    pthread_mutex_unlock(&cd->kernel_lock);
+    return r;
+}
+
+/* ---------------------------------------------------------------------------------------------
  * Streams (in-order queues) and events (markers)
  * ------------------------------------------------------------------------------------------- */
 /* The trace's device times: the queue has profiling on, so every command's event has them. */
@@ -1683,6 +1868,8 @@ static void gpuarr__cl_backend_fill(gpuarr__backend *b) {
     b->cast = gpuarr__cl_cast;
     b->cast_supported = gpuarr__cl_cast_supported;
     b->fill = gpuarr__cl_fill;
+    b->kernel_build = gpuarr__cl_kernel_build;
+    b->kernel_launch = gpuarr__cl_kernel_launch;
     b->launch_host_fn = gpuarr__cl_launch_host_fn;
     b->stream_create = gpuarr__cl_stream_create;
     b->stream_destroy = gpuarr__cl_stream_destroy;
