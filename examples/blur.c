@@ -9,6 +9,7 @@
    device runs no portable kernels (GPUARR_ERROR_UNSUPPORTED, saying why). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <tgmath.h> /* a file with kernels: float math as on the devices */
 #include "gpuarr.h"
 
 /* dst = the mean of src's 3x3 neighbourhood, a pixel past the edge read as the edge's. */

@@ -20,7 +20,7 @@
 #define GPUARR_MPI
 #define GPUARR_IMPLEMENTATION   /* this one file is the whole program */
 #include "gpuarr.h"
-#include <math.h>
+#include <tgmath.h> /* a file with kernels: float math as on the devices */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -2,6 +2,7 @@
    on every device whose backend runs kernels, run five times by gpuarr_offload, and its model on
    the host. */
 #include <stdio.h>
+#include <tgmath.h> /* a file with kernels: float math as on the devices */
 #include "gpuarr.h"
 
 /* y = x as f64: one portable kernel, so the task runs on every device with no code per backend */

@@ -8,6 +8,7 @@
  */
 #include "test_common.h"
 
+#include <tgmath.h>
 #include <unistd.h>
 
 static char cache_dir[64];
