@@ -1671,8 +1671,9 @@ static bool fz_task(fz *z, gpuarr_task *t) {
         if (impl & (1u << b)) td.impl[b] = fz_widen;
     td.user_data = (how & 8) ? z : NULL;
     float a = 2.0f;
-    if (how & 0x40) { /* a kernel task: the impl bits above make it an error */
+    if (how & 0x40) { /* a kernel task (k & 8: the impl bits above kept, an error) */
         uint8_t k = u8(z);
+        if (!(k & 8)) memset(td.impl, 0, sizeof td.impl);
         td.kernel = (k & 1) ? &fz_acc_gpuarr_kernel : &fz_scale_gpuarr_kernel;
         td.kernel_scalars[(k >> 1) % 4 == 3 ? u8(z) % GPUARR_KERNEL_MAX_PARAMS : 0] = (k & 2) ? NULL : &a;
         if (k & 4) td.n_in = td.n_out = 0;
