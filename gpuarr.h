@@ -900,8 +900,8 @@
  * when set, 0 = as given; gpuarr_convert's rules), that device current, and a stream of it to
  * enqueue on; it makes its outputs (out[] are {0} on entry) and returns OK or an error. A task
  * desc: name (1 to 63 of A-Z a-z 0-9 _ . -: it names the model files), impl[] indexed by backend
- * (at least one; impl[0] must be NULL), n_in and n_out 1..8, in_dtype, size (the size metric the
- * models fit against; NULL = elements of in[0]), user_data. A bad field:
+ * (at least one unless desc.kernel, below; impl[0] must be NULL), n_in and n_out 1..8, in_dtype,
+ * size (the size metric the models fit against; NULL = elements of in[0]), user_data. A bad field:
  * GPUARR_ERROR_INVALID_ARGUMENT naming it. gpuarr_task_destroy ends the handle (a destroyed, zero
  * or forged task: GPUARR_ERROR_INVALID_HANDLE; "destroyed already" for one destroyed); a call
  * running the task on another thread keeps it until it returns. gpuarr_shutdown drops the tasks
