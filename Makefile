@@ -147,6 +147,8 @@ TEST_INCLUDE_tsan := -isystem tests/tsan_shim
 $(eval $(call flavour_rules,rel,$(CFLAGS_REL)))
 $(eval $(call flavour_rules,asan,$(CFLAGS_ASAN)))
 $(eval $(call flavour_rules,tsan,$(CFLAGS_TSAN)))
+# the bounds test_kernel_math holds the math functions to (the manual's table)
+$(foreach f,rel asan tsan,$(BUILD)/$(f)/tests/test_kernel_math): tests/kernel_math_bounds.h
 
 # --- the suite ------------------------------------------------------------------------------
 # One suite, run on each device class: the host, and OpenCL on PoCL (installed above, so its
@@ -154,8 +156,9 @@ $(eval $(call flavour_rules,tsan,$(CFLAGS_TSAN)))
 TEST_DEVICES ?= host opencl:0
 GENERIC_TESTS := $(filter-out test_opencl test_cuda test_failures test_local_rank test_setuid $(WHITEBOX_TESTS),$(TESTS))
 # ... and again on opencl:0 handled as a discrete GPU (own memory, pinned staging): the paths a
-# CUDA or discrete OpenCL device takes, on PoCL. The cast tables are the same there: not rerun.
-DISCRETE_TESTS := $(filter-out test_casts,$(GENERIC_TESTS))
+# CUDA or discrete OpenCL device takes, on PoCL. The cast tables and the kernel math functions
+# are the same there: not rerun.
+DISCRETE_TESTS := $(filter-out test_casts test_kernel_math,$(GENERIC_TESTS))
 export POCL_DEVICES ?= pthread pthread
 export GPUARR_TEST_REQUIRE ?= 1
 

@@ -489,6 +489,122 @@
  * nothing. No other thread may use d during gpuarr_device_reset.
  *
  * =============================================================================================
+ * KERNELS
+ * =============================================================================================
+ * The program's own computation, written once, runs on every device: on the host compiled by
+ * the program's compiler (no compiler at run time), on OpenCL and CUDA built from the body's
+ * text at its first use on a device.
+ *
+ *     #include <tgmath.h>  // in C, the file that defines kernels includes it (see below)
+ *     GPUARR_KERNEL(saxpy, (GPUARR_SCALAR(float, a), GPUARR_IN(float, x), GPUARR_INOUT(float, y)), {
+ *         int64_t i = gpuarr_index(0);
+ *         y[i] = a * x[i] + y[i];
+ *     })
+ *     saxpy(NULL, 2.0f, x, y);  // 1-D over x's elements, on x's device, its current stream
+ *     gpuarr_launch l = {.ndim = 2, .global = {w, h}};
+ *     blur3(&l, in, out, w, h);
+ *
+ * GPUARR_KERNEL(name, (parameters), { body }), in one .c (or C++) file, defines the kernel's
+ * description, `const gpuarr_kernel name_gpuarr_kernel`, and its typed launcher,
+ * `gpuarr_result name(const gpuarr_launch *l, ...)`, which takes a value for each scalar and a
+ * gpuarr_array for each array parameter: anything else there does not compile.
+ * GPUARR_KERNEL_DECLARE(name, (parameters)) declares both for other files. Parameters, 1 to 16,
+ * at least one an array: GPUARR_SCALAR(T, name) a value; GPUARR_IN(T, name) an array the body
+ * reads (const T *); GPUARR_OUT(T, name) and GPUARR_INOUT(T, name) arrays it writes (T *). T is
+ * one of int8_t, uint8_t, int16_t, uint16_t, int32_t, uint32_t, int64_t, uint64_t, float, double,
+ * gpuarr_f16, gpuarr_bf16; any other type does not compile.
+ *
+ * The launch. l = NULL, or a zero field, takes the default. l->ndim 0 is 1-D over the first
+ * array parameter's elements; 1..3 runs over l->global[0..ndim) (a 0 there: nothing runs, OK).
+ * l->stream {0} is the arrays' device's current stream (as for conversions). Every array must
+ * live on one device, where the launch runs. An array is passed as its first element, so a view
+ * (gpuarr_slice, gpuarr_reshape) at any element offset works: x[i] is its element i. Ordering is
+ * gpuarr's: a launch waits for the arrays' pending work (the work making them, and for a written
+ * array every earlier reader and writer) and records their use on its stream, so a later gpuarr
+ * call on any stream sees the results, and their memory is not reused before the kernel is done;
+ * no gpuarr_array_record_stream is needed. On the host a launch runs at once over gpuarr's worker
+ * threads (the index space split along its last dimension) and returns when done.
+ *
+ * The body is C that is also OpenCL C and CUDA C++. Besides its parameters it may use
+ *   gpuarr_index(d), gpuarr_size(d)  the index along dimension d (0..2) and the index space's
+ *                                    size there (int64_t; past ndim: 0 and 1)
+ *   the fixed-width types, float, double; local variables and arrays; if, for, while, switch;
+ *   `return`, which ends this index only
+ *   gpuarr_load_f16(p, i), gpuarr_load_bf16(p, i)        element i of an f16/bf16 array as float
+ *   gpuarr_store_f16(p, i, v), gpuarr_store_bf16(p, i, v) v stored rounding as conversions do
+ *   sqrt fabs floor ceil round trunc fmod fmin fmax exp exp2 log log2 log10 sin cos tan atan
+ *   tanh pow atan2 hypot: of float arguments a float, of double ones a double (give every
+ *   argument one type: pow(x, 2.0f), not pow(x, 2))
+ * and nothing else: no macros but these (the devices get the body's text as written, before the
+ * program's macros expand), no other functions, globals, statics, printf, long double or
+ * pointers but the parameters. The host build catches what is not C; what OpenCL or CUDA refuses
+ * fails the build there (below). In C the file that defines kernels includes <tgmath.h>, so
+ * that sqrt of a float is computed in float, as on the devices (with <math.h> alone C computes
+ * it in double: other bits); GPUARR_KERNEL checks: without it the file does not compile, the
+ * error naming `<name>_gpuarr_kernel_needs_tgmath_h_included`. C++ has the overloads (<cmath>).
+ *
+ * The same bits on every device for + - * / and sqrt in float and double: no contraction into
+ * fma anywhere (the host's kernel functions are compiled with fp-contract off, OpenCL gets
+ * #pragma OPENCL FP_CONTRACT OFF, NVRTC --fmad=false), and float division and sqrt correctly
+ * rounded (NVRTC -prec-div=true -prec-sqrt=true; OpenCL -cl-fp32-correctly-rounded-divide-sqrt
+ * where the device reports CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT: PoCL does; on a device that
+ * does not, OpenCL 1.2 allows 2.5 ulp for division and 3 ulp for sqrt, and the bits may differ).
+ * Integer arithmetic is the same everywhere, as are the f16/bf16 loads and stores. The host
+ * must evaluate float in float (FLT_EVAL_METHOD 0: x86-64 and AArch64 do). The math list is
+ * within these bounds, in ulp of the result (the largest |result - exact|; 0.5: correctly
+ * rounded, 0: exact), float / double:
+ *   function                 host (glibc 2.36)   OpenCL (PoCL 3.1)   CUDA
+ *   sqrt                     0.5 / 0.5           0.5 / 0.5           0.5 / 0.5
+ *   fabs floor ceil round
+ *   trunc fmod fmin fmax     0 / 0               0 / 0               0 / 0
+ *   exp exp2                 1 / 1               1.5 / 1.5           2.5 / 1.5
+ *   log log2                 1 / 1               1 / 1               1.5 / 1.5
+ *   log10                    2 / 2               1 / 1               2.5 / 1.5
+ *   sin cos                  1 / 1               2 / 2               2.5 / 2.5
+ *   tan                      1 / 1               4 / 3               4.5 / 2.5
+ *   atan                     1 / 1               1 / 1               2.5 / 2.5
+ *   tanh                     2 / 2.5             1.5 / 1.5           2.5 / 1.5
+ *   pow                      1 / 1               1.5 / 1.5           4.5 / 2.5
+ *   atan2                    1.5 / 1             1.5 / 1.5           3.5 / 2.5
+ *   hypot                    1 / 1               1 / 1               3.5 / 2.5
+ * Host and OpenCL are measured by tests/test_kernel_math.c (20000 inputs per function; another
+ * libm or OpenCL driver has bounds of its own). CUDA's are NVIDIA's documented maximum errors
+ * plus the 0.5 of rounding, not measured: the tests run without a GPU.
+ *
+ * Building. OpenCL: at the first launch on a device, the body's text after a prelude (the types,
+ * the conversion rules, the names above), built with -cl-std=CL1.2, the rounding option above and
+ * GPUARR_OPENCL_BUILD_OPTIONS. CUDA: NVRTC (loaded at run time, see CONFIGURATION's
+ * GPUARR_NVRTC_LIBRARY) compiles it for the GPU's architecture (sm_XY); without NVRTC a launch
+ * fails with GPUARR_ERROR_UNSUPPORTED saying what to install. Either binary is kept in the cache
+ * folder (GPUARR_CACHE_DIR; see FILES AND FOLDERS for how it is trusted), keyed by the source,
+ * the device, the driver or NVRTC version and the options, so a later process loads it without
+ * compiling. A kernel with a double parameter on an OpenCL device without cl_khr_fp64 (or with
+ * GPUARR_OPENCL_FP64=off): GPUARR_ERROR_UNSUPPORTED naming the parameter. A build that fails
+ * returns GPUARR_ERROR_BUILD, its message naming the kernel, the device and the compiler's first
+ * lines ("kernel blur3 did not compile for opencl:0 (clBuildProgram failed: ...): <log>");
+ * gpuarr_kernel_build_log(k, d, buf, len) gives the whole log. The failure is remembered: later
+ * launches on that device fail the same way without compiling again, until its reset or the
+ * last gpuarr_shutdown. gpuarr_kernel_build(k, d) builds ahead of the first launch.
+ *
+ * Errors, found before anything is enqueued, each message naming the kernel and the parameter:
+ * k NULL or not made by GPUARR_KERNEL, args NULL, a scalar's value NULL, arrays on different
+ * devices, an array whose dtype is not its parameter's, a read-only array (an import marked
+ * read-only) as OUT or INOUT, l->ndim outside 0..3, a negative l->global, l->stream of another
+ * device, an index space CUDA cannot launch (over 2^31 - 1 blocks of 256, or y or z over 65535
+ * blocks): GPUARR_ERROR_INVALID_ARGUMENT; an array not live: GPUARR_ERROR_INVALID_HANDLE; an
+ * index space of more than INT64_MAX indices: GPUARR_ERROR_OVERFLOW; a wrapped array that does
+ * not start at a whole element: GPUARR_ERROR_UNSUPPORTED. Launches are thread-safe.
+ *
+ * gpuarr_reduce(a, op, out_dtype, &out): GPUARR_SUM, GPUARR_MIN or GPUARR_MAX of every element
+ * of a (any dtype and shape), converted to out_dtype (0: a's dtype) by the conversion rules, into
+ * out, a new 0-d array on a's device (queued on its current stream, as a conversion). One fixed
+ * tree: blocks of 256 consecutive elements folded left to right, then the blocks' results the
+ * same way, until one is left, computed in out_dtype (f16 and bf16: in f32, rounded at the end),
+ * so the result is the same bits on every device. Integer sums wrap. MIN and MAX: a NaN wins;
+ * of equal values (-0 and +0) the first in order. SUM of an empty array is 0; MIN or MAX of one:
+ * GPUARR_ERROR_INVALID_ARGUMENT; out_dtype bool: GPUARR_ERROR_UNSUPPORTED (reduce to u8).
+ *
+ * =============================================================================================
  * CUDA
  * =============================================================================================
  * gpuarr talks to the driver (libcuda.so.1) directly, loaded at run time: no -lcudart, no nvcc
