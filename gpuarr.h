@@ -1016,12 +1016,39 @@
  * when set, 0 = as given; gpuarr_convert's rules), that device current, and a stream of it to
  * enqueue on; it makes its outputs (out[] are {0} on entry) and returns OK or an error. A task
  * desc: name (1 to 63 of A-Z a-z 0-9 _ . -: it names the model files), impl[] indexed by backend
- * (at least one; impl[0] must be NULL), n_in and n_out 1..8, in_dtype, size (the size metric the
- * models fit against; NULL = elements of in[0]), user_data. A bad field:
+ * (at least one unless desc.kernel, below; impl[0] must be NULL), n_in and n_out 1..8, in_dtype,
+ * size (the size metric the models fit against; NULL = elements of in[0]), user_data. A bad field:
  * GPUARR_ERROR_INVALID_ARGUMENT naming it. gpuarr_task_destroy ends the handle (a destroyed, zero
  * or forged task: GPUARR_ERROR_INVALID_HANDLE; "destroyed already" for one destroyed); a call
  * running the task on another thread keeps it until it returns. gpuarr_shutdown drops the tasks
  * left (with a warning), and a task of an earlier gpuarr_init is stale.
+ *
+ * A task from a portable kernel (see KERNELS) needs no implementation at all: desc.kernel =
+ * &name_gpuarr_kernel (impl[] all NULL) runs on every device whose backend runs portable kernels.
+ *
+ *     GPUARR_KERNEL(scale, (GPUARR_SCALAR(float, a), GPUARR_IN(float, x), GPUARR_OUT(double, y)), {
+ *         int64_t i = gpuarr_index(0);
+ *         y[i] = (double)(a * x[i]);
+ *     })
+ *     float a = 2.0f;
+ *     gpuarr_task_desc td = {0};
+ *     td.kernel = &scale_gpuarr_kernel;     // name "scale", n_in 1, n_out 1, in_dtype[0] f32
+ *     td.kernel_scalars[0] = &a;            // parameter 0's value, copied now
+ *     gpuarr_task_create(&td, &task);
+ *
+ * Its IN parameters take the inputs in order (each converted to the parameter's dtype on the way,
+ * as in_dtype does); each OUT parameter is an array it makes on the chosen device, of in[0]'s
+ * shape and the parameter's dtype; the launch is the default one (1-D over the kernel's first
+ * array parameter's elements) on the call's stream. Scalars are bound at gpuarr_task_create:
+ * kernel_scalars[i] is the address of parameter i's value (NULL for an array parameter), copied
+ * by the parameter's size; a scalar that changes per call is another task (or an input array). A
+ * name NULL takes the kernel's name; n_in and n_out 0 take the kernel's IN and OUT counts, and
+ * in_dtype[i] 0 the i-th IN parameter's dtype. GPUARR_ERROR_INVALID_ARGUMENT naming the field or
+ * the parameter: impl[] set as well; an INOUT parameter (a task never writes its inputs: an IN and
+ * an OUT instead); no IN or no OUT parameter, or more than 8; n_in, n_out or in_dtype[i] set and
+ * not the kernel's; a scalar's address NULL, or one given for an array parameter. A device that
+ * runs portable kernels but cannot build this one (CUDA without NVRTC, a double kernel without
+ * fp64) fails the call with the build's error: leave it out of desc.devices.
  *
  * Where it runs. Candidates: desc.devices, a list as for leases (NULL = "all": every device, the
  * host included, each physical device once), less those with no implementation for their
@@ -1073,7 +1100,10 @@
  * implementation's own outputs are released then). desc.lease: the call holds a lease on the
  * chosen device while it runs (waiting as long as it takes; see LEASES), and chooses among the
  * candidates with a free slot when any has one. out[] and *ran_on are written only on success;
- * an implementation's error is the call's ("task "widen" on opencl:0: ..."). Bad arguments (in,
+ * an implementation's error is the call's ("task "widen" on opencl:0: ..."), with the message of
+ * the gpuarr call that failed in it, or its own: an implementation returns
+ * gpuarr_set_error(r, "...") to say why (a bare error result: "the implementation returned
+ * GPUARR_ERROR_..."). Bad arguments (in,
  * out NULL; n_in or n_out not the task's; an input that is not a live array; desc.policy,
  * desc.out_dtype, desc.streams out of range; desc.devices "" or malformed; desc.out_device):
  * GPUARR_ERROR_INVALID_ARGUMENT or GPUARR_ERROR_INVALID_HANDLE naming them.
@@ -1086,8 +1116,10 @@
  * rest to the others. Every input is checked before any item runs. When an item fails, no new
  * item starts, the running ones finish, every output made is released (out[] all {0}),
  * *failed_item (may be NULL; untouched otherwise) is the lowest index among the failed items,
- * and the error is that item's ("item 5: ..."). Its runs feed the models and statistics as
- * gpuarr_offload's do.
+ * and the error is that item's, with its implementation's message ("item 5: task "widen" on
+ * opencl:0: ..."). desc.item_devices (NULL = not wanted) receives, on success only, n_items
+ * entries: the device item i ran on, one of the candidates (gpuarr_offload ignores it: its ran_on
+ * says). Its runs feed the models and statistics as gpuarr_offload's do.
  *
  * gpuarr_task_get_stats(task, d, &stats): per task name and device, this process's runs (calls),
  * explorations and how many of them changed the choice, the sums of predicted and measured
@@ -1516,6 +1548,17 @@ GPUARR_API const char *gpuarr_result_name(gpuarr_result r);   /* "GPUARR_ERROR_O
    not clear it: check the returned result first. The pointer is valid until the thread's next
    gpuarr call. */
 GPUARR_API const char *gpuarr_last_error(void);
+/* Leaves this thread's error: gpuarr_last_error() then returns the formatted message as it is
+   (no function name before it), and r comes back, so that a task's implementation can fail with
+   its own reason: `return gpuarr_set_error(GPUARR_ERROR_INVALID_ARGUMENT, "rows = %d", rows);`
+   (gpuarr_offload and gpuarr_map name it; see OFFLOAD). r must be an error result and fmt not
+   NULL (else GPUARR_ERROR_INVALID_ARGUMENT, with that as the message). The message is cut to
+   1023 bytes. */
+GPUARR_API gpuarr_result gpuarr_set_error(gpuarr_result r, const char *fmt, ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
 GPUARR_API size_t gpuarr_dtype_size(gpuarr_dtype t);      /* 0 for an invalid dtype */
 GPUARR_API const char *gpuarr_dtype_name(gpuarr_dtype t); /* "f32"; "invalid" otherwise */
 GPUARR_API gpuarr_dtype gpuarr_dtype_from_name(const char *name); /* 0 if unknown */
@@ -2461,16 +2504,26 @@ typedef gpuarr_result (*gpuarr_task_fn)(const gpuarr_array *in, int n_in, gpuarr
 /* The size metric the task's models fit time against. */
 typedef uint64_t (*gpuarr_task_size_fn)(const gpuarr_array *in, int n_in, void *user_data);
 typedef struct gpuarr_task_desc {
-    const char *name;                          /* the models' key (persisted): [A-Za-z0-9_.-]{1,63} */
+    const char *name;                          /* the models' key (persisted): [A-Za-z0-9_.-]{1,63};
+                                                  NULL with a kernel: the kernel's name */
     gpuarr_task_fn impl[GPUARR_TASK_MAX_BACKENDS]; /* by backend (impl[GPUARR_BACKEND_HOST], ...); NULL =
-                                                      none; at least one; none past the last backend */
+                                                      none; at least one, or a kernel; none past the last backend */
     void *user_data;
-    int n_in, n_out;                           /* 1..8 each */
-    gpuarr_dtype in_dtype[GPUARR_TASK_MAX_ARRAYS]; /* what each input is converted to; 0 = as given */
+    int n_in, n_out;                           /* 1..8 each; with a kernel, 0 = its IN and OUT counts */
+    gpuarr_dtype in_dtype[GPUARR_TASK_MAX_ARRAYS]; /* what each input is converted to; 0 = as given
+                                                      (with a kernel: its IN parameter's dtype) */
     gpuarr_task_size_fn size;                  /* the size metric; NULL = elements of in[0] */
+    /* A portable kernel instead of impl[] (all NULL then): runs on every device whose backend runs
+       portable kernels (see KERNELS), its IN parameters given the inputs in order, its OUT
+       parameters arrays it makes like in[0] (shape) of the parameter's dtype, over the default
+       launch; no INOUT parameter. */
+    const gpuarr_kernel *kernel;
+    /* kernel_scalars[i]: the value of the kernel's parameter i when it is a SCALAR (the address of
+       a value of its type, copied at gpuarr_task_create), NULL for an array parameter. */
+    const void *kernel_scalars[GPUARR_KERNEL_MAX_PARAMS];
 } gpuarr_task_desc;
-/* Checks desc and makes a task (the desc is copied; name too). Errors: INVALID_ARGUMENT naming
-   the field. Thread-safe. */
+/* Checks desc and makes a task (the desc is copied; name and scalars too). Errors: INVALID_ARGUMENT
+   naming the field. Thread-safe. */
 GPUARR_API gpuarr_result gpuarr_task_create(const gpuarr_task_desc *desc, gpuarr_task *out);
 /* Ends the handle; a gpuarr_offload or gpuarr_map running the task (on any thread, the task's own
    implementation included) keeps it until that call returns. A destroyed or unknown task:
@@ -2493,6 +2546,8 @@ typedef struct gpuarr_offload_desc {
     bool lease;                 /* hold a lease (waiting as long as it takes) on the chosen device while
                                    it runs, choosing among candidates with a free slot */
     int streams;                /* gpuarr_map: streams (worker threads) per device, 0 = 2; 1..16 */
+    gpuarr_device *item_devices; /* gpuarr_map: n_items entries, item i's device written there; NULL = not
+                                    wanted; written only on success (gpuarr_offload: ran_on says it) */
 } gpuarr_offload_desc;
 /* Runs t once (NULL desc = defaults): picks the candidate with the least predicted input
    transfer + compute + output transfer + queue wait, moves inputs there, runs, gives outputs back
@@ -7863,6 +7918,7 @@ GPUARR_API const char *gpuarr_result_name(gpuarr_result r) {
 GPUARR_API const char *gpuarr_last_error(void) {
     gpuarr__thread_state *ts = &gpuarr__tls;
     if (!ts->error_api) return "";
+    if (!ts->error_api[0]) return ts->error_detail; /* gpuarr_set_error's: the caller's words alone */
     if (!ts->error_formatted) {
         size_t n = GPUARR__MIN(strlen(ts->error_api), (size_t)63);
         memcpy(ts->error_message, ts->error_api, n);
@@ -7871,6 +7927,24 @@ GPUARR_API const char *gpuarr_last_error(void) {
         ts->error_formatted = true;
     }
     return ts->error_message;
+}
+GPUARR_API gpuarr_result gpuarr_set_error(gpuarr_result r, const char *fmt, ...) {
+    const char *api = gpuarr__tls.api; /* the caller's call, if any, is still running */
+    gpuarr__tls.api = "gpuarr_set_error";
+    gpuarr_result bad = r == GPUARR_OK || strcmp(gpuarr_result_name(r), "GPUARR_UNKNOWN_RESULT") == 0
+                            ? gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "r = %d is not an error result", (int)r)
+                        : !fmt ? gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "fmt is NULL")
+                               : GPUARR_OK;
+    gpuarr__tls.api = api;
+    if (bad != GPUARR_OK) return bad;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(gpuarr__tls.error_detail, sizeof gpuarr__tls.error_detail, fmt, ap);
+    va_end(ap);
+    gpuarr__tls.error_code = r;
+    gpuarr__tls.error_api = ""; /* gpuarr_last_error: the message alone */
+    gpuarr__tls.error_formatted = false;
+    return r;
 }
 GPUARR_API size_t gpuarr_dtype_size(gpuarr_dtype t) { return gpuarr__dtype_valid(t) ? gpuarr__dtype_sizes[t] : 0; }
 GPUARR_API const char *gpuarr_dtype_name(gpuarr_dtype t) { return gpuarr__dtype_valid(t) ? gpuarr__dtype_names[t] : "invalid"; }

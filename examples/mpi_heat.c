@@ -3,51 +3,37 @@
  * The NY x NX grid of f32 is cut into row blocks, one per rank (the first NY % ranks blocks one
  * row longer). A block lives on its rank's device with a halo row above and below; each step the
  * ranks swap edge rows with gpuarr_mpi_sendrecv, then apply the 5-point stencil to their rows:
- * an OpenCL kernel on an OpenCL device, a host function on the host, and on any other device
- * (CUDA: this example has no CUDA kernel) the host function on host copies of the block. The
+ * one portable kernel (GPUARR_KERNEL), run where the block lives, whatever the device (a device
+ * whose backend runs no portable kernels: the same kernel on host copies of the block). The
  * grid's edge keeps its values. Rank 0 gathers the field and compares it with a one-rank run of
  * the same code on the host, in the same process: bit for bit, since every device does the same
- * f32 operations in the same order (no contraction into fma on either side, see below).
+ * f32 operations in the same order (a kernel is never contracted into fma, on any device).
  *
  *   mpirun -np 4 ./mpi_heat [--nx N] [--ny N] [--steps N] [--device SPEC[,SPEC...]]
  *
  * --device: rank r takes the (r % count)-th SPEC (e.g. host,opencl:0,opencl:1); without it
  * gpuarr_mpi_device picks the node-local rank's GPU, else the host. Exit status 0 when the field
  * is identical to the one-rank run, 1 when not or on an error, 2 on bad arguments.
- * Build: mpicc -std=c11 -ffp-contract=off -I.. mpi_heat.c -lOpenCL -lm -lpthread -ldl
- * (-ffp-contract=off: gcc may otherwise fuse c + k * x into an fma on CPUs that have one, and
- * an fma rounds once where the kernel rounds twice). */
+ * Build: mpicc -std=c11 -I.. mpi_heat.c -lm -lpthread -ldl */
 #define _DEFAULT_SOURCE 1 /* before any C library header: the implementation needs POSIX calls */
 #include <mpi.h>                /* <mpi.h>, then GPUARR_MPI, then gpuarr.h: the gpuarr_mpi_ calls */
-#define CL_TARGET_OPENCL_VERSION 120
-#include <CL/cl.h>              /* before gpuarr.h: declares the typed gpuarr_opencl_ calls */
 #define GPUARR_MPI
 #define GPUARR_IMPLEMENTATION   /* this one file is the whole program */
 #include "gpuarr.h"
-#include <math.h>
+#include <tgmath.h> /* a file with kernels: float math as on the devices */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define K 0.1f /* diffusion number: stable for K <= 0.25 */
 
-/* The same arithmetic as the host function, written out in the same order. */
-static const char *kernel_src =
-    "#pragma OPENCL FP_CONTRACT OFF\n"
-    "__kernel void heat(__global const float *u, ulong uo, __global float *v, ulong vo,\n"
-    "                   uint nx, uint lo, float k) {\n"
-    "    size_t i = (lo + get_global_id(1)) * nx + 1 + get_global_id(0);\n"
-    "    float c = u[uo + i], n = u[uo + i - nx], s = u[uo + i + nx], w = u[uo + i - 1], e = u[uo + i + 1];\n"
-    "    v[vo + i] = c + k * ((n + s) + (w + e) - 4.0f * c);\n"
-    "}\n";
-
-static void heat_host(const float *u, float *v, int64_t nx, int64_t lo, int64_t hi) {
-    for (int64_t r = lo; r < hi; r++)
-        for (int64_t i = r * nx + 1; i < r * nx + nx - 1; i++) {
-            float c = u[i], n = u[i - nx], s = u[i + nx], w = u[i - 1], e = u[i + 1];
-            v[i] = c + K * ((n + s) + (w + e) - 4.0f * c);
-        }
-}
+/* v = one step of u at the interior point (lo + index 1, 1 + index 0) of an nx-wide block. */
+GPUARR_KERNEL(heat, (GPUARR_IN(float, u), GPUARR_OUT(float, v), GPUARR_SCALAR(int64_t, nx), GPUARR_SCALAR(int64_t, lo),
+                     GPUARR_SCALAR(float, k)), {
+    int64_t i = (lo + gpuarr_index(1)) * nx + 1 + gpuarr_index(0);
+    float c = u[i], n = u[i - nx], s = u[i + nx], w = u[i - 1], e = u[i + 1];
+    v[i] = c + k * ((n + s) + (w + e) - 4.0f * c);
+})
 
 /* The initial field, from integers: every rank computes the same floats. Values stay within
    [0.25, 1] (a stencil with K <= 0.25 averages), far from subnormals, which an OpenCL device
@@ -62,12 +48,8 @@ static float initial(int64_t row, int64_t col, int64_t ny, int64_t nx) {
    below in two (rows + 2) x nx arrays, u (now) and v (next). */
 typedef struct block {
     gpuarr_device dev;
-    gpuarr_backend backend;
     int64_t nx, ny, first, rows, lo, hi; /* local rows [lo, hi) are updated: not the grid's edge */
     gpuarr_array u, v;
-    gpuarr_stream stream;                /* OpenCL: the kernel's queue */
-    cl_program prog;
-    cl_kernel kernel;
 } block;
 
 #define TRY(call)                                                                            \
@@ -78,25 +60,9 @@ typedef struct block {
         }                                                                                    \
     } while (0)
 
-static int opencl_setup(block *b) {
-    cl_context ctx;
-    cl_device_id id;
-    cl_int e;
-    TRY(gpuarr_stream_create(b->dev, 0, &b->stream));
-    TRY(gpuarr_opencl_context(b->dev, &ctx));
-    TRY(gpuarr_opencl_device_id(b->dev, &id));
-    b->prog = clCreateProgramWithSource(ctx, 1, &kernel_src, NULL, &e);
-    if (e == CL_SUCCESS) e = clBuildProgram(b->prog, 1, &id, "", NULL, NULL);
-    if (e == CL_SUCCESS) b->kernel = clCreateKernel(b->prog, "heat", &e);
-    if (e != CL_SUCCESS) fprintf(stderr, "mpi_heat: building the OpenCL kernel: error %d\n", e);
-    return e != CL_SUCCESS;
-}
-
 static int block_init(block *b, gpuarr_device dev, int64_t ny, int64_t nx, int rank, int ranks) {
     memset(b, 0, sizeof *b);
-    gpuarr_device_info info;
-    TRY(gpuarr_device_get_info(dev, &info));
-    b->dev = dev, b->backend = info.backend, b->nx = nx, b->ny = ny;
+    b->dev = dev, b->nx = nx, b->ny = ny;
     b->rows = ny / ranks + (rank < ny % ranks);
     b->first = rank * (ny / ranks) + (rank < ny % ranks ? rank : ny % ranks);
     b->lo = b->first == 0 ? 2 : 1;                        /* local row 1 is grid row first */
@@ -111,49 +77,28 @@ static int block_init(block *b, gpuarr_device dev, int64_t ny, int64_t nx, int r
     if (res == GPUARR_OK) res = gpuarr_from_host_as(dev, GPUARR_F32, f, 2, shape, &b->v);
     free(f);
     TRY(res);
-    return b->backend == GPUARR_BACKEND_OPENCL ? opencl_setup(b) : 0;
-}
-
-static int stencil_opencl(block *b) {
-    cl_command_queue q;
-    cl_mem mu, mv;
-    size_t ou, ov;
-    TRY(gpuarr_opencl_queue(b->stream, &q));
-    TRY(gpuarr_opencl_mem(b->u, &mu, &ou));
-    TRY(gpuarr_opencl_mem(b->v, &mv, &ov));
-    TRY(gpuarr_stream_wait_array(b->stream, b->u)); /* the halo rows just received */
-    cl_ulong eu = ou / sizeof(float), ev = ov / sizeof(float);
-    cl_uint nx = (cl_uint)b->nx, lo = (cl_uint)b->lo;
-    cl_float k = K;
-    cl_int e = clSetKernelArg(b->kernel, 0, sizeof mu, &mu) | clSetKernelArg(b->kernel, 1, sizeof eu, &eu) |
-               clSetKernelArg(b->kernel, 2, sizeof mv, &mv) | clSetKernelArg(b->kernel, 3, sizeof ev, &ev) |
-               clSetKernelArg(b->kernel, 4, sizeof nx, &nx) | clSetKernelArg(b->kernel, 5, sizeof lo, &lo) |
-               clSetKernelArg(b->kernel, 6, sizeof k, &k);
-    size_t global[2] = {(size_t)b->nx - 2, (size_t)(b->hi - b->lo)};
-    if (e == CL_SUCCESS) e = clEnqueueNDRangeKernel(q, b->kernel, 2, NULL, global, NULL, 0, NULL, NULL);
-    if (e != CL_SUCCESS) {
-        fprintf(stderr, "mpi_heat: the OpenCL kernel: error %d\n", e);
-        return 1;
-    }
-    TRY(gpuarr_array_record_stream(b->u, b->stream));
-    TRY(gpuarr_array_record_stream(b->v, b->stream));
-    TRY(gpuarr_stream_sync(b->stream)); /* v complete before it is sent */
     return 0;
 }
 
-/* CUDA or any device without a kernel here: the host function on host copies, v copied back. */
-static int stencil_staged(block *b) {
-    gpuarr_array hu, hv;
-    void *pu, *pv;
-    TRY(gpuarr_convert(b->u, gpuarr_host(), 0, &hu));
-    TRY(gpuarr_convert(b->v, gpuarr_host(), 0, &hv));
-    int bad = gpuarr_host_data(hu, &pu) != GPUARR_OK || gpuarr_host_data(hv, &pv) != GPUARR_OK;
-    if (!bad) heat_host(pu, pv, b->nx, b->lo, b->hi);
-    if (!bad) bad = gpuarr_copy(b->v, hv) != GPUARR_OK;
-    if (bad) fprintf(stderr, "mpi_heat: staging through the host: %s\n", gpuarr_last_error());
+/* v = stencil(u) over the rows [lo, hi): the kernel where the block lives. gpuarr orders it after
+   the halos just received and orders the next send after it. */
+static int stencil(block *b) {
+    gpuarr_launch l = {.ndim = 2, .global = {b->nx - 2, b->hi - b->lo}};
+    gpuarr_result r = heat(&l, b->u, b->v, b->nx, b->lo, K);
+    if (r != GPUARR_ERROR_UNSUPPORTED) {
+        TRY(r);
+        return 0;
+    }
+    /* a device that runs no portable kernels: the same kernel on host copies, v copied back */
+    gpuarr_array hu = {0}, hv = {0};
+    r = gpuarr_convert(b->u, gpuarr_host(), 0, &hu);
+    if (r == GPUARR_OK) r = gpuarr_convert(b->v, gpuarr_host(), 0, &hv);
+    if (r == GPUARR_OK) r = heat(&l, hu, hv, b->nx, b->lo, K);
+    if (r == GPUARR_OK) r = gpuarr_copy(b->v, hv);
+    if (r != GPUARR_OK) fprintf(stderr, "mpi_heat: staging through the host: %s\n", gpuarr_last_error());
     gpuarr_release(hu);
     gpuarr_release(hv);
-    return bad;
+    return r != GPUARR_OK;
 }
 
 /* One step: halos of u from the neighbours (MPI_PROC_NULL at the grid's edge: nothing moves),
@@ -167,27 +112,13 @@ static int step(block *b, MPI_Comm comm) {
     /* my first row up, my lower halo from below; then my last row down, my upper halo from above */
     TRY(gpuarr_mpi_sendrecv(b->u, nx, nx, up, 0, b->u, (n + 1) * nx, nx, GPUARR_F32, down, 0, comm));
     TRY(gpuarr_mpi_sendrecv(b->u, n * nx, nx, down, 1, b->u, 0, nx, GPUARR_F32, up, 1, comm));
-    if (b->hi > b->lo) {
-        if (b->backend == GPUARR_BACKEND_OPENCL) {
-            if (stencil_opencl(b)) return 1;
-        } else if (b->backend == GPUARR_BACKEND_HOST) {
-            void *pu, *pv;
-            TRY(gpuarr_host_data(b->u, &pu));
-            TRY(gpuarr_host_data(b->v, &pv));
-            heat_host(pu, pv, nx, b->lo, b->hi);
-        } else if (stencil_staged(b)) {
-            return 1;
-        }
-    }
+    if (b->hi > b->lo && stencil(b)) return 1;
     gpuarr_array t = b->u;
     b->u = b->v, b->v = t;
     return 0;
 }
 
 static void block_free(block *b) {
-    if (b->kernel) clReleaseKernel(b->kernel);
-    if (b->prog) clReleaseProgram(b->prog);
-    if (b->stream.id) gpuarr_stream_destroy(b->stream);
     gpuarr_release(b->u);
     gpuarr_release(b->v);
 }

@@ -1,20 +1,20 @@
-/* offload.c -- the README's "Offload" program: a task with a host, an OpenCL and a CUDA
-   implementation, run five times by gpuarr_offload, and its model on the host. */
+/* offload.c -- the README's "Offload" program: a task made from one portable kernel, which runs
+   on every device whose backend runs kernels, run five times by gpuarr_offload, and its model on
+   the host. */
 #include <stdio.h>
+#include <tgmath.h> /* a file with kernels: float math as on the devices */
 #include "gpuarr.h"
 
-/* out[0] = in[0] as f64, on whichever device runs it */
-static gpuarr_result widen(const gpuarr_array *in, int n_in, gpuarr_array *out, int n_out, gpuarr_stream s, void *user) {
-    (void)n_in, (void)n_out, (void)user;
-    return gpuarr_convert_async(in[0], gpuarr_current_device(), GPUARR_F64, s, &out[0]);
-}
+/* y = x as f64: one portable kernel, so the task runs on every device with no code per backend */
+GPUARR_KERNEL(widen, (GPUARR_IN(float, x), GPUARR_OUT(double, y)), {
+    int64_t i = gpuarr_index(0);
+    y[i] = (double)x[i];
+})
 
 int main(void) {
     if (gpuarr_init(NULL) != GPUARR_OK) return 1;
     gpuarr_task_desc td = {0};
-    td.name = "widen";                             /* the models' key */
-    td.n_in = td.n_out = 1;
-    td.impl[GPUARR_BACKEND_HOST] = td.impl[GPUARR_BACKEND_OPENCL] = td.impl[GPUARR_BACKEND_CUDA] = widen;
+    td.kernel = &widen_gpuarr_kernel;              /* its name "widen" is the models' key; one input, one output */
     gpuarr_task task;
     gpuarr_array in, out;
     int64_t n = 1 << 20;

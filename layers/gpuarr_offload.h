@@ -64,8 +64,9 @@ typedef struct gpuarr__tmodel {
 } gpuarr__tmodel;
 
 typedef struct gpuarr__task_rec {
-    gpuarr_task_desc desc;        /* desc.name points at name */
+    gpuarr_task_desc desc;        /* desc.name points at name, desc.kernel_scalars[i] (set) at scalars[i] */
     char name[GPUARR__TASK_NAME_MAX + 1];
+    uint64_t scalars[GPUARR_KERNEL_MAX_PARAMS]; /* a kernel's scalars, copied (8 bytes hold any of its types) */
     uint32_t refs;                /* the handle's, and one per call running it (lock held) */
     double out_bytes_per_size;    /* output bytes per unit of size, from the last run; < 0 = unknown */
 } gpuarr__task_rec;
@@ -428,6 +429,59 @@ static bool gpuarr__task_name_ok(const char *s) {
     return true;
 }
 
+/* A kernel task's desc (rec's copy): checked against the kernel, its defaults filled in (name,
+   n_in, n_out, in_dtype) and its scalars copied into rec. */
+static gpuarr_result gpuarr__task_kernel_desc(gpuarr_task_desc *d, gpuarr__task_rec *rec) {
+    const gpuarr_kernel *k = d->kernel;
+    if (gpuarr__kernel_check(k) != GPUARR_OK) {
+        char why[sizeof gpuarr__tls.error_detail];
+        gpuarr__copy_string(why, sizeof why, gpuarr__tls.error_detail);
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "desc->kernel: %.900s", why);
+    }
+    for (int b = 0; b < GPUARR_TASK_MAX_BACKENDS; b++)
+        if (d->impl[b])
+            return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "desc->impl[%d] and desc->kernel are both set: a task has implementations "
+                                "or a kernel", b);
+    int counts[GPUARR_PARAM_INOUT + 1] = {0};
+    for (int i = 0; i < GPUARR_KERNEL_MAX_PARAMS; i++) {
+        const gpuarr_kernel_param *p = i < k->nparams ? &k->params[i] : NULL;
+        if (p && p->kind == GPUARR_PARAM_INOUT)
+            return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "desc->kernel %s: parameter %s is INOUT, but a task never writes its "
+                                "inputs (an IN and an OUT parameter instead)", k->name, p->name);
+        if (p && p->kind == GPUARR_PARAM_SCALAR && !d->kernel_scalars[i])
+            return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "desc->kernel_scalars[%d] is NULL, but kernel %s's parameter %s is a "
+                                "SCALAR (%s): its value's address", i, k->name, p->name, p->type);
+        if ((!p || p->kind != GPUARR_PARAM_SCALAR) && d->kernel_scalars[i])
+            return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "desc->kernel_scalars[%d] is set, but %s%s%s: must be NULL", i,
+                                p ? "parameter " : "the kernel has fewer parameters", p ? p->name : "", p ? " is an array" : "");
+        if (!p) continue;
+        if (p->kind == GPUARR_PARAM_SCALAR) {
+            memcpy(&rec->scalars[i], d->kernel_scalars[i], gpuarr__dtype_sizes[p->dtype]);
+            d->kernel_scalars[i] = &rec->scalars[i];
+        } else if (p->kind == GPUARR_PARAM_IN && counts[p->kind] < GPUARR_TASK_MAX_ARRAYS) {
+            gpuarr_dtype *t = &d->in_dtype[counts[p->kind]];
+            if (*t && *t != p->dtype)
+                return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "desc->in_dtype[%d] = %d, but kernel %s's IN parameter %s is %s (0 = "
+                                    "the parameter's)", counts[p->kind], (int)*t, k->name, p->name, gpuarr__dtype_names[p->dtype]);
+            *t = p->dtype;
+        }
+        counts[p->kind]++;
+    }
+    static const char *const what[] = {"", "", "IN", "OUT"};
+    for (int kind = GPUARR_PARAM_IN; kind <= GPUARR_PARAM_OUT; kind++) {
+        int *n = kind == GPUARR_PARAM_IN ? &d->n_in : &d->n_out;
+        if (counts[kind] < 1 || counts[kind] > GPUARR_TASK_MAX_ARRAYS)
+            return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "desc->kernel %s has %d %s parameters: a task's kernel needs 1..%d "
+                                "(outputs are made like the first input)", k->name, counts[kind], what[kind], GPUARR_TASK_MAX_ARRAYS);
+        if (*n && *n != counts[kind])
+            return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "desc->%s = %d, but kernel %s has %d %s parameters (0 = the kernel's)",
+                                kind == GPUARR_PARAM_IN ? "n_in" : "n_out", *n, k->name, counts[kind], what[kind]);
+        *n = counts[kind];
+    }
+    if (!d->name) d->name = k->name;
+    return GPUARR_OK;
+}
+
 static gpuarr_result gpuarr__task_check_desc(const gpuarr_task_desc *d) {
     if (!d->name) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "desc->name is NULL");
     if (!gpuarr__task_name_ok(d->name))
@@ -447,7 +501,8 @@ static gpuarr_result gpuarr__task_check_desc(const gpuarr_task_desc *d) {
         if (d->impl[b]) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "desc->impl[%d] is set: no backend has that number", b);
     for (int b = 1; b < GPUARR_BACKEND_COUNT; b++)
         if (d->impl[b]) return GPUARR_OK;
-    return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "desc->impl: no implementation for any backend (set at least one)");
+    if (d->kernel) return GPUARR_OK; /* checked by gpuarr__task_kernel_desc */
+    return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "desc->impl: no implementation for any backend (set at least one, or desc->kernel)");
 }
 
 static gpuarr_task gpuarr__task_handle(uint32_t index) {
@@ -503,11 +558,16 @@ GPUARR_API gpuarr_result gpuarr_task_create(const gpuarr_task_desc *desc, gpuarr
     GPUARR__BEGIN();
     GPUARR__REQUIRE_PTR(desc);
     GPUARR__REQUIRE_PTR(out);
-    GPUARR__CHECK(gpuarr__task_check_desc(desc));
     gpuarr__task_rec *rec = (gpuarr__task_rec *)gpuarr__calloc(sizeof *rec);
     if (!rec) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a task");
     rec->desc = *desc;
-    gpuarr__copy_string(rec->name, sizeof rec->name, desc->name);
+    gpuarr_result r = rec->desc.kernel ? gpuarr__task_kernel_desc(&rec->desc, rec) : GPUARR_OK;
+    if (r == GPUARR_OK) r = gpuarr__task_check_desc(&rec->desc);
+    if (r != GPUARR_OK) {
+        gpuarr__free(rec);
+        return r;
+    }
+    gpuarr__copy_string(rec->name, sizeof rec->name, rec->desc.name);
     rec->desc.name = rec->name;
     rec->refs = 1;
     rec->out_bytes_per_size = -1;
@@ -577,6 +637,12 @@ static gpuarr_result gpuarr__off_check_desc(const gpuarr_offload_desc *d) {
     return GPUARR_OK;
 }
 
+/* Whether the task runs on d: an implementation for its backend, or a kernel and a backend that
+   runs portable kernels. */
+static bool gpuarr__task_runs_on(const gpuarr__task_rec *t, const gpuarr__dev *d) {
+    return t->desc.kernel ? d->backend->kernel_launch != NULL : t->desc.impl[d->info.backend] != NULL;
+}
+
 /* The candidates that may run the task under the policy, or why none. */
 static gpuarr_result gpuarr__off_candidates(gpuarr__off_call *c) {
     const char *list = c->d.devices ? c->d.devices : "all";
@@ -586,7 +652,7 @@ static gpuarr_result gpuarr__off_candidates(gpuarr__off_call *c) {
     c->ncand = 0;
     for (int i = 0; r == GPUARR_OK && i < lc.count && c->ncand < 64; i++) {
         gpuarr__dev *d = &gpuarr__g.devices[lc.view[i]];
-        bool host = d == gpuarr__host_dev(), impl = c->task->desc.impl[d->info.backend] != NULL;
+        bool host = d == gpuarr__host_dev(), impl = gpuarr__task_runs_on(c->task, d);
         host_listed |= host;
         any_impl |= impl;
         if (!impl || gpuarr__dev_failed(d)) continue;
@@ -598,9 +664,12 @@ static gpuarr_result gpuarr__off_candidates(gpuarr__off_call *c) {
     const char *task = c->task->name;
     if (c->policy == GPUARR_OFFLOAD_HOST && !host_listed)
         return gpuarr__fail(GPUARR_ERROR_NO_DEVICE, "the policy is HOST, but desc->devices = \"%s\" leaves the host out", list);
-    if (c->policy == GPUARR_OFFLOAD_HOST && !c->task->desc.impl[GPUARR_BACKEND_HOST])
+    if (c->policy == GPUARR_OFFLOAD_HOST && !gpuarr__task_runs_on(c->task, gpuarr__host_dev()))
         return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "the policy is HOST, but task \"%s\" has no host implementation (impl[GPUARR_BACKEND_HOST])",
                             task);
+    if (!any_impl && c->task->desc.kernel)
+        return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "task \"%s\" is kernel %s, but no candidate in \"%s\" runs portable kernels", task,
+                            c->task->desc.kernel->name, list);
     if (!any_impl)
         return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "task \"%s\" has no implementation for the backend of any candidate in \"%s\"", task, list);
     if (c->policy == GPUARR_OFFLOAD_GPU)
@@ -897,6 +966,30 @@ static gpuarr_result gpuarr__off_move_inputs(const gpuarr__off_call *c, const gp
     return GPUARR_OK;
 }
 
+/* A kernel task's implementation: its OUT arrays made on the current device like in[0] (shape),
+   then the kernel over its default launch (1-D over its first array) on s. */
+static gpuarr_result gpuarr__off_kernel_impl(const gpuarr_task_desc *td, const gpuarr_array *in, gpuarr_array *out, gpuarr_stream s) {
+    const gpuarr_kernel *k = td->kernel;
+    gpuarr_array_info info;
+    GPUARR__CHECK(gpuarr_array_get_info(in[0], &info));
+    gpuarr_kernel_arg args[GPUARR_KERNEL_MAX_PARAMS];
+    memset(args, 0, sizeof args);
+    int n_in = 0, n_out = 0;
+    for (int i = 0; i < k->nparams; i++) {
+        const gpuarr_kernel_param *p = &k->params[i];
+        if (p->kind == GPUARR_PARAM_SCALAR) args[i].scalar = td->kernel_scalars[i];
+        else if (p->kind == GPUARR_PARAM_IN) args[i].array = in[n_in++];
+        else {
+            GPUARR__CHECK(gpuarr_empty(info.device, p->dtype, info.ndim, info.shape, &out[n_out]));
+            args[i].array = out[n_out++];
+        }
+    }
+    gpuarr_launch l;
+    memset(&l, 0, sizeof l);
+    l.stream = s;
+    return gpuarr_kernel_launch(k, &l, args);
+}
+
 /* Calls the implementation on s and waits for it: *seconds = its time. */
 static gpuarr_result gpuarr__off_call_impl(const gpuarr__off_call *c, gpuarr__dev *dev, const gpuarr_array *moved, gpuarr_array *made,
                                            gpuarr_stream s, double *seconds) {
@@ -904,7 +997,8 @@ static gpuarr_result gpuarr__off_call_impl(const gpuarr__off_call *c, gpuarr__de
     gpuarr__tls.error_code = GPUARR_OK; /* to tell the implementation's own failure from an older one */
     gpuarr__tls.error_api = NULL;
     double t0 = gpuarr__now_ms();
-    gpuarr_result r = td->impl[dev->info.backend](moved, td->n_in, made, td->n_out, s, td->user_data);
+    gpuarr_result r = td->kernel ? gpuarr__off_kernel_impl(td, moved, made, s)
+                                 : td->impl[dev->info.backend](moved, td->n_in, made, td->n_out, s, td->user_data);
     if (r == GPUARR_OK) r = gpuarr_stream_sync(s);
     *seconds = (gpuarr__now_ms() - t0) * 1e-3;
     if (r == GPUARR_OK) {
@@ -1071,6 +1165,7 @@ typedef struct gpuarr__map_job {
     char why[sizeof gpuarr__tls.error_detail];
     gpuarr_result worker_error;   /* a worker that could not start (its stream), when no item failed */
     char worker_why[sizeof gpuarr__tls.error_detail];
+    gpuarr_device *ran_on;        /* NULL, or each item's device, for desc->item_devices on success */
 } gpuarr__map_job;
 
 typedef struct gpuarr__map_worker {
@@ -1161,6 +1256,7 @@ static void *gpuarr__map_thread(void *arg) {
         if (lease.id) gpuarr__lease_release_quiet(lease);
         gpuarr__off_finished(c, &ch, it.size, r == GPUARR_OK, seconds, out_bytes);
         if (r != GPUARR_OK) gpuarr__map_fail(job, i, r);
+        else if (job->ran_on) job->ran_on[i] = dev->info.device; /* item i is this thread's alone */
     }
     gpuarr__off_leave(c, s, previous);
     return NULL;
@@ -1184,10 +1280,15 @@ static gpuarr_result gpuarr__map(gpuarr__off_call *c, const gpuarr_array *in, in
     int free_cand[64], nfree = c->d.lease ? gpuarr__off_free_slots(c->cand, c->ncand, free_cand) : 0;
     if (nfree) memcpy(c->cand, free_cand, sizeof(int) * (size_t)nfree), c->ncand = nfree, count = nfree * streams;
     gpuarr__map_worker *w = (gpuarr__map_worker *)gpuarr__calloc(sizeof *w * (size_t)count);
-    if (!w) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for %d map workers", count);
+    gpuarr_device *ran_on = c->d.item_devices ? (gpuarr_device *)gpuarr__calloc(sizeof *ran_on * (size_t)n_items) : NULL;
+    if (!w || (c->d.item_devices && !ran_on)) {
+        gpuarr__free(w);
+        gpuarr__free(ran_on);
+        return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for %d map workers and %d items' devices", count, n_items);
+    }
     gpuarr__map_job job;
     memset(&job, 0, sizeof job);
-    job.c = c, job.in = in, job.out = out, job.n_items = n_items, job.failed = -1;
+    job.c = c, job.in = in, job.out = out, job.n_items = n_items, job.failed = -1, job.ran_on = ran_on;
     pthread_mutex_init(&job.lock, NULL);
     for (int i = 0; i < count; i++) w[i].job = &job, w[i].dev = c->cand[i / streams];
     bool any = gpuarr__map_workers(&job, w, count);
@@ -1199,6 +1300,8 @@ static gpuarr_result gpuarr__map(gpuarr__off_call *c, const gpuarr_array *in, in
         job.error = job.worker_error ? job.worker_error : GPUARR_ERROR_BACKEND;
         gpuarr__copy_string(job.why, sizeof job.why, job.worker_error ? job.worker_why : any ? "no worker could take it" : "no worker thread could be started");
     }
+    if (job.failed < 0 && ran_on) memcpy(c->d.item_devices, ran_on, sizeof *ran_on * (size_t)n_items);
+    gpuarr__free(ran_on);
     if (job.failed < 0) return GPUARR_OK;
     gpuarr__off_release_all(out, n_items * c->task->desc.n_out);
     if (failed_item) *failed_item = job.failed;

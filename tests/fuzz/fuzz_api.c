@@ -1646,9 +1646,16 @@ static void fz_mpi_start(void) {}
 /* ---- tasks, gpuarr_offload, gpuarr_map (OFFLOAD): the task lives within the op ---- */
 static gpuarr_result fz_widen(const gpuarr_array *in, int n_in, gpuarr_array *out, int n_out, gpuarr_stream s, void *user) {
     (void)n_in, (void)n_out;
-    if (user) return GPUARR_ERROR_BACKEND; /* the failing variant */
+    if (user) return gpuarr_set_error(GPUARR_ERROR_BACKEND, "fz_widen fails %s", "on purpose"); /* the failing variant */
     return gpuarr_convert_async(in[0], gpuarr_current_device(), GPUARR_F64, s, &out[0]);
 }
+#include <tgmath.h> /* a file with kernels: float math as on the devices */
+/* a kernel task's kernel: a scalar, an input, an output (and the INOUT refused in a task) */
+GPUARR_KERNEL(fz_scale, (GPUARR_SCALAR(float, a), GPUARR_IN(float, x), GPUARR_OUT(double, y)), {
+    int64_t i = gpuarr_index(0);
+    y[i] = (double)(a * x[i]);
+})
+GPUARR_KERNEL(fz_acc, (GPUARR_IN(float, x), GPUARR_INOUT(float, y)), { y[gpuarr_index(0)] += x[gpuarr_index(0)]; })
 
 static bool fz_task(fz *z, gpuarr_task *t) {
     static const char *const names[] = {NULL, "", "fz", "bad name", "fz.task-1", "a/b",
@@ -1664,6 +1671,21 @@ static bool fz_task(fz *z, gpuarr_task *t) {
     for (int b = 0; b < GPUARR_BACKEND_COUNT; b++)
         if (impl & (1u << b)) td.impl[b] = fz_widen;
     td.user_data = (how & 8) ? z : NULL;
+    float a = 2.0f;
+    if (how & 0x40) { /* a kernel task (k & 8: the impl bits above kept, an error) */
+        uint8_t k = u8(z);
+        if (!(k & 8)) memset(td.impl, 0, sizeof td.impl);
+        td.kernel = (k & 1) ? &fz_acc_gpuarr_kernel : &fz_scale_gpuarr_kernel;
+        td.kernel_scalars[(k >> 1) % 4 == 3 ? u8(z) % GPUARR_KERNEL_MAX_PARAMS : 0] = (k & 2) ? NULL : &a;
+        if (k & 4) td.n_in = td.n_out = 0;
+    }
+    if (how & 0x80) { /* gpuarr_set_error: the caller's words for an error result, else INVALID_ARGUMENT */
+        gpuarr_result code = (gpuarr_result)(int8_t)u8(z), got = gpuarr_set_error(code, "%s", "fz");
+        bool error = (int)code < 0 && (int)code > -GPUARR_RESULT_COUNT;
+        if (error ? got != code || strcmp(gpuarr_last_error(), "fz") != 0
+                  : got != GPUARR_ERROR_INVALID_ARGUMENT || strncmp(gpuarr_last_error(), "gpuarr_set_error: ", 18) != 0)
+            fz_die("gpuarr_set_error(%d) = %s: \"%s\"", (int)code, gpuarr_result_name(got), gpuarr_last_error());
+    }
     gpuarr_task out = {FZ_SENTINEL};
     gpuarr_result r;
     FZ_CALL(r, "gpuarr_task_create", gpuarr_task_create((how & 0x10) ? NULL : &td, (how & 0x20) ? NULL : &out));
@@ -1672,7 +1694,7 @@ static bool fz_task(fz *z, gpuarr_task *t) {
     return r == GPUARR_OK;
 }
 
-static void fz_offload_desc(fz *z, gpuarr_offload_desc *d) {
+static void fz_offload_desc(fz *z, gpuarr_offload_desc *d, gpuarr_device *ran) {
     static const char *const lists[] = {NULL, "host", "all", "opencl:*", "host,opencl:0", "gpu", "any", "opencl:9", "", "cuda,host"};
     memset(d, 0, sizeof *d);
     uint8_t how = u8(z);
@@ -1681,6 +1703,7 @@ static void fz_offload_desc(fz *z, gpuarr_offload_desc *d) {
     if (how & 1) d->out_device = fz_dev(z);
     if (how & 2) d->out_dtype = (gpuarr_dtype)(int8_t)u8(z);
     if (how & 4) d->streams = (int)(u8(z) % 20) - 1;
+    if (how & 0x10) d->item_devices = ran;
     /* a lease of this input, or (the soak) of another thread's, could make the call wait for ever */
     bool holds = z->nscope > 0 || fz_soak;
     for (int i = 0; i < FZ_LEASES; i++) holds |= z->lease[i].id != 0;
@@ -1693,7 +1716,9 @@ static void op_offload(fz *z) {
     uint8_t how = u8(z);
     if (!made) t.id = (how & 1) ? fz_forged(z, 0) : 0;
     gpuarr_offload_desc d;
-    fz_offload_desc(z, &d);
+    gpuarr_device ran[3]; /* item_devices: n < 4 items */
+    for (int i = 0; i < 3; i++) ran[i].id = FZ_SENTINEL;
+    fz_offload_desc(z, &d, ran);
     gpuarr_result r;
     gpuarr_array in[3 * 8], out[3 * 8]; /* gpuarr_map: n (< 4) items of up to 8 inputs and 8 outputs */
     int n = (int)(u8(z) % 4);
@@ -1723,6 +1748,9 @@ static void op_offload(fz *z) {
         }
         if (r == GPUARR_OK ? failed != -7 : failed != -7 && (failed < 0 || failed >= n))
             fz_die("gpuarr_map: failed_item %d with %s", failed, gpuarr_result_name(r));
+        for (int i = 0; i < 3 && d.item_devices; i++)
+            if ((r == GPUARR_OK && i < n) != (ran[i].id != FZ_SENTINEL))
+                fz_die("gpuarr_map (%s, %d items): item_devices[%d] %s", gpuarr_result_name(r), n, i, ran[i].id != FZ_SENTINEL ? "written" : "not written");
     }
     gpuarr_task_stats st;
     FZ_CALL(r, "gpuarr_task_get_stats", gpuarr_task_get_stats(t, fz_dev(z), (how & 0x20) ? NULL : &st));
