@@ -550,7 +550,9 @@
  * where the device reports CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT: PoCL does; on a device that
  * does not, OpenCL 1.2 allows 2.5 ulp for division and 3 ulp for sqrt, and the bits may differ).
  * Integer arithmetic is the same everywhere, as are the f16/bf16 loads and stores. The host
- * must evaluate float in float (FLT_EVAL_METHOD 0: x86-64 and AArch64 do). The math list is
+ * must evaluate float in float (FLT_EVAL_METHOD 0: x86-64 and AArch64 do), and the file that
+ * defines kernels must not be compiled with -ffast-math, or with clang's -ffp-contract=fast,
+ * which overrides the pragma that keeps its kernels from contracting. The math list is
  * within these bounds, in ulp of the result (the largest |result - exact|; 0.5: correctly
  * rounded, 0: exact), float / double:
  *   function                 host (glibc 2.36)   OpenCL (PoCL 3.1)   CUDA
@@ -9739,6 +9741,7 @@ static gpuarr_result gpuarr__launch_shape(const gpuarr_kernel *k, const gpuarr_l
    writable where written; scalars given. */
 static gpuarr_result gpuarr__kernel_args(const gpuarr_kernel *k, const gpuarr_kernel_arg *args, gpuarr__array **arrs, gpuarr__kernel_call *c) {
     gpuarr__array *first = NULL;
+    const char *first_name = NULL;
     for (int i = 0; i < k->nparams; i++) {
         const gpuarr_kernel_param *p = &k->params[i];
         if (p->kind == GPUARR_PARAM_SCALAR) {
@@ -9750,11 +9753,10 @@ static gpuarr_result gpuarr__kernel_args(const gpuarr_kernel *k, const gpuarr_ke
         snprintf(arg, sizeof arg, "kernel %s: parameter %s", k->name, p->name);
         GPUARR__CHECK(gpuarr__get_array(args[i].array, arg, &arrs[i]));
         gpuarr__array *a = arrs[i];
-        if (!first) first = a;
+        if (!first) first = a, first_name = p->name;
         if (a->dev != first->dev)
             return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "%s is on %s, but %s is on %s: a kernel's arrays live on one device "
-                                "(gpuarr_convert moves them)", arg, a->dev->info.spec, k->params[0].kind == GPUARR_PARAM_SCALAR ? "the first array" : k->params[0].name,
-                                first->dev->info.spec);
+                                "(gpuarr_convert moves them)", arg, a->dev->info.spec, first_name, first->dev->info.spec);
         if (a->dtype != p->dtype)
             return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "%s (%s %s) was given an array of %s", arg, gpuarr__param_kind_names[p->kind],
                                 gpuarr__dtype_names[p->dtype], gpuarr__dtype_names[a->dtype]);

@@ -1247,20 +1247,21 @@ static gpuarr_result gpuarr__cu_kernel_compile_failed(gpuarr__dev *d, const gpua
 static gpuarr_result gpuarr__cu_user_build(gpuarr__dev *d, const gpuarr_kernel *k, gpuarr__cu_user_kernel *u, bool *cached) {
     gpuarr__cu_device_state *ds = GPUARR__CU_DEV(d);
     char arch[16], version[32], file[64], name[96];
-    snprintf(arch, sizeof arch, "sm_%d%d", ds->cc_major, ds->cc_minor);
+    /* GPUARR_CUDA_KERNELS=ptx: PTX for the architecture, which the driver compiles (and which a
+       tool can check with ptxas); otherwise a cubin for the exact GPU */
+    bool ptx = gpuarr__setting_value(GPUARR__SET_CUDA_KERNELS, GPUARR__KERNELS_AUTO) == GPUARR__KERNELS_PTX;
+    snprintf(arch, sizeof arch, "%s_%d%d", ptx ? "compute" : "sm", ds->cc_major, ds->cc_minor);
     snprintf(name, sizeof name, "gpuarr_kernel_%s", k->name);
     gpuarr__nvrtc_output out;
     memset(&out, 0, sizeof out);
-    if (!gpuarr__nvrtc_load()) { /* the cache key names NVRTC's version: nothing to look up without it */
-        out.error = gpuarr__nvrtc.error;
-        return gpuarr__cu_kernel_compile_failed(d, k, arch, GPUARR_ERROR_UNSUPPORTED, &out);
-    }
     char *text = gpuarr__cu_kernel_text(k);
     if (!text) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "kernel %s: no host memory for its CUDA source", k->name);
-    snprintf(version, sizeof version, "nvrtc %d.%d", gpuarr__nvrtc.major, gpuarr__nvrtc.minor);
+    /* keyed by what the driver loads the cubin with, not by NVRTC's version: a cached kernel
+       loads without opening NVRTC (about 100 ms), and one the driver refuses is compiled again */
+    snprintf(version, sizeof version, "driver %d", GPUARR__CU.driver_version);
     const char *parts[] = {text, arch, version, GPUARR__CU_KERNEL_OPTIONS};
     uint64_t key = gpuarr__hash_pieces(GPUARR__HASH_SEED, parts, GPUARR__CU_PIECES(parts));
-    snprintf(file, sizeof file, "cuda-kernel-%016llx.cubin", (unsigned long long)key);
+    snprintf(file, sizeof file, "cuda-kernel-%016llx.%s", (unsigned long long)key, ptx ? "ptx" : "cubin");
     const char *call = "cuModuleLoadDataEx";
     gpuarr__cu_result e = GPUARR__CUDA_SUCCESS;
     size_t size = 0;

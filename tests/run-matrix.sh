@@ -6,14 +6,14 @@
 # make run-tests (in make test) and make run-matrix call it with these set: TEST_BIN (the folder of
 # the test programs), GPUARR_INFO (build/rel/tools/gpuarr-info), TEST_DEVICES, GENERIC_TESTS,
 # DISCRETE_TESTS, WHITEBOX_TESTS, FAULT_OPENCL, SETUID_ENV, FAKE_ENV (empty without the fake CUDA
-# driver) and FAKE_CUDA_WHY_NOT (why it is not built). MATRIX_ONLY=REGEX: only the runs whose
+# driver), FAKE_CUDA_WHY_NOT (why it is not built) and PTXAS (the toolkit's ptxas, or empty). MATRIX_ONLY=REGEX: only the runs whose
 # "==" line matches (grep -E); none matching is an error, so a typo does not pass silently.
 set -eu
 matrix=${1:-tests/matrix.txt}
 for v in TEST_BIN GPUARR_INFO TEST_DEVICES GENERIC_TESTS DISCRETE_TESTS WHITEBOX_TESTS FAULT_OPENCL SETUID_ENV; do
     eval "[ -n \"\${$v:-}\" ]" || { echo "run-matrix: $v is not set (make run-matrix sets it)" >&2; exit 2; }
 done
-FAKE_ENV=${FAKE_ENV:-} FAKE_CUDA_WHY_NOT=${FAKE_CUDA_WHY_NOT:-no fake CUDA driver} POCL_DEVICES=${POCL_DEVICES:-}
+FAKE_ENV=${FAKE_ENV:-} FAKE_CUDA_WHY_NOT=${FAKE_CUDA_WHY_NOT:-no fake CUDA driver} POCL_DEVICES=${POCL_DEVICES:-} PTXAS=${PTXAS:-}
 MATRIX_ONLY=${MATRIX_ONLY:-}
 
 # The conditions of the `when` column, each decided once: " name " in held or failed.

@@ -34,7 +34,9 @@
  * CUDA_ERROR_ILLEGAL_ADDRESS. Several gpuarr copies in one process may each register (up to 8).
  * Environment: FAKE_CUDA_DEVICES (default 2), FAKE_CUDA_MEMORY (bytes per device, default
  * 1 GiB), FAKE_CUDA_PEER=0 (no peer access), FAKE_CUDA_PTX_MAX_ISA ("7.0" makes newer PTX fail
- * to load, as an old driver does), FAKE_CUDA_TRACE=1 (a line per refused call on stderr; 2: also a line per operation run).
+ * to load, as an old driver does), FAKE_CUDA_PTXAS=<ptxas> (every PTX module loaded is first
+ * compiled by that ptxas for sm_90, and one it refuses fails with CUDA_ERROR_INVALID_PTX, ptxas's
+ * words in the JIT log and on stderr: how make test checks the PTX NVRTC makes), FAKE_CUDA_TRACE=1 (a line per refused call on stderr; 2: also a line per operation run).
  * fake_cuda_ops_run() (exported, for tests through dlsym) counts the operations the calling
  * thread has run; fake_cuda_destroyed_stream_uses() the calls given a destroyed stream (refused
  * here, a crash on a real driver).
@@ -79,6 +81,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../faults/fault_spec.h"
 
@@ -1436,6 +1439,29 @@ static int fake_find_kernels(const char *text, size_t len, CUmodule m) {
     return found;
 }
 
+/* FAKE_CUDA_PTXAS: the real ptxas compiles the module for sm_90, as the driver's JIT would. */
+static CUresult fake_ptxas(const char *ptx, unsigned int n, CUjit_option *opts, void **values) {
+    const char *ptxas = getenv("FAKE_CUDA_PTXAS");
+    if (!ptxas || !*ptxas) return CUDA_SUCCESS;
+    char dir[] = "/tmp/fake-cuda-ptxas-XXXXXX", file[64], cmd[1024], out[600] = "";
+    if (!mkdtemp(dir)) return CUDA_ERROR_OUT_OF_MEMORY;
+    snprintf(file, sizeof file, "%s/module.ptx", dir);
+    FILE *f = fopen(file, "w");
+    bool written = f && fputs(ptx, f) >= 0;
+    if (f) fclose(f);
+    snprintf(cmd, sizeof cmd, "'%s' -arch=sm_90 '%s' -o /dev/null 2>&1", ptxas, file);
+    FILE *p = written ? popen(cmd, "r") : NULL;
+    size_t got = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[got] = '\0';
+    int status = p ? pclose(p) : -1;
+    remove(file);
+    rmdir(dir);
+    if (status == 0) return CUDA_SUCCESS;
+    fprintf(stderr, "fake_cuda: %s refused a PTX module: %s\n", ptxas, out);
+    fake_log(n, opts, values, "%s", out[0] ? out : "ptxas failed to run");
+    return CUDA_ERROR_INVALID_PTX;
+}
+
 static CUresult fake_load_ptx(const char *ptx, CUmodule m, unsigned int n, CUjit_option *opts, void **values) {
     int major = 0, minor = 0, sm = 0;
     const char *v = strstr(ptx, ".version ");
@@ -1457,7 +1483,7 @@ static CUresult fake_load_ptx(const char *ptx, CUmodule m, unsigned int n, CUjit
         fake_log(n, opts, values, "ptxas fatal   : no gpuarr kernel in this PTX");
         return CUDA_ERROR_INVALID_PTX;
     }
-    return CUDA_SUCCESS;
+    return fake_ptxas(ptx, n, opts, values);
 }
 
 /* A cubin: an ELF for the CUDA machine built for sm_90 (the arch is the low byte of e_flags). */
