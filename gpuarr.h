@@ -2965,6 +2965,10 @@ struct gpuarr__backend {
     void (*event_destroy)(gpuarr__dev *d, void *native);
     /* Records the event at the current end of the native stream's work. */
     gpuarr_result (*event_record)(gpuarr__dev *d, void *event, void *stream);
+    /* The same, right after gpuarr enqueued work on the stream itself (a kernel launch): the
+       backend may take that work's own completion instead of enqueueing a marker. Optional: NULL
+       means event_record. */
+    gpuarr_result (*event_record_after_own)(gpuarr__dev *d, void *event, void *stream);
     /* Waits for the recorded event. Optional: NULL means it completed when recorded. */
     gpuarr_result (*event_sync)(gpuarr__dev *d, void *event);
     /* *done: whether the recorded event completed, without waiting. Optional: NULL, always. */
@@ -5386,6 +5390,15 @@ static gpuarr_result gpuarr__event_new(gpuarr__dev *d, bool timing, gpuarr__even
 static gpuarr_result gpuarr__event_record_raw(gpuarr__event *e, gpuarr__stream *s) {
     if (GPUARR__ATOMIC_LOAD(&s->destroyed)) return GPUARR_OK;
     GPUARR__CHECK(e->dev->backend->event_record(e->dev, e->native, s->native));
+    GPUARR__ATOMIC_STORE(&e->stream_serial, s->serial);
+    GPUARR__ATOMIC_STORE(&e->recorded, 1u);
+    return GPUARR_OK;
+}
+
+/* gpuarr__event_record_raw right after gpuarr's own work on s (see event_record_after_own). */
+static gpuarr_result gpuarr__event_record_own(gpuarr__event *e, gpuarr__stream *s) {
+    if (!e->dev->backend->event_record_after_own || GPUARR__ATOMIC_LOAD(&s->destroyed)) return gpuarr__event_record_raw(e, s);
+    GPUARR__CHECK(e->dev->backend->event_record_after_own(e->dev, e->native, s->native));
     GPUARR__ATOMIC_STORE(&e->stream_serial, s->serial);
     GPUARR__ATOMIC_STORE(&e->recorded, 1u);
     return GPUARR_OK;
@@ -9749,25 +9762,31 @@ static gpuarr_result gpuarr__kernel_args(const gpuarr_kernel *k, const gpuarr_ke
             c->scalar[i] = args[i].scalar;
             continue;
         }
-        char arg[80];
-        snprintf(arg, sizeof arg, "kernel %s: parameter %s", k->name, p->name);
-        GPUARR__CHECK(gpuarr__get_array(args[i].array, arg, &arrs[i]));
+        gpuarr_result r = gpuarr__get_array(args[i].array, p->name, &arrs[i]);
+        if (r != GPUARR_OK) {
+            char why[400];
+            gpuarr__copy_string(why, sizeof why, gpuarr__tls.error_detail);
+            return gpuarr__fail(r, "kernel %s: parameter %s", k->name, why);
+        }
         gpuarr__array *a = arrs[i];
+        char arg[80]; /* for the messages below, made only when one is given */
+#define GPUARR__KARG_NAME() snprintf(arg, sizeof arg, "kernel %s: parameter %s", k->name, p->name)
         if (!first) first = a, first_name = p->name;
-        if (a->dev != first->dev)
+        if (a->dev != first->dev && GPUARR__KARG_NAME() > 0)
             return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "%s is on %s, but %s is on %s: a kernel's arrays live on one device "
                                 "(gpuarr_convert moves them)", arg, a->dev->info.spec, first_name, first->dev->info.spec);
-        if (a->dtype != p->dtype)
+        if (a->dtype != p->dtype && GPUARR__KARG_NAME() > 0)
             return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "%s (%s %s) was given an array of %s", arg, gpuarr__param_kind_names[p->kind],
                                 gpuarr__dtype_names[p->dtype], gpuarr__dtype_names[a->dtype]);
-        if (p->kind != GPUARR_PARAM_IN && a->read_only)
+        if (p->kind != GPUARR_PARAM_IN && a->read_only && GPUARR__KARG_NAME() > 0)
             return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "%s is %s but its array is read-only (an import marked read-only)", arg,
                                 gpuarr__param_kind_names[p->kind]);
-        if (a->offset % gpuarr__dtype_sizes[a->dtype])
+        if (a->offset % gpuarr__dtype_sizes[a->dtype] && GPUARR__KARG_NAME() > 0)
             return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "%s: its array starts %zu bytes into its memory, not at a whole element of %s", arg,
                                 a->offset, gpuarr__dtype_names[a->dtype]);
         c->mem[i] = a->mem;
         c->offset[i] = a->offset;
+#undef GPUARR__KARG_NAME
     }
     return GPUARR_OK;
 }
@@ -9783,7 +9802,7 @@ static gpuarr_result gpuarr__kernel_note_uses(const gpuarr_kernel *k, gpuarr__ar
         gpuarr__array_note_use(arrs[i], s);
         if (!async) continue;
         if (k->params[i].kind != GPUARR_PARAM_IN && gpuarr__root(arrs[i])->mem && r == GPUARR_OK) {
-            if (!done && (r = gpuarr__event_new(s->dev, false, &done)) == GPUARR_OK && (r = gpuarr__event_record_raw(done, s)) != GPUARR_OK) {
+            if (!done && (r = gpuarr__event_new(s->dev, false, &done)) == GPUARR_OK && (r = gpuarr__event_record_own(done, s)) != GPUARR_OK) {
                 gpuarr__obj_release(&done->obj);
                 done = NULL;
             }

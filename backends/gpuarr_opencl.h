@@ -98,6 +98,7 @@ typedef void (*gpuarr__cl_event_fn)(gpuarr__cl_event, gpuarr__cl_int, void *);
 #define GPUARR__CL_KERNEL_WORK_GROUP_SIZE 0x11B0u
 #define GPUARR__CL_EVENT_COMMAND_EXECUTION_STATUS 0x11D3u
 #define GPUARR__CL_EVENT_CONTEXT 0x11D4u
+#define GPUARR__CL_EVENT_COMMAND_QUEUE 0x11D0u
 #define GPUARR__CL_COMPLETE 0
 #define GPUARR__CL_PROFILING_COMMAND_QUEUED 0x1280u
 #define GPUARR__CL_PROFILING_COMMAND_START 0x1282u
@@ -1630,8 +1631,32 @@ static gpuarr_result gpuarr__cl_event_record(gpuarr__dev *d, void *event, void *
     return GPUARR_OK;
 }
 
+/* After gpuarr's own command on the queue: its event (the queue is in order, so it completes
+   after everything before it), no marker and no flush: a wait on the event flushes its queue
+   first (gpuarr__cl_flush_for), so launches in a row cost one enqueue each. */
+static gpuarr_result gpuarr__cl_event_record_after_own(gpuarr__dev *d, void *event, void *stream) {
+    gpuarr__cl_stream *st = GPUARR__CL_STREAM(stream);
+    gpuarr__cl_event_box *box = (gpuarr__cl_event_box *)event;
+    pthread_mutex_lock(&st->lock);
+    gpuarr__cl_event ev = st->last;
+    if (ev) GPUARR__CL.clRetainEvent(ev);
+    pthread_mutex_unlock(&st->lock);
+    if (!ev) return gpuarr__cl_event_record(d, event, stream);
+    gpuarr__cl_event old = __atomic_exchange_n(&box->event, ev, __ATOMIC_ACQ_REL);
+    if (old) GPUARR__CL.clReleaseEvent(old);
+    return GPUARR_OK;
+}
+
+/* Before waiting for ev, or polling it: its queue flushed, so that a command enqueued without a
+   flush (a kernel launch) is sure to be submitted; a driver need not do so by itself. */
+static void gpuarr__cl_flush_for(gpuarr__cl_event ev) {
+    gpuarr__cl_command_queue q = NULL;
+    if (GPUARR__CL.clGetEventInfo(ev, GPUARR__CL_EVENT_COMMAND_QUEUE, sizeof q, &q, NULL) == GPUARR__CL_SUCCESS && q) GPUARR__CL.clFlush(q);
+}
+
 static gpuarr_result gpuarr__cl_event_sync(gpuarr__dev *d, void *event) {
     gpuarr__cl_event ev = ((gpuarr__cl_event_box *)event)->event;
+    if (ev) gpuarr__cl_flush_for(ev);
     if (ev) GPUARR__CL_CHECK(GPUARR__CL.clWaitForEvents(1, &ev), d->info.spec);
     gpuarr__host_fn_seen();
     return GPUARR_OK;
@@ -1643,6 +1668,7 @@ static gpuarr_result gpuarr__cl_event_query(gpuarr__dev *d, void *event, bool *d
         *done = true;
         return GPUARR_OK;
     }
+    gpuarr__cl_flush_for(ev);
     return gpuarr__cl_event_status(d, ev, done);
 }
 
@@ -1668,6 +1694,7 @@ static gpuarr_result gpuarr__cl_stream_wait_event(gpuarr__dev *d, void *stream, 
     gpuarr__cl_state *cl = &GPUARR__CL;
     gpuarr__cl_event ev = ((gpuarr__cl_event_box *)event)->event;
     if (!ev) return GPUARR_OK;
+    gpuarr__cl_flush_for(ev);
     gpuarr__cl_context ev_ctx = NULL, q_ctx = NULL;
     GPUARR__CL_CHECK(cl->clGetEventInfo(ev, GPUARR__CL_EVENT_CONTEXT, sizeof ev_ctx, &ev_ctx, NULL), d->info.spec);
     gpuarr__cl_command_queue q = GPUARR__CL_STREAM(stream)->queue;
@@ -1879,6 +1906,7 @@ static void gpuarr__cl_backend_fill(gpuarr__backend *b) {
     b->event_create = gpuarr__cl_event_create;
     b->event_destroy = gpuarr__cl_event_destroy;
     b->event_record = gpuarr__cl_event_record;
+    b->event_record_after_own = gpuarr__cl_event_record_after_own;
     b->event_sync = gpuarr__cl_event_sync;
     b->event_query = gpuarr__cl_event_query;
     b->event_elapsed = gpuarr__cl_event_elapsed;

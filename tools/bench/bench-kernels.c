@@ -3,8 +3,10 @@
  * (`make bench-kernels`; bench/results/kernels.md):
  *   launch   a 4 KiB saxpy (1024 floats) through the typed launcher on opencl:0, against the same
  *            kernel text built and launched with raw clSetKernelArg + clEnqueueNDRangeKernel on
- *            the same queue; per launch, over 2000 launches then one wait (median of 5 runs)
- *   kernel   the same on 64 MiB per array (16 Mi floats): the kernel time dominates
+ *            the same queue; per launch, over 2000 launches then one wait, the two alternating
+ *            (medians of 15 runs each)
+ *   kernel   the same on 64 MiB per array (16 Mi floats), 10 launches a run, 9 runs: the kernel
+ *            time dominates
  *   host     a saxpy over 64 MiB on the host through the launcher, against a hand-written loop
  *            split over the same number of threads (pthreads, one slice each)
  *   first    a new process's first launch with the kernel in the cache folder (it loads the
@@ -126,7 +128,7 @@ static void launch_pair(gpuarr_device d, int64_t n, int launches, int runs, doub
     CHECK(gpuarr_zeros(d, GPUARR_F32, 1, &n, &y));
     raw_kernel k = raw_make(s, x, y);
     gpuarr_launch l = {s, 0, {0, 0, 0}};
-    double g[9], r[9];
+    double g[16], r[16];
     for (int run = -1; run < runs; run++) { /* run -1 warms both up (gpuarr builds its kernel) */
         double t0 = now_s();
         for (int i = 0; i < launches; i++) CHECK(saxpy(&l, 0.5f, x, y));
@@ -260,10 +262,10 @@ int main(int argc, char **argv) {
     bool have_cl = gpuarr_device_find("opencl:0", &cl) == GPUARR_OK;
     if (have_cl) {
         double g, r;
-        launch_pair(cl, 1024, 2000, 5, &g, &r);
+        launch_pair(cl, 1024, 2000, 15, &g, &r);
         printf("| launch | saxpy 4 KiB, opencl:0, per launch | %.2f us | raw clEnqueueNDRangeKernel %.2f us | %.2fx the raw time |\n", g * 1e6,
                r * 1e6, g / r);
-        launch_pair(cl, (int64_t)16 << 20, 10, 5, &g, &r);
+        launch_pair(cl, (int64_t)16 << 20, 10, 9, &g, &r);
         printf("| kernel | saxpy 64 MiB per array, opencl:0, per launch | %.2f ms | raw %.2f ms | %.2f of the raw speed |\n", g * 1e3, r * 1e3, r / g);
     }
     double g, h;
