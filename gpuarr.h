@@ -131,7 +131,8 @@
  *   GPUARR_OPENCL_UNIFIED  switch, default on. off: handle every OpenCL device as discrete (own
  *                          memory, staged copies): how PoCL exercises the paths of a discrete GPU.
  *   GPUARR_CUDA_LIBRARY  the driver to open (default libcuda.so.1).
- *   GPUARR_CUDA_KERNELS  auto | ptx | nvrtc: where CUDA cast kernels come from (see CUDA).
+ *   GPUARR_CUDA_KERNELS  auto | ptx | nvrtc: where CUDA cast kernels come from (see CUDA); ptx
+ *                        also makes portable kernels PTX for the driver to compile (see KERNELS).
  *   GPUARR_NVRTC_LIBRARY  the NVRTC to open (default: libnvrtc.so.13, .12, .11.2, then
  *                         $CUDA_HOME/lib64/libnvrtc.so).
  *   GPUARR_NVML_LIBRARY  the NVML to open for CUDA devices' telemetry (default libnvidia-ml.so.1;
@@ -576,7 +577,8 @@
  * Building. OpenCL: at the first launch on a device, the body's text after a prelude (the types,
  * the conversion rules, the names above), built with -cl-std=CL1.2, the rounding option above and
  * GPUARR_OPENCL_BUILD_OPTIONS. CUDA: NVRTC (loaded at run time, see CONFIGURATION's
- * GPUARR_NVRTC_LIBRARY) compiles it for the GPU's architecture (sm_XY); without NVRTC a launch
+ * GPUARR_NVRTC_LIBRARY) compiles it for the GPU's architecture (a cubin for sm_XY; with
+ * GPUARR_CUDA_KERNELS=ptx, PTX for compute_XY that the driver compiles); without NVRTC a launch
  * fails with GPUARR_ERROR_UNSUPPORTED saying what to install. Either binary is kept in the cache
  * folder (GPUARR_CACHE_DIR; see FILES AND FOLDERS for how it is trusted), keyed by the source,
  * the device, the driver or NVRTC version and the options, so a later process loads it without

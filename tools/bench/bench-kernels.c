@@ -14,7 +14,8 @@
  *            cuda:0 where GPUARR_CUDA_LIBRARY names a driver (the fake one: NVRTC's cubin)
  *   nvrtc    cuda:0 with an empty cache folder: the first launch, NVRTC compiling the kernel
  *   reduce   gpuarr_reduce GPUARR_SUM of 64 MiB of f32 on the host and opencl:0, against a plain
- *            C loop (one thread, float accumulator) and numpy.sum (python3 -c, same values)
+ *            C loop (one thread, float accumulator) and numpy.sum (BENCH_PYTHON, default python3;
+ *            the same values)
  * Wall clock on whatever machine runs it; the CPU is printed first.
  */
 #define _GNU_SOURCE
@@ -285,9 +286,13 @@ int main(int argc, char **argv) {
     printf("| reduce | plain C loop, one thread, float accumulator | %.2f ms (sum %.9g) | | |\n", median(loop, 5) * 1e3, (double)s);
     reduce_rows(gpuarr_host(), v, (int64_t)16 << 20);
     if (have_cl) reduce_rows(cl, v, (int64_t)16 << 20);
-    FILE *np = popen("python3 -c \"import numpy as np, time; v = ((np.arange(16 << 20, dtype=np.int64) * 7919) % 1000).astype(np.float32) / np.float32(1000); "
+    const char *python = getenv("BENCH_PYTHON"); /* make bench-kernels: the test venv's, which has NumPy */
+    char np_cmd[1400];
+    snprintf(np_cmd, sizeof np_cmd, "%s -c \"import numpy as np, time; v = ((np.arange(16 << 20, dtype=np.int64) * 7919) %% 1000).astype(np.float32) / np.float32(1000); "
                      "t = []; [ (t.append(time.perf_counter()), v.sum(), t.append(time.perf_counter())) for _ in range(5) ]; "
-                     "d = sorted(t[i + 1] - t[i] for i in range(0, 10, 2)); print('%.2f %.9g' % (d[2] * 1e3, v.sum()))\" 2>/dev/null", "r");
+                     "d = sorted(t[i + 1] - t[i] for i in range(0, 10, 2)); print('%%.2f %%.9g' %% (d[2] * 1e3, v.sum()))\" 2>/dev/null",
+             python && *python ? python : "python3");
+    FILE *np = popen(np_cmd, "r");
     double np_ms = -1, np_sum = 0;
     if (np && fscanf(np, "%lf %lf", &np_ms, &np_sum) == 2) printf("| reduce | numpy.sum f32, 64 MiB | %.2f ms (sum %.9g) | | |\n", np_ms, np_sum);
     else printf("| reduce | numpy.sum | not measured: python3 with numpy not found | | |\n");

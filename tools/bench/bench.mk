@@ -125,4 +125,4 @@ $(BUILD)/rel/tools/bench-kernels: tools/bench/bench-kernels.c $(BUILD)/rel/gpuar
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_REL) -I. $< $(BUILD)/rel/gpuarr.o -o $@ -lOpenCL $(LIBS)
 bench-kernels: $(BUILD)/rel/tools/bench-kernels $(if $(FAKE),$(FAKE_CUDA))
-	$(if $(FAKE),$(FAKE_ENV)) $(BUILD)/rel/tools/bench-kernels
+	POCL_DEVICES="$(POCL_DEVICES)" BENCH_PYTHON=$(firstword $(wildcard $(VENV)/bin/python) python3) $(if $(FAKE),$(FAKE_ENV)) $(BUILD)/rel/tools/bench-kernels
