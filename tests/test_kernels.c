@@ -945,3 +945,39 @@ Test(kernels, a_double_kernel_on_a_device_without_fp64_is_unsupported) {
     TEST_OK(gpuarr_release(fx));
     TEST_OK(gpuarr_release(fy));
 }
+
+/* Without NVRTC a CUDA launch says what to install; a kernel whose binary is in the cache folder
+   loads without NVRTC (the cache is keyed by the driver, not by NVRTC's version). */
+Test(kernels, cuda_without_nvrtc_is_unsupported_saying_what_to_install) {
+    gpuarr_device dev = test_device();
+    gpuarr_device_info info = device_info(dev);
+    if (info.backend != GPUARR_BACKEND_CUDA) test_skip("%s is not a CUDA device: NVRTC is CUDA's compiler", info.spec);
+    float v[EN], out[EN];
+    for (int i = 0; i < EN; i++) v[i] = (float)i;
+    gpuarr_array x = make_1d(dev, GPUARR_F32, EN, v), y = make_1d(dev, GPUARR_F32, EN, NULL);
+    TEST_OK(twice_f32(NULL, x, y)); /* built with NVRTC: its cubin is now in the cache folder */
+    TEST_OK(gpuarr_release(x));
+    TEST_OK(gpuarr_release(y));
+    gpuarr_shutdown();
+    cr_assert_eq(setenv("GPUARR_NVRTC_LIBRARY", "/nonexistent/libnvrtc.so.13", 1), 0);
+    TEST_OK(gpuarr_init(NULL));
+    dev = test_device();
+    x = make_1d(dev, GPUARR_F32, EN, v);
+    y = make_1d(dev, GPUARR_F32, EN, NULL);
+    TEST_OK(twice_f32(NULL, x, y)); /* this process cannot load NVRTC: the cached cubin served */
+    read_bytes(y, out, sizeof out);
+    for (int i = 0; i < EN; i++) cr_assert_eq(out[i], f32_twice(v[i]));
+    TEST_OK(gpuarr_release(x));
+    TEST_OK(gpuarr_release(y));
+    gpuarr_shutdown();
+    cr_assert_eq(setenv("GPUARR_CACHE_DIR", "off", 1), 0); /* nothing cached: NVRTC is needed */
+    TEST_OK(gpuarr_init(NULL));
+    dev = test_device();
+    x = make_1d(dev, GPUARR_F32, EN, v);
+    y = make_1d(dev, GPUARR_F32, EN, NULL);
+    TEST_FAIL_WITH(twice_f32(NULL, x, y), GPUARR_ERROR_UNSUPPORTED, "twice_f32");
+    cr_expect(strstr(gpuarr_last_error(), "GPUARR_NVRTC_LIBRARY") && strstr(gpuarr_last_error(), "install"),
+              "the message says what to install: %s", gpuarr_last_error());
+    TEST_OK(gpuarr_release(x));
+    TEST_OK(gpuarr_release(y));
+}
