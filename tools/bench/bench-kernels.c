@@ -22,6 +22,7 @@
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,8 +108,10 @@ static raw_kernel raw_make(gpuarr_stream s, gpuarr_array x, gpuarr_array y) {
     return k;
 }
 
-/* One raw launch, arguments set each time as gpuarr's launcher does. */
-static void raw_launch(raw_kernel *k, float a, long n) {
+/* One raw launch, arguments set each time as gpuarr's launcher does; with an event (released at
+   the next launch), as gpuarr keeps the last command of a stream to know when it is done. */
+static cl_event raw_last;
+static void raw_launch(raw_kernel *k, float a, long n, bool with_event) {
     cl_ulong xo = k->xo / sizeof(float), yo = k->yo / sizeof(float);
     size_t local = 256, global = ((size_t)n + local - 1) / local * local;
     CL_CHECK(clSetKernelArg(k->kernel, 0, sizeof a, &a), "clSetKernelArg");
@@ -117,11 +120,14 @@ static void raw_launch(raw_kernel *k, float a, long n) {
     CL_CHECK(clSetKernelArg(k->kernel, 3, sizeof k->y, &k->y), "clSetKernelArg");
     CL_CHECK(clSetKernelArg(k->kernel, 4, sizeof yo, &yo), "clSetKernelArg");
     CL_CHECK(clSetKernelArg(k->kernel, 5, sizeof n, &n), "clSetKernelArg");
-    CL_CHECK(clEnqueueNDRangeKernel(k->queue, k->kernel, 1, NULL, &global, &local, 0, NULL, NULL), "clEnqueueNDRangeKernel");
+    cl_event ev = NULL;
+    CL_CHECK(clEnqueueNDRangeKernel(k->queue, k->kernel, 1, NULL, &global, &local, 0, NULL, with_event ? &ev : NULL), "clEnqueueNDRangeKernel");
+    if (raw_last) clReleaseEvent(raw_last);
+    raw_last = ev;
 }
 
-/* Seconds per launch: gpuarr's and raw, `launches` each then a wait, median of `runs`. */
-static void launch_pair(gpuarr_device d, int64_t n, int launches, int runs, double *gp, double *raw) {
+/* Seconds per launch: gpuarr's, raw, and raw with events, `launches` each then a wait, median of `runs`. */
+static void launch_pair(gpuarr_device d, int64_t n, int launches, int runs, double *gp, double *raw, double *raw_ev) {
     gpuarr_stream s;
     gpuarr_array x, y;
     CHECK(gpuarr_stream_create(d, 0, &s));
@@ -129,19 +135,23 @@ static void launch_pair(gpuarr_device d, int64_t n, int launches, int runs, doub
     CHECK(gpuarr_zeros(d, GPUARR_F32, 1, &n, &y));
     raw_kernel k = raw_make(s, x, y);
     gpuarr_launch l = {s, 0, {0, 0, 0}};
-    double g[16], r[16];
+    double g[16], r[16], re[16];
     for (int run = -1; run < runs; run++) { /* run -1 warms both up (gpuarr builds its kernel) */
         double t0 = now_s();
         for (int i = 0; i < launches; i++) CHECK(saxpy(&l, 0.5f, x, y));
         CHECK(gpuarr_stream_sync(s));
         double t1 = now_s();
-        for (int i = 0; i < launches; i++) raw_launch(&k, 0.5f, (long)n);
+        for (int i = 0; i < launches; i++) raw_launch(&k, 0.5f, (long)n, false);
         CL_CHECK(clFinish(k.queue), "clFinish");
         double t2 = now_s();
-        if (run >= 0) g[run] = (t1 - t0) / launches, r[run] = (t2 - t1) / launches;
+        for (int i = 0; i < launches; i++) raw_launch(&k, 0.5f, (long)n, true);
+        CL_CHECK(clFinish(k.queue), "clFinish");
+        double t3 = now_s();
+        if (run >= 0) g[run] = (t1 - t0) / launches, r[run] = (t2 - t1) / launches, re[run] = (t3 - t2) / launches;
     }
     *gp = median(g, runs);
     *raw = median(r, runs);
+    *raw_ev = median(re, runs);
     clReleaseKernel(k.kernel);
     gpuarr_release(x);
     gpuarr_release(y);
@@ -262,11 +272,12 @@ int main(int argc, char **argv) {
     gpuarr_device cl;
     bool have_cl = gpuarr_device_find("opencl:0", &cl) == GPUARR_OK;
     if (have_cl) {
-        double g, r;
-        launch_pair(cl, 1024, 2000, 15, &g, &r);
+        double g, r, re;
+        launch_pair(cl, 1024, 2000, 15, &g, &r, &re);
         printf("| launch | saxpy 4 KiB, opencl:0, per launch | %.2f us | raw clEnqueueNDRangeKernel %.2f us | %.2fx the raw time |\n", g * 1e6,
                r * 1e6, g / r);
-        launch_pair(cl, (int64_t)16 << 20, 10, 9, &g, &r);
+        printf("| launch | (the same raw launch asking for its event, as gpuarr's streams do) | | %.2f us | %.2fx that |\n", re * 1e6, g / re);
+        launch_pair(cl, (int64_t)16 << 20, 10, 9, &g, &r, &re);
         printf("| kernel | saxpy 64 MiB per array, opencl:0, per launch | %.2f ms | raw %.2f ms | %.2f of the raw speed |\n", g * 1e3, r * 1e3, r / g);
     }
     double g, h;
