@@ -3360,6 +3360,8 @@ typedef struct gpuarr__state {
     } oom_handlers[16];
     int oom_handler_count;
     pthread_mutex_t oom_lock;
+    pthread_mutex_t kernel_logs_lock;          /* kernel_logs */
+    struct gpuarr__kernel_log *kernel_logs;    /* each (kernel, device)'s last build log (KERNELS) */
     pthread_mutex_t use_locks[64]; /* guard arrays' use lists, striped by address */
     struct {                       /* the host's telemetry (gpuarr_host.h) */
         pthread_mutex_t lock;      /* guards the previous /proc/stat sample */
@@ -4730,46 +4732,44 @@ GPUARR__FOR_BACKENDS static void gpuarr__log_head(const char *log, int lines, ch
 }
 
 /* The build logs: the whole compiler output of each (kernel, device)'s last build, for
-   gpuarr_kernel_build_log. A list under a lock; freed at the last shutdown. */
+   gpuarr_kernel_build_log. A list in gpuarr__g under its lock; freed at the last shutdown. */
 typedef struct gpuarr__kernel_log {
     struct gpuarr__kernel_log *next;
     const gpuarr_kernel *kernel;
     const gpuarr__dev *dev;
     char *text;
 } gpuarr__kernel_log;
-static pthread_mutex_t gpuarr__kernel_logs_lock = PTHREAD_MUTEX_INITIALIZER;
-static gpuarr__kernel_log *gpuarr__kernel_logs;
 
 /* Keeps log (copied; NULL or "" clears) as the last build log of k on d. */
 GPUARR__FOR_BACKENDS static void gpuarr__kernel_log_set(const gpuarr__dev *d, const gpuarr_kernel *k, const char *log) {
     char *copy = log && *log ? gpuarr__strdup(log) : NULL;
-    pthread_mutex_lock(&gpuarr__kernel_logs_lock);
-    gpuarr__kernel_log *e = gpuarr__kernel_logs;
+    pthread_mutex_lock(&gpuarr__g.kernel_logs_lock);
+    gpuarr__kernel_log *e = gpuarr__g.kernel_logs;
     while (e && (e->kernel != k || e->dev != d)) e = e->next;
     if (!e && copy && (e = (gpuarr__kernel_log *)gpuarr__calloc(sizeof *e)) != NULL) {
         e->kernel = k;
         e->dev = d;
-        e->next = gpuarr__kernel_logs;
-        gpuarr__kernel_logs = e;
+        e->next = gpuarr__g.kernel_logs;
+        gpuarr__g.kernel_logs = e;
     }
     if (e) {
         gpuarr__free(e->text);
         e->text = copy;
         copy = NULL;
     }
-    pthread_mutex_unlock(&gpuarr__kernel_logs_lock);
+    pthread_mutex_unlock(&gpuarr__g.kernel_logs_lock);
     gpuarr__free(copy);
 }
 
 static void gpuarr__kernel_logs_free(void) {
-    pthread_mutex_lock(&gpuarr__kernel_logs_lock);
-    while (gpuarr__kernel_logs) {
-        gpuarr__kernel_log *e = gpuarr__kernel_logs;
-        gpuarr__kernel_logs = e->next;
+    pthread_mutex_lock(&gpuarr__g.kernel_logs_lock);
+    while (gpuarr__g.kernel_logs) {
+        gpuarr__kernel_log *e = gpuarr__g.kernel_logs;
+        gpuarr__g.kernel_logs = e->next;
         gpuarr__free(e->text);
         gpuarr__free(e);
     }
-    pthread_mutex_unlock(&gpuarr__kernel_logs_lock);
+    pthread_mutex_unlock(&gpuarr__g.kernel_logs_lock);
 }
 
 /* A failed build: GPUARR_ERROR_BUILD naming the kernel, the device and the log's first lines;
@@ -7785,8 +7785,10 @@ static void gpuarr__teardown(void) {
     for (int i = GPUARR_BACKEND_COUNT - 1; i > 0; i--)
         if (gpuarr__g.backend_loaded[i]) gpuarr__backend_unload(gpuarr__backend_get((gpuarr_backend)i));
     gpuarr__thread_key_delete();
+    if (gpuarr__g.locks_ready) gpuarr__kernel_logs_free(); /* they name devices, gone now */
     if (gpuarr__g.locks_ready) {
         pthread_mutex_destroy(&gpuarr__g.oom_lock);
+        pthread_mutex_destroy(&gpuarr__g.kernel_logs_lock);
         pthread_mutex_destroy(&gpuarr__g.host_telemetry.lock);
         for (int i = 0; i < 64; i++) pthread_mutex_destroy(&gpuarr__g.use_locks[i]);
     }
@@ -7813,6 +7815,7 @@ static gpuarr_result gpuarr__startup(const gpuarr_desc *desc) {
     gpuarr__layers_register();
     gpuarr__g.epoch++;
     pthread_mutex_init(&gpuarr__g.oom_lock, NULL);
+    pthread_mutex_init(&gpuarr__g.kernel_logs_lock, NULL);
     pthread_mutex_init(&gpuarr__g.host_telemetry.lock, NULL);
     for (int i = 0; i < 64; i++) pthread_mutex_init(&gpuarr__g.use_locks[i], NULL);
     gpuarr__g.locks_ready = true;
@@ -7887,7 +7890,6 @@ GPUARR_API void gpuarr_shutdown(void) {
         gpuarr__activation_end(); /* the calling thread's context, as it was before gpuarr */
         GPUARR__ATOMIC_STORE(&gpuarr__g.valid, 0u);
         gpuarr__teardown();
-        gpuarr__kernel_logs_free(); /* they name devices, gone now */
         for (int i = 0; i < gpuarr__g.layer_count; i++)
             if (gpuarr__g.layers[i].after_teardown) gpuarr__g.layers[i].after_teardown();
     }
@@ -9884,10 +9886,10 @@ GPUARR_API gpuarr_result gpuarr_kernel_build_log(const gpuarr_kernel *k, gpuarr_
     GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
     if (!buf || !len) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "buf is NULL or len is 0");
     buf[0] = '\0';
-    pthread_mutex_lock(&gpuarr__kernel_logs_lock);
-    for (gpuarr__kernel_log *e = gpuarr__kernel_logs; e; e = e->next)
+    pthread_mutex_lock(&gpuarr__g.kernel_logs_lock);
+    for (gpuarr__kernel_log *e = gpuarr__g.kernel_logs; e; e = e->next)
         if (e->kernel == k && e->dev == dev && e->text) gpuarr__copy_string(buf, len, e->text);
-    pthread_mutex_unlock(&gpuarr__kernel_logs_lock);
+    pthread_mutex_unlock(&gpuarr__g.kernel_logs_lock);
     return GPUARR_OK;
 }
 
