@@ -655,7 +655,62 @@
  * kernels built from kernels/gpuarr_kernels.h, one dtype pair at its first use, cached on disk;
  * f16 and bf16 need no cl_khr_fp16, f64 needs cl_khr_fp64 (else GPUARR_ERROR_UNSUPPORTED). A kernel build failure is GPUARR_ERROR_BACKEND with
  * the start of the build log in the message. gpuarr_opencl_* (below) give the native context,
- * queue and buffer, and wrap a caller's cl_mem or queue without taking ownership.
+ * queue and buffer, and wrap a caller's cl_mem or queue without taking ownership; a context
+ * gpuarr did not make becomes a device of its own (ADOPTED DEVICES).
+ *
+ * =============================================================================================
+ * ADOPTED DEVICES
+ * =============================================================================================
+ * A program that already owns an OpenCL context (pyopencl, clesperanto, an application that
+ * makes its own at start) or a CUDA context (cuCtxCreate) hands it to gpuarr, which makes a
+ * device of it; gpuarr's own devices stay as they were.
+ *
+ *   gpuarr_device mine;
+ *   gpuarr_opencl_adopt(ctx, dev_id, queue, &mine);   // queue: in order, or NULL
+ *   gpuarr_opencl_wrap_mem(mine, buf, 0, GPUARR_F32, 1, &n, &a);   // the caller's buffer
+ *   gpuarr_opencl_export_mem(b, &out);                // b's bytes as a cl_mem the caller owns
+ *   ...
+ *   gpuarr_device_remove(mine);                       // or gpuarr_shutdown
+ *
+ * The new device is "opencl:N" (or "cuda:N"), N following the devices gpuarr_init found; its
+ * info says adopted, and same_as names gpuarr's own view of the same device. It is a device like
+ * any other -- gpuarr_device_count and gpuarr_device_at include it, its spec finds it; pools,
+ * streams, portable kernels and conversions to and from every other device work on it -- except
+ * that everything gpuarr makes for it (buffers, queues, programs) is made in the caller's
+ * context. OpenCL: gpuarr retains the context and, if given, the queue, on which every thread's
+ * default stream of the device runs (NULL: gpuarr makes queues in that context), and releases
+ * both at gpuarr_device_remove or gpuarr_shutdown. Leases, plans, slots, transfer models and
+ * telemetry count the device as gpuarr's own view of it: a lease or a plan step naming the
+ * adopted device is given gpuarr's own view, the two share their slots, and telemetry reports
+ * what the own view does.
+ *
+ * Buffers go both ways. gpuarr_opencl_wrap_mem on the adopted device makes an array of a buffer
+ * of the caller's context (retained until the array and its views are gone: a destructor
+ * callback the caller set on the buffer tells when). gpuarr_opencl_export_mem hands out an
+ * array's elements as a new cl_mem (a sub-buffer of exactly its bytes), once the array's pending
+ * work is complete; the caller releases it with clReleaseMemObject, and until then the memory
+ * stays allocated whatever becomes of the array's handle (it returns to the pool at the next
+ * array creation, gpuarr_device_remove or gpuarr_shutdown after that release; a release after
+ * gpuarr_shutdown only frees the buffer, one during it is not allowed). An array that starts at
+ * an offset OpenCL cannot make a sub-buffer at (not a multiple of CL_DEVICE_MEM_BASE_ADDR_ALIGN)
+ * or that is empty is refused; export a copy. Work the caller enqueues on a wrapped or exported
+ * buffer must be complete (clFinish, or an event gpuarr waits for) before gpuarr uses the array.
+ *
+ * Refused with GPUARR_ERROR_INVALID_ARGUMENT and the reason: a NULL context or device, a device
+ * that is not one of the context's, an object the driver says is not a context, a queue of
+ * another context or device, an out-of-order queue, a context and device adopted already (the
+ * message names that device), and a device gpuarr_init did not find itself (one GPUARR_DEVICES
+ * leaves out, a sub-device): gpuarr needs its own view of the device. An OpenCL backend that is
+ * not loaded (GPUARR_DEVICES leaves it out, no OpenCL library) gives GPUARR_ERROR_UNSUPPORTED.
+ * OpenCL cannot tell a dangling or garbage pointer from an object: pass live ones. One gpuarr_init
+ * cycle adopts 64 devices at most, removed ones included (GPUARR_ERROR_OUT_OF_MEMORY after
+ * that): a removed device's handle stays refused, so its row is never reused.
+ *
+ * gpuarr_device_remove(d) takes an adopted device away once every array, stream and event of it
+ * is released and no export holds its memory (else GPUARR_ERROR_INVALID_ARGUMENT saying what is
+ * alive): it waits for the device's work, closes it and gives the context and queue back. The
+ * handle then fails with GPUARR_ERROR_INVALID_HANDLE, and its spec with GPUARR_ERROR_NO_DEVICE.
+ * A device gpuarr_init found is not removed (GPUARR_ERROR_INVALID_ARGUMENT).
  *
  * =============================================================================================
  * LAYERS
@@ -2225,9 +2280,10 @@ GPUARR_API gpuarr_result gpuarr_pool_inject_faults(gpuarr_device d, uint64_t nth
 /* ---------------------------------------------------------------------------------------------
  * OpenCL interop. Native handles travel as void * here; with <CL/cl.h> included, the typed
  * gpuarr_opencl_* forms below are declared too. What gpuarr returns stays owned by gpuarr and
- * valid while its device, stream or array lives. Wrapping adds a reference to the caller's
- * object and drops it when gpuarr is done: the caller keeps theirs. A wrapped buffer or queue
- * must belong to gpuarr's context for the device (gpuarr_opencl_context_raw); a wrapped queue
+ * valid while its device, stream or array lives (but gpuarr_opencl_export_mem's buffer, the
+ * caller's). Wrapping adds a reference to the caller's object and drops it when gpuarr is done:
+ * the caller keeps theirs. A wrapped buffer or queue must belong to the device's context
+ * (gpuarr_opencl_context_raw: the caller's for an adopted device); a wrapped queue
  * must be in order (gpuarr orders a stream's work by its queue: an out-of-order queue is refused
  * with GPUARR_ERROR_INVALID_ARGUMENT). Without the OpenCL backend these return
  * GPUARR_ERROR_UNSUPPORTED.

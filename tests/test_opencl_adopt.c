@@ -246,3 +246,85 @@ Test(adopt, shutdown_gives_back_what_adopted_devices_hold) {
     cr_assert_neq(gpuarr_device_find("opencl:2", &stale), GPUARR_OK, "a new cycle starts without adopted devices");
     free_mine(&m);
 }
+
+Test(adopt, leases_plans_and_telemetry_go_through_gpuarrs_own_view) {
+    mine m = make_mine(1, 0);
+    gpuarr_device d, got;
+    TEST_OK(gpuarr_opencl_adopt(m.context, m.device, NULL, &d));
+    gpuarr_lease_desc ld = {0};
+    ld.devices = "opencl:2";
+    gpuarr_lease l;
+    TEST_OK(gpuarr_lease_acquire(&ld, &l));
+    TEST_OK(gpuarr_lease_device(l, &got));
+    cr_assert_eq(got.id, spec_device("opencl:1").id, "the lease is on opencl:1, the same device in gpuarr's context");
+    int total = 0, in_use = 0;
+    TEST_OK(gpuarr_device_get_slots(d, &total, &in_use));
+    cr_assert_eq(in_use, 1, "counted on the one physical device");
+    TEST_OK(gpuarr_lease_release(l));
+    gpuarr_plan_step steps[2] = {{"adopted", "opencl:2", 0, 0}, {"own", "opencl:1", 0, 0}};
+    gpuarr_device placed[2];
+    TEST_OK(gpuarr_plan(steps, 2, GPUARR_PLACE_DEFAULT, placed));
+    cr_assert_eq(placed[0].id, placed[1].id, "a plan sees one physical device in both");
+    cr_assert_eq(placed[0].id, spec_device("opencl:1").id);
+    gpuarr_telemetry mine_t, own_t;
+    TEST_OK(gpuarr_device_get_telemetry(d, &mine_t));
+    TEST_OK(gpuarr_device_get_telemetry(spec_device("opencl:1"), &own_t));
+    cr_assert(mine_t.valid & GPUARR_TELEMETRY_MEMORY_TOTAL);
+    cr_assert_eq(mine_t.memory_total, own_t.memory_total, "telemetry reports through gpuarr's own view");
+    TEST_OK(gpuarr_device_remove(d));
+    free_mine(&m);
+}
+
+Test(adopt, exports_that_cannot_be_sub_buffers_are_refused) {
+    mine m = make_mine(0, 0);
+    gpuarr_device d;
+    TEST_OK(gpuarr_opencl_adopt(m.context, m.device, NULL, &d));
+    cl_int e;
+    cl_mem buf = clCreateBuffer(m.context, CL_MEM_READ_WRITE, 4096, NULL, &e);
+    cr_assert_eq(e, CL_SUCCESS);
+    int64_t n = 16, zero = 0;
+    gpuarr_array odd, empty;
+    cl_mem out = NULL;
+    TEST_OK(gpuarr_opencl_wrap_mem(d, buf, 4, GPUARR_F32, 1, &n, &odd));
+    expect_refused(gpuarr_opencl_export_mem(odd, &out), GPUARR_ERROR_INVALID_ARGUMENT, "CL_DEVICE_MEM_BASE_ADDR_ALIGN");
+    TEST_OK(gpuarr_empty(d, GPUARR_F32, 1, &zero, &empty));
+    expect_refused(gpuarr_opencl_export_mem(empty, &out), GPUARR_ERROR_INVALID_ARGUMENT, "empty");
+    expect_refused(gpuarr_opencl_export_mem_raw(odd, NULL), GPUARR_ERROR_INVALID_ARGUMENT, "NULL");
+    TEST_OK(gpuarr_release(odd));
+    TEST_OK(gpuarr_release(empty));
+    clReleaseMemObject(buf);
+    TEST_OK(gpuarr_device_remove(d)); /* a refused export holds nothing */
+    free_mine(&m);
+}
+
+Test(adopt, without_gpuarrs_own_view_of_the_device_adoption_is_refused) {
+    mine m = make_mine(1, 0);
+    gpuarr_device d;
+    gpuarr_shutdown();
+    gpuarr_desc desc = {0};
+    desc.devices = "host,opencl:0";
+    TEST_OK(gpuarr_init(&desc));
+    expect_refused(gpuarr_opencl_adopt(m.context, m.device, NULL, &d), GPUARR_ERROR_INVALID_ARGUMENT, "GPUARR_DEVICES leaves it out");
+    gpuarr_shutdown();
+    desc.devices = "host";
+    TEST_OK(gpuarr_init(&desc));
+    expect_refused(gpuarr_opencl_adopt(m.context, m.device, NULL, &d), GPUARR_ERROR_UNSUPPORTED, "the opencl backend is not loaded");
+    gpuarr_shutdown();
+    test_setup();
+    free_mine(&m);
+}
+
+Test(adopt, a_cycle_adopts_64_devices_at_most) {
+    mine m = make_mine(0, 0);
+    gpuarr_device d;
+    for (int i = 0; i < 64; i++) {
+        TEST_OK(gpuarr_opencl_adopt(m.context, m.device, NULL, &d));
+        TEST_OK(gpuarr_device_remove(d));
+    }
+    expect_refused(gpuarr_opencl_adopt(m.context, m.device, NULL, &d), GPUARR_ERROR_OUT_OF_MEMORY, "64 devices were adopted");
+    gpuarr_shutdown();
+    test_setup();
+    TEST_OK(gpuarr_opencl_adopt(m.context, m.device, NULL, &d)); /* a new cycle starts afresh */
+    TEST_OK(gpuarr_device_remove(d));
+    free_mine(&m);
+}
