@@ -72,7 +72,7 @@ MPIRUN_NP = mpirun --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-a
 
 .PHONY: all demo test check install clean deps-test deps-check info compile-tests \
         run-tests run-matrix run-asan run-tsan run-valgrind kernels kernels-check cuda-kernels \
-        compile-matrix install-check install-check-consumers readme-blocks faults faults-slice python-tests single-header single-header-check
+        compile-matrix install-check install-check-consumers readme-blocks faults faults-slice python-tests python-constants python-constants-check single-header single-header-check
 
 CU_EXAMPLES := $(if $(NVCC),$(basename $(notdir $(wildcard examples/*.cu))))
 
@@ -163,7 +163,7 @@ export POCL_DEVICES ?= pthread pthread
 export GPUARR_TEST_REQUIRE ?= 1
 
 test: deps-test
-	@$(MAKE) --no-print-directory all kernels-check compile-tests single-header-check run-tests python-tests bench-smoke
+	@$(MAKE) --no-print-directory all kernels-check python-constants-check compile-tests single-header-check run-tests python-tests bench-smoke
 
 # tests/fake_cuda: a CUDA driver that runs on the CPU and keeps the driver's contract strictly
 # (deferred stream work, pinned copies at run time, context checks, PTX/cubin checks), so the
@@ -266,6 +266,19 @@ python-tests: $(VENV)/numpy-installed $(BUILD)/lib/libgpuarr.so
 # generated/gpuarr_kernels_source.h: regenerate with `make kernels`; the test fails when stale.
 kernels:
 	tools/embed-kernels.sh > generated/gpuarr_kernels_source.h
+
+# The Python module's dtype and result constants (generated/gpuarr_constants.py) are made from
+# gpuarr.h's lists by tools/python-constants.c: `make python-constants` remakes them; the test
+# fails when they are stale.
+$(BUILD)/rel/tools/python-constants: tools/python-constants.c gpuarr.h
+	@mkdir -p $(@D)
+	$(CC) -std=c11 $(WARN) -I. $< -o $@
+python-constants: $(BUILD)/rel/tools/python-constants
+	$< > $(BUILD)/gpuarr_constants.py && mv $(BUILD)/gpuarr_constants.py generated/gpuarr_constants.py
+python-constants-check: $(BUILD)/rel/tools/python-constants
+	@$< | cmp -s - generated/gpuarr_constants.py || \
+	  { echo "generated/gpuarr_constants.py is stale: run 'make python-constants'"; exit 1; }
+	@echo "Python constants: generated/gpuarr_constants.py matches gpuarr.h's lists"
 
 # The CUDA kernels also come as committed PTX (generated/gpuarr_cuda_ptx.h, made by NVRTC from the
 # same text): `make cuda-kernels` remakes it; the test fails when it is stale, and where the
