@@ -1,6 +1,6 @@
-# Generated from gpuarr.h's GPUARR_DTYPE_LIST and GPUARR_RESULT_LIST by tools/python-constants.c
-# (make python-constants). Do not edit.
-"""gpuarr's dtype and result constants, for the Python module (python/gpuarr)."""
+# Generated from gpuarr.h (GPUARR_DTYPE_LIST, GPUARR_RESULT_LIST, GPUARR_BACKEND_LIST and the
+# sizes of three structs) by tools/python-constants.c (make python-constants). Do not edit.
+"""gpuarr's constants, for the Python module (python/gpuarr)."""
 VERSION = "0.1.0"
 # dtypes: GPUARR_DTYPE_LIST. 0 (DTYPE_INVALID) also means "keep the source's dtype".
 DTYPE_INVALID = 0
@@ -63,3 +63,9 @@ RESULTS = (
     ("ERROR_DEVICE_LOST", -11, "the device failed earlier; gpuarr_device_reset brings it back"),
     ("ERROR_BUILD", -12, "a kernel did not compile for the device"),
 )
+# backends: GPUARR_BACKEND_LIST (gpuarr_device_info.backend)
+BACKEND_HOST = 1
+BACKEND_CUDA = 2
+BACKEND_OPENCL = 3
+# sizeof of the structs the module mirrors (python/gpuarr checks its own against them)
+SIZEOF = {"gpuarr_device_info": 944, "gpuarr_array_info": 128, "gpuarr_pool_stats": 232}

@@ -1,12 +1,13 @@
 /*
- * python-constants -- writes generated/gpuarr_constants.py, the dtype and result constants of the
- * Python module (python/gpuarr), from gpuarr.h's own lists: the preprocessor expands
- * GPUARR_DTYPE_LIST and GPUARR_RESULT_LIST here, so the Python names, values, sizes and texts are
- * the C ones and nobody counts the enum by hand.
+ * python-constants -- writes generated/gpuarr_constants.py, the dtype, result and backend constants
+ * of the Python module (python/gpuarr), from gpuarr.h's own lists: the preprocessor expands
+ * GPUARR_DTYPE_LIST, GPUARR_RESULT_LIST and GPUARR_BACKEND_LIST here, so the Python names,
+ * values, sizes and texts are the C ones and nobody counts the enum by hand.
  *
  *   python-constants > generated/gpuarr_constants.py     (make python-constants)
  *
- * make test (python-constants-check) compares a fresh output with the committed file.
+ * It also writes the sizes of the structs the module mirrors, which the module checks its own
+ * against. make test (python-constants-check) compares a fresh output with the committed file.
  */
 #include "gpuarr.h"
 #include <stdio.h>
@@ -50,12 +51,28 @@ static void put_results(void) {
     puts(")");
 }
 
+static void put_backends(void) {
+    puts("# backends: GPUARR_BACKEND_LIST (gpuarr_device_info.backend)");
+#define PUT_BACKEND(NAME, str) printf("BACKEND_%s = %d\n", #NAME, (int)GPUARR_BACKEND_##NAME);
+    GPUARR_BACKEND_LIST(PUT_BACKEND)
+#undef PUT_BACKEND
+}
+
+/* The module mirrors these structs with ctypes field for field; it checks its sizes against these. */
+static void put_sizes(void) {
+    puts("# sizeof of the structs the module mirrors (python/gpuarr checks its own against them)");
+    printf("SIZEOF = {\"gpuarr_device_info\": %zu, \"gpuarr_array_info\": %zu, \"gpuarr_pool_stats\": %zu}\n",
+           sizeof(gpuarr_device_info), sizeof(gpuarr_array_info), sizeof(gpuarr_pool_stats));
+}
+
 int main(void) {
-    puts("# Generated from gpuarr.h's GPUARR_DTYPE_LIST and GPUARR_RESULT_LIST by tools/python-constants.c");
-    puts("# (make python-constants). Do not edit.");
-    puts("\"\"\"gpuarr's dtype and result constants, for the Python module (python/gpuarr).\"\"\"");
+    puts("# Generated from gpuarr.h (GPUARR_DTYPE_LIST, GPUARR_RESULT_LIST, GPUARR_BACKEND_LIST and the");
+    puts("# sizes of three structs) by tools/python-constants.c (make python-constants). Do not edit.");
+    puts("\"\"\"gpuarr's constants, for the Python module (python/gpuarr).\"\"\"");
     puts("VERSION = " "\"" GPUARR_VERSION_STRING "\"");
     put_dtypes();
     put_results();
+    put_backends();
+    put_sizes();
     return 0;
 }
