@@ -237,30 +237,41 @@ run-tests: run-matrix $(BUILD)/rel/plugin/plugin_driver $(BUILD)/rel/tools/gpuar
 	@$(MAKE) --no-print-directory mpi-tests
 	@echo "make test: all suites passed on: $(TEST_DEVICES), opencl:0 as a discrete device, two PoCL devices, the fake CUDA driver, CUDA where present, and 4 MPI ranks"
 
-# DLPack against NumPy (tests/python/test_numpy.py, examples/numpy_interop.py): libgpuarr.so
-# loaded with ctypes by Debian's Python, in a virtual environment under build/ with NumPy >= 2.1
-# from PyPI (made once; `make clean` removes it). The round trips go through opencl:0 (PoCL).
-# Debian has no dlpack.h: the official one comes from the apache-tvm-ffi wheel (only its header
-# is used), and tests/compile/dlpack_abi.c is built with it included before gpuarr.h.
+# The Python module (python/gpuarr) and DLPack against real clients, in a virtual environment
+# under build/ made by Debian's Python with packages from PyPI (made once; `make clean` removes
+# it): NumPy >= 2.1 (tests/python/test_numpy.py: the library through raw ctypes;
+# test_module.py: the module), JAX on the CPU (test_jax.py), pyopencl on the system's PoCL
+# (test_pyopencl.py: pyopencl's context adopted by gpuarr), and examples/numpy_interop.py.
+# The round trips go through opencl:0 (PoCL). Debian has no dlpack.h: the official one comes
+# from the apache-tvm-ffi wheel (only its header is used), and tests/compile/dlpack_abi.c is
+# built with it included before gpuarr.h.
 PYTHON ?= $(firstword $(wildcard /usr/bin/python3) python3)
 VENV   := $(BUILD)/venv
+VENV_PACKAGES := 'numpy>=2.1' jax pyopencl
 DLPACK_H_WHEEL := apache-tvm-ffi==0.1.15.post2
-$(VENV)/numpy-installed:
+$(VENV)/packages-installed:
 	@rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q --disable-pip-version-check 'numpy>=2.1'
+	$(VENV)/bin/pip install -q --disable-pip-version-check $(VENV_PACKAGES)
 	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps '$(DLPACK_H_WHEEL)'
 	@touch $@
-python-tests: $(VENV)/numpy-installed $(BUILD)/lib/libgpuarr.so
+PY_ENV = GPUARR_LIB=$(abspath $(BUILD))/lib/libgpuarr.so GPUARR_PY_DEVICE=opencl:0 PYTHONPATH=$(abspath python)
+python-tests: $(VENV)/packages-installed $(BUILD)/lib/libgpuarr.so python-constants-check
 	@inc=$$(ls -d $(VENV)/lib/python3*/site-packages/tvm_ffi/include | head -1); \
 	  [ -f "$$inc/dlpack/dlpack.h" ] || { echo "python-tests: no dlpack/dlpack.h in $(DLPACK_H_WHEEL)"; exit 1; }; \
 	  $(CC) -std=c11 $(WARN) -DGPUARR_TEST_REAL_DLPACK -I$$inc -I. tests/compile/dlpack_abi.c -o $(BUILD)/compile/dlpack-abi-official $(LIBS) && \
 	  $(CXX) -std=c++17 $(WARN) -x c++ -DGPUARR_TEST_REAL_DLPACK -I$$inc -I. tests/compile/dlpack_abi.c -o $(BUILD)/compile/dlpack-abi-official-cxx $(LIBS) && \
 	  $(BUILD)/compile/dlpack-abi-official && $(BUILD)/compile/dlpack-abi-official-cxx
-	@echo "== tests/python/test_numpy.py: DLPack with NumPy $$($(VENV)/bin/python -c 'import numpy; print(numpy.__version__)') through ctypes"
-	@GPUARR_LIB=$(abspath $(BUILD))/lib/libgpuarr.so GPUARR_PY_DEVICE=opencl:0 $(VENV)/bin/python tests/python/test_numpy.py
+	@echo "== tests/python/test_numpy.py: DLPack with NumPy $$($(VENV)/bin/python -c 'import numpy; print(numpy.__version__)') through raw ctypes"
+	@$(PY_ENV) $(VENV)/bin/python tests/python/test_numpy.py
+	@echo "== tests/python/test_module.py: the gpuarr module with NumPy"
+	@$(PY_ENV) $(VENV)/bin/python tests/python/test_module.py
+	@echo "== tests/python/test_jax.py: the gpuarr module with JAX on the CPU"
+	@$(PY_ENV) $(VENV)/bin/python tests/python/test_jax.py
+	@echo "== tests/python/test_pyopencl.py: pyopencl's context adopted by gpuarr"
+	@$(PY_ENV) $(VENV)/bin/python tests/python/test_pyopencl.py
 	@echo "== examples/numpy_interop.py on opencl:0"
-	@$(VENV)/bin/python examples/numpy_interop.py $(abspath $(BUILD))/lib/libgpuarr.so opencl:0
+	@$(PY_ENV) $(VENV)/bin/python examples/numpy_interop.py opencl:0
 
 # The device kernels are compiled from kernels/gpuarr_kernels.h, embedded as text in
 # generated/gpuarr_kernels_source.h: regenerate with `make kernels`; the test fails when stale.
