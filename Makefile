@@ -18,8 +18,9 @@
 #   make lib      build/lib/: libgpuarr.a and libgpuarr.so.<version>, from gpuarr.c; only gpuarr_
 #                 symbols exported
 #   make install  gpuarr.h and the folders of HEADER_DIRS to $(PREFIX)/include/gpuarr, the
-#                 libraries to LIBDIR, the pkg-config files and the CMake package gpuarr::gpuarr;
-#                 PREFIX defaults to /usr/local; honours DESTDIR. make uninstall removes them.
+#                 libraries to LIBDIR, the pkg-config files, the CMake package gpuarr::gpuarr and
+#                 the Python module gpuarr to PYTHONDIR; PREFIX defaults to /usr/local; honours
+#                 DESTDIR. make uninstall removes them.
 #   make single-header  build/single-header/gpuarr.h: gpuarr.h with its folders inlined, one
 #                 self-contained file to drop into a project (tools/amalgamate.py)
 #   make clean
@@ -272,6 +273,10 @@ python-tests: $(VENV)/packages-installed $(BUILD)/lib/libgpuarr.so python-consta
 	@$(PY_ENV) $(VENV)/bin/python tests/python/test_pyopencl.py
 	@echo "== examples/numpy_interop.py on opencl:0"
 	@$(PY_ENV) $(VENV)/bin/python examples/numpy_interop.py opencl:0
+	@rm -rf $(BUILD)/readme-python && mkdir -p $(BUILD)/readme-python && \
+	  awk '/^```python[ \t]*$$/ { n++; on = 1; next } /^```/ { on = 0 } on { print > ("$(BUILD)/readme-python/block-" n ".py") }' README.md
+	@for f in $(BUILD)/readme-python/block-*.py; do echo "== README.md's Python block $$f"; \
+	  $(PY_ENV) $(VENV)/bin/python $$f || exit 1; done
 
 # The device kernels are compiled from kernels/gpuarr_kernels.h, embedded as text in
 # generated/gpuarr_kernels_source.h: regenerate with `make kernels`; the test fails when stale.
@@ -431,6 +436,13 @@ install-check:
 	$(CC) -std=c11 $(WARN) -I$(INSTALL_DEST)/usr/include tests/compile/installed.c -o $(INSTALL_CHECK)/installed $(LIBS)
 	@$(INSTALL_CHECK)/installed
 	@$(MAKE) --no-print-directory install-check-consumers $(INSTALL_VARS)
+	@echo "== install check 4: the Python module, imported from the staged copy by $(PYTHON)"
+	@cd $(INSTALL_CHECK) && PYTHONPATH=$(INSTALL_DEST)/usr/lib/python3/dist-packages GPUARR_LIB=$(INSTALL_DEST)/usr/lib/$(LIB_SONAME) \
+	  $(PYTHON) -c 'import gpuarr, sys; assert gpuarr.__file__.startswith(sys.argv[1]), gpuarr.__file__; \
+	    assert gpuarr._k.__file__.startswith(sys.argv[1]), gpuarr._k.__file__; \
+	    a = gpuarr.zeros((2, 3), "f16").to(dtype=gpuarr.F32); assert (a.dtype, a.shape) == ("f32", (2, 3)); \
+	    print("   import gpuarr from", gpuarr.__file__, "with", gpuarr._lib._name, "and its constants from", gpuarr._k.__file__)' \
+	  $(INSTALL_DEST)
 	@$(MAKE) --no-print-directory uninstall $(INSTALL_VARS) >/dev/null
 	@left=$$(find $(INSTALL_DEST) -type f -o -type l -o -name '*gpuarr*'); [ -z "$$left" ] || \
 	  { echo "install check: make uninstall left:"; echo "$$left"; exit 1; }
@@ -547,6 +559,11 @@ HEADERDIR    := $(PREFIX)/include/gpuarr
 PKGCONFIGDIR := $(PREFIX)/share/pkgconfig
 LIBPKGCONFIGDIR := $(LIBDIR)/pkgconfig
 CMAKEDIR     := $(PREFIX)/share/cmake/gpuarr
+# The Python module, where Debian's python3 imports from: /usr/lib/python3/dist-packages for
+# PREFIX=/usr, $(PREFIX)/lib/python3.X/dist-packages otherwise (/usr/local's is on its path)
+PYTHON_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+PYTHONDIR    ?= $(if $(filter /usr,$(PREFIX)),$(PREFIX)/lib/python3/dist-packages,$(PREFIX)/lib/python$(PYTHON_VERSION)/dist-packages)
+PY_FILES     := $(PYTHONDIR)/gpuarr/__init__.py $(PYTHONDIR)/gpuarr/_constants.py
 LIB_BUILD    := $(BUILD)/lib
 LIB_A        := libgpuarr.a
 LIB_SO       := libgpuarr.so
@@ -592,12 +609,16 @@ install: lib
 	@set -e; for f in $(PKG_FILES); do n=$$(basename $$f); \
 	  $(PKG_FILL) tools/pkg/$$n.in > $(LIB_BUILD)/pkg/$$n; \
 	  echo "install -m 644 $(LIB_BUILD)/pkg/$$n $(DESTDIR)$$f"; install -m 644 $(LIB_BUILD)/pkg/$$n $(DESTDIR)$$f; done
+	install -d $(DESTDIR)$(PYTHONDIR)/gpuarr
+	install -m 644 python/gpuarr/__init__.py $(DESTDIR)$(PYTHONDIR)/gpuarr/
+	install -m 644 generated/gpuarr_constants.py $(DESTDIR)$(PYTHONDIR)/gpuarr/_constants.py
 
 # What install put there, and the gpuarr directories it made once they are empty; nothing else.
 uninstall:
 	rm -f $(DESTDIR)$(HEADERDIR)/gpuarr.h $(addprefix $(DESTDIR)$(HEADERDIR)/,$(filter-out gpuarr.h,$(HEADERS)))
-	rm -f $(addprefix $(DESTDIR)$(LIBDIR)/,$(LIB_FILES)) $(addprefix $(DESTDIR),$(PKG_FILES))
-	@for d in $(addprefix $(DESTDIR)$(HEADERDIR)/,$(HEADER_DIRS)) $(DESTDIR)$(HEADERDIR) $(DESTDIR)$(CMAKEDIR); do \
+	rm -f $(addprefix $(DESTDIR)$(LIBDIR)/,$(LIB_FILES)) $(addprefix $(DESTDIR),$(PKG_FILES) $(PY_FILES))
+	rm -rf $(DESTDIR)$(PYTHONDIR)/gpuarr/__pycache__
+	@for d in $(addprefix $(DESTDIR)$(HEADERDIR)/,$(HEADER_DIRS)) $(DESTDIR)$(HEADERDIR) $(DESTDIR)$(CMAKEDIR) $(DESTDIR)$(PYTHONDIR)/gpuarr; do \
 	  if [ -d $$d ] && [ -z "$$(ls -A $$d)" ]; then echo "rmdir $$d"; rmdir $$d; fi; done
 
 clean:
