@@ -111,6 +111,22 @@ class Jax(unittest.TestCase):
             record("gpuarr -> JAX", "kDLOpenCL array, device=cpu", "accepted (gpuarr copies to the host)")
         except (TypeError, BufferError, ValueError) as err:
             record("gpuarr -> JAX", "kDLOpenCL array, device=cpu", "refused by JAX (%s)" % type(err).__name__)
+        asked = []
+
+        class Recording:  # what JAX passes to __dlpack__
+            def __init__(self, a):
+                self.a = a
+
+            def __dlpack_device__(self):
+                return self.a.__dlpack_device__()
+
+            def __dlpack__(self, **kwargs):
+                asked.append(kwargs)
+                return self.a.__dlpack__(**kwargs)
+
+        jax.dlpack.from_dlpack(Recording(gpuarr.zeros((2,), "f32")))
+        self.assertIsNone(asked[0].get("max_version"), asked)
+        record("gpuarr -> JAX", "JAX passes __dlpack__ %s" % sorted(asked[0]), "no max_version: a legacy capsule")
         j = jnp.arange(12, dtype=jnp.int32).reshape(3, 4)
         cap = j.__dlpack__(max_version=(1, 0))
         self.assertEqual(gpuarr.__dict__["_api"].PyCapsule_GetName(cap), b"dltensor", "JAX's capsule is legacy")
