@@ -58,7 +58,7 @@ class PyOpenCL(unittest.TestCase):
             self.assertTrue(np.array_equal(host, x), name)
             ours = a.to(device=DEVICE, dtype="f64")  # gpuarr's own context, cast on the way
             self.assertTrue(np.array_equal(np.from_dlpack(ours.to(device="host")), x.astype(np.float64)), name)
-            again = ours.to(device=self.adopted, dtype=name)  # and back into pyopencl's context
+            again = a.to(device=DEVICE).to(device=self.adopted)  # there and back into pyopencl's context
             self.assertTrue(np.array_equal(np.from_dlpack(again.to(device="host")), x), name)
 
     def test_gpuarr_array_read_by_pyopencl(self):
