@@ -18,8 +18,9 @@
 #   make lib      build/lib/: libgpuarr.a and libgpuarr.so.<version>, from gpuarr.c; only gpuarr_
 #                 symbols exported
 #   make install  gpuarr.h and the folders of HEADER_DIRS to $(PREFIX)/include/gpuarr, the
-#                 libraries to LIBDIR, the pkg-config files and the CMake package gpuarr::gpuarr;
-#                 PREFIX defaults to /usr/local; honours DESTDIR. make uninstall removes them.
+#                 libraries to LIBDIR, the pkg-config files, the CMake package gpuarr::gpuarr and
+#                 the Python module gpuarr to PYTHONDIR; PREFIX defaults to /usr/local; honours
+#                 DESTDIR. make uninstall removes them.
 #   make single-header  build/single-header/gpuarr.h: gpuarr.h with its folders inlined, one
 #                 self-contained file to drop into a project (tools/amalgamate.py)
 #   make clean
@@ -72,7 +73,7 @@ MPIRUN_NP = mpirun --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-a
 
 .PHONY: all demo test check install clean deps-test deps-check info compile-tests \
         run-tests run-matrix run-asan run-tsan run-valgrind kernels kernels-check cuda-kernels \
-        compile-matrix install-check install-check-consumers readme-blocks faults faults-slice python-tests single-header single-header-check
+        compile-matrix install-check install-check-consumers readme-blocks faults faults-slice python-tests python-constants python-constants-check single-header single-header-check
 
 CU_EXAMPLES := $(if $(NVCC),$(basename $(notdir $(wildcard examples/*.cu))))
 
@@ -164,7 +165,7 @@ export POCL_DEVICES ?= pthread pthread
 export GPUARR_TEST_REQUIRE ?= 1
 
 test: deps-test
-	@$(MAKE) --no-print-directory all kernels-check compile-tests single-header-check run-tests python-tests bench-smoke
+	@$(MAKE) --no-print-directory all kernels-check python-constants-check compile-tests single-header-check run-tests python-tests bench-smoke
 
 # tests/fake_cuda: a CUDA driver that runs on the CPU and keeps the driver's contract strictly
 # (deferred stream work, pinned copies at run time, context checks, PTX/cubin checks), so the
@@ -238,35 +239,63 @@ run-tests: run-matrix $(BUILD)/rel/plugin/plugin_driver $(BUILD)/rel/tools/gpuar
 	@$(MAKE) --no-print-directory mpi-tests
 	@echo "make test: all suites passed on: $(TEST_DEVICES), opencl:0 as a discrete device, two PoCL devices, the fake CUDA driver, CUDA where present, and 4 MPI ranks"
 
-# DLPack against NumPy (tests/python/test_numpy.py, examples/numpy_interop.py): libgpuarr.so
-# loaded with ctypes by Debian's Python, in a virtual environment under build/ with NumPy >= 2.1
-# from PyPI (made once; `make clean` removes it). The round trips go through opencl:0 (PoCL).
-# Debian has no dlpack.h: the official one comes from the apache-tvm-ffi wheel (only its header
-# is used), and tests/compile/dlpack_abi.c is built with it included before gpuarr.h.
+# The Python module (python/gpuarr) and DLPack against real clients, in a virtual environment
+# under build/ made by Debian's Python with packages from PyPI (made once; `make clean` removes
+# it): NumPy >= 2.1 (tests/python/test_numpy.py: the library through raw ctypes;
+# test_module.py: the module), JAX on the CPU (test_jax.py), pyopencl on the system's PoCL
+# (test_pyopencl.py: pyopencl's context adopted by gpuarr), and examples/numpy_interop.py.
+# The round trips go through opencl:0 (PoCL). Debian has no dlpack.h: the official one comes
+# from the apache-tvm-ffi wheel (only its header is used), and tests/compile/dlpack_abi.c is
+# built with it included before gpuarr.h.
 PYTHON ?= $(firstword $(wildcard /usr/bin/python3) python3)
 VENV   := $(BUILD)/venv
+VENV_PACKAGES := 'numpy>=2.1' jax pyopencl
 DLPACK_H_WHEEL := apache-tvm-ffi==0.1.15.post2
-$(VENV)/numpy-installed:
+$(VENV)/packages-installed:
 	@rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q --disable-pip-version-check 'numpy>=2.1'
+	$(VENV)/bin/pip install -q --disable-pip-version-check $(VENV_PACKAGES)
 	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps '$(DLPACK_H_WHEEL)'
 	@touch $@
-python-tests: $(VENV)/numpy-installed $(BUILD)/lib/libgpuarr.so
+PY_ENV = GPUARR_LIB=$(abspath $(BUILD))/lib/libgpuarr.so GPUARR_PY_DEVICE=opencl:0 PYTHONPATH=$(abspath python)
+python-tests: $(VENV)/packages-installed $(BUILD)/lib/libgpuarr.so python-constants-check
 	@inc=$$(ls -d $(VENV)/lib/python3*/site-packages/tvm_ffi/include | head -1); \
 	  [ -f "$$inc/dlpack/dlpack.h" ] || { echo "python-tests: no dlpack/dlpack.h in $(DLPACK_H_WHEEL)"; exit 1; }; \
 	  $(CC) -std=c11 $(WARN) -DGPUARR_TEST_REAL_DLPACK -I$$inc -I. tests/compile/dlpack_abi.c -o $(BUILD)/compile/dlpack-abi-official $(LIBS) && \
 	  $(CXX) -std=c++17 $(WARN) -x c++ -DGPUARR_TEST_REAL_DLPACK -I$$inc -I. tests/compile/dlpack_abi.c -o $(BUILD)/compile/dlpack-abi-official-cxx $(LIBS) && \
 	  $(BUILD)/compile/dlpack-abi-official && $(BUILD)/compile/dlpack-abi-official-cxx
-	@echo "== tests/python/test_numpy.py: DLPack with NumPy $$($(VENV)/bin/python -c 'import numpy; print(numpy.__version__)') through ctypes"
-	@GPUARR_LIB=$(abspath $(BUILD))/lib/libgpuarr.so GPUARR_PY_DEVICE=opencl:0 $(VENV)/bin/python tests/python/test_numpy.py
+	@echo "== tests/python/test_numpy.py: DLPack with NumPy $$($(VENV)/bin/python -c 'import numpy; print(numpy.__version__)') through raw ctypes"
+	@$(PY_ENV) $(VENV)/bin/python tests/python/test_numpy.py
+	@echo "== tests/python/test_module.py: the gpuarr module with NumPy"
+	@$(PY_ENV) $(VENV)/bin/python tests/python/test_module.py
+	@echo "== tests/python/test_jax.py: the gpuarr module with JAX on the CPU"
+	@$(PY_ENV) $(VENV)/bin/python tests/python/test_jax.py
+	@echo "== tests/python/test_pyopencl.py: pyopencl's context adopted by gpuarr"
+	@$(PY_ENV) $(VENV)/bin/python tests/python/test_pyopencl.py
 	@echo "== examples/numpy_interop.py on opencl:0"
-	@$(VENV)/bin/python examples/numpy_interop.py $(abspath $(BUILD))/lib/libgpuarr.so opencl:0
+	@$(PY_ENV) $(VENV)/bin/python examples/numpy_interop.py opencl:0
+	@rm -rf $(BUILD)/readme-python && mkdir -p $(BUILD)/readme-python && \
+	  awk '/^```python[ \t]*$$/ { n++; on = 1; next } /^```/ { on = 0 } on { print > ("$(BUILD)/readme-python/block-" n ".py") }' README.md
+	@for f in $(BUILD)/readme-python/block-*.py; do echo "== README.md's Python block $$f"; \
+	  $(PY_ENV) $(VENV)/bin/python $$f || exit 1; done
 
 # The device kernels are compiled from kernels/gpuarr_kernels.h, embedded as text in
 # generated/gpuarr_kernels_source.h: regenerate with `make kernels`; the test fails when stale.
 kernels:
 	tools/embed-kernels.sh > generated/gpuarr_kernels_source.h
+
+# The Python module's dtype and result constants (generated/gpuarr_constants.py) are made from
+# gpuarr.h's lists by tools/python-constants.c: `make python-constants` remakes them; the test
+# fails when they are stale.
+$(BUILD)/rel/tools/python-constants: tools/python-constants.c gpuarr.h
+	@mkdir -p $(@D)
+	$(CC) -std=c11 $(WARN) -I. $< -o $@
+python-constants: $(BUILD)/rel/tools/python-constants
+	$< > $(BUILD)/gpuarr_constants.py && mv $(BUILD)/gpuarr_constants.py generated/gpuarr_constants.py
+python-constants-check: $(BUILD)/rel/tools/python-constants
+	@$< | cmp -s - generated/gpuarr_constants.py || \
+	  { echo "generated/gpuarr_constants.py is stale: run 'make python-constants'"; exit 1; }
+	@echo "Python constants: generated/gpuarr_constants.py matches gpuarr.h's lists"
 
 # The CUDA kernels also come as committed PTX (generated/gpuarr_cuda_ptx.h, made by NVRTC from the
 # same text): `make cuda-kernels` remakes it; the test fails when it is stale, and where the
@@ -408,6 +437,13 @@ install-check:
 	$(CC) -std=c11 $(WARN) -I$(INSTALL_DEST)/usr/include tests/compile/installed.c -o $(INSTALL_CHECK)/installed $(LIBS)
 	@$(INSTALL_CHECK)/installed
 	@$(MAKE) --no-print-directory install-check-consumers $(INSTALL_VARS)
+	@echo "== install check 4: the Python module, imported from the staged copy by $(PYTHON)"
+	@cd $(INSTALL_CHECK) && PYTHONPATH=$(INSTALL_DEST)/usr/lib/python3/dist-packages GPUARR_LIB=$(INSTALL_DEST)/usr/lib/$(LIB_SONAME) \
+	  $(PYTHON) -c 'import gpuarr, sys; assert gpuarr.__file__.startswith(sys.argv[1]), gpuarr.__file__; \
+	    assert gpuarr._k.__file__.startswith(sys.argv[1]), gpuarr._k.__file__; \
+	    a = gpuarr.zeros((2, 3), "f16").to(dtype=gpuarr.F32); assert (a.dtype, a.shape) == ("f32", (2, 3)); \
+	    print("   import gpuarr from", gpuarr.__file__, "with", gpuarr._lib._name, "and its constants from", gpuarr._k.__file__)' \
+	  $(INSTALL_DEST)
 	@$(MAKE) --no-print-directory uninstall $(INSTALL_VARS) >/dev/null
 	@left=$$(find $(INSTALL_DEST) -type f -o -type l -o -name '*gpuarr*'); [ -z "$$left" ] || \
 	  { echo "install check: make uninstall left:"; echo "$$left"; exit 1; }
@@ -524,6 +560,11 @@ HEADERDIR    := $(PREFIX)/include/gpuarr
 PKGCONFIGDIR := $(PREFIX)/share/pkgconfig
 LIBPKGCONFIGDIR := $(LIBDIR)/pkgconfig
 CMAKEDIR     := $(PREFIX)/share/cmake/gpuarr
+# The Python module, where Debian's python3 imports from: /usr/lib/python3/dist-packages for
+# PREFIX=/usr, $(PREFIX)/lib/python3.X/dist-packages otherwise (/usr/local's is on its path)
+PYTHON_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+PYTHONDIR    ?= $(if $(filter /usr,$(PREFIX)),$(PREFIX)/lib/python3/dist-packages,$(PREFIX)/lib/python$(PYTHON_VERSION)/dist-packages)
+PY_FILES     := $(PYTHONDIR)/gpuarr/__init__.py $(PYTHONDIR)/gpuarr/_constants.py
 LIB_BUILD    := $(BUILD)/lib
 LIB_A        := libgpuarr.a
 LIB_SO       := libgpuarr.so
@@ -569,12 +610,16 @@ install: lib
 	@set -e; for f in $(PKG_FILES); do n=$$(basename $$f); \
 	  $(PKG_FILL) tools/pkg/$$n.in > $(LIB_BUILD)/pkg/$$n; \
 	  echo "install -m 644 $(LIB_BUILD)/pkg/$$n $(DESTDIR)$$f"; install -m 644 $(LIB_BUILD)/pkg/$$n $(DESTDIR)$$f; done
+	install -d $(DESTDIR)$(PYTHONDIR)/gpuarr
+	install -m 644 python/gpuarr/__init__.py $(DESTDIR)$(PYTHONDIR)/gpuarr/
+	install -m 644 generated/gpuarr_constants.py $(DESTDIR)$(PYTHONDIR)/gpuarr/_constants.py
 
 # What install put there, and the gpuarr directories it made once they are empty; nothing else.
 uninstall:
 	rm -f $(DESTDIR)$(HEADERDIR)/gpuarr.h $(addprefix $(DESTDIR)$(HEADERDIR)/,$(filter-out gpuarr.h,$(HEADERS)))
-	rm -f $(addprefix $(DESTDIR)$(LIBDIR)/,$(LIB_FILES)) $(addprefix $(DESTDIR),$(PKG_FILES))
-	@for d in $(addprefix $(DESTDIR)$(HEADERDIR)/,$(HEADER_DIRS)) $(DESTDIR)$(HEADERDIR) $(DESTDIR)$(CMAKEDIR); do \
+	rm -f $(addprefix $(DESTDIR)$(LIBDIR)/,$(LIB_FILES)) $(addprefix $(DESTDIR),$(PKG_FILES) $(PY_FILES))
+	rm -rf $(DESTDIR)$(PYTHONDIR)/gpuarr/__pycache__
+	@for d in $(addprefix $(DESTDIR)$(HEADERDIR)/,$(HEADER_DIRS)) $(DESTDIR)$(HEADERDIR) $(DESTDIR)$(CMAKEDIR) $(DESTDIR)$(PYTHONDIR)/gpuarr; do \
 	  if [ -d $$d ] && [ -z "$$(ls -A $$d)" ]; then echo "rmdir $$d"; rmdir $$d; fi; done
 
 clean:

@@ -874,15 +874,20 @@
  * gpuarr_fill(_as) and gpuarr_copy(_async) into it fail with GPUARR_ERROR_INVALID_ARGUMENT
  * (gpuarr_host_data still returns its address: do not write through it).
  *
- * From Python, with ctypes and no extension module (examples/numpy_interop.py): wrap an exported
- * tensor in a capsule made by CPython's PyCapsule_New with the name
- * gpuarr_dlpack_capsule_name(true, false) ("dltensor_versioned"; false, false: "dltensor" for a
- * legacy one) and gpuarr_dlpack_capsule_destructor as its destructor, which calls the tensor's
- * deleter unless a consumer took the capsule (renamed it "used_..."). To import, take the pointer
- * out of a producer's capsule, rename the capsule gpuarr_dlpack_capsule_name(true, true) and pass
- * the pointer to gpuarr_from_dlpack. The names are static strings, valid as long as the library
- * is loaded; the destructor finds CPython's functions in the running process (dlsym) and does
- * nothing outside Python.
+ * From Python, the module python/gpuarr (ctypes, no build step; installed by make install) does
+ * all of this: gpuarr.Array's __dlpack__ hands out a DLManagedTensorVersioned when the consumer
+ * passes max_version >= (1, 0), and a legacy DLManagedTensor (gpuarr_to_dlpack_legacy) when it
+ * passes none, as JAX does; gpuarr.from_dlpack takes whichever capsule the producer returns
+ * (JAX returns a legacy one even when asked for 1.0). Without the module, with ctypes alone
+ * (tests/python/test_numpy.py): wrap an exported tensor in a capsule made by CPython's
+ * PyCapsule_New with the name gpuarr_dlpack_capsule_name(true, false) ("dltensor_versioned";
+ * false, false: "dltensor" for a legacy one) and gpuarr_dlpack_capsule_destructor as its
+ * destructor, which calls the tensor's deleter unless a consumer took the capsule (renamed it
+ * "used_..."). To import, take the pointer out of a producer's capsule, rename the capsule
+ * gpuarr_dlpack_capsule_name(versioned, true) and pass the pointer to gpuarr_from_dlpack, or to
+ * gpuarr_from_dlpack_legacy for a "dltensor" capsule. The names are static strings, valid as
+ * long as the library is loaded; the destructor finds CPython's functions in the running process
+ * (dlsym) and does nothing outside Python.
  *
  * =============================================================================================
  * LEASES
@@ -2456,7 +2461,7 @@ GPUARR_API gpuarr_result gpuarr_from_dlpack(DLManagedTensorVersioned *t, gpuarr_
 GPUARR_API gpuarr_result gpuarr_to_dlpack_legacy(gpuarr_array a, DLManagedTensor **out);
 GPUARR_API gpuarr_result gpuarr_from_dlpack_legacy(DLManagedTensor *t, gpuarr_array *out);
 /* DLPack's Python protocol through ctypes, with no extension module (see the manual and
-   examples/numpy_interop.py): the capsule names ("dltensor_versioned", "dltensor", and the
+   python/gpuarr): the capsule names ("dltensor_versioned", "dltensor", and the
    "used_" names a consumer gives what it took), static strings that outlive every capsule, and a
    PyCapsule destructor that calls the tensor's deleter unless a consumer took the capsule. It
    finds CPython's functions in the running process; outside Python it does nothing. */

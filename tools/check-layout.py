@@ -84,7 +84,7 @@ def check_folders():
 
 
 def check_generated():
-    for path in headers("generated"):
+    for path in sorted(os.path.join("generated", n) for n in os.listdir(os.path.join(ROOT, "generated"))):
         head = read(path)[:400]
         if "Generated" not in head or "make " not in head or "Do not edit" not in head:
             fail("%s does not say what made it, the make command that remakes it, and not to edit it" % path)
