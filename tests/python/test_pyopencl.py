@@ -25,7 +25,9 @@ def pocl_device():
     for p in cl.get_platforms():
         if "Portable Computing Language" in p.name:
             return p.get_devices()[0]
-    raise unittest.SkipTest("no PoCL platform")  # make python-tests runs with PoCL: never taken there
+    if os.environ.get("GPUARR_TEST_REQUIRE") == "1":  # make python-tests: PoCL is installed, its absence a failure
+        raise AssertionError("no PoCL platform, but GPUARR_TEST_REQUIRE=1")
+    raise unittest.SkipTest("no PoCL platform")
 
 
 class PyOpenCL(unittest.TestCase):
