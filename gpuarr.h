@@ -674,7 +674,8 @@
  *
  * The new device is "opencl:N" (or "cuda:N"), N following the devices gpuarr_init found; its
  * info says adopted, and same_as names gpuarr's own view of the same device. It is a device like
- * any other -- gpuarr_device_count and gpuarr_device_at include it, its spec finds it; pools,
+ * any other -- gpuarr_device_count and gpuarr_device_at include it, its spec finds it and names it
+ * in traces; pools,
  * streams, portable kernels and conversions to and from every other device work on it -- except
  * that everything gpuarr makes for it (buffers, queues, programs) is made in the caller's
  * context. OpenCL: gpuarr retains the context and, if given, the queue, on which every thread's

@@ -2,11 +2,15 @@
    (POCL_DEVICES="pthread pthread"): a context, queue and buffers this test makes itself, as an
    application that owns its OpenCL objects would, become a gpuarr device and its arrays, and
    gpuarr's arrays go back to that context. */
+#define _POSIX_C_SOURCE 200809L /* mkstemp */
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
 #include <criterion/criterion.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <tgmath.h>
 #include "test_common.h"
 
@@ -117,7 +121,21 @@ Test(adopt, a_context_of_the_callers_is_a_device_like_any_other) {
     gpuarr_scope_leave(&sc);
     cr_assert_eq(q, m.queue, "the default stream runs on the caller's queue");
     TEST_OK(adopt_scale(NULL, 2.0f, a)); /* a portable kernel, built in the caller's context */
+    char trace[] = "/tmp/gpuarr-adopt-trace-XXXXXX";
+    int fd = mkstemp(trace);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    TEST_OK(gpuarr_trace_start(trace));
     TEST_OK(gpuarr_convert(a, spec_device("opencl:0"), 0, &on0));
+    TEST_OK(gpuarr_trace_stop());
+    FILE *tf = fopen(trace, "r");
+    cr_assert(tf);
+    static char text[1 << 16];
+    size_t len = fread(text, 1, sizeof text - 1, tf);
+    text[len] = 0;
+    fclose(tf);
+    unlink(trace);
+    cr_assert(strstr(text, "opencl:2"), "the trace names the adopted device");
     TEST_OK(gpuarr_convert(on0, d, GPUARR_F64, &back));
     TEST_OK(gpuarr_convert(back, gpuarr_host(), GPUARR_F32, &h));
     expect_values(on0, twice, 40);
