@@ -1610,9 +1610,11 @@ typedef struct gpuarr_device_info {
     char pci_bus_id[32];       /* "0000:3b:00.0" or "" */
     bool has_uuid;
     uint8_t uuid[16];
-    gpuarr_device same_as;     /* the same physical device through another backend, or {0} */
+    gpuarr_device same_as;     /* the same physical device through another backend or, for an
+                                  adopted device, gpuarr's own view of it; {0} if none */
     gpuarr_device_state state; /* GPUARR_DEVICE_FAILED after a sticky error (see FAILURES) */
     char failure[256];         /* the first error that failed it ("" while OK) */
+    bool adopted;              /* made of the caller's context (see ADOPTED DEVICES) */
 } gpuarr_device_info;
 
 GPUARR_API int gpuarr_device_count(void);           /* the host included; 0 if not initialized */
@@ -1628,6 +1630,13 @@ GPUARR_API gpuarr_result gpuarr_device_sync(gpuarr_device d);
    released: otherwise GPUARR_ERROR_INVALID_ARGUMENT saying how many are alive. No other thread may
    use d during the call. The host has nothing to reset (GPUARR_OK). */
 GPUARR_API gpuarr_result gpuarr_device_reset(gpuarr_device d);
+/* Removes a device made of the caller's context (gpuarr_opencl_adopt, gpuarr_cuda_adopt; see
+   ADOPTED DEVICES): waits for its work, closes it and drops what gpuarr holds of the caller's
+   context and queue; its handle then fails with GPUARR_ERROR_INVALID_HANDLE. Every array, stream
+   and event of d must have been released (else GPUARR_ERROR_INVALID_ARGUMENT saying how many are
+   alive), and d must be adopted (a device gpuarr found is refused the same way). No other thread
+   may use d during the call. */
+GPUARR_API gpuarr_result gpuarr_device_remove(gpuarr_device d);
 
 /* ---------------------------------------------------------------------------------------------
  * Telemetry (see TELEMETRY). X(NAME, bit, "name", fields): one bit of gpuarr_telemetry.valid per
@@ -2236,6 +2245,16 @@ GPUARR_API gpuarr_result gpuarr_opencl_wrap_mem_raw(gpuarr_device d, void *cl_me
                                                     const int64_t *shape, gpuarr_array *out);
 /* A stream on d whose work runs on the caller's in-order cl_command_queue. */
 GPUARR_API gpuarr_result gpuarr_opencl_wrap_queue_raw(gpuarr_device d, void *cl_command_queue, gpuarr_stream *out);
+/* A new device made of the caller's cl_context and one of its devices (see ADOPTED DEVICES),
+   with the caller's in-order cl_command_queue of that context and device as every thread's
+   default stream there, or NULL for queues gpuarr makes in that context. gpuarr retains the
+   context and the queue until gpuarr_device_remove or gpuarr_shutdown. */
+GPUARR_API gpuarr_result gpuarr_opencl_adopt_raw(void *cl_context, void *cl_device_id, void *cl_command_queue,
+                                                 gpuarr_device *out);
+/* A new cl_mem over exactly a's elements (a sub-buffer), the caller's to release with
+   clReleaseMemObject: a's memory stays allocated until that release, whatever becomes of a's
+   handle. Returns once a's pending work is complete. */
+GPUARR_API gpuarr_result gpuarr_opencl_export_mem_raw(gpuarr_array a, void **cl_mem_out);
 
 /* ---------------------------------------------------------------------------------------------
  * CUDA interop. The handles are the driver's, declared with CUDA's own struct tags, so CUcontext,
@@ -2684,6 +2703,16 @@ static inline gpuarr_result gpuarr_opencl_wrap_mem(gpuarr_device d, cl_mem mem, 
 static inline gpuarr_result gpuarr_opencl_wrap_queue(gpuarr_device d, cl_command_queue q, gpuarr_stream *out) {
     return gpuarr_opencl_wrap_queue_raw(d, (void *)q, out);
 }
+static inline gpuarr_result gpuarr_opencl_adopt(cl_context context, cl_device_id device, cl_command_queue queue,
+                                                gpuarr_device *out) {
+    return gpuarr_opencl_adopt_raw((void *)context, (void *)device, (void *)queue, out);
+}
+static inline gpuarr_result gpuarr_opencl_export_mem(gpuarr_array a, cl_mem *out) {
+    void *p = NULL;
+    gpuarr_result r = gpuarr_opencl_export_mem_raw(a, &p);
+    if (r == GPUARR_OK) *out = (cl_mem)p;
+    return r;
+}
 #endif
 
 /* ---------------------------------------------------------------------------------------------
@@ -2875,6 +2904,17 @@ struct gpuarr__backend {
     gpuarr_result (*device_open)(gpuarr__dev *d);
     /* Closes an opened d (at shutdown or gpuarr_device_reset). Optional: NULL, nothing to close. */
     void (*device_close)(gpuarr__dev *d);
+    /* Checks the caller's native objects and appends a device of them to the backend's own list,
+       so that device_info answers for it (ADOPTED DEVICES): OpenCL gets a cl_context, one of its
+       cl_device_ids and an in-order cl_command_queue of both or NULL; CUDA a CUcontext, NULL,
+       NULL. The backend takes its references here and keeps room for GPUARR__ADOPT_MAX such
+       devices from load on (its entries never move). *index = the new device's index; *same =
+       the index of the same device among those load found, or -1. Runs under the registry lock.
+       Optional: NULL means the backend adopts nothing (UNSUPPORTED). */
+    gpuarr_result (*device_adopt)(void *context, void *device, void *queue, int *index, int *same);
+    /* Drops what device_adopt took, after device_close (gpuarr_device_remove, gpuarr_shutdown);
+       the backend never touches the caller's objects again. Optional with device_adopt. */
+    void (*device_forget)(gpuarr__dev *d);
     /* Runs between device_close and the next device_open of gpuarr_device_reset: it discards what
        the driver still keeps for the device (CUDA: cuDevicePrimaryCtxReset). Optional: NULL,
        nothing to discard. */
@@ -2950,6 +2990,8 @@ struct gpuarr__backend {
     /* A new native stream of d. Optional: NULL means there is nothing to queue on (a synchronous
        backend): the device itself serves as the native stream. */
     gpuarr_result (*stream_create)(gpuarr__dev *d, void **native);
+    /* The native stream of a thread's default stream on d. Optional: NULL means stream_create. */
+    gpuarr_result (*stream_create_default)(gpuarr__dev *d, void **native);
     /* Destroys a native stream once its work is done. Optional: NULL, nothing to destroy. */
     void (*stream_destroy)(gpuarr__dev *d, void *native);
     /* Waits for the stream's work. Optional: NULL means it is always done. */
@@ -3081,6 +3123,10 @@ typedef struct gpuarr__pool {
 struct gpuarr__dev {
     gpuarr_device_info info; /* static fields; free_memory is refreshed when asked */
     const gpuarr__backend *backend;
+    int view;                /* registry index of gpuarr's own view of the device: its own, or for an
+                                adopted device the device gpuarr found that it is (the layers count,
+                                model and lease through it) */
+    uint32_t removed;        /* atomic: gpuarr_device_remove took it away */
     void *native;            /* backend's per-device state, made by device_open */
     pthread_mutex_t lock;    /* guards the lazy open */
     bool opened;
@@ -3315,6 +3361,8 @@ typedef struct gpuarr__layer {
     } settings[2];
 } gpuarr__layer;
 #define GPUARR__LAYER_MAX 8
+/* Adopted devices per gpuarr_init cycle: a removed one keeps its row (and its handle stays refused). */
+#define GPUARR__ADOPT_MAX 64
 
 typedef struct gpuarr__state {
     /* Process-wide locks, statically initialized: they exist before gpuarr_init and outlive
@@ -3395,8 +3443,10 @@ typedef struct gpuarr__state {
     const char *host_isa; /* "baseline", "avx2" or "avx2+f16c" */
     bool streaming_copies; /* the CPU has AVX2 and the ISA was not forced to baseline */
     bool no_peer_copies;   /* GPUARR_PEER_COPIES=off: device to device always through the host */
-    gpuarr__dev *devices;
-    int device_count;
+    gpuarr__dev *devices; /* those gpuarr_init found, then room for GPUARR__ADOPT_MAX adopted ones */
+    int device_count;     /* found by gpuarr_init: the layers' per-device tables have this many rows */
+    int adopted_count;    /* atomic: adopted devices after them (gpuarr__devices_total); registry_lock */
+    pthread_mutex_t registry_lock; /* adoption and removal */
     int best_gpu; /* index or -1 */
     gpuarr__table arrays, streams, events;
     gpuarr__workers workers;
@@ -3404,6 +3454,8 @@ typedef struct gpuarr__state {
     char backend_error[GPUARR_BACKEND_COUNT][256]; /* why a backend is not available */
     void *backend_state[GPUARR_BACKEND_COUNT];
     void *layer_state[GPUARR__LAYER_MAX]; /* each layer's own, by its row in layers[]; never read here */
+    struct gpuarr__hold *let_go; /* atomic stack: holds whose holder let go where gpuarr may not run
+                                    (gpuarr__hold_let_go), released at the next array creation */
 } gpuarr__state;
 
 /* Zero but for the locks and the backends' once flag; the rest is left to zero initialization (designated initializers
@@ -4540,6 +4592,13 @@ static gpuarr_result gpuarr__get_array(gpuarr_array a, const char *arg, gpuarr__
 static gpuarr_result gpuarr__array_alloc_struct(gpuarr__dev *d, gpuarr_dtype t, int ndim, const int64_t *shape, gpuarr__array **out);
 static void gpuarr__tcache_thread_exit(void);
 static gpuarr_result gpuarr__stream_adopt(gpuarr__dev *d, void *native, gpuarr__stream **out);
+static int gpuarr__devices_total(void);
+static gpuarr_result gpuarr__registry_adopt(gpuarr_backend id, void *context, void *device, void *queue, gpuarr_device *out);
+typedef struct gpuarr__hold gpuarr__hold;
+static gpuarr_result gpuarr__hold_array(gpuarr_array a, gpuarr_backend backend, gpuarr__hold **out, gpuarr__array **arr);
+static void gpuarr__hold_let_go(gpuarr__hold *h);
+static void gpuarr__hold_cancel(gpuarr__hold *h);
+static void gpuarr__holds_release(void);
 static gpuarr_result gpuarr__stream_publish(gpuarr__stream *s, gpuarr_stream *out);
 static gpuarr_result gpuarr__resolve_stream_of(gpuarr_stream s, gpuarr_backend backend, const char *what, gpuarr__stream **out);
 
@@ -4571,7 +4630,10 @@ static gpuarr_result gpuarr__resolve_stream_of(gpuarr_stream s, gpuarr_backend b
       (gpuarr_device d, void *cl_mem, size_t offset, gpuarr_dtype t, int ndim, const int64_t *shape, gpuarr_array *out), \
       (d, cl_mem, offset, t, ndim, shape, out))                                                \
     X(OPENCL, opencl_wrap_queue_raw, (gpuarr_device d, void *cl_command_queue, gpuarr_stream *out), \
-      (d, cl_command_queue, out))
+      (d, cl_command_queue, out))                                                              \
+    X(OPENCL, opencl_adopt_raw, (void *cl_context, void *cl_device_id, void *cl_command_queue, gpuarr_device *out), \
+      (cl_context, cl_device_id, cl_command_queue, out))                                       \
+    X(OPENCL, opencl_export_mem_raw, (gpuarr_array a, void **cl_mem_out), (a, cl_mem_out))
 #define GPUARR__INTEROP_MEMBER(B, name, params, args) gpuarr_result(*name) params;
 #define GPUARR__INTEROP_TABLE(NAME, str)                                                       \
     typedef struct gpuarr__interop_##NAME {                                                    \
@@ -4604,7 +4666,7 @@ GPUARR__FOR_BACKENDS static void gpuarr__dev_mark_failed(gpuarr__dev *d, const c
 
 /* The device named by spec (a backend's messages name devices by it), or NULL. */
 GPUARR__FOR_BACKENDS static gpuarr__dev *gpuarr__dev_by_spec(const char *spec) {
-    for (int i = 0; spec && i < gpuarr__g.device_count; i++)
+    for (int i = 0; spec && i < gpuarr__devices_total(); i++)
         if (strcmp(gpuarr__g.devices[i].info.spec, spec) == 0) return &gpuarr__g.devices[i];
     return NULL;
 }
@@ -4958,6 +5020,16 @@ static gpuarr_device gpuarr__device_handle(int index) {
 
 static gpuarr__dev *gpuarr__host_dev(void) { return &gpuarr__g.devices[0]; }
 
+/* Every row of the registry: the devices gpuarr_init found (0 .. device_count - 1), then the
+   adopted ones (removed ones included: their rows stay). */
+GPUARR__FOR_BACKENDS static int gpuarr__devices_total(void) {
+    return gpuarr__g.device_count + __atomic_load_n(&gpuarr__g.adopted_count, __ATOMIC_ACQUIRE);
+}
+
+/* gpuarr's own view of d: d itself, or for an adopted device the one gpuarr found that it is.
+   The layers' per-device tables have rows for found devices only: they go through this. */
+GPUARR__FOR_BACKENDS static gpuarr__dev *gpuarr__dev_view(gpuarr__dev *d) { return &gpuarr__g.devices[d->view]; }
+
 /* A live device handle, failed or not (gpuarr_device_get_info, gpuarr_device_reset). */
 static gpuarr_result gpuarr__get_dev_any(gpuarr_device d, const char *arg, gpuarr__dev **out) {
     uint32_t index = (d.id & 0xffffu), epoch = d.id >> 16;
@@ -4965,10 +5037,13 @@ static gpuarr_result gpuarr__get_dev_any(gpuarr_device d, const char *arg, gpuar
     if (epoch != gpuarr__epoch16())
         return gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE,
                             "%s (id 0x%08x) is not a device of this gpuarr_init (stale or forged)", arg, d.id);
-    if (index == 0 || (int)index > gpuarr__g.device_count)
+    if (index == 0 || (int)index > gpuarr__devices_total())
         return gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s (id 0x%08x): there is no device %u (%d devices)", arg,
-                            d.id, index - 1u, gpuarr__g.device_count);
-    *out = &gpuarr__g.devices[index - 1];
+                            d.id, index - 1u, gpuarr__devices_total());
+    gpuarr__dev *dev = &gpuarr__g.devices[index - 1];
+    if (__atomic_load_n(&dev->removed, __ATOMIC_ACQUIRE))
+        return gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s (%s) was removed by gpuarr_device_remove", arg, dev->info.spec);
+    *out = dev;
     return GPUARR_OK;
 }
 
@@ -5134,6 +5209,15 @@ static gpuarr_result gpuarr__stream_new(gpuarr__dev *d, gpuarr__stream **out) {
     return gpuarr__stream_adopt(d, native, out);
 }
 
+/* A thread's default stream: on the caller's queue where an adopted device has one. */
+static gpuarr_result gpuarr__stream_new_default(gpuarr__dev *d, gpuarr__stream **out) {
+    if (!d->backend->stream_create_default) return gpuarr__stream_new(d, out);
+    GPUARR__CHECK(gpuarr__dev_open(d));
+    void *native;
+    GPUARR__CHECK(d->backend->stream_create_default(d, &native));
+    return gpuarr__stream_adopt(d, native, out);
+}
+
 /* Puts a new stream behind a handle (releasing it on failure). */
 static gpuarr_result gpuarr__stream_publish(gpuarr__stream *s, gpuarr_stream *out) {
     uint32_t id;
@@ -5157,7 +5241,7 @@ static gpuarr_result gpuarr__stream_publish(gpuarr__stream *s, gpuarr_stream *ou
 /* Unlinks the streams owned by `owner` (all of them when 0) from every device; returned as a list. */
 static gpuarr__stream *gpuarr__detach_thread_streams(uint64_t owner) {
     gpuarr__stream *out = NULL;
-    for (int i = 0; i < gpuarr__g.device_count; i++) {
+    for (int i = 0; i < gpuarr__devices_total(); i++) {
         gpuarr__stream **link = &gpuarr__g.devices[i].thread_streams;
         while (*link) {
             gpuarr__stream *s = *link;
@@ -5232,7 +5316,7 @@ static gpuarr_result gpuarr__default_stream(gpuarr__dev *d, gpuarr__stream **out
     while (s && s->owner_thread != gpuarr__tls.serial) s = s->next_default;
     pthread_mutex_unlock(&gpuarr__g.defaults_lock);
     if (!s) { /* only this thread adds its own, so nobody can race us to it */
-        GPUARR__CHECK(gpuarr__stream_new(d, &s));
+        GPUARR__CHECK(gpuarr__stream_new_default(d, &s));
         s->owner_thread = gpuarr__tls.serial;
         pthread_mutex_lock(&gpuarr__g.defaults_lock);
         s->next_default = d->thread_streams;
@@ -7646,20 +7730,27 @@ static void gpuarr__registry_link(void) {
     }
 }
 
-static gpuarr_result gpuarr__registry_add(const gpuarr__backend *b, int index) {
-    gpuarr__dev *d = &gpuarr__g.devices[gpuarr__g.device_count];
+/* Fills row `row` of the registry with device `index` of b (not yet counted). */
+static gpuarr_result gpuarr__registry_fill(int row, const gpuarr__backend *b, int index) {
+    gpuarr__dev *d = &gpuarr__g.devices[row];
     memset(d, 0, sizeof *d);
     gpuarr_result r = b->device_info(index, &d->info);
     if (r != GPUARR_OK) return r;
     d->backend = b;
+    d->view = row;
     d->info.backend = b->id;
     d->info.index = index;
-    d->info.device = gpuarr__device_handle(gpuarr__g.device_count);
+    d->info.device = gpuarr__device_handle(row);
     if (gpuarr__backend_has(b, GPUARR__BACKEND_BUILTIN)) snprintf(d->info.spec, sizeof d->info.spec, "%s", b->name);
     else snprintf(d->info.spec, sizeof d->info.spec, "%s:%d", b->name, index);
     pthread_mutex_init(&d->lock, NULL);
     gpuarr__pool_init(&d->pool, d, false);
     gpuarr__pool_init(&d->pinned, d, true);
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__registry_add(const gpuarr__backend *b, int index) {
+    GPUARR__CHECK(gpuarr__registry_fill(gpuarr__g.device_count, b, index));
     gpuarr__g.device_count++;
     return GPUARR_OK;
 }
@@ -7695,7 +7786,7 @@ static gpuarr_result gpuarr__registry_build(void) {
         counts[i] = b->device_count();
         capacity += counts[i];
     }
-    gpuarr__g.devices = (gpuarr__dev *)gpuarr__calloc(sizeof(gpuarr__dev) * (size_t)GPUARR__MAX(capacity, 1));
+    gpuarr__g.devices = (gpuarr__dev *)gpuarr__calloc(sizeof(gpuarr__dev) * (size_t)(GPUARR__MAX(capacity, 1) + GPUARR__ADOPT_MAX));
     if (!gpuarr__g.devices) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the device registry");
     for (int i = 1; i < GPUARR_BACKEND_COUNT; i++) {
         if (!gpuarr__g.backend_loaded[i]) continue;
@@ -7764,6 +7855,7 @@ static bool gpuarr__layers_find_device(const char *spec, gpuarr__dev **out, gpua
 }
 
 static void gpuarr__teardown(void) {
+    gpuarr__holds_release();
     uint32_t arrays = gpuarr__g.arrays.capacity ? gpuarr__table_destroy(&gpuarr__g.arrays) : 0;
     uint32_t events = gpuarr__g.events.capacity ? gpuarr__table_destroy(&gpuarr__g.events) : 0;
     uint32_t streams = gpuarr__g.streams.capacity ? gpuarr__table_destroy(&gpuarr__g.streams) : 0;
@@ -7775,11 +7867,12 @@ static void gpuarr__teardown(void) {
     pthread_mutex_unlock(&gpuarr__g.defaults_lock);
     gpuarr__release_stream_list(defaults);
     gpuarr__layers_stop();
-    for (int i = 0; i < gpuarr__g.device_count; i++) {
+    for (int i = 0; i < gpuarr__devices_total(); i++) {
         gpuarr__dev *d = &gpuarr__g.devices[i];
         gpuarr__pool_destroy(&d->pinned);
         gpuarr__pool_destroy(&d->pool);
         if (d->opened) gpuarr__backend_device_close(d);
+        if (d->info.adopted && !d->removed) d->backend->device_forget(d); /* the caller's context goes back */
         pthread_mutex_destroy(&d->lock);
     }
     for (int i = GPUARR_BACKEND_COUNT - 1; i > 0; i--)
@@ -7789,6 +7882,7 @@ static void gpuarr__teardown(void) {
     if (gpuarr__g.locks_ready) {
         pthread_mutex_destroy(&gpuarr__g.oom_lock);
         pthread_mutex_destroy(&gpuarr__g.kernel_logs_lock);
+        pthread_mutex_destroy(&gpuarr__g.registry_lock);
         pthread_mutex_destroy(&gpuarr__g.host_telemetry.lock);
         for (int i = 0; i < 64; i++) pthread_mutex_destroy(&gpuarr__g.use_locks[i]);
     }
@@ -7816,6 +7910,7 @@ static gpuarr_result gpuarr__startup(const gpuarr_desc *desc) {
     gpuarr__g.epoch++;
     pthread_mutex_init(&gpuarr__g.oom_lock, NULL);
     pthread_mutex_init(&gpuarr__g.kernel_logs_lock, NULL);
+    pthread_mutex_init(&gpuarr__g.registry_lock, NULL);
     pthread_mutex_init(&gpuarr__g.host_telemetry.lock, NULL);
     for (int i = 0; i < 64; i++) pthread_mutex_init(&gpuarr__g.use_locks[i], NULL);
     gpuarr__g.locks_ready = true;
@@ -8021,7 +8116,7 @@ GPUARR_API int gpuarr_device_count(void) {
         gpuarr__fail(GPUARR_ERROR_NOT_INITIALIZED, "gpuarr is not initialized (call gpuarr_init first)");
         return 0;
     }
-    return gpuarr__g.device_count;
+    return gpuarr__devices_total();
 }
 
 GPUARR_API gpuarr_device gpuarr_device_at(int index) {
@@ -8031,8 +8126,8 @@ GPUARR_API gpuarr_device gpuarr_device_at(int index) {
         gpuarr__fail(GPUARR_ERROR_NOT_INITIALIZED, "gpuarr is not initialized (call gpuarr_init first)");
         return none;
     }
-    if (index < 0 || index >= gpuarr__g.device_count) {
-        gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "index = %d: there are %d devices", index, gpuarr__g.device_count);
+    if (index < 0 || index >= gpuarr__devices_total()) {
+        gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "index = %d: there are %d devices", index, gpuarr__devices_total());
         return none;
     }
     return gpuarr__g.devices[index].info.device;
@@ -8098,8 +8193,10 @@ static gpuarr_result gpuarr__find_device(const char *spec, gpuarr__dev **out) {
             return gpuarr__fail(GPUARR_ERROR_NO_DEVICE, "spec \"%s\": there is one %s device, %s:0", spec, gpuarr__backend_names[b],
                                 gpuarr__backend_names[b]);
         if (index < 0) found = gpuarr__best_of_backend(b);
-        for (int i = 0; index >= 0 && i < gpuarr__g.device_count; i++)
+        for (int i = 0; index >= 0 && i < gpuarr__devices_total(); i++)
             if (gpuarr__g.devices[i].info.backend == b && gpuarr__g.devices[i].info.index == index) found = &gpuarr__g.devices[i];
+        if (found && __atomic_load_n(&found->removed, __ATOMIC_ACQUIRE))
+            return gpuarr__fail(GPUARR_ERROR_NO_DEVICE, "spec \"%s\": that adopted device was removed (gpuarr_device_remove)", spec);
         if (!found && !gpuarr__backend_get(b))
             return gpuarr__fail(GPUARR_ERROR_NO_DEVICE, "spec \"%s\": no such device (the %s backend is not compiled in)", spec,
                                 gpuarr__backend_names[b]);
@@ -8145,6 +8242,7 @@ GPUARR_API gpuarr_result gpuarr_device_get_telemetry(gpuarr_device d, gpuarr_tel
     GPUARR__REQUIRE_PTR(out);
     gpuarr__dev *dev; /* a failed device too: what NVML says of it is what one wants to see then */
     GPUARR__CHECK(gpuarr__get_dev_any(d, "d", &dev));
+    dev = gpuarr__dev_view(dev);
     if (gpuarr__is_duplicate(dev)) dev = &gpuarr__g.devices[(dev->info.same_as.id & 0xffffu) - 1u];
     gpuarr_telemetry t;
     memset(&t, 0, sizeof t);
@@ -8222,18 +8320,19 @@ static uint32_t gpuarr__pool_empty(gpuarr__pool *p) {
     return left;
 }
 
-GPUARR_API gpuarr_result gpuarr_device_reset(gpuarr_device d) {
-    GPUARR__BEGIN();
-    gpuarr__dev *dev;
-    GPUARR__CHECK(gpuarr__get_dev_any(d, "d", &dev));
-    if (gpuarr__backend_has(dev->backend, GPUARR__BACKEND_BUILTIN)) return GPUARR_OK; /* the host never fails */
+/* What gpuarr_device_reset and gpuarr_device_remove share: with nothing of dev alive, its
+   default streams, pools and queued work go and it is closed. `call` names the caller. */
+static gpuarr_result gpuarr__device_quiesce(gpuarr__dev *dev, const char *call, bool removing, bool *was_failed) {
+    gpuarr__holds_release();
     uint32_t arrays, streams, events;
     gpuarr__count_alive(dev, &arrays, &streams, &events);
     if (arrays || streams || events)
         return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT,
-                            "%s still has %u arrays, %u streams and %u events alive: release them before gpuarr_device_reset",
-                            dev->info.spec, arrays, streams, events);
+                            "%s still has %u arrays, %u streams and %u events alive (exported DLPack tensors and OpenCL "
+                            "buffers hold theirs): release them before %s",
+                            dev->info.spec, arrays, streams, events, call);
     bool failed = gpuarr__dev_failed(dev);
+    *was_failed = failed;
     /* The threads' default streams here go (their queued work first, where the device still runs
        it); a thread makes a new one at its next use (the reset count tells its cache). */
     if (!failed) (void)gpuarr__visit_thread_streams(dev, true);
@@ -8254,7 +8353,7 @@ GPUARR_API gpuarr_result gpuarr_device_reset(gpuarr_device d) {
     /* Streams and events of d held inside: by arrays of other devices that work on d ordered (or
        by their free memory), until that work is collected or the memory trimmed. */
     uint32_t held = __atomic_load_n(&dev->live_streams, __ATOMIC_ACQUIRE) + __atomic_load_n(&dev->live_events, __ATOMIC_ACQUIRE);
-    for (int i = 0; held && i < gpuarr__g.device_count; i++) {
+    for (int i = 0; held && i < gpuarr__devices_total(); i++) {
         gpuarr__collect_device(&gpuarr__g.devices[i]);
         (void)gpuarr__pool_empty(&gpuarr__g.devices[i].pool);
         (void)gpuarr__pool_empty(&gpuarr__g.devices[i].pinned);
@@ -8263,14 +8362,30 @@ GPUARR_API gpuarr_result gpuarr_device_reset(gpuarr_device d) {
     if (held)
         return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT,
                             "%u streams and events of %s are still held by arrays of other devices that work on it ordered: "
-                            "release those arrays before gpuarr_device_reset", held, dev->info.spec);
+                            "release those arrays before %s", held, dev->info.spec, call);
+    /* A removed device's memory cannot outlive it (the context is the caller's): refused while
+       an export still holds some. A reset frees it once the export lets go. */
+    uint32_t held_segments = removing ? gpuarr__pool_empty(&dev->pool) + gpuarr__pool_empty(&dev->pinned) : 0;
+    if (held_segments)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "%s: %u pool segments are still in use (held by DLPack or OpenCL "
+                            "exports): release those before %s", dev->info.spec, held_segments, call);
     pthread_mutex_lock(&dev->lock);
     if (dev->opened) gpuarr__backend_device_close(dev); /* what work was still holding goes here */
     __atomic_store_n(&dev->opened, false, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&dev->lock);
     uint32_t left = gpuarr__pool_empty(&dev->pool) + gpuarr__pool_empty(&dev->pinned);
-    if (left) gpuarr__log(GPUARR_LOG_WARN, "%s: %u pool segments still in use at gpuarr_device_reset (held by DLPack exports?)",
-                          dev->info.spec, left);
+    if (left) gpuarr__log(GPUARR_LOG_WARN, "%s: %u pool segments still in use at %s (held by DLPack exports?)",
+                          dev->info.spec, left, call);
+    return GPUARR_OK;
+}
+
+GPUARR_API gpuarr_result gpuarr_device_reset(gpuarr_device d) {
+    GPUARR__BEGIN();
+    gpuarr__dev *dev;
+    GPUARR__CHECK(gpuarr__get_dev_any(d, "d", &dev));
+    if (gpuarr__backend_has(dev->backend, GPUARR__BACKEND_BUILTIN)) return GPUARR_OK; /* the host never fails */
+    bool failed = false;
+    GPUARR__CHECK(gpuarr__device_quiesce(dev, "gpuarr_device_reset", false, &failed));
     gpuarr_result r = gpuarr__backend_device_reset(dev);
     if (r == GPUARR_OK) {
         dev->failure[0] = 0;
@@ -8279,6 +8394,70 @@ GPUARR_API gpuarr_result gpuarr_device_reset(gpuarr_device d) {
     }
     if (r == GPUARR_OK) gpuarr__log(GPUARR_LOG_INFO, "%s reset%s", dev->info.spec, failed ? " after its failure" : "");
     return r;
+}
+
+/* Adopted devices (ADOPTED DEVICES): a row after those gpuarr_init found, made of the caller's
+   native objects by the backend (device_adopt), linked to gpuarr's own view of the same device. */
+GPUARR__FOR_BACKENDS static gpuarr_result gpuarr__registry_adopt(gpuarr_backend id, void *context, void *device, void *queue,
+                                                                 gpuarr_device *out) {
+    const gpuarr__backend *b = gpuarr__backend_get(id);
+    if (!b || !b->device_adopt) return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "the %s backend adopts no contexts", gpuarr__backend_names[id]);
+    if (!gpuarr__g.backend_loaded[id])
+        return gpuarr__fail(GPUARR_ERROR_UNSUPPORTED, "the %s backend is not loaded: %s", b->name,
+                            gpuarr__g.backend_error[id][0] ? gpuarr__g.backend_error[id] : "GPUARR_DEVICES leaves it out");
+    pthread_mutex_lock(&gpuarr__g.registry_lock);
+    int adopted = gpuarr__g.adopted_count, row = gpuarr__g.device_count + adopted, index = -1, same = -1;
+    gpuarr_result r = GPUARR_OK;
+    if (adopted >= GPUARR__ADOPT_MAX)
+        r = gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "%d devices were adopted since gpuarr_init, the most one cycle holds "
+                         "(removed ones included): gpuarr_shutdown and gpuarr_init start afresh", GPUARR__ADOPT_MAX);
+    if (r == GPUARR_OK) r = b->device_adopt(context, device, queue, &index, &same);
+    int twin = -1; /* gpuarr's own view: a device it found is needed for the layers' tables */
+    for (int i = 0; r == GPUARR_OK && same >= 0 && i < gpuarr__g.device_count; i++)
+        if (gpuarr__g.devices[i].info.backend == id && gpuarr__g.devices[i].info.index == same) twin = i;
+    if (r == GPUARR_OK) r = gpuarr__registry_fill(row, b, index);
+    gpuarr__dev *d = &gpuarr__g.devices[row];
+    if (r == GPUARR_OK && twin < 0)
+        r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "device: %s is not a device gpuarr_init found (%s)", d->info.name,
+                         same < 0 ? "a sub-device, or one its platform did not list" : "GPUARR_DEVICES leaves it out");
+    if (r != GPUARR_OK && index >= 0) { /* the backend took references: give them back */
+        d->backend = b;
+        d->info.index = index;
+        b->device_forget(d);
+        if (d->info.device.id) { /* registry_fill ran */
+            gpuarr__pool_destroy(&d->pinned);
+            gpuarr__pool_destroy(&d->pool);
+            pthread_mutex_destroy(&d->lock);
+        }
+        memset(d, 0, sizeof *d);
+    }
+    if (r == GPUARR_OK) {
+        d->view = twin;
+        d->info.adopted = true;
+        d->info.same_as = gpuarr__g.devices[twin].info.device;
+        *out = d->info.device;
+        __atomic_store_n(&gpuarr__g.adopted_count, adopted + 1, __ATOMIC_RELEASE); /* the row is complete */
+        gpuarr__log(GPUARR_LOG_INFO, "adopted %s (%s), the same device as %s", d->info.spec, d->info.name, gpuarr__g.devices[twin].info.spec);
+    }
+    pthread_mutex_unlock(&gpuarr__g.registry_lock);
+    return r;
+}
+
+GPUARR_API gpuarr_result gpuarr_device_remove(gpuarr_device d) {
+    GPUARR__BEGIN();
+    gpuarr__dev *dev;
+    GPUARR__CHECK(gpuarr__get_dev_any(d, "d", &dev));
+    if (!dev->info.adopted)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "d is %s, which gpuarr_init found: only adopted devices are removed",
+                            dev->info.spec);
+    bool failed = false;
+    GPUARR__CHECK(gpuarr__device_quiesce(dev, "gpuarr_device_remove", true, &failed));
+    pthread_mutex_lock(&gpuarr__g.registry_lock);
+    dev->backend->device_forget(dev);
+    __atomic_store_n(&dev->removed, 1u, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&gpuarr__g.registry_lock);
+    gpuarr__log(GPUARR_LOG_INFO, "removed %s", dev->info.spec);
+    return GPUARR_OK;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -8290,6 +8469,7 @@ static gpuarr_result gpuarr__create(gpuarr_device d, gpuarr_dtype t, int ndim, c
     gpuarr__dev *dev;
     gpuarr__array *a = NULL;
     gpuarr__stream *s = NULL;
+    gpuarr__holds_release();
     GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
     if (!zero) { /* an array from this thread's cache waits for nothing: no stream is needed */
         int64_t count;
@@ -8682,6 +8862,77 @@ GPUARR_API gpuarr_result gpuarr__fill_named(const char *api, gpuarr_array arr, g
 }
 
 /* A new handle on a's memory: ndim/shape, starting byte_offset bytes into a. */
+static gpuarr_result gpuarr__view_publish(gpuarr__array *a, int ndim, const int64_t *shape, size_t byte_offset, gpuarr_array *out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Holds: an array kept alive for a native object handed to the caller (an exported cl_mem),
+ * until a driver callback says the caller let go. Such callbacks may run on driver threads where
+ * gpuarr must not call the driver: the hold goes on a list, released at the next array creation,
+ * device removal or shutdown. A callback after gpuarr_shutdown only frees the hold (the array
+ * went with the shutdown); one during it is not allowed, as with DLPack deleters.
+ * ------------------------------------------------------------------------------------------- */
+struct gpuarr__hold {
+    struct gpuarr__hold *next; /* on gpuarr__g.let_go */
+    gpuarr_array view;         /* a view of the whole array, behind a handle of its own */
+    uint32_t epoch;            /* the gpuarr_init cycle it belongs to */
+};
+
+/* A hold on a's elements once a's pending work is complete; *arr: a, with a reference. */
+static gpuarr_result gpuarr__hold_array(gpuarr_array a, gpuarr_backend backend, gpuarr__hold **out, gpuarr__array **arr) {
+    gpuarr__array *x;
+    GPUARR__CHECK(gpuarr__get_array(a, "a", &x));
+    gpuarr_result r = GPUARR_OK;
+    if (x->dev->backend->id != backend)
+        r = gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "a lives on %s, not on a %s device", x->dev->info.spec, gpuarr__backend_names[backend]);
+    gpuarr__event *ready = r == GPUARR_OK ? gpuarr__ready_get(x) : NULL;
+    if (ready) {
+        r = gpuarr__backend_event_sync(ready->dev, ready->native);
+        if (r == GPUARR_OK) gpuarr__collect_device(ready->dev);
+        gpuarr__obj_release(&ready->obj);
+    }
+    gpuarr__hold *h = r == GPUARR_OK ? (gpuarr__hold *)gpuarr__calloc(sizeof *h) : NULL;
+    if (r == GPUARR_OK && !h) r = gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory to hold a");
+    if (r == GPUARR_OK) r = gpuarr__view_publish(x, x->ndim, x->shape, 0, &h->view);
+    if (r != GPUARR_OK) {
+        gpuarr__free(h);
+        gpuarr__obj_release(&x->obj);
+        return r;
+    }
+    h->epoch = gpuarr__g.epoch;
+    *out = h;
+    *arr = x;
+    return GPUARR_OK;
+}
+
+/* The holder let go (any thread, a driver's callback included). */
+static void gpuarr__hold_let_go(gpuarr__hold *h) {
+    if (!gpuarr__initialized() || h->epoch != gpuarr__g.epoch) {
+        gpuarr__free(h);
+        return;
+    }
+    gpuarr__hold *head = __atomic_load_n(&gpuarr__g.let_go, __ATOMIC_ACQUIRE);
+    do h->next = head;
+    while (!__atomic_compare_exchange_n(&gpuarr__g.let_go, &head, h, true, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
+}
+
+/* The export failed after the hold was made: the view goes now. */
+static void gpuarr__hold_cancel(gpuarr__hold *h) {
+    gpuarr__obj *dropped = NULL;
+    if (gpuarr__table_release(&gpuarr__g.arrays, h->view.id, "a held view", &dropped) == GPUARR_OK) gpuarr__obj_release(dropped);
+    gpuarr__free(h);
+}
+
+/* Releases the holds let go so far (a thread where gpuarr may call the driver). */
+static void gpuarr__holds_release(void) {
+    if (!__atomic_load_n(&gpuarr__g.let_go, __ATOMIC_ACQUIRE)) return;
+    gpuarr__hold *h = __atomic_exchange_n(&gpuarr__g.let_go, NULL, __ATOMIC_ACQ_REL);
+    while (h) {
+        gpuarr__hold *next = h->next;
+        gpuarr__hold_cancel(h);
+        h = next;
+    }
+}
+
 static gpuarr_result gpuarr__view_publish(gpuarr__array *a, int ndim, const int64_t *shape, size_t byte_offset, gpuarr_array *out) {
     gpuarr__array *v;
     GPUARR__CHECK(gpuarr__array_alloc_struct(a->dev, a->dtype, ndim, shape, &v));
@@ -9179,7 +9430,7 @@ static gpuarr__dev *gpuarr__current_dev(void) {
     gpuarr_device d;
     d.id = gpuarr__tls.device_id;
     gpuarr__dev *dev;
-    if (d.id && (d.id >> 16) == gpuarr__epoch16() && (d.id & 0xffffu) >= 1u && (int)(d.id & 0xffffu) <= gpuarr__g.device_count &&
+    if (d.id && (d.id >> 16) == gpuarr__epoch16() && (d.id & 0xffffu) >= 1u && (int)(d.id & 0xffffu) <= gpuarr__devices_total() &&
         gpuarr__get_dev(d, "current device", &dev) == GPUARR_OK)
         return dev;
     return gpuarr__any_dev();

@@ -116,7 +116,9 @@ typedef void (*gpuarr__cl_event_fn)(gpuarr__cl_event, gpuarr__cl_int, void *);
     X(gpuarr__cl_context, clCreateContext,                                                     \
       (const gpuarr__cl_context_properties *, gpuarr__cl_uint, const gpuarr__cl_device_id *,   \
        gpuarr__cl_notify_fn, void *, gpuarr__cl_int *))                                        \
+    X(gpuarr__cl_int, clRetainContext, (gpuarr__cl_context))                                   \
     X(gpuarr__cl_int, clReleaseContext, (gpuarr__cl_context))                                  \
+    X(gpuarr__cl_int, clGetContextInfo, (gpuarr__cl_context, gpuarr__cl_uint, size_t, void *, size_t *)) \
     X(gpuarr__cl_command_queue, clCreateCommandQueue,                                          \
       (gpuarr__cl_context, gpuarr__cl_device_id, gpuarr__cl_bitfield, gpuarr__cl_int *))       \
     X(gpuarr__cl_int, clRetainCommandQueue, (gpuarr__cl_command_queue))                        \
@@ -217,6 +219,9 @@ typedef struct gpuarr__cl_device {
     size_t local_sizes[GPUARR_DTYPE_COUNT][GPUARR_DTYPE_COUNT]; /* each cast kernel's work-group size */
     struct gpuarr__cl_user_kernel *user_kernels; /* portable kernels built here (kernel_lock) */
     bool fp32_rounded; /* CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT: float / and sqrt correctly rounded on request */
+    size_t base_align; /* CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes: where sub-buffers may start */
+    bool adopted;      /* made of the caller's context (its platform row holds that context) */
+    gpuarr__cl_command_queue adopted_queue; /* the caller's queue for default streams, retained; or NULL */
 } gpuarr__cl_device;
 
 typedef struct gpuarr__cl_state {
@@ -227,9 +232,10 @@ typedef struct gpuarr__cl_state {
     pthread_mutex_t context_lock;
     pthread_mutex_t build_lock; /* one program build at a time, process-wide: drivers' compilers
                                    (PoCL's LLVM) are not all safe to run concurrently */
-    int platform_count, device_count;
-    gpuarr__cl_platform *platforms;
-    gpuarr__cl_device *devices;
+    int platform_count, device_count; /* found by load, then a row of each per adopted device */
+    int found_devices;                /* device_count at load */
+    gpuarr__cl_platform *platforms;   /* room for GPUARR__ADOPT_MAX more rows: they never move */
+    gpuarr__cl_device *devices;       /* the same */
     uint32_t host_calls; /* atomic: host functions handed to the driver and not yet finished */
 } gpuarr__cl_state;
 
@@ -401,7 +407,7 @@ static gpuarr_result gpuarr__cl_enumerate(gpuarr__cl_state *cl) {
     if (e == GPUARR__CL_PLATFORM_NOT_FOUND_KHR || np == 0) return GPUARR_OK; /* loader without drivers */
     if (e != GPUARR__CL_SUCCESS) return gpuarr__cl_fail(e, "clGetPlatformIDs", "listing OpenCL platforms");
     gpuarr__cl_platform_id *ids = (gpuarr__cl_platform_id *)gpuarr__calloc(sizeof *ids * np);
-    cl->platforms = (gpuarr__cl_platform *)gpuarr__calloc(sizeof *cl->platforms * np);
+    cl->platforms = (gpuarr__cl_platform *)gpuarr__calloc(sizeof *cl->platforms * (np + GPUARR__ADOPT_MAX));
     if (!ids || !cl->platforms) {
         gpuarr__free(ids);
         return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the OpenCL platform list");
@@ -412,7 +418,7 @@ static gpuarr_result gpuarr__cl_enumerate(gpuarr__cl_state *cl) {
         gpuarr__cl_uint nd = 0;
         if (cl->clGetDeviceIDs(ids[p], GPUARR__CL_DEVICE_TYPE_ALL, 0, NULL, &nd) == GPUARR__CL_SUCCESS) total += nd;
     }
-    cl->devices = (gpuarr__cl_device *)gpuarr__calloc(sizeof *cl->devices * GPUARR__MAX(total, 1u));
+    cl->devices = (gpuarr__cl_device *)gpuarr__calloc(sizeof *cl->devices * (total + GPUARR__ADOPT_MAX));
     if (!cl->devices) {
         gpuarr__free(ids);
         return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the OpenCL device list");
@@ -436,6 +442,7 @@ static gpuarr_result gpuarr__cl_enumerate(gpuarr__cl_state *cl) {
         }
     }
     gpuarr__free(ids);
+    cl->found_devices = cl->device_count;
     return e == GPUARR__CL_SUCCESS ? GPUARR_OK : gpuarr__cl_fail(e, "clGetPlatformIDs", "listing OpenCL platforms");
 }
 
@@ -453,7 +460,7 @@ static gpuarr_result gpuarr__cl_load(void) {
 
 static int gpuarr__cl_device_count(void) {
     gpuarr__cl_state *cl = (gpuarr__cl_state *)gpuarr__g.backend_state[GPUARR_BACKEND_OPENCL];
-    return cl ? cl->device_count : 0;
+    return cl ? __atomic_load_n(&cl->device_count, __ATOMIC_ACQUIRE) : 0;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -581,6 +588,7 @@ static gpuarr_result gpuarr__cl_device_info(int index, gpuarr_device_info *info)
     /* one query (GPUARR__MAX evaluates its arguments twice: a second query that failed made it 0) */
     size_t base_align = (size_t)gpuarr__cl_info_u32(d->id, GPUARR__CL_DEVICE_MEM_BASE_ADDR_ALIGN) / 8u;
     d->host_align = GPUARR__MAX((size_t)64, base_align);
+    d->base_align = GPUARR__MAX((size_t)1, base_align);
     info->host_unified = d->host_unified;
     /* GPUARR_OPENCL_FP64=off treats every device as lacking doubles (slow or emulated fp64). */
     d->fp64 = gpuarr__setting_value(GPUARR__SET_OPENCL_FP64, 1) && gpuarr__cl_has_extension(cl, d->id, "cl_khr_fp64");
@@ -1859,6 +1867,171 @@ static gpuarr_result gpuarr__opencl_wrap_queue_raw(gpuarr_device d, void *queue,
     return gpuarr__stream_publish(s, out);
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Adopted devices (ADOPTED DEVICES): the caller's context sits in a platform row of its own, so
+ * every path that asks a device for its context (buffers, programs, queues, the wrap checks)
+ * gets the caller's, and peer copies (same platform row) stay within one context.
+ * ------------------------------------------------------------------------------------------- */
+#define GPUARR__CL_CONTEXT_DEVICES 0x1081u
+#define GPUARR__CL_CONTEXT_NUM_DEVICES 0x1083u
+#define GPUARR__CL_DEVICE_PLATFORM 0x1031u
+
+/* Whether id is one of ctx's devices (INVALID_ARGUMENT saying why not). */
+static gpuarr_result gpuarr__cl_context_has(gpuarr__cl_context ctx, gpuarr__cl_device_id id) {
+    gpuarr__cl_state *cl = &GPUARR__CL;
+    gpuarr__cl_uint n = 0;
+    gpuarr__cl_int e = cl->clGetContextInfo(ctx, GPUARR__CL_CONTEXT_NUM_DEVICES, sizeof n, &n, NULL);
+    if (e != GPUARR__CL_SUCCESS || n == 0)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "cl_context is not a valid cl_context (clGetContextInfo: %s)",
+                            gpuarr__cl_error_name(e));
+    gpuarr__cl_device_id *ids = (gpuarr__cl_device_id *)gpuarr__calloc(sizeof *ids * n);
+    if (!ids) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for cl_context's device list");
+    bool found = false;
+    if (cl->clGetContextInfo(ctx, GPUARR__CL_CONTEXT_DEVICES, sizeof *ids * n, ids, NULL) == GPUARR__CL_SUCCESS)
+        for (gpuarr__cl_uint i = 0; i < n; i++) found |= ids[i] == id;
+    gpuarr__free(ids);
+    if (!found) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "cl_device_id is not one of cl_context's %u devices", n);
+    return GPUARR_OK;
+}
+
+/* The caller's queue, if any, must be of ctx and id, and in order (gpuarr orders by queue order). */
+static gpuarr_result gpuarr__cl_adopt_queue_check(gpuarr__cl_context ctx, gpuarr__cl_device_id id, gpuarr__cl_command_queue q) {
+    gpuarr__cl_state *cl = &GPUARR__CL;
+    gpuarr__cl_context q_ctx = NULL;
+    gpuarr__cl_device_id q_dev = NULL;
+    gpuarr__cl_bitfield props = 0;
+    if (cl->clGetCommandQueueInfo(q, GPUARR__CL_QUEUE_CONTEXT, sizeof q_ctx, &q_ctx, NULL) != GPUARR__CL_SUCCESS ||
+        cl->clGetCommandQueueInfo(q, GPUARR__CL_QUEUE_DEVICE, sizeof q_dev, &q_dev, NULL) != GPUARR__CL_SUCCESS ||
+        cl->clGetCommandQueueInfo(q, GPUARR__CL_QUEUE_PROPERTIES, sizeof props, &props, NULL) != GPUARR__CL_SUCCESS)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "cl_command_queue is not a valid cl_command_queue");
+    if (q_ctx != ctx || q_dev != id)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "cl_command_queue belongs to another %s than the one adopted",
+                            q_ctx != ctx ? "context" : "device");
+    if (props & GPUARR__CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "cl_command_queue is out of order (CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE): "
+                                                           "gpuarr orders a stream's work by queue order; pass an in-order queue or NULL");
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__cl_device_adopt(void *context, void *device, void *queue, int *index, int *same) {
+    gpuarr__cl_state *cl = &GPUARR__CL;
+    gpuarr__cl_context ctx = (gpuarr__cl_context)context;
+    gpuarr__cl_device_id id = (gpuarr__cl_device_id)device;
+    gpuarr__cl_command_queue q = (gpuarr__cl_command_queue)queue;
+    if (!ctx) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "cl_context is NULL");
+    if (!id) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "cl_device_id is NULL");
+    if (!cl->devices || !cl->platforms)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "cl_context: the OpenCL loader gpuarr uses lists no platform");
+    GPUARR__CHECK(gpuarr__cl_context_has(ctx, id));
+    if (q) GPUARR__CHECK(gpuarr__cl_adopt_queue_check(ctx, id, q));
+    for (int i = cl->found_devices; i < cl->device_count; i++)
+        if (cl->devices[i].adopted && cl->devices[i].id == id && cl->platforms[cl->devices[i].platform].context == ctx)
+            return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "that cl_context and cl_device_id are adopted already, as opencl:%d "
+                                                               "(one device per context and device)", i);
+    gpuarr__cl_platform *pl = &cl->platforms[cl->platform_count];
+    gpuarr__cl_device *d = &cl->devices[cl->device_count];
+    memset(pl, 0, sizeof *pl);
+    memset(d, 0, sizeof *d);
+    if (cl->clGetDeviceInfo(id, GPUARR__CL_DEVICE_PLATFORM, sizeof pl->id, &pl->id, NULL) != GPUARR__CL_SUCCESS)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "cl_device_id is not a valid cl_device_id");
+    cl->clGetPlatformInfo(pl->id, GPUARR__CL_PLATFORM_VERSION, sizeof pl->version - 1, pl->version, NULL);
+    *same = -1;
+    for (int i = 0; i < cl->found_devices; i++)
+        if (cl->devices[i].id == id) *same = i;
+    cl->clRetainContext(ctx);
+    if (q) cl->clRetainCommandQueue(q);
+    pl->context = ctx;
+    d->id = id;
+    d->platform = cl->platform_count++;
+    d->adopted = true;
+    d->adopted_queue = q;
+    pthread_mutex_init(&d->kernel_lock, NULL);
+    pthread_mutex_init(&d->mem_lock, NULL);
+    *index = cl->device_count;
+    __atomic_store_n(&cl->device_count, cl->device_count + 1, __ATOMIC_RELEASE);
+    return GPUARR_OK;
+}
+
+/* The caller's objects go back; the rows stay (an adopted device's row is never reused). */
+static void gpuarr__cl_device_forget(gpuarr__dev *d) {
+    gpuarr__cl_state *cl = &GPUARR__CL;
+    gpuarr__cl_device *cd = GPUARR__CL_DEV(d);
+    gpuarr__cl_platform *pl = &cl->platforms[cd->platform];
+    if (cd->adopted_queue) cl->clReleaseCommandQueue(cd->adopted_queue);
+    if (pl->context) cl->clReleaseContext(pl->context);
+    cd->adopted_queue = NULL;
+    pl->context = NULL;
+}
+
+/* Every thread's default stream of an adopted device with a queue runs on that queue. */
+static gpuarr_result gpuarr__cl_stream_create_default(gpuarr__dev *d, void **native) {
+    gpuarr__cl_command_queue q = GPUARR__CL_DEV(d)->adopted_queue;
+    if (!q) return gpuarr__cl_stream_create(d, native);
+    GPUARR__CHECK(gpuarr__cl_stream_wrap(q, native));
+    GPUARR__CL.clRetainCommandQueue(q); /* the stream's reference */
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__opencl_adopt_raw(void *context, void *device, void *queue, gpuarr_device *out) {
+    GPUARR__REQUIRE_PTR(out);
+    return gpuarr__registry_adopt(GPUARR_BACKEND_OPENCL, context, device, queue, out);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Exported buffers: a sub-buffer over exactly an array's bytes, whose destructor callback lets
+ * go of the array's hold once the caller's last reference goes.
+ * ------------------------------------------------------------------------------------------- */
+#define GPUARR__CL_MEM_ASSOCIATED_MEMOBJECT 0x1107u
+#define GPUARR__CL_MEM_OFFSET 0x1108u
+
+static void gpuarr__cl_export_gone(gpuarr__cl_mem mem, void *hold) {
+    GPUARR__UNUSED(mem);
+    gpuarr__hold_let_go((gpuarr__hold *)hold);
+}
+
+/* The sub-buffer of a's bytes, made from the buffer that holds them (not a sub-buffer itself). */
+static gpuarr_result gpuarr__cl_export_sub(gpuarr__dev *dev, const gpuarr__array *a, gpuarr__cl_mem *out) {
+    gpuarr__cl_state *cl = &GPUARR__CL;
+    gpuarr__cl_mem base = (gpuarr__cl_mem)a->mem, parent = NULL;
+    size_t origin = a->offset, parent_offset = 0;
+    if (cl->clGetMemObjectInfo(base, GPUARR__CL_MEM_ASSOCIATED_MEMOBJECT, sizeof parent, &parent, NULL) == GPUARR__CL_SUCCESS && parent &&
+        cl->clGetMemObjectInfo(base, GPUARR__CL_MEM_OFFSET, sizeof parent_offset, &parent_offset, NULL) == GPUARR__CL_SUCCESS) {
+        base = parent;
+        origin += parent_offset;
+    }
+    size_t align = GPUARR__CL_DEV(dev)->base_align;
+    if (a->nbytes == 0) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "a is empty: OpenCL has no buffer of 0 bytes");
+    if (origin % align != 0)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "a starts at byte %zu of its buffer, not a multiple of %s's "
+                            "CL_DEVICE_MEM_BASE_ADDR_ALIGN (%zu bytes): a sub-buffer cannot start there; export a copy",
+                            origin, dev->info.spec, align);
+    size_t region[2] = {origin, a->nbytes};
+    gpuarr__cl_int e = GPUARR__CL_SUCCESS;
+    *out = cl->clCreateSubBuffer(base, GPUARR__CL_MEM_READ_WRITE, GPUARR__CL_BUFFER_CREATE_TYPE_REGION, region, &e);
+    if (!*out) return gpuarr__cl_fail(e, "clCreateSubBuffer", dev->info.spec);
+    return GPUARR_OK;
+}
+
+static gpuarr_result gpuarr__opencl_export_mem_raw(gpuarr_array a, void **out) {
+    GPUARR__REQUIRE_PTR(out);
+    gpuarr__hold *hold;
+    gpuarr__array *arr;
+    GPUARR__CHECK(gpuarr__hold_array(a, GPUARR_BACKEND_OPENCL, &hold, &arr));
+    gpuarr__cl_mem sub = NULL;
+    gpuarr_result r = gpuarr__cl_export_sub(arr->dev, arr, &sub);
+    if (r == GPUARR_OK) {
+        gpuarr__cl_int e = GPUARR__CL.clSetMemObjectDestructorCallback(sub, gpuarr__cl_export_gone, hold);
+        if (e != GPUARR__CL_SUCCESS) {
+            GPUARR__CL.clReleaseMemObject(sub);
+            r = gpuarr__cl_fail(e, "clSetMemObjectDestructorCallback", arr->dev->info.spec);
+        }
+    }
+    if (r == GPUARR_OK) *out = sub;
+    else gpuarr__hold_cancel(hold);
+    gpuarr__obj_release(&arr->obj);
+    return r;
+}
+
 static const gpuarr__interop_OPENCL gpuarr__cl_interop = {GPUARR_BACKEND_OPENCL, GPUARR__INTEROP_OPENCL(GPUARR__INTEROP_IMPL)};
 
 /* The OpenCL table: asynchronous, devices named "opencl:N", device memory, copies from pageable
@@ -1879,6 +2052,8 @@ static void gpuarr__cl_backend_fill(gpuarr__backend *b) {
     b->device_info = gpuarr__cl_device_info;
     b->device_open = gpuarr__cl_device_open;
     b->device_close = gpuarr__cl_device_close;
+    b->device_adopt = gpuarr__cl_device_adopt;
+    b->device_forget = gpuarr__cl_device_forget;
     b->mem_info = gpuarr__cl_mem_info;
     b->mem_alloc = gpuarr__cl_mem_alloc;
     b->mem_free = gpuarr__cl_mem_free;
@@ -1899,6 +2074,7 @@ static void gpuarr__cl_backend_fill(gpuarr__backend *b) {
     b->kernel_launch = gpuarr__cl_kernel_launch;
     b->launch_host_fn = gpuarr__cl_launch_host_fn;
     b->stream_create = gpuarr__cl_stream_create;
+    b->stream_create_default = gpuarr__cl_stream_create_default;
     b->stream_destroy = gpuarr__cl_stream_destroy;
     b->stream_sync = gpuarr__cl_stream_sync;
     b->stream_query = gpuarr__cl_stream_query;

@@ -254,9 +254,9 @@ static gpuarr_result gpuarr__dlpack_device(DLDevice d, gpuarr__dev **out) {
         return gpuarr__fail(GPUARR_ERROR_NO_DEVICE, "t's device_type %d has no gpuarr backend (kDLCPU, kDLCUDAHost, kDLCUDA "
                                                     "and kDLOpenCL have)", (int)d.device_type);
     }
-    for (int i = 0; i < gpuarr__g.device_count; i++) {
+    for (int i = 0; i < gpuarr__devices_total(); i++) { /* adopted devices too: their index follows the others' */
         gpuarr__dev *dev = &gpuarr__g.devices[i];
-        if (dev->backend->id == b && dev->info.index == d.device_id) {
+        if (dev->backend->id == b && dev->info.index == d.device_id && !__atomic_load_n(&dev->removed, __ATOMIC_ACQUIRE)) {
             *out = dev;
             return GPUARR_OK;
         }

@@ -505,7 +505,7 @@ static gpuarr_result gpuarr__cands_item(gpuarr__lease_cands *c, const char *arg,
         gpuarr__copy_string(why, sizeof why, gpuarr__tls.error_detail);
         return gpuarr__fail(r, "%s = \"%s\": %s", arg, list, why);
     }
-    gpuarr__cands_add(c, (int)(d - gpuarr__g.devices));
+    gpuarr__cands_add(c, (int)(gpuarr__dev_view(d) - gpuarr__g.devices)); /* an adopted device: its own view */
     return GPUARR_OK;
 }
 
@@ -913,7 +913,7 @@ GPUARR_API gpuarr_result gpuarr_device_set_slots(gpuarr_device d, int slots) {
     if (slots < 1 || slots > GPUARR__LEASE_MAX_SLOTS)
         return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "slots = %d: must be 1..%d", slots, GPUARR__LEASE_MAX_SLOTS);
     gpuarr__lease_state *ls = gpuarr__lease_st();
-    int p = gpuarr__lease_phys((int)(dev - gpuarr__g.devices));
+    int p = gpuarr__lease_phys((int)(gpuarr__dev_view(dev) - gpuarr__g.devices));
     gpuarr_result r = GPUARR_OK;
     pthread_mutex_lock(&ls->lock);
     if (slots < ls->in_use[p])
@@ -933,7 +933,7 @@ GPUARR_API gpuarr_result gpuarr_device_get_slots(gpuarr_device d, int *total, in
     gpuarr__dev *dev;
     GPUARR__CHECK(gpuarr__get_dev_any(d, "d", &dev));
     gpuarr__lease_state *ls = gpuarr__lease_st();
-    int p = gpuarr__lease_phys((int)(dev - gpuarr__g.devices));
+    int p = gpuarr__lease_phys((int)(gpuarr__dev_view(dev) - gpuarr__g.devices));
     pthread_mutex_lock(&ls->lock);
     *total = ls->total[p];
     *in_use = ls->in_use[p];
@@ -959,7 +959,7 @@ GPUARR_API gpuarr_result gpuarr_lease_summary(gpuarr_device d, char *buf, size_t
     gpuarr__dev *dev;
     GPUARR__CHECK(gpuarr__get_dev_any(d, "d", &dev));
     gpuarr__lease_state *ls = gpuarr__lease_st();
-    int p = gpuarr__lease_phys((int)(dev - gpuarr__g.devices));
+    int p = gpuarr__lease_phys((int)(gpuarr__dev_view(dev) - gpuarr__g.devices));
     gpuarr__lease_summary_out o = {buf, len, dev->info.spec};
     buf[0] = '\0';
     gpuarr_result res = GPUARR_OK;

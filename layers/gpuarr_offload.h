@@ -1340,7 +1340,7 @@ GPUARR_API gpuarr_result gpuarr_task_get_stats(gpuarr_task t, gpuarr_device d, g
     pthread_mutex_lock(&os->lock);
     gpuarr__task_rec *rec;
     gpuarr_result r = gpuarr__task_get(t, "t", &rec);
-    gpuarr__tmodel *m = r == GPUARR_OK ? gpuarr__model_get(rec->name, (int)(dev - gpuarr__g.devices)) : NULL;
+    gpuarr__tmodel *m = r == GPUARR_OK ? gpuarr__model_get(rec->name, (int)(gpuarr__dev_view(dev) - gpuarr__g.devices)) : NULL;
     if (r == GPUARR_OK && !m) r = gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for a task model");
     if (r == GPUARR_OK) {
         memset(out, 0, sizeof *out);

@@ -78,7 +78,7 @@ static gpuarr__xfer_model *gpuarr__xfer_at(int src, int dst, gpuarr__xfer_mem me
     return &xs->models[(((size_t)src * (size_t)xs->n + (size_t)dst) * GPUARR__XFER_MEM_COUNT + (size_t)mem) * 2 + (size_t)cast];
 }
 
-static int gpuarr__xfer_index(const gpuarr__dev *d) { return (int)(d - gpuarr__g.devices); }
+static int gpuarr__xfer_index(const gpuarr__dev *d) { return d->view; } /* an adopted device: its own view */
 
 /* ---------------------------------------------------------------------------------------------
  * Start and stop (gpuarr_init, the last gpuarr_shutdown)

@@ -55,7 +55,9 @@
     X(OC, cl_context, clCreateContext,                                                              \
       (const cl_context_properties *a, cl_uint b, const cl_device_id *c,                           \
        void(CL_CALLBACK *d)(const char *, const void *, size_t, void *), void *e, cl_int *errcode_ret), (a, b, c, d, e, errcode_ret)) \
+    X(I, cl_int, clRetainContext, (cl_context a), (a))                                             \
     X(I, cl_int, clReleaseContext, (cl_context a), (a))                                            \
+    X(I, cl_int, clGetContextInfo, (cl_context a, cl_context_info b, size_t c, void *d, size_t *e), (a, b, c, d, e)) \
     X(OC, cl_command_queue, clCreateCommandQueue, (cl_context a, cl_device_id b, cl_command_queue_properties c, cl_int *errcode_ret), \
       (a, b, c, errcode_ret))                                                                      \
     X(I, cl_int, clRetainCommandQueue, (cl_command_queue a), (a))                                  \
