@@ -649,10 +649,10 @@ static void gpuarr__cu_device_close(gpuarr__dev *d) {
     ds->ctx = NULL;
 }
 
-/* After device_close: the primary context goes, with everything in it (the CUDA runtime's use of
-   it too); device_open makes a fresh one. Peer access was enabled to the old one: asked anew. */
 static gpuarr_result gpuarr__cu_adopted_reset(gpuarr__dev *d);
 
+/* After device_close: the primary context goes, with everything in it (the CUDA runtime's use of
+   it too); device_open makes a fresh one. Peer access was enabled to the old one: asked anew. */
 static gpuarr_result gpuarr__cu_device_reset(gpuarr__dev *d) {
     gpuarr__cu_state *cu = &GPUARR__CU;
     gpuarr__cu_device_state *ds = GPUARR__CU_DEV(d);
