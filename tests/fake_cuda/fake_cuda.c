@@ -15,7 +15,16 @@
  *   - device addresses are non-canonical (dereferencing one on the host crashes) and never
  *     reused; every copy, memset and kernel argument is checked against the allocations;
  *   - every call that needs a context fails with CUDA_ERROR_INVALID_CONTEXT without one, and a
- *     stream, event or function used from another device's context is refused;
+ *     stream, event or function used from another context is refused;
+ *   - contexts: each device's primary one, and those cuCtxCreate (_v2, _v4) makes, pushed on the
+ *     thread's context stack (cuCtxPushCurrent/PopCurrent; cuCtxSetCurrent replaces its top, NULL
+ *     pops). Memory, pinned blocks, streams, events and modules belong to the context current at
+ *     their creation; a kernel reaches only its context's memory and that of contexts it enabled
+ *     peer access to (never another context of the same device); cuMemcpyPeer copies between any
+ *     two. cuCtxDestroy runs the context's queued work, then frees all it holds; a destroyed or
+ *     unknown context handle is refused with CUDA_ERROR_INVALID_CONTEXT (CONTEXT_IS_DESTROYED
+ *     where it is still current on a thread), and a freed event, module or function handle with
+ *     CUDA_ERROR_INVALID_HANDLE, never read;
  *   - modules are PTX (its .version checked against FAKE_CUDA_PTX_MAX_ISA, default 9.0, and its
  *     .target against the device) or a CUDA ELF cubin for the device's sm; kernels named
  *     gpuarr_k_cast_<S>_<T> run gpuarr's own host reference casts, over the launched threads;
