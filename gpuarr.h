@@ -4624,8 +4624,8 @@ static gpuarr_result gpuarr__stream_adopt(gpuarr__dev *d, void *native, gpuarr__
 static int gpuarr__devices_total(void);
 static gpuarr_result gpuarr__registry_adopt(gpuarr_backend id, void *context, void *device, void *queue, gpuarr_device *out);
 typedef struct gpuarr__hold gpuarr__hold;
-static gpuarr_result gpuarr__hold_array(gpuarr_array a, gpuarr_backend backend, gpuarr__hold **out, gpuarr__array **arr);
-static void gpuarr__hold_let_go(gpuarr__hold *h);
+GPUARR__FOR_BACKENDS static gpuarr_result gpuarr__hold_array(gpuarr_array a, gpuarr_backend backend, gpuarr__hold **out, gpuarr__array **arr);
+GPUARR__FOR_BACKENDS static void gpuarr__hold_let_go(gpuarr__hold *h);
 static void gpuarr__hold_cancel(gpuarr__hold *h);
 static void gpuarr__holds_release(void);
 static gpuarr_result gpuarr__stream_publish(gpuarr__stream *s, gpuarr_stream *out);
@@ -8908,7 +8908,7 @@ struct gpuarr__hold {
 };
 
 /* A hold on a's elements once a's pending work is complete; *arr: a, with a reference. */
-static gpuarr_result gpuarr__hold_array(gpuarr_array a, gpuarr_backend backend, gpuarr__hold **out, gpuarr__array **arr) {
+GPUARR__FOR_BACKENDS static gpuarr_result gpuarr__hold_array(gpuarr_array a, gpuarr_backend backend, gpuarr__hold **out, gpuarr__array **arr) {
     gpuarr__array *x;
     GPUARR__CHECK(gpuarr__get_array(a, "a", &x));
     gpuarr_result r = GPUARR_OK;
@@ -8935,7 +8935,7 @@ static gpuarr_result gpuarr__hold_array(gpuarr_array a, gpuarr_backend backend, 
 }
 
 /* The holder let go (any thread, a driver's callback included). */
-static void gpuarr__hold_let_go(gpuarr__hold *h) {
+GPUARR__FOR_BACKENDS static void gpuarr__hold_let_go(gpuarr__hold *h) {
     if (!gpuarr__initialized() || h->epoch != gpuarr__g.epoch) {
         gpuarr__free(h);
         return;
