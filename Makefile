@@ -156,7 +156,7 @@ $(foreach f,rel asan tsan,$(BUILD)/$(f)/tests/test_kernel_math): tests/kernel_ma
 # One suite, run on each device class: the host, and OpenCL on PoCL (installed above, so its
 # absence is a failure: GPUARR_TEST_REQUIRE=1). The OpenCL-specific tests use two PoCL devices.
 TEST_DEVICES ?= host opencl:0
-GENERIC_TESTS := $(filter-out test_opencl test_opencl_adopt test_cuda test_failures test_local_rank test_setuid $(WHITEBOX_TESTS),$(TESTS))
+GENERIC_TESTS := $(filter-out test_opencl test_opencl_adopt test_cuda test_cuda_adopt test_failures test_local_rank test_setuid $(WHITEBOX_TESTS),$(TESTS))
 # ... and again on opencl:0 handled as a discrete GPU (own memory, pinned staging): the paths a
 # CUDA or discrete OpenCL device takes, on PoCL. The cast tables and the kernel math functions
 # are the same there: not rerun.

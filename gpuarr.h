@@ -638,6 +638,25 @@
  * gpuarr_cuda_* (below) give the context, ordinal, streams and device pointers, and wrap a
  * caller's pointer or stream without taking ownership.
  *
+ * A context the program made itself (cuCtxCreate) becomes a device with gpuarr_cuda_adopt(ctx,
+ * &d): "cuda:N" after the devices gpuarr_init found, info.adopted set, info.same_as the cuda:K of
+ * the same GPU. Every gpuarr driver call for d runs with ctx current (put back after, as for
+ * primary contexts); d's memory, streams, events and kernels are made in ctx, and
+ * gpuarr_cuda_context(d) returns ctx. A context is its own GPU address space: with unified
+ * addressing (every 64-bit platform) a pointer's value is unique in the process, but the memory
+ * belongs to the context that allocated it, and a kernel of another context -- even on the same
+ * GPU -- cannot read it (two contexts of one GPU cannot enable peer access to each other). So an
+ * array of d and an array of cuda:K are not interchangeable: gpuarr_cuda_wrap_ptr and
+ * gpuarr_cuda_wrap_stream on d take only pointers and streams of ctx (one of the primary context
+ * is refused, saying so, and the other way round), and gpuarr_convert / gpuarr_copy between d
+ * and cuda:K copy the bytes on the GPU (cuMemcpyPeer, which works across contexts); to other GPUs
+ * they go peer to peer where the GPUs can, else through pinned host memory, as between any two
+ * devices. gpuarr holds no reference on ctx (CUDA counts none on created contexts): the caller
+ * must keep it alive until gpuarr_device_remove(d) or gpuarr_shutdown, after which gpuarr never
+ * touches it. gpuarr_device_reset(d) never destroys ctx: it drops gpuarr's own objects in it and
+ * makes them anew; when a sticky error has corrupted ctx, which only the caller's cuCtxDestroy
+ * ends, it fails with GPUARR_ERROR_DEVICE_LOST saying to remove d and adopt a new context.
+ *
  * =============================================================================================
  * OPENCL
  * =============================================================================================
@@ -2331,7 +2350,7 @@ GPUARR_API gpuarr_result gpuarr_opencl_export_mem_raw(gpuarr_array a, void **cl_
  * ------------------------------------------------------------------------------------------- */
 struct CUctx_st;
 struct CUstream_st;
-/* d's primary context (the CUDA runtime's for that device too). */
+/* d's primary context (the CUDA runtime's for that device too); an adopted device's: the caller's. */
 GPUARR_API gpuarr_result gpuarr_cuda_context(gpuarr_device d, struct CUctx_st **out);
 /* The CUDA device ordinal (cudaSetDevice's; "cuda:N" is ordinal N). */
 GPUARR_API gpuarr_result gpuarr_cuda_device_ordinal(gpuarr_device d, int *out);
@@ -2345,6 +2364,16 @@ GPUARR_API gpuarr_result gpuarr_cuda_wrap_ptr(gpuarr_device d, void *ptr, gpuarr
                                               gpuarr_release_fn release, void *user_data, gpuarr_array *out);
 /* A stream on d whose work runs on `stream`, one of d's primary context (runtime's or driver's). */
 GPUARR_API gpuarr_result gpuarr_cuda_wrap_stream(gpuarr_device d, struct CUstream_st *stream, gpuarr_stream *out);
+/* A new device (*out, "cuda:N" after those gpuarr_init found; info.adopted, info.same_as = the
+   cuda:K of the same GPU) whose driver calls all run in ctx, a context the caller made with
+   cuCtxCreate (see CUDA in the manual). The caller keeps ctx alive until gpuarr_device_remove(*out)
+   or gpuarr_shutdown: CUDA counts no references on such contexts, so gpuarr holds none. Errors:
+   GPUARR_ERROR_INVALID_ARGUMENT for ctx NULL, not a usable context (destroyed, never one, or
+   corrupted by a sticky error: the driver's answer is named), a device's primary context (use
+   that cuda:K), or a context adopted already (the message names its device); UNSUPPORTED without
+   the CUDA backend; OUT_OF_MEMORY past GPUARR__ADOPT_MAX adoptions in one gpuarr_init cycle.
+   Thread-safe. */
+GPUARR_API gpuarr_result gpuarr_cuda_adopt(struct CUctx_st *ctx, gpuarr_device *out);
 
 /* ---------------------------------------------------------------------------------------------
  * Tracing (see TRACING in the manual). These work with or without gpuarr_init.
@@ -4657,8 +4686,8 @@ static gpuarr_result gpuarr__stream_adopt(gpuarr__dev *d, void *native, gpuarr__
 static int gpuarr__devices_total(void);
 static gpuarr_result gpuarr__registry_adopt(gpuarr_backend id, void *context, void *device, void *queue, gpuarr_device *out);
 typedef struct gpuarr__hold gpuarr__hold;
-static gpuarr_result gpuarr__hold_array(gpuarr_array a, gpuarr_backend backend, gpuarr__hold **out, gpuarr__array **arr);
-static void gpuarr__hold_let_go(gpuarr__hold *h);
+GPUARR__FOR_BACKENDS static gpuarr_result gpuarr__hold_array(gpuarr_array a, gpuarr_backend backend, gpuarr__hold **out, gpuarr__array **arr);
+GPUARR__FOR_BACKENDS static void gpuarr__hold_let_go(gpuarr__hold *h);
 static void gpuarr__hold_cancel(gpuarr__hold *h);
 static void gpuarr__holds_release(void);
 static gpuarr_result gpuarr__stream_publish(gpuarr__stream *s, gpuarr_stream *out);
@@ -4682,7 +4711,8 @@ static gpuarr_result gpuarr__resolve_stream_of(gpuarr_stream s, gpuarr_backend b
       (gpuarr_device d, void *ptr, gpuarr_dtype t, int ndim, const int64_t *shape, gpuarr_release_fn release, \
        void *user_data, gpuarr_array *out),                                                    \
       (d, ptr, t, ndim, shape, release, user_data, out))                                       \
-    X(CUDA, cuda_wrap_stream, (gpuarr_device d, struct CUstream_st *stream, gpuarr_stream *out), (d, stream, out))
+    X(CUDA, cuda_wrap_stream, (gpuarr_device d, struct CUstream_st *stream, gpuarr_stream *out), (d, stream, out)) \
+    X(CUDA, cuda_adopt, (struct CUctx_st *ctx, gpuarr_device *out), (ctx, out))
 #define GPUARR__INTEROP_OPENCL(X)                                                              \
     X(OPENCL, opencl_context_raw, (gpuarr_device d, void **cl_context_out), (d, cl_context_out)) \
     X(OPENCL, opencl_device_id_raw, (gpuarr_device d, void **cl_device_id_out), (d, cl_device_id_out)) \
@@ -8940,7 +8970,7 @@ struct gpuarr__hold {
 };
 
 /* A hold on a's elements once a's pending work is complete; *arr: a, with a reference. */
-static gpuarr_result gpuarr__hold_array(gpuarr_array a, gpuarr_backend backend, gpuarr__hold **out, gpuarr__array **arr) {
+GPUARR__FOR_BACKENDS static gpuarr_result gpuarr__hold_array(gpuarr_array a, gpuarr_backend backend, gpuarr__hold **out, gpuarr__array **arr) {
     gpuarr__array *x;
     GPUARR__CHECK(gpuarr__get_array(a, "a", &x));
     gpuarr_result r = GPUARR_OK;
@@ -8967,7 +8997,7 @@ static gpuarr_result gpuarr__hold_array(gpuarr_array a, gpuarr_backend backend, 
 }
 
 /* The holder let go (any thread, a driver's callback included). */
-static void gpuarr__hold_let_go(gpuarr__hold *h) {
+GPUARR__FOR_BACKENDS static void gpuarr__hold_let_go(gpuarr__hold *h) {
     if (!gpuarr__initialized() || h->epoch != gpuarr__g.epoch) {
         gpuarr__free(h);
         return;

@@ -80,6 +80,8 @@ struct CUuuid_st; /* 16 bytes */
     X(gpuarr__cu_result, cuDevicePrimaryCtxReset_v2, (gpuarr__cu_device))                      \
     X(gpuarr__cu_result, cuCtxGetCurrent, (gpuarr__cu_context *))                              \
     X(gpuarr__cu_result, cuCtxSetCurrent, (gpuarr__cu_context))                                \
+    X(gpuarr__cu_result, cuCtxGetDevice, (gpuarr__cu_device *))                                \
+    X(gpuarr__cu_result, cuCtxGetApiVersion, (gpuarr__cu_context, unsigned int *))             \
     X(gpuarr__cu_result, cuCtxEnablePeerAccess, (gpuarr__cu_context, unsigned int))            \
     X(gpuarr__cu_result, cuMemGetInfo_v2, (size_t *, size_t *))                                \
     X(gpuarr__cu_result, cuMemAlloc_v2, (gpuarr__cu_ptr *, size_t))                            \
@@ -224,7 +226,10 @@ GPUARR__STATIC_ASSERT(sizeof(gpuarr__nvml_utilization) == 8 && offsetof(gpuarr__
 
 typedef struct gpuarr__cu_device_state {
     gpuarr__cu_device dev;
-    gpuarr__cu_context ctx; /* the primary context, retained while the device is open */
+    gpuarr__cu_context ctx; /* the primary context, retained while the device is open; an adopted device's: the caller's */
+    gpuarr__cu_context adopted; /* gpuarr_cuda_adopt: the caller's context (not retained: CUDA counts no references on
+                                   created contexts), NULL once forgotten; NULL for the devices load found */
+    bool is_adopted;
     int cc_major, cc_minor;
     pthread_mutex_t kernel_lock; /* builds */
     gpuarr_result build_result;  /* a failure to get kernels at all, remembered; OK otherwise */
@@ -254,7 +259,8 @@ typedef struct gpuarr__cu_state {
     GPUARR__CU_PROCS(GPUARR__CU_PROC_MEMBER)
     GPUARR__CU_OPTIONAL_PROCS(GPUARR__CU_PROC_MEMBER)
     int driver_version;
-    int device_count;
+    int device_count;  /* found by load; adopted devices follow them (adopted_count, room for GPUARR__ADOPT_MAX) */
+    int adopted_count; /* rows are never reused: a removed device's index stays its own */
     gpuarr__cu_device_state *devices;
     pthread_mutex_t peer_lock;
     pthread_mutex_t host_lock; /* the devices' host_calls lists */
@@ -441,7 +447,7 @@ static void gpuarr__cu_unload(void) {
     gpuarr__cu_state *cu = (gpuarr__cu_state *)gpuarr__g.backend_state[GPUARR_BACKEND_CUDA];
     if (!cu) return;
     if (cu->sim_hooks_set) cu->sim_hooks_set(gpuarr__cu_sim_hooks(), 0);
-    for (int i = 0; i < cu->device_count; i++) {
+    for (int i = 0; i < cu->device_count + cu->adopted_count; i++) {
         pthread_mutex_destroy(&cu->devices[i].kernel_lock);
         gpuarr__free(cu->devices[i].peer);
     }
@@ -466,12 +472,14 @@ static gpuarr_result gpuarr__cu_enumerate(gpuarr__cu_state *cu) {
     cu->p_cuDriverGetVersion(&cu->driver_version);
     int count = 0;
     if ((e = cu->p_cuDeviceGetCount(&count)) != GPUARR__CUDA_SUCCESS) return gpuarr__cu_fail(e, "cuDeviceGetCount", "listing CUDA devices");
-    cu->devices = (gpuarr__cu_device_state *)gpuarr__calloc(sizeof *cu->devices * (size_t)GPUARR__MAX(count, 1));
+    /* room for the adopted devices from the start: pointers to entries are kept */
+    size_t rows = (size_t)count + GPUARR__ADOPT_MAX;
+    cu->devices = (gpuarr__cu_device_state *)gpuarr__calloc(sizeof *cu->devices * rows);
     if (!cu->devices) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the CUDA device list");
     for (int i = 0; i < count; i++) {
         gpuarr__cu_device_state *ds = &cu->devices[i];
         if ((e = cu->p_cuDeviceGet(&ds->dev, i)) != GPUARR__CUDA_SUCCESS) return gpuarr__cu_fail(e, "cuDeviceGet", "listing CUDA devices");
-        ds->peer = (signed char *)gpuarr__calloc((size_t)count);
+        ds->peer = (signed char *)gpuarr__calloc(rows);
         if (!ds->peer) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for the CUDA device list");
         pthread_mutex_init(&ds->kernel_lock, NULL);
         cu->device_count++;
@@ -535,6 +543,21 @@ static bool gpuarr__cu_free_memory(gpuarr__cu_device_state *ds, uint64_t *free_b
     return asked;
 }
 
+/* An adopted device's free memory, asked in the caller's context; total where it cannot be. */
+static bool gpuarr__cu_adopted_free_memory(gpuarr__cu_device_state *ds, uint64_t *free_bytes, uint64_t total) {
+    gpuarr__cu_state *cu = &GPUARR__CU;
+    gpuarr__cu_context prev = NULL;
+    size_t f = 0, t = 0;
+    bool asked = false;
+    *free_bytes = total;
+    if (!ds->adopted || cu->p_cuCtxGetCurrent(&prev) != GPUARR__CUDA_SUCCESS) return false;
+    if (cu->p_cuCtxSetCurrent(ds->adopted) == GPUARR__CUDA_SUCCESS) {
+        if (cu->p_cuMemGetInfo_v2(&f, &t) == GPUARR__CUDA_SUCCESS) *free_bytes = f, asked = true;
+        cu->p_cuCtxSetCurrent(prev);
+    }
+    return asked;
+}
+
 static gpuarr_result gpuarr__cu_device_info(int index, gpuarr_device_info *info) {
     gpuarr__cu_state *cu = &GPUARR__CU;
     gpuarr__cu_device_state *ds = &cu->devices[index];
@@ -550,7 +573,8 @@ static gpuarr_result gpuarr__cu_device_info(int index, gpuarr_device_info *info)
         return gpuarr__cu_fail(e, "cuDeviceTotalMem", "reading a CUDA device's properties");
     info->total_memory = total;
     info->max_alloc_bytes = total;
-    gpuarr__cu_free_memory(ds, &info->free_memory, total);
+    if (ds->is_adopted) gpuarr__cu_adopted_free_memory(ds, &info->free_memory, total);
+    else gpuarr__cu_free_memory(ds, &info->free_memory, total);
     info->compute_units = gpuarr__cu_attribute(ds->dev, GPUARR__CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
     info->clock_mhz = gpuarr__cu_attribute(ds->dev, GPUARR__CU_DEVICE_ATTRIBUTE_CLOCK_RATE) / 1000;
     info->copy_engines = gpuarr__cu_attribute(ds->dev, GPUARR__CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT);
@@ -574,6 +598,12 @@ static gpuarr_result gpuarr__cu_device_info(int index, gpuarr_device_info *info)
  * ------------------------------------------------------------------------------------------- */
 static gpuarr_result gpuarr__cu_device_open(gpuarr__dev *d) {
     gpuarr__cu_device_state *ds = GPUARR__CU_DEV(d);
+    if (ds->is_adopted) { /* the caller's context, kept alive by the caller */
+        if (!ds->adopted) return gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s was removed (gpuarr_device_remove)", d->info.spec);
+        ds->ctx = ds->adopted;
+        d->native = ds;
+        return GPUARR_OK;
+    }
     gpuarr__cu_result e = GPUARR__CU.p_cuDevicePrimaryCtxRetain(&ds->ctx, ds->dev);
     if (e != GPUARR__CUDA_SUCCESS) return gpuarr__cu_fail(e, "cuDevicePrimaryCtxRetain", d->info.spec);
     d->native = ds;
@@ -615,9 +645,11 @@ static void gpuarr__cu_device_close(gpuarr__dev *d) {
         left = next;
     }
     ds->build_result = GPUARR_OK;
-    cu->p_cuDevicePrimaryCtxRelease_v2(ds->dev); /* the runtime's own references keep it alive */
+    if (!ds->is_adopted) cu->p_cuDevicePrimaryCtxRelease_v2(ds->dev); /* the runtime's own references keep it alive */
     ds->ctx = NULL;
 }
+
+static gpuarr_result gpuarr__cu_adopted_reset(gpuarr__dev *d);
 
 /* After device_close: the primary context goes, with everything in it (the CUDA runtime's use of
    it too); device_open makes a fresh one. Peer access was enabled to the old one: asked anew. */
@@ -625,11 +657,32 @@ static gpuarr_result gpuarr__cu_device_reset(gpuarr__dev *d) {
     gpuarr__cu_state *cu = &GPUARR__CU;
     gpuarr__cu_device_state *ds = GPUARR__CU_DEV(d);
     pthread_mutex_lock(&cu->peer_lock);
-    for (int i = 0; i < cu->device_count; i++) ds->peer[i] = cu->devices[i].peer[d->info.index] = 0;
+    for (int i = 0; i < cu->device_count + cu->adopted_count; i++) ds->peer[i] = cu->devices[i].peer[d->info.index] = 0;
     pthread_mutex_unlock(&cu->peer_lock);
+    if (ds->is_adopted) return gpuarr__cu_adopted_reset(d);
     gpuarr__cu_result e = cu->p_cuDevicePrimaryCtxReset_v2(ds->dev);
     if (e != GPUARR__CUDA_SUCCESS) return gpuarr__cu_fail(e, "cuDevicePrimaryCtxReset", d->info.spec);
     return GPUARR_OK;
+}
+
+/* An adopted device's reset destroys nothing of the caller's: gpuarr's own objects in the context
+   went at device_close. A context a sticky error corrupted stays so (only cuCtxDestroy, the
+   caller's, ends it): refused, saying to adopt a new one. */
+static gpuarr_result gpuarr__cu_adopted_reset(gpuarr__dev *d) {
+    gpuarr__cu_state *cu = &GPUARR__CU;
+    gpuarr__cu_device_state *ds = GPUARR__CU_DEV(d);
+    if (!ds->adopted) return gpuarr__fail(GPUARR_ERROR_INVALID_HANDLE, "%s was removed (gpuarr_device_remove)", d->info.spec);
+    gpuarr__cu_context prev = NULL;
+    size_t f = 0, t = 0;
+    gpuarr__cu_result e = cu->p_cuCtxGetCurrent(&prev);
+    if (e == GPUARR__CUDA_SUCCESS && (e = cu->p_cuCtxSetCurrent(ds->adopted)) == GPUARR__CUDA_SUCCESS) {
+        e = cu->p_cuMemGetInfo_v2(&f, &t);
+        cu->p_cuCtxSetCurrent(prev);
+    }
+    if (e == GPUARR__CUDA_SUCCESS) return GPUARR_OK;
+    return gpuarr__fail(GPUARR_ERROR_DEVICE_LOST, "%s is the caller's CUDA context %p, which answers %s (%u): gpuarr cannot reset a context "
+                        "it did not make; gpuarr_device_remove it, cuCtxDestroy the context and adopt a new one (gpuarr_cuda_adopt)",
+                        d->info.spec, (void *)ds->adopted, gpuarr__cu_error_name(cu, e), e);
 }
 
 static gpuarr_result gpuarr__cu_activate(gpuarr__dev *d, void **previous) {
@@ -769,6 +822,7 @@ static bool gpuarr__cu_can_copy_peer(gpuarr__dev *dst, gpuarr__dev *src) {
     gpuarr__cu_state *cu = &GPUARR__CU;
     gpuarr__cu_device_state *a = GPUARR__CU_DEV(dst), *b = GPUARR__CU_DEV(src);
     if (!dst->opened || !src->opened || gpuarr__dev_failed(dst) || gpuarr__dev_failed(src)) return false;
+    if (a->dev == b->dev) return true; /* two contexts of one GPU: cuMemcpyPeer copies between them on the GPU */
     pthread_mutex_lock(&cu->peer_lock);
     signed char known = a->peer[src->info.index];
     if (!known) {
@@ -1656,6 +1710,13 @@ static gpuarr_result gpuarr__cuda_ptr(gpuarr_array a, void **out) {
     return r;
 }
 
+/* For the messages about objects of another context. */
+static const char *gpuarr__cu_context_kind(gpuarr__dev *d) { return GPUARR__CU_DEV(d)->is_adopted ? "adopted context" : "primary context"; }
+static const char *gpuarr__cu_context_hint(gpuarr__dev *d) {
+    return GPUARR__CU_DEV(d)->is_adopted ? " (wrap it on the device of its own context: gpuarr_cuda_adopt that context, or cuda:N for a primary one's)"
+                                         : " (a context the caller made is a device of its own: gpuarr_cuda_adopt)";
+}
+
 /* The pointer must be device memory of d's context, and hold the array from where it points. */
 static gpuarr_result gpuarr__cu_check_wrapped(gpuarr__dev *dev, void *ptr, const gpuarr__array *a) {
     gpuarr__cu_state *cu = &GPUARR__CU;
@@ -1674,7 +1735,8 @@ static gpuarr_result gpuarr__cu_check_wrapped(gpuarr__dev *dev, void *ptr, const
         return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "ptr %p is not CUDA device memory (%s)", ptr,
                             e != GPUARR__CUDA_SUCCESS || type == 0 ? "the driver does not know it" : "it is host memory");
     if (ctx != GPUARR__CU_DEV(dev)->ctx)
-        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "ptr %p belongs to another context than %s's primary context", ptr, dev->info.spec);
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "ptr %p belongs to context %p, not to %s's %s %p%s", ptr, (void *)ctx, dev->info.spec,
+                            gpuarr__cu_context_kind(dev), (void *)GPUARR__CU_DEV(dev)->ctx, gpuarr__cu_context_hint(dev));
     if (p % gpuarr__dtype_sizes[a->dtype] != 0)
         return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "ptr %p is not aligned to %zu bytes (the size of %s)", ptr,
                             gpuarr__dtype_sizes[a->dtype], gpuarr__dtype_names[a->dtype]);
@@ -1721,8 +1783,8 @@ static gpuarr_result gpuarr__cuda_wrap_stream(gpuarr_device d, struct CUstream_s
     gpuarr__cu_leave(&sc);
     if (e != GPUARR__CUDA_SUCCESS) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "stream %p is not a valid CUDA stream (%u)", (void *)stream, e);
     if (ctx != GPUARR__CU_DEV(dev)->ctx)
-        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "stream %p belongs to another context than %s's primary context", (void *)stream,
-                            dev->info.spec);
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "stream %p belongs to context %p, not to %s's %s %p%s", (void *)stream, (void *)ctx,
+                            dev->info.spec, gpuarr__cu_context_kind(dev), (void *)GPUARR__CU_DEV(dev)->ctx, gpuarr__cu_context_hint(dev));
     void *native = NULL;
     GPUARR__CHECK(gpuarr__cu_stream_wrap(stream, false, &native));
     gpuarr__stream *s;
@@ -1730,6 +1792,99 @@ static gpuarr_result gpuarr__cuda_wrap_stream(gpuarr_device d, struct CUstream_s
     return gpuarr__stream_publish(s, out);
 }
 
+
+/* ---------------------------------------------------------------------------------------------
+ * Adopted contexts (gpuarr_cuda_adopt): a device of the caller's CUcontext, after those load found.
+ * ------------------------------------------------------------------------------------------- */
+/* The device of a usable context: it is made current for a moment (cuCtxGetApiVersion first, so a
+   handle the driver does not know is refused before it is made current), and a sticky error in
+   it is seen by cuMemGetInfo. */
+static gpuarr_result gpuarr__cu_adopt_probe(gpuarr__cu_context ctx, gpuarr__cu_device *dev) {
+    gpuarr__cu_state *cu = &GPUARR__CU;
+    unsigned int version = 0;
+    size_t f = 0, t = 0;
+    gpuarr__cu_context prev = NULL;
+    const char *call = "cuCtxGetApiVersion";
+    gpuarr__cu_result e = cu->p_cuCtxGetApiVersion(ctx, &version);
+    if (e == GPUARR__CUDA_SUCCESS && (e = cu->p_cuCtxGetCurrent(&prev)) == GPUARR__CUDA_SUCCESS) {
+        call = "cuCtxSetCurrent";
+        if ((e = cu->p_cuCtxSetCurrent(ctx)) == GPUARR__CUDA_SUCCESS) {
+            call = "cuCtxGetDevice";
+            e = cu->p_cuCtxGetDevice(dev);
+            if (e == GPUARR__CUDA_SUCCESS) call = "cuMemGetInfo", e = cu->p_cuMemGetInfo_v2(&f, &t);
+            cu->p_cuCtxSetCurrent(prev);
+        }
+    }
+    if (e == GPUARR__CUDA_SUCCESS) return GPUARR_OK;
+    return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "ctx %p is not a usable CUDA context: %s answers %s (%u)%s", (void *)ctx, call,
+                        gpuarr__cu_error_name(cu, e), e,
+                        gpuarr__cu_sticky(e) ? " (a sticky error corrupted it: destroy it and adopt a new one)" : " (destroyed, or never one)");
+}
+
+/* A context gpuarr already has: an adopted one, or a device's primary context (only compared where
+   it is active, so none is created for the question). Returns the row, or -1. */
+static int gpuarr__cu_adopt_owner(gpuarr__cu_context ctx, gpuarr__cu_device dev) {
+    gpuarr__cu_state *cu = &GPUARR__CU;
+    for (int i = cu->device_count; i < cu->device_count + cu->adopted_count; i++)
+        if (cu->devices[i].adopted == ctx) return i;
+    unsigned int flags = 0;
+    int active = 0;
+    gpuarr__cu_context primary = NULL;
+    if (cu->p_cuDevicePrimaryCtxGetState(dev, &flags, &active) != GPUARR__CUDA_SUCCESS || !active) return -1;
+    if (cu->p_cuDevicePrimaryCtxRetain(&primary, dev) != GPUARR__CUDA_SUCCESS) return -1;
+    cu->p_cuDevicePrimaryCtxRelease_v2(dev);
+    for (int i = 0; primary == ctx && i < cu->device_count; i++)
+        if (cu->devices[i].dev == dev) return i;
+    return -1;
+}
+
+static gpuarr_result gpuarr__cu_device_adopt(void *context, void *device, void *queue, int *index, int *same) {
+    gpuarr__cu_state *cu = &GPUARR__CU;
+    gpuarr__cu_context ctx = (gpuarr__cu_context)context;
+    if (!ctx) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "ctx is NULL");
+    if (device || queue) return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "a CUDA context is adopted alone (no device, no queue)");
+    int row = cu->device_count + cu->adopted_count;
+    if (cu->adopted_count >= GPUARR__ADOPT_MAX)
+        return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "%d CUDA contexts were adopted since gpuarr_init, the most one cycle holds", GPUARR__ADOPT_MAX);
+    gpuarr__cu_device dev = -1;
+    GPUARR__CHECK(gpuarr__cu_adopt_probe(ctx, &dev));
+    int owner = gpuarr__cu_adopt_owner(ctx, dev);
+    if (owner >= 0)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "ctx %p is %s already, as cuda:%d%s", (void *)ctx,
+                            owner < cu->device_count ? "a device's primary context" : "adopted", owner,
+                            owner < cu->device_count ? ": use that device" : " (one device per context)");
+    *same = -1;
+    for (int i = 0; i < cu->device_count; i++)
+        if (cu->devices[i].dev == dev) *same = i;
+    gpuarr__cu_device_state *ds = &cu->devices[row];
+    memset(ds, 0, sizeof *ds);
+    ds->peer = (signed char *)gpuarr__calloc((size_t)cu->device_count + GPUARR__ADOPT_MAX);
+    if (!ds->peer) return gpuarr__fail(GPUARR_ERROR_OUT_OF_MEMORY, "no host memory for an adopted CUDA device");
+    ds->dev = dev;
+    ds->adopted = ctx;
+    ds->is_adopted = true;
+    pthread_mutex_init(&ds->kernel_lock, NULL);
+    *index = row;
+    __atomic_store_n(&cu->adopted_count, cu->adopted_count + 1, __ATOMIC_RELEASE);
+    return GPUARR_OK;
+}
+
+/* After device_close: the caller's context is never touched again (the row stays, unused). */
+static void gpuarr__cu_device_forget(gpuarr__dev *d) {
+    gpuarr__cu_state *cu = &GPUARR__CU;
+    gpuarr__cu_device_state *ds = GPUARR__CU_DEV(d);
+    pthread_mutex_lock(&cu->peer_lock);
+    for (int i = 0; i < cu->device_count + cu->adopted_count; i++)
+        if (cu->devices[i].peer) cu->devices[i].peer[d->info.index] = 0;
+    pthread_mutex_unlock(&cu->peer_lock);
+    ds->adopted = NULL;
+    ds->ctx = NULL;
+}
+
+static gpuarr_result gpuarr__cuda_adopt(struct CUctx_st *ctx, gpuarr_device *out) {
+    GPUARR__REQUIRE_PTR(out);
+    return gpuarr__registry_adopt(GPUARR_BACKEND_CUDA, ctx, NULL, NULL, out);
+}
 
 /* ---------------------------------------------------------------------------------------------
  * Telemetry: NVML's readings for the device's UUID; without NVML (missing, its init failing, the
@@ -1909,6 +2064,8 @@ static void gpuarr__cu_backend_fill(gpuarr__backend *b) {
     b->device_open = gpuarr__cu_device_open;
     b->device_close = gpuarr__cu_device_close;
     b->device_reset = gpuarr__cu_device_reset;
+    b->device_adopt = gpuarr__cu_device_adopt;
+    b->device_forget = gpuarr__cu_device_forget;
     b->mem_info = gpuarr__cu_mem_info;
     b->mem_alloc = gpuarr__cu_mem_alloc;
     b->mem_free = gpuarr__cu_mem_free;

@@ -15,7 +15,16 @@
  *   - device addresses are non-canonical (dereferencing one on the host crashes) and never
  *     reused; every copy, memset and kernel argument is checked against the allocations;
  *   - every call that needs a context fails with CUDA_ERROR_INVALID_CONTEXT without one, and a
- *     stream, event or function used from another device's context is refused;
+ *     stream, event or function used from another context is refused;
+ *   - contexts: each device's primary one, and those cuCtxCreate (_v2, _v4) makes, pushed on the
+ *     thread's context stack (cuCtxPushCurrent/PopCurrent; cuCtxSetCurrent replaces its top, NULL
+ *     pops). Memory, pinned blocks, streams, events and modules belong to the context current at
+ *     their creation; a kernel reaches only its context's memory and that of contexts it enabled
+ *     peer access to (never another context of the same device); cuMemcpyPeer copies between any
+ *     two. cuCtxDestroy runs the context's queued work, then frees all it holds; a destroyed or
+ *     unknown context handle is refused with CUDA_ERROR_INVALID_CONTEXT (CONTEXT_IS_DESTROYED
+ *     where it is still current on a thread), and a freed event, module or function handle with
+ *     CUDA_ERROR_INVALID_HANDLE, never read;
  *   - modules are PTX (its .version checked against FAKE_CUDA_PTX_MAX_ISA, default 9.0, and its
  *     .target against the device) or a CUDA ELF cubin for the device's sm; kernels named
  *     gpuarr_k_cast_<S>_<T> run gpuarr's own host reference casts, over the launched threads;
@@ -98,11 +107,22 @@
 /* ---------------------------------------------------------------------------------------------
  * State (one lock: the fake is about order, not speed)
  * ------------------------------------------------------------------------------------------- */
+#define FAKE_MAX_PEERS 32
+#define FAKE_STACK_MAX 32
+/* A context: a device's primary one (fake.contexts, retained) or one cuCtxCreate made (listed in
+   fake.created, never freed: a destroyed one is only marked, so a stale handle is refused with
+   CUDA_ERROR_INVALID_CONTEXT instead of read after free). */
 struct CUctx_st {
     int device;
-    int retains;
+    int retains;    /* a primary context: its retains (0: not active) */
+    bool created;   /* cuCtxCreate's, not the device's primary context */
+    bool destroyed; /* cuCtxDestroy'ed */
+    unsigned int flags;
+    unsigned long long id; /* cuCtxGetId's */
+    struct CUctx_st *next_created;
     CUresult sticky; /* a sticky error corrupted it (FAKE_CUDA_FAIL): every call in it fails */
-    int peer_enabled[FAKE_MAX_DEVICES];
+    struct CUctx_st *peers[FAKE_MAX_PEERS]; /* contexts whose memory its kernels may reach (cuCtxEnablePeerAccess) */
+    int peer_count;
 };
 
 typedef struct fake_alloc {
@@ -110,6 +130,7 @@ typedef struct fake_alloc {
     size_t size;
     char *data;
     int device;
+    CUcontext ctx; /* the context it was made in: its kernels reach it, and its peers' */
 } fake_alloc;
 
 typedef struct fake_pinned {
@@ -196,7 +217,9 @@ static struct {
     bool peer;
     int ptx_max_major, ptx_max_minor;
     bool trace, trace_ops;
-    struct CUctx_st contexts[FAKE_MAX_DEVICES];
+    struct CUctx_st contexts[FAKE_MAX_DEVICES]; /* the primary contexts */
+    CUcontext created;                          /* cuCtxCreate's, newest first, destroyed ones too */
+    unsigned long long next_ctx_id;
     size_t used[FAKE_MAX_DEVICES];
     CUdeviceptr next_address[FAKE_MAX_DEVICES];
     fake_alloc *allocs;
@@ -210,8 +233,19 @@ static struct {
     const gpuarr__sim_kernel_hooks *hooks[8]; /* gpuarr_sim_kernel_hooks_set's, NULL where free */
 } fake = {.lock = PTHREAD_MUTEX_INITIALIZER, .op_done = PTHREAD_COND_INITIALIZER};
 
+/* The thread's context stack: fake_current is its top, fake_below the rest (bottom first). */
 static __thread CUcontext fake_current;
+static __thread CUcontext fake_below[FAKE_STACK_MAX];
+static __thread int fake_below_count;
 static __thread unsigned long long fake_ops_run_here; /* operations this thread ran (fake_cuda_ops_run) */
+
+/* Handles checked before they are read: one freed with its context (cuCtxDestroy, a primary
+   context's reset) is refused with CUDA_ERROR_INVALID_HANDLE, not read after free. */
+static bool fake_event_live(CUevent e) {
+    for (CUevent k = fake.events; k; k = k->next_event)
+        if (k == e) return true;
+    return false;
+}
 
 static CUresult fake_refuse(CUresult e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static CUresult fake_refuse(CUresult e, const char *fmt, ...) {
@@ -315,7 +349,9 @@ static void fake_fault_setup(void) {
 /* Calls that do not run in a context: a corrupted one does not stop them. */
 static bool fake_context_free(const char *call) {
     return strcmp(call, "cuInit") == 0 || strcmp(call, "cuDriverGetVersion") == 0 || strncmp(call, "cuDevice", 8) == 0 ||
-           strcmp(call, "cuCtxGetCurrent") == 0 || strcmp(call, "cuCtxSetCurrent") == 0;
+           strcmp(call, "cuCtxGetCurrent") == 0 || strcmp(call, "cuCtxSetCurrent") == 0 || strncmp(call, "cuCtxCreate", 11) == 0 ||
+           strncmp(call, "cuCtxDestroy", 12) == 0 || strncmp(call, "cuCtxPushCurrent", 16) == 0 || strncmp(call, "cuCtxPopCurrent", 15) == 0 ||
+           strcmp(call, "cuCtxGetApiVersion") == 0 || strcmp(call, "cuCtxGetId") == 0;
 }
 
 /* Counts a call to `call` and says whether it fails: the error, or CUDA_SUCCESS. */
@@ -345,6 +381,8 @@ static CUresult fake_fault(const char *call) {
             return fake_refuse(rule->code, "%s: call %llu (its call %llu) fails as FAKE_CUDA_FAIL asks", call, n, here);
         }
     }
+    if (fake_current && fake_current->destroyed && !fake_context_free(call)) /* destroyed by another thread, current here */
+        return fake_refuse(CUDA_ERROR_CONTEXT_IS_DESTROYED, "%s: the current context %p was destroyed", call, (void *)fake_current);
     if (fake_current && fake_current->sticky && !fake_context_free(call)) return fake_current->sticky;
     return CUDA_SUCCESS;
 }
@@ -458,6 +496,17 @@ static char *fake_device_range(CUdeviceptr p, size_t bytes, int *device) {
     return a->data + (p - a->address);
 }
 
+/* Whether kernels in c may touch a: memory of c, or of a context c enabled peer access to (a
+   context's memory is in its own GPU address space: another context of the same GPU cannot reach
+   it, and cuCtxEnablePeerAccess between two contexts of one device is unsupported). */
+static bool fake_reaches(const struct CUctx_st *c, const fake_alloc *a) {
+    if (!a) return false;
+    if (a->ctx == c) return true;
+    for (int i = 0; i < c->peer_count; i++)
+        if (c->peers[i] == a->ctx) return true;
+    return false;
+}
+
 static fake_pinned *fake_pinned_at(const void *p, size_t bytes) {
     for (size_t i = 0; i < fake.pinned_count; i++) {
         fake_pinned *m = &fake.pinned[i];
@@ -494,9 +543,8 @@ static void fake_op_free(fake_op *op) {
    memory, or a peer's it enabled access to); NULL when there is none. */
 static void *fake_translate(void *ctx, unsigned long long address) {
     const struct CUctx_st *c = (const struct CUctx_st *)ctx;
-    int dev = -1;
-    char *p = fake_device_range((CUdeviceptr)address, 1, &dev);
-    return p && (dev == c->device || c->peer_enabled[dev]) ? p : NULL;
+    char *p = fake_device_range((CUdeviceptr)address, 1, NULL);
+    return p && fake_reaches(c, fake_alloc_at((CUdeviceptr)address)) ? p : NULL;
 }
 
 static void fake_run(CUstream s, fake_op *op) {
@@ -533,8 +581,8 @@ static void fake_run(CUstream s, fake_op *op) {
         int failed = op->hooks->run(op->user, fake_translate, ctx);
         fesetenv(&caller);
         if (failed) {
-            if (fake.trace) fprintf(stderr, "fake-cuda: a kernel #%llu on %p reads an address no memory of device %d is at\n",
-                                    (unsigned long long)op->seq, (void *)s, ctx->device);
+            if (fake.trace) fprintf(stderr, "fake-cuda: a kernel #%llu on %p reads an address no memory of context %p (device %d) is at\n",
+                                    (unsigned long long)op->seq, (void *)s, (void *)ctx, ctx->device);
             ctx->sticky = CUDA_ERROR_ILLEGAL_ADDRESS;
         }
         break;
@@ -630,8 +678,8 @@ static CUresult fake_check_stream(CUstream s, const char *call) {
         return fake_refuse(CUDA_ERROR_INVALID_HANDLE, "%s: a destroyed stream", call);
     }
     if (s->ctx != fake_current)
-        return fake_refuse(CUDA_ERROR_INVALID_HANDLE, "%s: the stream belongs to device %d, the current context to device %d", call,
-                           s->ctx->device, fake_current->device);
+        return fake_refuse(CUDA_ERROR_INVALID_HANDLE, "%s: the stream belongs to context %p (device %d), the current context is %p (device %d)", call,
+                           (void *)s->ctx, s->ctx->device, (void *)fake_current, fake_current->device);
     return CUDA_SUCCESS;
 }
 
@@ -661,6 +709,7 @@ FAKE_API CUresult cuInit(unsigned int flags) {
         fake.trace_ops = trace && strcmp(trace, "2") == 0;
         for (int i = 0; i < FAKE_MAX_DEVICES; i++) {
             fake.contexts[i].device = i;
+            fake.contexts[i].id = ++fake.next_ctx_id;
             fake.next_address[i] = FAKE_ADDRESS_BASE + ((CUdeviceptr)(i + 1) << 40);
         }
         fake.initialized = true;
@@ -792,20 +841,37 @@ FAKE_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
     FAKE_RETURN(CUDA_SUCCESS);
 }
 
-/* Destroys the primary context whatever its retains (cudaDeviceReset): its memory, pinned blocks,
-   events and modules go, its streams with their queued work (host functions are not called), and
-   a sticky error with it; the next cuDevicePrimaryCtxRetain gets a fresh one. */
-FAKE_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
-    FAKE_ENTER();
-    FAKE_CHECK_DEVICE(dev);
-    CUcontext ctx = &fake.contexts[dev];
+/* Every context, primary and created, in turn: for (CUcontext c = fake_ctx_first(); c; c = fake_ctx_next(c)). */
+static CUcontext fake_ctx_first(void) { return &fake.contexts[0]; }
+static CUcontext fake_ctx_next(CUcontext c) {
+    if (c >= &fake.contexts[0] && c < &fake.contexts[FAKE_MAX_DEVICES - 1]) return c + 1;
+    return c == &fake.contexts[FAKE_MAX_DEVICES - 1] ? fake.created : c->next_created;
+}
+
+/* Whether c is a context handle this driver gave out (compared, never read, until it is known). */
+static bool fake_ctx_known(CUcontext c) {
+    if (!c) return false;
+    for (CUcontext k = fake_ctx_first(); k; k = fake_ctx_next(k))
+        if (k == c) return true;
+    return false;
+}
+
+/* A context a call may use: a retained primary context, or a created one not destroyed. */
+static bool fake_ctx_usable(CUcontext c) {
+    if (!fake_ctx_known(c)) return false;
+    return c->created ? !c->destroyed : c->device < fake.device_count && c->retains > 0;
+}
+
+/* Everything ctx holds goes: its memory, pinned blocks, events and modules, its streams with their
+   queued work (host functions are not called), peer access to and from it, a sticky error. */
+static void fake_ctx_clear(CUcontext ctx) {
     fake_drop_streams(ctx);
     for (size_t i = fake.alloc_count; i-- > 0;) {
-        if (fake.allocs[i].device != dev) continue;
+        if (fake.allocs[i].ctx != ctx) continue;
+        fake.used[fake.allocs[i].device] -= (fake.allocs[i].size + 511) & ~(size_t)511;
         free(fake.allocs[i].data);
         fake.allocs[i] = fake.allocs[--fake.alloc_count];
     }
-    fake.used[dev] = 0;
     for (size_t i = fake.pinned_count; i-- > 0;) {
         if (fake.pinned[i].ctx != ctx) continue;
         if (!fake.pinned[i].registered) free(fake.pinned[i].base);
@@ -819,9 +885,22 @@ FAKE_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
         next = m->next_module;
         if (m->ctx == ctx) fake_module_free(m);
     }
-    for (int i = 0; i < FAKE_MAX_DEVICES; i++) fake.contexts[i].peer_enabled[dev] = 0;
-    memset(ctx->peer_enabled, 0, sizeof ctx->peer_enabled);
+    for (CUcontext c = fake_ctx_first(); c; c = fake_ctx_next(c))
+        for (int i = c->peer_count; i-- > 0;)
+            if (c->peers[i] == ctx) c->peers[i] = c->peers[--c->peer_count];
+    ctx->peer_count = 0;
     ctx->sticky = CUDA_SUCCESS;
+}
+
+/* Destroys the primary context whatever its retains (cudaDeviceReset): its memory, pinned blocks,
+   events and modules go, its streams with their queued work (host functions are not called), and
+   a sticky error with it; the next cuDevicePrimaryCtxRetain gets a fresh one. Contexts cuCtxCreate
+   made on the device keep theirs. */
+FAKE_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+    FAKE_ENTER();
+    FAKE_CHECK_DEVICE(dev);
+    CUcontext ctx = &fake.contexts[dev];
+    fake_ctx_clear(ctx);
     ctx->retains = 0;
     FAKE_RETURN(CUDA_SUCCESS);
 }
@@ -842,21 +921,148 @@ FAKE_API CUresult cuCtxGetCurrent(CUcontext *ctx) {
     FAKE_RETURN(CUDA_SUCCESS);
 }
 
+/* Replaces the top of the thread's stack; NULL pops it (as the driver documents). */
 FAKE_API CUresult cuCtxSetCurrent(CUcontext ctx) {
     FAKE_ENTER();
-    if (ctx && (ctx < &fake.contexts[0] || ctx >= &fake.contexts[fake.device_count] || ctx->retains == 0))
-        FAKE_RETURN(fake_refuse(CUDA_ERROR_INVALID_CONTEXT, "cuCtxSetCurrent of a context that is not retained"));
-    fake_current = ctx;
+    if (ctx && !fake_ctx_usable(ctx))
+        FAKE_RETURN(fake_refuse(CUDA_ERROR_INVALID_CONTEXT, "cuCtxSetCurrent of %p: not a retained primary context nor a live created one", (void *)ctx));
+    if (ctx) fake_current = ctx;
+    else fake_current = fake_below_count ? fake_below[--fake_below_count] : NULL;
     FAKE_RETURN(CUDA_SUCCESS);
 }
 
+static CUresult fake_push(CUcontext ctx) {
+    if (fake_current) {
+        if (fake_below_count == FAKE_STACK_MAX) return fake_refuse(CUDA_ERROR_OUT_OF_MEMORY, "the context stack is full (%d)", FAKE_STACK_MAX + 1);
+        fake_below[fake_below_count++] = fake_current;
+    }
+    fake_current = ctx;
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
+    FAKE_ENTER();
+    if (!fake_ctx_usable(ctx)) FAKE_RETURN(fake_refuse(CUDA_ERROR_INVALID_CONTEXT, "cuCtxPushCurrent of %p: not a usable context", (void *)ctx));
+    FAKE_RETURN(fake_push(ctx));
+}
+
+FAKE_API CUresult cuCtxPopCurrent_v2(CUcontext *out) {
+    FAKE_ENTER();
+    if (!fake_current) FAKE_RETURN(fake_refuse(CUDA_ERROR_INVALID_CONTEXT, "cuCtxPopCurrent with no current context"));
+    if (out) *out = fake_current;
+    fake_current = fake_below_count ? fake_below[--fake_below_count] : NULL;
+    FAKE_RETURN(CUDA_SUCCESS);
+}
+
+/* A new context of dev, pushed on the thread's stack (current). Flags: a scheduling mode and the
+   CU_CTX_* bits up to CU_CTX_FLAGS_MASK; execution affinity and CIG (params) are not modelled. */
+static CUresult fake_ctx_create(const char *call, CUcontext *out, const CUctxCreateParams *params, unsigned int flags, CUdevice dev) {
+    FAKE_ENTER_AS(call);
+    FAKE_CHECK_DEVICE(dev);
+    unsigned int sched = flags & CU_CTX_SCHED_MASK;
+    if (!out || (flags & ~(unsigned int)CU_CTX_FLAGS_MASK) || (sched != 0 && sched != 1 && sched != 2 && sched != 4))
+        FAKE_RETURN(fake_refuse(CUDA_ERROR_INVALID_VALUE, "%s: flags 0x%x", call, flags));
+    if (params && (params->numExecAffinityParams || params->execAffinityParams || params->cigParams))
+        FAKE_RETURN(fake_refuse(CUDA_ERROR_NOT_SUPPORTED, "%s: execution affinity and CIG are not modelled", call));
+    CUcontext c = (CUcontext)calloc(1, sizeof *c);
+    if (!c) FAKE_RETURN(CUDA_ERROR_OUT_OF_MEMORY);
+    CUresult e = fake_push(c);
+    if (e != CUDA_SUCCESS) {
+        free(c);
+        FAKE_RETURN(e);
+    }
+    c->device = dev;
+    c->created = true;
+    c->flags = flags;
+    c->id = ++fake.next_ctx_id;
+    c->next_created = fake.created;
+    fake.created = c;
+    *out = c;
+    FAKE_RETURN(CUDA_SUCCESS);
+}
+
+/* cuda.h 13 maps cuCtxCreate to _v4; older headers to _v2 (no parameters struct). */
+FAKE_API CUresult cuCtxCreate_v4(CUcontext *out, CUctxCreateParams *params, unsigned int flags, CUdevice dev) {
+    return fake_ctx_create(__func__, out, params, flags, dev);
+}
+
+FAKE_API CUresult cuCtxCreate_v2(CUcontext *out, unsigned int flags, CUdevice dev);
+FAKE_API CUresult cuCtxCreate_v2(CUcontext *out, unsigned int flags, CUdevice dev) { return fake_ctx_create(__func__, out, NULL, flags, dev); }
+
+/* Its queued work runs first (unless a sticky error stopped the context), then everything it
+   holds goes; popped from this thread's stack if on top. Threads where it is still current get
+   CUDA_ERROR_CONTEXT_IS_DESTROYED; a handle to it, CUDA_ERROR_INVALID_CONTEXT. A primary context
+   cannot be destroyed (cuDevicePrimaryCtxRelease/Reset). */
+FAKE_API CUresult cuCtxDestroy_v2(CUcontext ctx) {
+    FAKE_ENTER();
+    if (!fake_ctx_known(ctx) || !ctx->created || ctx->destroyed)
+        FAKE_RETURN(fake_refuse(CUDA_ERROR_INVALID_CONTEXT, "cuCtxDestroy of %p: %s", (void *)ctx,
+                                !fake_ctx_known(ctx) ? "not a context" : !ctx->created ? "a primary context" : "destroyed already"));
+    for (CUstream s = fake.streams; s; s = s->next_stream)
+        if (s->ctx == ctx && !s->destroyed) fake_drain(s, UINT64_MAX);
+    fake_ctx_clear(ctx);
+    ctx->destroyed = true;
+    if (fake_current == ctx) fake_current = fake_below_count ? fake_below[--fake_below_count] : NULL;
+    FAKE_RETURN(CUDA_SUCCESS);
+}
+
+FAKE_API CUresult cuCtxGetDevice(CUdevice *out) {
+    FAKE_ENTER();
+    FAKE_NEED_CONTEXT();
+    if (!out) FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
+    *out = fake_current->device;
+    FAKE_RETURN(CUDA_SUCCESS);
+}
+
+/* ctx NULL: the current one. */
+static CUresult fake_ctx_arg(CUcontext *ctx, const char *call) {
+    if (!*ctx) *ctx = fake_current;
+    if (!*ctx) return fake_refuse(CUDA_ERROR_INVALID_CONTEXT, "%s without a context", call);
+    if (fake_ctx_known(*ctx) && (*ctx)->destroyed) return fake_refuse(CUDA_ERROR_CONTEXT_IS_DESTROYED, "%s: context %p was destroyed", call, (void *)*ctx);
+    if (!fake_ctx_usable(*ctx)) return fake_refuse(CUDA_ERROR_INVALID_CONTEXT, "%s: %p is not a usable context", call, (void *)*ctx);
+    return CUDA_SUCCESS;
+}
+
+FAKE_API CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version) {
+    FAKE_ENTER();
+    CUresult e = fake_ctx_arg(&ctx, __func__);
+    if (e == CUDA_SUCCESS && !version) e = CUDA_ERROR_INVALID_VALUE;
+    if (e == CUDA_SUCCESS) *version = 3020;
+    FAKE_RETURN(e);
+}
+
+FAKE_API CUresult cuCtxGetId(CUcontext ctx, unsigned long long *id) {
+    FAKE_ENTER();
+    CUresult e = fake_ctx_arg(&ctx, __func__);
+    if (e == CUDA_SUCCESS && !id) e = CUDA_ERROR_INVALID_VALUE;
+    if (e == CUDA_SUCCESS) *id = ctx->id;
+    FAKE_RETURN(e);
+}
+
+/* Runs every stream of the current context; its sticky error if that corrupted it. */
+FAKE_API CUresult cuCtxSynchronize(void) {
+    FAKE_ENTER();
+    FAKE_NEED_CONTEXT();
+    for (CUstream s = fake.streams; s; s = s->next_stream)
+        if (s->ctx == fake_current && !s->destroyed) fake_drain(s, UINT64_MAX);
+    FAKE_RETURN(fake_current->sticky);
+}
+
+/* Access from the current context to peer's memory (one way). Two contexts of one device cannot
+   (cuDeviceCanAccessPeer(d, d) is 0): PEER_ACCESS_UNSUPPORTED, as between GPUs without peer
+   access; the current context itself: INVALID_CONTEXT. */
 FAKE_API CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
     FAKE_ENTER();
     FAKE_NEED_CONTEXT();
-    if (flags != 0 || !peer) FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
-    if (!fake.peer || peer == fake_current) FAKE_RETURN(CUDA_ERROR_PEER_ACCESS_UNSUPPORTED);
-    if (fake_current->peer_enabled[peer->device]) FAKE_RETURN(CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);
-    fake_current->peer_enabled[peer->device] = 1;
+    if (flags != 0) FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (!fake_ctx_usable(peer) || peer == fake_current)
+        FAKE_RETURN(fake_refuse(CUDA_ERROR_INVALID_CONTEXT, "cuCtxEnablePeerAccess of %p: %s", (void *)peer,
+                                peer == fake_current ? "the current context" : "not a usable context"));
+    if (!fake.peer || peer->device == fake_current->device) FAKE_RETURN(CUDA_ERROR_PEER_ACCESS_UNSUPPORTED);
+    for (int i = 0; i < fake_current->peer_count; i++)
+        if (fake_current->peers[i] == peer) FAKE_RETURN(CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);
+    if (fake_current->peer_count == FAKE_MAX_PEERS) FAKE_RETURN(CUDA_ERROR_TOO_MANY_PEERS);
+    fake_current->peers[fake_current->peer_count++] = peer;
     FAKE_RETURN(CUDA_SUCCESS);
 }
 
@@ -887,6 +1093,7 @@ FAKE_API CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t bytes) {
     a->size = bytes;
     a->data = data;
     a->device = dev;
+    a->ctx = fake_current;
     fake.next_address[dev] += rounded + 512; /* a gap: one past the end is nobody's */
     fake.used[dev] += rounded;
     *p = a->address;
@@ -995,7 +1202,7 @@ FAKE_API CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, CU
     if (!a && !m) FAKE_RETURN(CUDA_ERROR_INVALID_VALUE); /* memory CUDA does not know */
     switch (attr) {
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *(unsigned int *)data = a ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST; break;
-    case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext *)data = a ? &fake.contexts[a->device] : m->ctx; break;
+    case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext *)data = a ? a->ctx : m->ctx; break;
     default: FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
     }
     FAKE_RETURN(CUDA_SUCCESS);
@@ -1013,7 +1220,7 @@ FAKE_API CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute *at
         case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
             *(unsigned int *)data[i] = a ? CU_MEMORYTYPE_DEVICE : m ? CU_MEMORYTYPE_HOST : 0u;
             break;
-        case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext *)data[i] = a ? &fake.contexts[a->device] : m ? m->ctx : NULL; break;
+        case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext *)data[i] = a ? a->ctx : m ? m->ctx : NULL; break;
         default: FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
         }
     }
@@ -1104,16 +1311,15 @@ FAKE_API CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dst_ctx, CUdevice
     FAKE_NEED_CONTEXT();
     CUresult e = fake_check_stream(s, __func__);
     char *d = NULL, *sv = NULL;
-    int dd = -1, sd = -1;
-    if (e == CUDA_SUCCESS && (!dst_ctx || !src_ctx)) e = CUDA_ERROR_INVALID_CONTEXT;
+    if (e == CUDA_SUCCESS && (!fake_ctx_usable(dst_ctx) || !fake_ctx_usable(src_ctx)))
+        e = fake_refuse(CUDA_ERROR_INVALID_CONTEXT, "cuMemcpyPeerAsync: context %p or %p is not usable", (void *)dst_ctx, (void *)src_ctx);
     if (e == CUDA_SUCCESS) e = fake_device_view(dst, bytes, __func__, &d);
     if (e == CUDA_SUCCESS) e = fake_device_view(src, bytes, __func__, &sv);
-    if (e == CUDA_SUCCESS) {
-        fake_device_range(dst, bytes, &dd);
-        fake_device_range(src, bytes, &sd);
-        if (dd != dst_ctx->device || sd != src_ctx->device)
-            e = fake_refuse(CUDA_ERROR_INVALID_VALUE, "cuMemcpyPeerAsync: pointers on devices %d and %d, contexts of %d and %d", dd, sd,
-                            dst_ctx->device, src_ctx->device);
+    if (e == CUDA_SUCCESS) { /* each pointer must be memory of the context named with it */
+        const fake_alloc *da = fake_alloc_at(dst), *sa = fake_alloc_at(src);
+        if (da->ctx != dst_ctx || sa->ctx != src_ctx)
+            e = fake_refuse(CUDA_ERROR_INVALID_VALUE, "cuMemcpyPeerAsync: pointers of contexts %p and %p, named with %p and %p", (void *)da->ctx,
+                            (void *)sa->ctx, (void *)dst_ctx, (void *)src_ctx);
     }
     if (e == CUDA_SUCCESS && bytes) e = fake_copy_op(s, d, sv, bytes, false);
     FAKE_RETURN(e);
@@ -1276,7 +1482,7 @@ FAKE_API CUresult cuEventCreate(CUevent *out, unsigned int flags) {
    (the call returns at once); a wait already queued on it is not affected. */
 FAKE_API CUresult cuEventDestroy_v2(CUevent e) {
     FAKE_ENTER();
-    if (!e || e->destroyed) FAKE_RETURN(CUDA_ERROR_INVALID_HANDLE);
+    if (!e || !fake_event_live(e) || e->destroyed) FAKE_RETURN(CUDA_ERROR_INVALID_HANDLE);
     if (fake_event_done(e)) fake_event_free(e);
     else e->destroyed = true;
     FAKE_RETURN(CUDA_SUCCESS);
@@ -1285,12 +1491,12 @@ FAKE_API CUresult cuEventDestroy_v2(CUevent e) {
 FAKE_API CUresult cuEventRecord(CUevent e, CUstream s) {
     FAKE_ENTER();
     FAKE_NEED_CONTEXT();
-    if (!e) FAKE_RETURN(CUDA_ERROR_INVALID_HANDLE);
+    if (!e || !fake_event_live(e)) FAKE_RETURN(CUDA_ERROR_INVALID_HANDLE);
     CUresult r = fake_check_stream(s, __func__);
     if (r != CUDA_SUCCESS) FAKE_RETURN(r);
     if (e->ctx != fake_current)
-        FAKE_RETURN(fake_refuse(CUDA_ERROR_INVALID_HANDLE, "cuEventRecord: the event belongs to device %d, the current context to %d", e->ctx->device,
-                                fake_current->device));
+        FAKE_RETURN(fake_refuse(CUDA_ERROR_INVALID_HANDLE, "cuEventRecord: the event belongs to context %p (device %d), the current one is %p (device %d)",
+                                (void *)e->ctx, e->ctx->device, (void *)fake_current, fake_current->device));
     if (!fake_event_done(e) && e->stream != s) fake_drain(e->stream, e->seq); /* its older record names it too */
     fake_op *op = fake_op_new(OP_RECORD);
     if (!op) FAKE_RETURN(CUDA_ERROR_OUT_OF_MEMORY);
@@ -1310,7 +1516,7 @@ FAKE_API CUresult cuEventRecord(CUevent e, CUstream s) {
 
 FAKE_API CUresult cuEventSynchronize(CUevent e) {
     FAKE_ENTER();
-    if (!e) FAKE_RETURN(CUDA_ERROR_INVALID_HANDLE);
+    if (!e || !fake_event_live(e)) FAKE_RETURN(CUDA_ERROR_INVALID_HANDLE);
     if (fake.trace_ops)
         fprintf(stderr, "fake-cuda: cuEventSynchronize %p: stream %p, record #%llu, ran %llu\n", (void *)e, (void *)e->stream, (unsigned long long)e->seq,
                 e->stream ? (unsigned long long)e->stream->ran : 0ull);
@@ -1320,7 +1526,7 @@ FAKE_API CUresult cuEventSynchronize(CUevent e) {
 
 FAKE_API CUresult cuEventQuery(CUevent e) {
     FAKE_ENTER();
-    if (!e) FAKE_RETURN(CUDA_ERROR_INVALID_HANDLE);
+    if (!e || !fake_event_live(e)) FAKE_RETURN(CUDA_ERROR_INVALID_HANDLE);
     if (fake_event_done(e)) FAKE_RETURN(CUDA_SUCCESS);
     if (!e->asked) {
         e->asked = true;
@@ -1336,6 +1542,7 @@ FAKE_API CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end);
 FAKE_API CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end) {
     FAKE_ENTER();
     if (!ms || !start || !end) FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (!fake_event_live(start) || !fake_event_live(end)) FAKE_RETURN(CUDA_ERROR_INVALID_HANDLE);
     if ((start->flags | end->flags) & CU_EVENT_DISABLE_TIMING) FAKE_RETURN(CUDA_ERROR_INVALID_HANDLE);
     if (!start->recorded || !end->recorded) FAKE_RETURN(CUDA_ERROR_INVALID_HANDLE);
     if (!fake_event_done(start) || !fake_event_done(end)) FAKE_RETURN(CUDA_ERROR_NOT_READY);
@@ -1347,6 +1554,7 @@ FAKE_API CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags) {
     FAKE_ENTER();
     FAKE_NEED_CONTEXT();
     if (!e || flags != 0) FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (!fake_event_live(e)) FAKE_RETURN(fake_refuse(CUDA_ERROR_INVALID_HANDLE, "cuStreamWaitEvent: %p is not a live event", (void *)e));
     CUresult r = fake_check_stream(s, __func__);
     if (r != CUDA_SUCCESS) FAKE_RETURN(r);
     if (fake_event_done(e) || e->stream == s) FAKE_RETURN(CUDA_SUCCESS); /* nothing to wait for, or in order already */
@@ -1507,6 +1715,18 @@ static CUresult fake_load_cubin(const unsigned char *image, CUmodule m, unsigned
     return CUDA_SUCCESS;
 }
 
+static bool fake_module_live(CUmodule m) {
+    for (CUmodule k = fake.modules; k; k = k->next_module)
+        if (k == m) return true;
+    return false;
+}
+
+static bool fake_function_live(CUfunction f) {
+    for (CUmodule k = fake.modules; k; k = k->next_module)
+        if (f >= k->functions && f < k->functions + k->kernel_count) return true;
+    return false;
+}
+
 static void fake_module_free(CUmodule m) {
     if (m->prev_module) m->prev_module->next_module = m->next_module;
     else fake.modules = m->next_module;
@@ -1537,7 +1757,7 @@ FAKE_API CUresult cuModuleLoadDataEx(CUmodule *out, const void *image, unsigned 
 
 FAKE_API CUresult cuModuleUnload(CUmodule m) {
     FAKE_ENTER();
-    if (!m) FAKE_RETURN(CUDA_ERROR_INVALID_HANDLE);
+    if (!m || !fake_module_live(m)) FAKE_RETURN(fake_refuse(CUDA_ERROR_INVALID_HANDLE, "cuModuleUnload of %p: not a loaded module", (void *)m));
     fake_module_free(m);
     FAKE_RETURN(CUDA_SUCCESS);
 }
@@ -1545,6 +1765,7 @@ FAKE_API CUresult cuModuleUnload(CUmodule m) {
 FAKE_API CUresult cuModuleGetFunction(CUfunction *out, CUmodule m, const char *name) {
     FAKE_ENTER();
     if (!out || !m || !name) FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (!fake_module_live(m)) FAKE_RETURN(fake_refuse(CUDA_ERROR_INVALID_HANDLE, "cuModuleGetFunction: %p is not a loaded module", (void *)m));
     for (int i = 0; i < m->kernel_count; i++)
         if (strcmp(m->functions[i].kernel.name, name) == 0) {
             *out = &m->functions[i];
@@ -1583,8 +1804,8 @@ static CUresult fake_launch_portable(CUfunction f, const unsigned int grid[3], c
     for (int i = 0; i < n && i < GPUARR_KERNEL_MAX_PARAMS; i++)
         if (!fake_translate(fake_current, at[i])) {
             hooks->release(launch);
-            return fake_refuse(CUDA_ERROR_ILLEGAL_ADDRESS, "%s: array %d at 0x%llx is not memory device %d can reach", f->kernel.name, i, at[i],
-                               fake_current->device);
+            return fake_refuse(CUDA_ERROR_ILLEGAL_ADDRESS, "%s: array %d at 0x%llx is not memory context %p (device %d) can reach", f->kernel.name, i,
+                               at[i], (void *)fake_current, fake_current->device);
         }
     fake_op *op = fake_op_new(OP_KERNEL);
     if (!op) {
@@ -1602,9 +1823,10 @@ FAKE_API CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy,
     FAKE_ENTER();
     FAKE_NEED_CONTEXT();
     if (!f || !params || extra) FAKE_RETURN(CUDA_ERROR_INVALID_VALUE);
+    if (!fake_function_live(f)) FAKE_RETURN(fake_refuse(CUDA_ERROR_INVALID_HANDLE, "cuLaunchKernel: %p is not a function of a loaded module", (void *)f));
     if (f->module->ctx != fake_current)
-        FAKE_RETURN(fake_refuse(CUDA_ERROR_INVALID_HANDLE, "cuLaunchKernel: a function of device %d launched in the context of %d",
-                                f->module->ctx->device, fake_current->device));
+        FAKE_RETURN(fake_refuse(CUDA_ERROR_INVALID_HANDLE, "cuLaunchKernel: a function of context %p (device %d) launched in context %p (device %d)",
+                                (void *)f->module->ctx, f->module->ctx->device, (void *)fake_current, fake_current->device));
     CUresult e = fake_check_stream(s, __func__);
     if (e != CUDA_SUCCESS) FAKE_RETURN(e);
     if (f->kernel.portable) { /* CUDA's limits */
@@ -1626,16 +1848,15 @@ FAKE_API CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy,
     uint64_t threads = (uint64_t)gx * bx, count = n < threads ? n : threads;
     size_t ss = gpuarr__dtype_sizes[f->kernel.src], ds = gpuarr__dtype_sizes[f->kernel.dst];
     char *src = NULL, *dst = NULL;
-    int sdev = -1, ddev = -1;
     if (count) {
-        src = fake_device_range(sp + s_at * ss, count * ss, &sdev);
-        dst = fake_device_range(dp + d_at * ds, count * ds, &ddev);
+        src = fake_device_range(sp + s_at * ss, count * ss, NULL);
+        dst = fake_device_range(dp + d_at * ds, count * ds, NULL);
     }
-    int here = fake_current->device;
-    if (count && (!src || !dst || (sdev != here && !fake_current->peer_enabled[sdev]) || (ddev != here && !fake_current->peer_enabled[ddev])))
-        FAKE_RETURN(fake_refuse(CUDA_ERROR_ILLEGAL_ADDRESS, "%s: elements %llu.. of 0x%llx or %llu.. of 0x%llx (%llu of them) are not memory device %d can reach",
+    if (count && (!src || !dst || !fake_reaches(fake_current, fake_alloc_at(sp + s_at * ss)) || !fake_reaches(fake_current, fake_alloc_at(dp + d_at * ds))))
+        FAKE_RETURN(fake_refuse(CUDA_ERROR_ILLEGAL_ADDRESS,
+                                "%s: elements %llu.. of 0x%llx or %llu.. of 0x%llx (%llu of them) are not memory context %p (device %d) can reach",
                                 f->kernel.name, (unsigned long long)s_at, (unsigned long long)sp, (unsigned long long)d_at, (unsigned long long)dp,
-                                (unsigned long long)count, here));
+                                (unsigned long long)count, (void *)fake_current, fake_current->device));
     if (!count) FAKE_RETURN(CUDA_SUCCESS);
     fake_op *op = fake_op_new(OP_CAST);
     if (!op) FAKE_RETURN(CUDA_ERROR_OUT_OF_MEMORY);
@@ -1667,6 +1888,8 @@ FAKE_API CUresult cuGetExportTable(const void **table, const CUuuid *id) {
     X(CUDA_ERROR_INVALID_DEVICE, "invalid device ordinal")                                         \
     X(CUDA_ERROR_INVALID_IMAGE, "device kernel image is invalid")                                  \
     X(CUDA_ERROR_INVALID_CONTEXT, "invalid device context")                                        \
+    X(CUDA_ERROR_CONTEXT_IS_DESTROYED, "context is destroyed")                                     \
+    X(CUDA_ERROR_TOO_MANY_PEERS, "peer mapping resources exhausted")                               \
     X(CUDA_ERROR_NO_BINARY_FOR_GPU, "no kernel image is available for execution on the device")    \
     X(CUDA_ERROR_PEER_ACCESS_UNSUPPORTED, "peer access is not supported between these two devices") \
     X(CUDA_ERROR_INVALID_PTX, "a PTX JIT compilation failed")                                      \

@@ -994,7 +994,15 @@ static void op_device(fz *z) {
             gpuarr_stream out = {FZ_SENTINEL};
             void *q = NULL;
             struct CUstream_st *cs = NULL;
-            if (w & 2) {
+            if ((w & 0x18) == 0x18) { /* adopting a context gpuarr has already (a primary one), or none: refused */
+                struct CUctx_st *ctx = NULL;
+                gpuarr_device adopted = {FZ_SENTINEL};
+                if ((w & 0x20) || FZ_CALL(r, "gpuarr_cuda_context", gpuarr_cuda_context(d, &ctx)) == GPUARR_OK) {
+                    FZ_CALL(r2, "gpuarr_cuda_adopt", gpuarr_cuda_adopt(ctx, &adopted));
+                    if (r2 == GPUARR_OK) fz_die("gpuarr_cuda_adopt took %s context %p", ctx ? "a primary" : "a NULL", (void *)ctx);
+                    FZ_KEEP_OUT(r2, "gpuarr_cuda_adopt", adopted);
+                }
+            } else if (w & 2) {
                 if ((w & 4) || FZ_CALL(r, "gpuarr_opencl_queue_raw", gpuarr_opencl_queue_raw(z->st[k], &q)) == GPUARR_OK) {
                     FZ_CALL(r2, "gpuarr_opencl_wrap_queue_raw", gpuarr_opencl_wrap_queue_raw(d, q, &out));
                     FZ_KEEP_OUT(r2, "gpuarr_opencl_wrap_queue_raw", out);
