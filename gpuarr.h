@@ -699,7 +699,9 @@
  * that everything gpuarr makes for it (buffers, queues, programs) is made in the caller's
  * context. OpenCL: gpuarr retains the context and, if given, the queue, on which every thread's
  * default stream of the device runs (NULL: gpuarr makes queues in that context), and releases
- * both at gpuarr_device_remove or gpuarr_shutdown. Leases, plans, slots, transfer models and
+ * both at gpuarr_device_remove or gpuarr_shutdown. CUDA: gpuarr_cuda_adopt(ctx, &d) takes a
+ * context of cuCtxCreate, which gpuarr cannot retain: keep it alive until then (the CUDA section
+ * says how its arrays relate to the primary context's). Leases, plans, slots, transfer models and
  * telemetry count the device as gpuarr's own view of it: a lease or a plan step naming the
  * adopted device is given gpuarr's own view, the two share their slots, and telemetry reports
  * what the own view does.
@@ -716,7 +718,7 @@
  * or that is empty is refused; export a copy. Work the caller enqueues on a wrapped or exported
  * buffer must be complete (clFinish, or an event gpuarr waits for) before gpuarr uses the array.
  *
- * Refused with GPUARR_ERROR_INVALID_ARGUMENT and the reason: a NULL context or device, a device
+ * OpenCL adoptions are refused with GPUARR_ERROR_INVALID_ARGUMENT and the reason: a NULL context or device, a device
  * that is not one of the context's, an object the driver says is not a context, a queue of
  * another context or device, an out-of-order queue, a context and device adopted already (the
  * message names that device), and a device gpuarr_init did not find itself (one GPUARR_DEVICES
@@ -2369,7 +2371,8 @@ GPUARR_API gpuarr_result gpuarr_cuda_wrap_stream(gpuarr_device d, struct CUstrea
    cuCtxCreate (see CUDA in the manual). The caller keeps ctx alive until gpuarr_device_remove(*out)
    or gpuarr_shutdown: CUDA counts no references on such contexts, so gpuarr holds none. Errors:
    GPUARR_ERROR_INVALID_ARGUMENT for ctx NULL, not a usable context (destroyed, never one, or
-   corrupted by a sticky error: the driver's answer is named), a device's primary context (use
+   corrupted by a sticky error, where the driver can tell: its answer is named; a dangling pointer
+   may crash a real driver, so pass a live context), a device's primary context (use
    that cuda:K), or a context adopted already (the message names its device); UNSUPPORTED without
    the CUDA backend; OUT_OF_MEMORY past GPUARR__ADOPT_MAX adoptions in one gpuarr_init cycle.
    Thread-safe. */
