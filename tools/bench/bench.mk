@@ -113,7 +113,7 @@ bench-mpi: $(BUILD)/rel/tools/bench-mpi
 # `make bench-dlpack`: the DLPack hand-over through ctypes against numpy.copy of the same bytes
 # (tools/bench/bench-dlpack.py; bench/results/dlpack.md). Not part of make test.
 .PHONY: bench-dlpack
-bench-dlpack: $(VENV)/numpy-installed $(BUILD)/lib/libgpuarr.so
+bench-dlpack: $(VENV)/packages-installed $(BUILD)/lib/libgpuarr.so
 	GPUARR_LIB=$(abspath $(BUILD))/lib/libgpuarr.so $(VENV)/bin/python tools/bench/bench-dlpack.py
 
 # `make bench-kernels`: portable kernels against raw OpenCL launches, a hand-written threaded loop,
