@@ -8878,7 +8878,7 @@ struct gpuarr__hold {
 };
 
 /* A hold on a's elements once a's pending work is complete; *arr: a, with a reference. */
-static gpuarr_result gpuarr__hold_array(gpuarr_array a, gpuarr_backend backend, gpuarr__hold **out, gpuarr__array **arr) {
+GPUARR__FOR_BACKENDS static gpuarr_result gpuarr__hold_array(gpuarr_array a, gpuarr_backend backend, gpuarr__hold **out, gpuarr__array **arr) {
     gpuarr__array *x;
     GPUARR__CHECK(gpuarr__get_array(a, "a", &x));
     gpuarr_result r = GPUARR_OK;
@@ -8905,7 +8905,7 @@ static gpuarr_result gpuarr__hold_array(gpuarr_array a, gpuarr_backend backend, 
 }
 
 /* The holder let go (any thread, a driver's callback included). */
-static void gpuarr__hold_let_go(gpuarr__hold *h) {
+GPUARR__FOR_BACKENDS static void gpuarr__hold_let_go(gpuarr__hold *h) {
     if (!gpuarr__initialized() || h->epoch != gpuarr__g.epoch) {
         gpuarr__free(h);
         return;
