@@ -1524,7 +1524,7 @@ static void op_transfer(fz *z) {
    MPI_COMM_SELF and MPI_COMM_WORLD (shared by the soak's threads) and MPI_COMM_NULL come up too,
    but never in a collective (MPI forbids concurrent collectives on one comm). A receive that no
    send matches gives up after GPUARR_MPI_TIMEOUT_MS (fz_start: 200 ms). ---- */
-static _Thread_local int fz_thread; /* 0; the soak's thread t sets 1 + t */
+static _Thread_local int fz_thread __attribute__((unused)); /* 0; the soak's thread t sets 1 + t (read by the MPI part) */
 #ifdef GPUARR_MPI
 #define FZ_COMMS 9 /* [0] the fuzzer's and the replay's thread, [1 + t] the soak's thread t */
 static MPI_Comm fz_comms[FZ_COMMS];
