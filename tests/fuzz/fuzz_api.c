@@ -141,7 +141,7 @@ typedef struct fz {
     int nalias;
     gpuarr_device adev;      /* a device adopted by gpuarr_opencl_adopt_raw, removed by the end of the input */
     uint32_t adev_removed;   /* one this input removed: every call on it must fail */
-    void *adev_ctx;          /* the cl_context it was adopted with */
+    void *adev_ctx, *adev_id; /* the cl_context and cl_device_id it was adopted with */
     void *exp[FZ_EXPORTS];   /* exported cl_mem, the fuzzer's to release */
     int nexp;
     fz_buf *bufs;
@@ -968,7 +968,6 @@ static void fz_adopt_args(fz *z, uint8_t how, void **ctx, void **id, bool *own) 
     gpuarr_device src = z->dev[1 + u8(z) % 2], other = z->dev[1 + u8(z) % 2];
     *ctx = *id = NULL;
     *own = false;
-    gpuarr_result r;
     switch ((how >> 2) & 7) {
     case 0: break; /* NULL */
     case 1:
@@ -980,12 +979,12 @@ static void fz_adopt_args(fz *z, uint8_t how, void **ctx, void **id, bool *own) 
         *ctx = fz_own_ctx;
         *own = fz_own_ctx != NULL;
         break;
-    default: FZ_CALL(r, "gpuarr_opencl_context_raw", gpuarr_opencl_context_raw(src, ctx)); break;
+    default: (void)fz_call(gpuarr_opencl_context_raw(src, ctx), "gpuarr_opencl_context_raw"); break;
     }
     switch ((how >> 5) & 3) {
     case 0: break; /* NULL */
-    case 1: FZ_CALL(r, "gpuarr_opencl_device_id_raw", gpuarr_opencl_device_id_raw(other, id)); break;
-    default: FZ_CALL(r, "gpuarr_opencl_device_id_raw", gpuarr_opencl_device_id_raw(*own ? z->dev[2] : src, id)); break;
+    case 1: (void)fz_call(gpuarr_opencl_device_id_raw(other, id), "gpuarr_opencl_device_id_raw"); break;
+    default: (void)fz_call(gpuarr_opencl_device_id_raw(*own ? z->dev[2] : src, id), "gpuarr_opencl_device_id_raw"); break;
     }
 }
 
@@ -1002,8 +1001,7 @@ static void fz_adopt_device(fz *z, uint8_t how) {
     fz_adopt_args(z, how, &ctx, &id, &own);
     uint8_t more = u8(z);
     if (more & 1) { /* the queue of a stream: its device's, another's, or a wrapped one */
-        gpuarr_result r;
-        FZ_CALL(r, "gpuarr_opencl_queue_raw", gpuarr_opencl_queue_raw(z->st[u8(z) % FZ_STREAMS], &q));
+        (void)fz_call(gpuarr_opencl_queue_raw(z->st[u8(z) % FZ_STREAMS], &q), "gpuarr_opencl_queue_raw");
     }
     bool null_out = (more & 0x1e) == 0x1e;
     /* the soak's threads would use another's adopted device while it is removed (no other thread
@@ -1018,7 +1016,7 @@ static void fz_adopt_device(fz *z, uint8_t how) {
     if (own && r != GPUARR_OK && fz_context_refs(ctx) != refs) fz_die("a refused gpuarr_opencl_adopt_raw kept a reference to the context");
     if (r != GPUARR_OK) return;
     if (!ctx || !id || null_out) fz_die("gpuarr_opencl_adopt_raw accepted a NULL argument");
-    if (z->adev.id) fz_die("gpuarr_opencl_adopt_raw adopted a context and device twice");
+    if (z->adev.id && ctx == z->adev_ctx && id == z->adev_id) fz_die("gpuarr_opencl_adopt_raw adopted a context and device twice");
     gpuarr_device_info info, twin;
     void *got_ctx = NULL, *got_id = NULL;
     if (gpuarr_device_get_info(out, &info) != GPUARR_OK || !info.adopted || info.backend != GPUARR_BACKEND_OPENCL)
@@ -1028,8 +1026,15 @@ static void fz_adopt_device(fz *z, uint8_t how) {
     if (gpuarr_opencl_context_raw(out, &got_ctx) != GPUARR_OK || got_ctx != ctx || gpuarr_opencl_device_id_raw(out, &got_id) != GPUARR_OK ||
         got_id != id || gpuarr_opencl_device_id_raw(info.same_as, &got_id) != GPUARR_OK || got_id != id)
         fz_die("an adopted device's context or device is not the one adopted");
+    if (z->adev.id) { /* another pair: the fuzzer keeps one, this one goes at once (nothing lives on it) */
+        FZ_CALL(r, "gpuarr_device_remove", gpuarr_device_remove(out));
+        if (r != GPUARR_OK) fz_die("gpuarr_device_remove of a device just adopted: %s", gpuarr_last_error());
+        if (own && fz_context_refs(ctx) != refs) fz_die("adopting and removing kept a reference to the context");
+        return;
+    }
     z->adev = out;
     z->adev_ctx = ctx;
+    z->adev_id = id;
 }
 
 /* Removing: the adopted device, the one removed, or any (only adopted ones are removed). On
@@ -1057,18 +1062,17 @@ static void fz_remove_device(fz *z, uint8_t how) {
     if (z->adev_ctx == fz_own_ctx && fz_context_refs(fz_own_ctx) != 1) fz_die("gpuarr_device_remove kept a reference to the context");
     z->adev_removed = d.id;
     z->adev.id = 0;
-    z->adev_ctx = NULL;
+    z->adev_ctx = z->adev_id = NULL;
 }
 
 static void op_adopt(fz *z) {
     uint8_t how = u8(z);
-    gpuarr_result r;
     switch (how & 3) {
     case 0: fz_remove_device(z, how); break;
     case 1: op_export(z, how); break;
     case 2:
         if (z->nexp) fz_export_release(z, (how >> 2) % z->nexp);
-        else FZ_CALL(r, "gpuarr_device_remove", gpuarr_device_remove(fz_dev(z)));
+        else (void)fz_call(gpuarr_device_remove(fz_dev(z)), "gpuarr_device_remove");
         break;
     default: fz_adopt_device(z, how); break;
     }
