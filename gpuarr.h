@@ -3549,7 +3549,7 @@ typedef struct gpuarr__state {
     void *backend_state[GPUARR_BACKEND_COUNT];
     void *layer_state[GPUARR__LAYER_MAX]; /* each layer's own, by its row in layers[]; never read here */
     struct gpuarr__hold *let_go; /* atomic stack: holds whose holder let go where gpuarr may not run
-                                    (gpuarr__hold_let_go), released at the next array creation */
+                                    (gpuarr__hold_let_go), released by the next gpuarr call that may */
 } gpuarr__state;
 
 /* Zero but for the locks and the backends' once flag; the rest is left to zero initialization (designated initializers
@@ -8380,6 +8380,7 @@ GPUARR_API gpuarr_result gpuarr_device_sync(gpuarr_device d) {
     GPUARR__BEGIN();
     gpuarr__dev *dev;
     GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
+    gpuarr__holds_release(); /* exports the caller let go: their memory goes back to the pools now */
     gpuarr_result r = gpuarr__visit_thread_streams(dev, true);
     gpuarr_result pr = gpuarr__sync_public_streams(dev);
     return r != GPUARR_OK ? r : pr;
@@ -8963,7 +8964,8 @@ static gpuarr_result gpuarr__view_publish(gpuarr__array *a, int ndim, const int6
  * Holds: an array kept alive for a native object handed to the caller (an exported cl_mem),
  * until a driver callback says the caller let go. Such callbacks may run on driver threads where
  * gpuarr must not call the driver: the hold goes on a list, released at the next array creation,
- * device removal or shutdown. A callback after gpuarr_shutdown only frees the hold (the array
+ * gpuarr_device_sync, gpuarr_pool_get_stats, gpuarr_pool_trim, device removal or shutdown (so
+ * that a sync or a trim after the caller's release sees the memory back in the pool). A callback after gpuarr_shutdown only frees the hold (the array
  * went with the shutdown); one during it is not allowed, as with DLPack deleters.
  * ------------------------------------------------------------------------------------------- */
 struct gpuarr__hold {
@@ -9808,6 +9810,7 @@ GPUARR_API gpuarr_result gpuarr_pool_get_stats(gpuarr_device d, gpuarr_pool_stat
     GPUARR__REQUIRE_PTR(out);
     gpuarr__dev *dev;
     GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
+    gpuarr__holds_release(); /* the stats count no export the caller let go */
     pthread_mutex_lock(&dev->pool.lock);
     *out = gpuarr__pool_stats_now(&dev->pool);
     pthread_mutex_unlock(&dev->pool.lock);
@@ -9858,6 +9861,7 @@ GPUARR_API gpuarr_result gpuarr_pool_trim(gpuarr_device d) {
     GPUARR__BEGIN();
     gpuarr__dev *dev;
     GPUARR__CHECK(gpuarr__get_dev(d, "d", &dev));
+    gpuarr__holds_release(); /* exports the caller let go, whose memory can then be trimmed */
     gpuarr__collect_device(dev); /* frees that were waiting on finished work */
     gpuarr__pool *pools[2] = {&dev->pool, &dev->pinned};
     for (int i = 0; i < 2; i++) {

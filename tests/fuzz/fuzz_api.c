@@ -36,7 +36,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dlfcn.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #ifdef FUZZ_MPI /* the Makefile's builds where Open MPI is installed: the MPI part too */
 #include <mpi.h>
@@ -74,6 +76,7 @@
 #define FZ_ALIASES 16
 #define FZ_STALE 8
 #define FZ_DEVICES 5
+#define FZ_EXPORTS 4 /* cl_mem from gpuarr_opencl_export_mem_raw, released later */
 #define FZ_MAX_ELEMS 8192 /* 64 KiB of f64 */
 #define FZ_MAX_OPS 96
 #define FZ_SENTINEL 0xA5A5A5A5u
@@ -137,6 +140,11 @@ typedef struct fz {
     int nmstale;
     uint32_t alias[FZ_ALIASES]; /* arrays sharing memory with another (DLPack imports, wrappers) */
     int nalias;
+    gpuarr_device adev;      /* a device adopted by gpuarr_opencl_adopt_raw, removed by the end of the input */
+    uint32_t adev_removed;   /* one this input removed: every call on it must fail */
+    void *adev_ctx, *adev_id; /* the cl_context and cl_device_id it was adopted with */
+    void *exp[FZ_EXPORTS];   /* exported cl_mem, the fuzzer's to release */
+    int nexp;
     fz_buf *bufs;
 } fz;
 
@@ -237,6 +245,10 @@ static gpuarr_event fz_event(fz *z) {
 }
 static gpuarr_device fz_dev(fz *z) {
     uint8_t b = u8(z);
+    if (b >= 0xe0 && b < 0xf0 && (z->adev.id || z->adev_removed)) { /* the adopted device, or the one removed */
+        gpuarr_device d = {z->adev.id ? z->adev.id : z->adev_removed};
+        return d;
+    }
     if (b < 0xf0) return z->dev[b % FZ_DEVICES];
     gpuarr_device d = {b < 0xf8 ? 0u : fz_forged(z, z->dev[0].id)};
     return d;
@@ -871,6 +883,215 @@ static void op_scope(fz *z) {
     z->scope[z->nscope++] = s;
 }
 
+/* ---- adopted devices and exported buffers (ADOPTED DEVICES) ----
+   The binary does not link OpenCL: the few calls the caller's side needs come from the loader
+   gpuarr opens (GPUARR_OPENCL_LIBRARY, else libOpenCL.so.1), loaded once in fz_start. */
+#define FZ_CL_MEM_SIZE 0x1102u
+#define FZ_CL_CONTEXT_REFERENCE_COUNT 0x1080u
+static struct {
+    int (*release_mem)(void *mem);
+    int (*mem_info)(void *mem, uint32_t param, size_t size, void *value, size_t *size_ret);
+    int (*read_buffer)(void *queue, void *mem, uint32_t blocking, size_t offset, size_t size, void *ptr, uint32_t nwait,
+                       const void *wait, void *event);
+    void *(*create_context)(const intptr_t *props, uint32_t ndev, void *const *devices, void *notify, void *user, int32_t *err);
+    int (*context_info)(void *ctx, uint32_t param, size_t size, void *value, size_t *size_ret);
+} fz_cl;
+static void *fz_own_ctx; /* a context of the fuzzer's own, of opencl:1's device only (made once, kept) */
+
+static void fz_cl_sym(void *lib, const char *name, void *fn_ptr) {
+    void *sym = dlsym(lib, name);
+    memcpy(fn_ptr, &sym, sizeof sym); /* an object pointer's bits into a function pointer */
+}
+static void fz_cl_load(void) {
+    const char *path = getenv("GPUARR_OPENCL_LIBRARY");
+    void *lib = dlopen(path ? path : "libOpenCL.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib && !path) lib = dlopen("libOpenCL.so", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) return; /* then no export can succeed: gpuarr could not load it either */
+    fz_cl_sym(lib, "clReleaseMemObject", &fz_cl.release_mem);
+    fz_cl_sym(lib, "clGetMemObjectInfo", &fz_cl.mem_info);
+    fz_cl_sym(lib, "clEnqueueReadBuffer", &fz_cl.read_buffer);
+    fz_cl_sym(lib, "clCreateContext", &fz_cl.create_context);
+    fz_cl_sym(lib, "clGetContextInfo", &fz_cl.context_info);
+}
+
+static void fz_export_release(fz *z, int k) {
+    if (!fz_cl.release_mem) fz_die("an export succeeded but the fuzzer has no clReleaseMemObject");
+    int e = fz_cl.release_mem(z->exp[k]);
+    if (e != 0) fz_die("clReleaseMemObject of an exported buffer: %d", e);
+    z->exp[k] = z->exp[--z->nexp];
+}
+
+/* The exported buffer holds exactly a's bytes: its size, and (sometimes) its contents read on a
+   queue of a stream of a's device. */
+static void fz_export_check(fz *z, gpuarr_array a, void *mem) {
+    gpuarr_array_info info;
+    if (!fz_info(a, &info)) fz_die("gpuarr_opencl_export_mem_raw succeeded on an array with no info");
+    size_t size = 0;
+    if (!fz_cl.mem_info || fz_cl.mem_info(mem, FZ_CL_MEM_SIZE, sizeof size, &size, NULL) != 0)
+        fz_die("clGetMemObjectInfo of an exported buffer failed");
+    if (size != info.nbytes) fz_die("gpuarr_opencl_export_mem_raw: a buffer of %zu bytes for an array of %zu", size, info.nbytes);
+    if (!(u8(z) & 1)) return;
+    gpuarr_stream s = {FZ_SENTINEL};
+    void *q = NULL;
+    gpuarr_result r;
+    if (FZ_CALL(r, "gpuarr_stream_create", gpuarr_stream_create(info.device, 0, &s)) != GPUARR_OK) return; /* faults */
+    if (FZ_CALL(r, "gpuarr_opencl_queue_raw", gpuarr_opencl_queue_raw(s, &q)) != GPUARR_OK) fz_die("no queue for a stream of an OpenCL array's device");
+    unsigned char *got = (unsigned char *)fz_alloc(z, info.nbytes), *want = fz_read_all(z, a, &info);
+    int e = fz_cl.read_buffer(q, mem, 1u, 0, info.nbytes, got, 0, NULL, NULL);
+    if (e != 0) fz_die("clEnqueueReadBuffer of an exported buffer: %d", e);
+    char w[160];
+    if (want && memcmp(got, want, info.nbytes) != 0) fz_die("an exported buffer differs from its array (%s)", fz_where(&info, w, sizeof w));
+    if (gpuarr_stream_destroy(s) != GPUARR_OK) fz_die("gpuarr_stream_destroy: %s", gpuarr_last_error());
+}
+
+static void op_export(fz *z, uint8_t how) {
+    gpuarr_array a = fz_arr(z);
+    void *mem = (void *)&z->pos;
+    gpuarr_result r;
+    FZ_CALL(r, "gpuarr_opencl_export_mem_raw", gpuarr_opencl_export_mem_raw(a, (how & 0xe0) == 0xe0 ? NULL : &mem));
+    if (r != GPUARR_OK) {
+        if (mem != (void *)&z->pos) fz_die("gpuarr_opencl_export_mem_raw failed but wrote *out");
+        return;
+    }
+    gpuarr_array_info info;
+    gpuarr_device_info di;
+    if (!fz_info(a, &info) || gpuarr_device_get_info(info.device, &di) != GPUARR_OK || di.backend != GPUARR_BACKEND_OPENCL ||
+        info.host_fallback || !info.nbytes)
+        fz_die("gpuarr_opencl_export_mem_raw succeeded on an array that is not an OpenCL device's, or empty");
+    fz_export_check(z, a, mem);
+    z->exp[z->nexp++] = mem;
+    if ((how & 0x10) || z->nexp == FZ_EXPORTS) fz_export_release(z, z->nexp - 1); /* at once */
+}
+
+/* The context and device to adopt: gpuarr's own of an OpenCL device, the fuzzer's own context, or
+   NULL; the device of that context, of the other one, or NULL (never garbage: OpenCL cannot tell). */
+static void fz_adopt_args(fz *z, uint8_t how, void **ctx, void **id, bool *own) {
+    gpuarr_device src = z->dev[1 + u8(z) % 2], other = z->dev[1 + u8(z) % 2];
+    *ctx = *id = NULL;
+    *own = false;
+    switch ((how >> 2) & 7) {
+    case 0: break; /* NULL */
+    case 1:
+        if (!fz_own_ctx && fz_cl.create_context && z->dev[2].id && gpuarr_opencl_device_id_raw(z->dev[2], id) == GPUARR_OK) {
+            int32_t e = 0;
+            fz_own_ctx = fz_cl.create_context(NULL, 1, id, NULL, NULL, &e);
+            *id = NULL;
+        }
+        *ctx = fz_own_ctx;
+        *own = fz_own_ctx != NULL;
+        break;
+    default: (void)fz_call(gpuarr_opencl_context_raw(src, ctx), "gpuarr_opencl_context_raw"); break;
+    }
+    switch ((how >> 5) & 3) {
+    case 0: break; /* NULL */
+    case 1: (void)fz_call(gpuarr_opencl_device_id_raw(other, id), "gpuarr_opencl_device_id_raw"); break;
+    default: (void)fz_call(gpuarr_opencl_device_id_raw(*own ? z->dev[2] : src, id), "gpuarr_opencl_device_id_raw"); break;
+    }
+}
+
+static unsigned fz_context_refs(void *ctx) {
+    uint32_t refs = 0;
+    if (!fz_cl.context_info || fz_cl.context_info(ctx, FZ_CL_CONTEXT_REFERENCE_COUNT, sizeof refs, &refs, NULL) != 0)
+        fz_die("clGetContextInfo(CL_CONTEXT_REFERENCE_COUNT) failed");
+    return refs;
+}
+
+/* The context's references once they come down to `want`, or after 2 s: PoCL's worker threads
+   drop the references their finished commands hold a little after the commands complete. */
+static unsigned fz_context_refs_settled(void *ctx, unsigned want) {
+    unsigned refs = fz_context_refs(ctx);
+    for (int i = 0; i < 2000 && refs != want; i++) {
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+        refs = fz_context_refs(ctx);
+    }
+    return refs;
+}
+
+static void fz_adopt_device(fz *z, uint8_t how) {
+    void *ctx, *id, *q = NULL;
+    bool own;
+    fz_adopt_args(z, how, &ctx, &id, &own);
+    uint8_t more = u8(z);
+    if (more & 1) { /* the queue of a stream: its device's, another's, or a wrapped one */
+        (void)fz_call(gpuarr_opencl_queue_raw(z->st[u8(z) % FZ_STREAMS], &q), "gpuarr_opencl_queue_raw");
+    }
+    bool null_out = (more & 0x1e) == 0x1e;
+    /* the soak's threads would use another's adopted device while it is removed (no other thread
+       may, the manual says): there only adoptions that must be refused */
+    if (fz_soak && ctx && id && !null_out) return;
+    gpuarr_device out = {FZ_SENTINEL};
+    gpuarr_result r;
+    unsigned refs = own ? fz_context_refs(ctx) : 0;
+    FZ_CALL(r, "gpuarr_opencl_adopt_raw", gpuarr_opencl_adopt_raw(ctx, id, q, null_out ? NULL : &out));
+    FZ_KEEP_OUT(r, "gpuarr_opencl_adopt_raw", out);
+    if (r == GPUARR_ERROR_OUT_OF_MEMORY && !fz_soak) z->reinit = true; /* the cycle's adoptions are spent: start a new one */
+    if (own && r != GPUARR_OK && fz_context_refs_settled(ctx, refs) != refs) fz_die("a refused gpuarr_opencl_adopt_raw kept a reference to the context");
+    if (r != GPUARR_OK) return;
+    if (!ctx || !id || null_out) fz_die("gpuarr_opencl_adopt_raw accepted a NULL argument");
+    if (z->adev.id && ctx == z->adev_ctx && id == z->adev_id) fz_die("gpuarr_opencl_adopt_raw adopted a context and device twice");
+    gpuarr_device_info info, twin;
+    void *got_ctx = NULL, *got_id = NULL;
+    if (gpuarr_device_get_info(out, &info) != GPUARR_OK || !info.adopted || info.backend != GPUARR_BACKEND_OPENCL)
+        fz_die("an adopted device's info: %s", gpuarr_last_error());
+    if (gpuarr_device_get_info(info.same_as, &twin) != GPUARR_OK || twin.adopted)
+        fz_die("an adopted device's same_as is not a device gpuarr found");
+    if (gpuarr_opencl_context_raw(out, &got_ctx) != GPUARR_OK || got_ctx != ctx || gpuarr_opencl_device_id_raw(out, &got_id) != GPUARR_OK ||
+        got_id != id || gpuarr_opencl_device_id_raw(info.same_as, &got_id) != GPUARR_OK || got_id != id)
+        fz_die("an adopted device's context or device is not the one adopted");
+    if (z->adev.id) { /* another pair: the fuzzer keeps one, this one goes at once (nothing lives on it) */
+        FZ_CALL(r, "gpuarr_device_remove", gpuarr_device_remove(out));
+        if (r != GPUARR_OK) fz_die("gpuarr_device_remove of a device just adopted: %s", gpuarr_last_error());
+        if (own && fz_context_refs_settled(ctx, refs) != refs) fz_die("adopting and removing kept a reference to the context");
+        return;
+    }
+    z->adev = out;
+    z->adev_ctx = ctx;
+    z->adev_id = id;
+}
+
+/* Removing: the adopted device, the one removed, or any (only adopted ones are removed). On
+   success nothing of the fuzzer's may be left on it. */
+static void fz_remove_device(fz *z, uint8_t how) {
+    gpuarr_device d = (how & 0x40) ? fz_dev(z) : z->adev;
+    gpuarr_result r;
+    if (fz_soak && d.id && d.id != z->adev.id) return; /* (another thread's adopted device, by a forged id) */
+    FZ_CALL(r, "gpuarr_device_remove", gpuarr_device_remove(d));
+    if (r != GPUARR_OK) return;
+    if (!d.id || d.id != z->adev.id) fz_die("gpuarr_device_remove of a device not adopted (0x%x) succeeded", d.id);
+    for (int i = 0; i < FZ_ARRAYS; i++) {
+        gpuarr_array_info info;
+        if ((z->arr[i].id && fz_info(z->arr[i], &info) && info.device.id == d.id) ||
+            (i < z->nkeep && fz_info(z->keep[i], &info) && info.device.id == d.id))
+            fz_die("gpuarr_device_remove succeeded while array slot %d (or kept array %d) lives on the device", i, i);
+    }
+    for (int i = 0; i < FZ_STREAMS; i++) {
+        gpuarr_device sd = {0};
+        if (z->st[i].id && gpuarr_stream_get_device(z->st[i], &sd) == GPUARR_OK && sd.id == d.id)
+            fz_die("gpuarr_device_remove succeeded while stream 0x%x lives on the device", z->st[i].id);
+    }
+    gpuarr_device_info info;
+    if (gpuarr_device_get_info(d, &info) != GPUARR_ERROR_INVALID_HANDLE) fz_die("a removed device still answers gpuarr_device_get_info");
+    if (z->adev_ctx == fz_own_ctx && fz_context_refs_settled(fz_own_ctx, 1) != 1)
+        fz_die("gpuarr_device_remove kept %u references to the context", fz_context_refs(fz_own_ctx) - 1);
+    z->adev_removed = d.id;
+    z->adev.id = 0;
+    z->adev_ctx = z->adev_id = NULL;
+}
+
+static void op_adopt(fz *z) {
+    uint8_t how = u8(z);
+    switch (how & 3) {
+    case 0: fz_remove_device(z, how); break;
+    case 1: op_export(z, how); break;
+    case 2:
+        if (z->nexp) fz_export_release(z, (how >> 2) % z->nexp);
+        else (void)fz_call(gpuarr_device_remove(fz_dev(z)), "gpuarr_device_remove");
+        break;
+    default: fz_adopt_device(z, how); break;
+    }
+}
+
 static void op_device(fz *z) {
     uint8_t how = u8(z);
     gpuarr_result r;
@@ -1022,7 +1243,10 @@ static void op_device(fz *z) {
         }
         break;
     }
-    default: FZ_CALL(r, "gpuarr_device_sync", gpuarr_device_sync(fz_dev(z))); break;
+    default: /* bytes from 0x80 up: adopted devices and exported buffers; they synced a device before */
+        if (how >= 0x80) op_adopt(z);
+        else FZ_CALL(r, "gpuarr_device_sync", gpuarr_device_sync(fz_dev(z)));
+        break;
     }
 }
 
@@ -1326,7 +1550,7 @@ static void op_transfer(fz *z) {
    MPI_COMM_SELF and MPI_COMM_WORLD (shared by the soak's threads) and MPI_COMM_NULL come up too,
    but never in a collective (MPI forbids concurrent collectives on one comm). A receive that no
    send matches gives up after GPUARR_MPI_TIMEOUT_MS (fz_start: 200 ms). ---- */
-static _Thread_local int fz_thread; /* 0; the soak's thread t sets 1 + t */
+static _Thread_local int fz_thread __attribute__((unused)); /* 0; the soak's thread t sets 1 + t (read by the MPI part) */
 #ifdef GPUARR_MPI
 #define FZ_COMMS 9 /* [0] the fuzzer's and the replay's thread, [1 + t] the soak's thread t */
 static MPI_Comm fz_comms[FZ_COMMS];
@@ -2106,6 +2330,7 @@ static void fz_cleanup(fz *z) {
             if (FZ_CALL(r, "gpuarr_release", gpuarr_release(z->arr[i])) != GPUARR_OK) fz_die("releasing array slot %d failed", i);
             z->arr[i].id = 0;
         }
+    while (z->nexp) fz_export_release(z, z->nexp - 1);
     for (int i = 0; i < FZ_EVENTS; i++)
         if (z->ev[i].id && FZ_CALL(r, "gpuarr_event_destroy", gpuarr_event_destroy(z->ev[i])) != GPUARR_OK) fz_die("destroying event %d failed", i);
     for (int pass = 0; pass < 2; pass++) /* wrapped streams before the streams they wrap */
@@ -2122,12 +2347,24 @@ static void fz_cleanup(fz *z) {
         if (z->limits) (void)gpuarr_pool_set_limit(z->dev[i], 0);
         if (gpuarr_device_sync(z->dev[i]) != GPUARR_OK) fz_die("gpuarr_device_sync(%s) at the end: %s", fz_specs[i], gpuarr_last_error());
     }
+    if (z->adev.id) {
+        if (z->faults) (void)gpuarr_pool_inject_faults(z->adev, 0, 0);
+        if (gpuarr_device_sync(z->adev) != GPUARR_OK) fz_die("gpuarr_device_sync(the adopted device) at the end: %s", gpuarr_last_error());
+    }
     fz_mpi_cleanup(z); /* the faults are off now: the drain's one-byte array is made */
     /* the arrays whose memory wrappers used: only now that the wrappers' queued work is done
        (released before, a block would go back to the pool while that work may still write it) */
     for (int i = 0; i < z->nkeep; i++)
         if (gpuarr_release(z->keep[i]) != GPUARR_OK) fz_die("releasing a kept array failed");
     z->nkeep = 0;
+    if (z->adev.id) { /* with every handle of it released and its exports given back: removed */
+        gpuarr_pool_stats st;
+        if (!fz_soak && (gpuarr_pool_get_stats(z->adev, &st) != GPUARR_OK || st.allocated_bytes))
+            fz_die("the adopted device: %llu bytes still allocated after every handle was released (%s)",
+                   (unsigned long long)st.allocated_bytes, gpuarr_last_error());
+        fz_remove_device(z, 0);
+        if (z->adev.id) fz_die("gpuarr_device_remove(the adopted device) at the end: %s", gpuarr_last_error());
+    }
     if (!fz_soak) {
         for (int i = 0; i < FZ_DEVICES; i++) {
             if (!z->dev[i].id) continue;
@@ -2199,6 +2436,7 @@ static void fz_start(void) {
     setenv("GPUARR_LEASE_DIR", FUZZ_CACHE_DIR "/leases", 0);
     setenv("FAKE_CUDA_MEMORY", "268435456", 0);
     fz_mpi_start();
+    fz_cl_load();
     if (gpuarr_init(fz_default_desc()) != GPUARR_OK) fz_die("gpuarr_init: %s", gpuarr_last_error());
     int found = 0;
     for (int i = 0; i < FZ_DEVICES; i++) {
