@@ -712,7 +712,8 @@
  * array's elements as a new cl_mem (a sub-buffer of exactly its bytes), once the array's pending
  * work is complete; the caller releases it with clReleaseMemObject, and until then the memory
  * stays allocated whatever becomes of the array's handle (it returns to the pool at the next
- * array creation, gpuarr_device_remove or gpuarr_shutdown after that release; a release after
+ * array creation, gpuarr_device_sync, gpuarr_pool_get_stats, gpuarr_pool_trim,
+ * gpuarr_device_remove or gpuarr_shutdown after that release; a release after
  * gpuarr_shutdown only frees the buffer, one during it is not allowed). An array that starts at
  * an offset OpenCL cannot make a sub-buffer at (not a multiple of CL_DEVICE_MEM_BASE_ADDR_ALIGN)
  * or that is empty is refused; export a copy. Work the caller enqueues on a wrapped or exported
