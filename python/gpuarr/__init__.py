@@ -312,10 +312,11 @@ def _release(handle_id, epoch):
 class Array:
     """Owns one gpuarr_array reference, released exactly once: by release(), or when the object
     goes (also at interpreter exit), or by gpuarr.shutdown()."""
-    __slots__ = ("_id", "_epoch", "_finalizer", "__weakref__")
+    __slots__ = ("_id", "_epoch", "_finalizer", "_dl_device", "__weakref__")
 
     def __init__(self, handle):
         self._id, self._epoch = handle.id, _State.epoch
+        self._dl_device = None  # __dlpack_device__'s answer, fixed for the array's life
         self._finalizer = weakref.finalize(self, _release, handle.id, self._epoch)
 
     def _handle(self):
@@ -396,12 +397,17 @@ class Array:
         _check(_lib.gpuarr_copy(self._handle(), src._handle()))
 
     def __dlpack_device__(self):
+        if self._dl_device is None:  # asked twice per hand-over (consumers, then __dlpack__)
+            self._dl_device = self._find_dlpack_device()
+        return self._dl_device
+
+    def _find_dlpack_device(self):
         i = self.info()
-        d = Device(i.device)._info()
-        if d.backend == BACKEND_CUDA:
-            return (KDLCUDA, d.index)
-        if d.backend == BACKEND_OPENCL:
-            return (KDLOPENCL, d.index)
+        backend, index = _device_static(i.device.id)
+        if backend == BACKEND_CUDA:
+            return (KDLCUDA, index)
+        if backend == BACKEND_OPENCL:
+            return (KDLOPENCL, index)
         if i.pinned:  # pinned for a CUDA device is kDLCUDAHost: the export says which
             p = _VP()
             _check(_lib.gpuarr_to_dlpack(self._handle(), 0, C.byref(p)), DLPackError)
@@ -457,6 +463,20 @@ class Array:
 class _DLManaged(C.Structure):  # the start of DLManagedTensorVersioned, to read its device
     _fields_ = [("version", C.c_uint32 * 2), ("manager_ctx", _VP), ("deleter", C.CFUNCTYPE(None, _VP)),
                 ("flags", C.c_uint64), ("data", _VP), ("device_type", C.c_int32), ("device_id", C.c_int32)]
+
+
+_DEVICE_STATIC = {}  # (epoch, device id) -> (backend, index): fixed while the device lives
+
+
+def _device_static(device_id):
+    """A device's backend and index without gpuarr_device_get_info's fresh memory reading."""
+    key = (_State.epoch, device_id)
+    found = _DEVICE_STATIC.get(key)
+    if found is None:
+        i = _DeviceInfo()
+        _check(_lib.gpuarr_device_get_info(_Handle(device_id), C.byref(i)))
+        found = _DEVICE_STATIC[key] = (i.backend, i.index)
+    return found
 
 
 def _device_of(a):

@@ -10,7 +10,7 @@ round times a loop long enough to take ~50 ms.
 """
 import ctypes, os, sys, time
 import numpy as np
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests", "python"))
 import test_numpy as t  # the bindings of the NumPy tests (GPUARR_LIB names the library)
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
 import gpuarr  # the module, on the same library
