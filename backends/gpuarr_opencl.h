@@ -1839,6 +1839,28 @@ static gpuarr_result gpuarr__opencl_wrap_mem_raw(gpuarr_device d, void *mem, siz
     return GPUARR_OK;
 }
 
+/* A caller's queue must be valid, of ctx and id, and in order: gpuarr enqueues a stream's steps
+   with empty wait lists, so only queue order keeps them in order. arg: the parameter's name;
+   whose: the device or context it must match, for the message. */
+static gpuarr_result gpuarr__cl_queue_check(gpuarr__cl_command_queue q, gpuarr__cl_context ctx, gpuarr__cl_device_id id, const char *arg,
+                                            const char *whose) {
+    gpuarr__cl_state *cl = &GPUARR__CL;
+    gpuarr__cl_context q_ctx = NULL;
+    gpuarr__cl_device_id q_dev = NULL;
+    gpuarr__cl_bitfield props = 0;
+    if (cl->clGetCommandQueueInfo(q, GPUARR__CL_QUEUE_CONTEXT, sizeof q_ctx, &q_ctx, NULL) != GPUARR__CL_SUCCESS ||
+        cl->clGetCommandQueueInfo(q, GPUARR__CL_QUEUE_DEVICE, sizeof q_dev, &q_dev, NULL) != GPUARR__CL_SUCCESS ||
+        cl->clGetCommandQueueInfo(q, GPUARR__CL_QUEUE_PROPERTIES, sizeof props, &props, NULL) != GPUARR__CL_SUCCESS)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "%s is not a valid cl_command_queue", arg);
+    if (q_ctx != ctx || q_dev != id)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "%s belongs to another %s than %s", arg, q_ctx != ctx ? "context" : "device",
+                            whose);
+    if (props & GPUARR__CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)
+        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "%s is out of order (CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE): gpuarr "
+                                                           "orders a stream's work by queue order; pass an in-order queue", arg);
+    return GPUARR_OK;
+}
+
 static gpuarr_result gpuarr__opencl_wrap_queue_raw(gpuarr_device d, void *queue, gpuarr_stream *out) {
     GPUARR__REQUIRE_PTR(out);
     GPUARR__REQUIRE_PTR(queue);
@@ -1846,19 +1868,8 @@ static gpuarr_result gpuarr__opencl_wrap_queue_raw(gpuarr_device d, void *queue,
     gpuarr__dev *dev;
     GPUARR__CHECK(gpuarr__cl_get_dev(d, "d", &dev));
     gpuarr__cl_command_queue q = (gpuarr__cl_command_queue)queue;
-    gpuarr__cl_context ctx = NULL;
-    gpuarr__cl_device_id qdev = NULL;
-    gpuarr__cl_bitfield props = 0;
-    if (cl->clGetCommandQueueInfo(q, GPUARR__CL_QUEUE_CONTEXT, sizeof ctx, &ctx, NULL) != GPUARR__CL_SUCCESS ||
-        cl->clGetCommandQueueInfo(q, GPUARR__CL_QUEUE_DEVICE, sizeof qdev, &qdev, NULL) != GPUARR__CL_SUCCESS ||
-        cl->clGetCommandQueueInfo(q, GPUARR__CL_QUEUE_PROPERTIES, sizeof props, &props, NULL) != GPUARR__CL_SUCCESS)
-        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "queue is not a valid cl_command_queue");
-    if (ctx != cl->platforms[GPUARR__CL_DEV(dev)->platform].context || qdev != GPUARR__CL_DEV(dev)->id)
-        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "queue belongs to another context or device than %s", dev->info.spec);
-    /* gpuarr enqueues a stream's steps with empty wait lists: only queue order keeps them in order */
-    if (props & GPUARR__CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)
-        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "queue is out of order (CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE): "
-                                                           "gpuarr orders a stream's work by queue order; wrap an in-order queue");
+    GPUARR__CHECK(gpuarr__cl_queue_check(q, cl->platforms[GPUARR__CL_DEV(dev)->platform].context, GPUARR__CL_DEV(dev)->id, "queue",
+                                         dev->info.spec));
     void *native = NULL;
     GPUARR__CHECK(gpuarr__cl_stream_wrap(q, &native));
     cl->clRetainCommandQueue(q); /* the stream's reference; the caller keeps theirs */
@@ -1894,25 +1905,6 @@ static gpuarr_result gpuarr__cl_context_has(gpuarr__cl_context ctx, gpuarr__cl_d
     return GPUARR_OK;
 }
 
-/* The caller's queue, if any, must be of ctx and id, and in order (gpuarr orders by queue order). */
-static gpuarr_result gpuarr__cl_adopt_queue_check(gpuarr__cl_context ctx, gpuarr__cl_device_id id, gpuarr__cl_command_queue q) {
-    gpuarr__cl_state *cl = &GPUARR__CL;
-    gpuarr__cl_context q_ctx = NULL;
-    gpuarr__cl_device_id q_dev = NULL;
-    gpuarr__cl_bitfield props = 0;
-    if (cl->clGetCommandQueueInfo(q, GPUARR__CL_QUEUE_CONTEXT, sizeof q_ctx, &q_ctx, NULL) != GPUARR__CL_SUCCESS ||
-        cl->clGetCommandQueueInfo(q, GPUARR__CL_QUEUE_DEVICE, sizeof q_dev, &q_dev, NULL) != GPUARR__CL_SUCCESS ||
-        cl->clGetCommandQueueInfo(q, GPUARR__CL_QUEUE_PROPERTIES, sizeof props, &props, NULL) != GPUARR__CL_SUCCESS)
-        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "cl_command_queue is not a valid cl_command_queue");
-    if (q_ctx != ctx || q_dev != id)
-        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "cl_command_queue belongs to another %s than the one adopted",
-                            q_ctx != ctx ? "context" : "device");
-    if (props & GPUARR__CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)
-        return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "cl_command_queue is out of order (CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE): "
-                                                           "gpuarr orders a stream's work by queue order; pass an in-order queue or NULL");
-    return GPUARR_OK;
-}
-
 static gpuarr_result gpuarr__cl_device_adopt(void *context, void *device, void *queue, int *index, int *same) {
     gpuarr__cl_state *cl = &GPUARR__CL;
     gpuarr__cl_context ctx = (gpuarr__cl_context)context;
@@ -1923,7 +1915,7 @@ static gpuarr_result gpuarr__cl_device_adopt(void *context, void *device, void *
     if (!cl->devices || !cl->platforms)
         return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "cl_context: the OpenCL loader gpuarr uses lists no platform");
     GPUARR__CHECK(gpuarr__cl_context_has(ctx, id));
-    if (q) GPUARR__CHECK(gpuarr__cl_adopt_queue_check(ctx, id, q));
+    if (q) GPUARR__CHECK(gpuarr__cl_queue_check(q, ctx, id, "cl_command_queue", "the one adopted"));
     for (int i = cl->found_devices; i < cl->device_count; i++)
         if (cl->devices[i].adopted && cl->devices[i].id == id && cl->platforms[cl->devices[i].platform].context == ctx)
             return gpuarr__fail(GPUARR_ERROR_INVALID_ARGUMENT, "that cl_context and cl_device_id are adopted already, as opencl:%d "
