@@ -510,6 +510,8 @@ run-asan: $(addprefix $(BUILD)/asan/tests/,$(TESTS)) $(FAKE_CUDA) $(FAKE_NVML) $
 	$(call run_sanitized,asan,$(WHITEBOX_TESTS),ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,host)
 	$(call run_sanitized,asan,test_opencl,GPUARR_TEST_FAULT_OPENCL=$(abspath $(FAULT_OPENCL)) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,opencl:0)
 	$(call run_sanitized,asan,test_cuda,ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,host)
+	$(call run_sanitized,asan,test_opencl_adopt,ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,opencl:0)
+	$(if $(FAKE_CUDA),$(call run_sanitized,asan,test_cuda_adopt,$(FAKE_ENV) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,cuda:0))
 	$(call run_sanitized,asan,test_local_rank,$(if $(FAKE_CUDA),$(FAKE_ENV)) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,host)
 	$(call run_sanitized,asan,$(DISCRETE_TESTS),GPUARR_OPENCL_UNIFIED=off ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,opencl:0)
 	$(if $(FAKE_CUDA),$(call run_sanitized,asan,$(GENERIC_TESTS) test_cuda,$(FAKE_ENV) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1,2,cuda:0))
