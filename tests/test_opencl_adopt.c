@@ -302,6 +302,10 @@ Test(adopt, leases_plans_and_telemetry_go_through_gpuarrs_own_view) {
     TEST_OK(gpuarr_device_get_telemetry(spec_device("opencl:1"), &own_t));
     cr_assert(mine_t.valid & GPUARR_TELEMETRY_MEMORY_TOTAL);
     cr_assert_eq(mine_t.memory_total, own_t.memory_total, "telemetry reports through gpuarr's own view");
+    double to_mine = 0, to_own = 0;
+    TEST_OK(gpuarr_transfer_estimate_device(gpuarr_host(), d, GPUARR_F32, 1 << 20, &to_mine));
+    TEST_OK(gpuarr_transfer_estimate_device(gpuarr_host(), spec_device("opencl:1"), GPUARR_F32, 1 << 20, &to_own));
+    cr_assert_eq(to_mine, to_own, "one transfer model for both: %g s and %g s", to_mine, to_own);
     TEST_OK(gpuarr_device_remove(d));
     free_mine(&m);
 }
