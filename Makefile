@@ -524,8 +524,9 @@ run-asan: $(addprefix $(BUILD)/asan/tests/,$(TESTS)) $(FAKE_CUDA) $(FAKE_NVML) $
 	@if grep -qE $(SANITIZER_REPORT) $(BUILD)/logs/asan-plugin.log; then cat $(BUILD)/logs/asan-plugin.log; echo "asan: sanitizer report in the plugin test"; exit 1; fi
 	@$(MAKE) --no-print-directory mpi-tests-asan
 
-run-tsan: $(addprefix $(BUILD)/tsan/tests/,$(THREADED_TESTS)) $(FAKE_CUDA) $(FAKE_NVML)
+run-tsan: $(addprefix $(BUILD)/tsan/tests/,$(THREADED_TESTS) test_opencl_adopt) $(FAKE_CUDA) $(FAKE_NVML)
 	$(call run_sanitized,tsan,$(THREADED_TESTS),GPUARR_STRESS_OPS=100000 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tools/tsan.supp",1,$(TEST_DEVICES))
+	$(call run_sanitized,tsan,test_opencl_adopt,TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tools/tsan.supp",1,opencl:0)
 	$(if $(FAKE_CUDA),$(call run_sanitized,tsan,$(THREADED_TESTS),$(FAKE_ENV) TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tools/tsan.supp",1,cuda:0))
 
 # Definite leaks only: an indirect leak hangs off a definite one, which is reported (or, for the

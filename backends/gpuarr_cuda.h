@@ -657,7 +657,8 @@ static gpuarr_result gpuarr__cu_device_reset(gpuarr__dev *d) {
     gpuarr__cu_state *cu = &GPUARR__CU;
     gpuarr__cu_device_state *ds = GPUARR__CU_DEV(d);
     pthread_mutex_lock(&cu->peer_lock);
-    for (int i = 0; i < cu->device_count + cu->adopted_count; i++) ds->peer[i] = cu->devices[i].peer[d->info.index] = 0;
+    int rows = cu->device_count + __atomic_load_n(&cu->adopted_count, __ATOMIC_ACQUIRE); /* one may be adopted meanwhile */
+    for (int i = 0; i < rows; i++) ds->peer[i] = cu->devices[i].peer[d->info.index] = 0;
     pthread_mutex_unlock(&cu->peer_lock);
     if (ds->is_adopted) return gpuarr__cu_adopted_reset(d);
     gpuarr__cu_result e = cu->p_cuDevicePrimaryCtxReset_v2(ds->dev);

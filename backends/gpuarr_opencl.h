@@ -629,7 +629,7 @@ static gpuarr_result gpuarr__cl_platform_context(int platform, gpuarr__cl_contex
     if (!pl->context) {
         gpuarr__cl_device_id ids[64];
         gpuarr__cl_uint n = 0;
-        for (int i = 0; i < cl->device_count && n < 64; i++)
+        for (int i = 0; i < cl->found_devices && n < 64; i++) /* adopted devices have contexts of their own */
             if (cl->devices[i].platform == platform && gpuarr__filter_allows(GPUARR_BACKEND_OPENCL, i)) ids[n++] = cl->devices[i].id;
         gpuarr__cl_context_properties props[3] = {GPUARR__CL_CONTEXT_PLATFORM, (gpuarr__cl_context_properties)pl->id, 0};
         gpuarr__cl_int e = GPUARR__CL_SUCCESS;

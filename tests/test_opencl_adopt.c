@@ -363,3 +363,59 @@ Test(adopt, a_cycle_adopts_64_devices_at_most) {
     TEST_OK(gpuarr_device_remove(d));
     free_mine(&m);
 }
+
+/* Other threads keep working on gpuarr's own devices, and look the registry over, while this
+   one adopts and removes (make check runs it under TSan). */
+typedef struct busy {
+    gpuarr_device dev;
+    int rounds;
+    int failures;
+} busy;
+
+static void *busy_thread(void *arg) {
+    busy *b = arg;
+    float xs[256], got[256];
+    int64_t n = 256;
+    for (int i = 0; i < 256; i++) xs[i] = (float)i;
+    for (int r = 0; r < b->rounds; r++) {
+        gpuarr_array a, h;
+        if (gpuarr_from_host(b->dev, xs, 1, &n, &a) != GPUARR_OK) b->failures++;
+        else {
+            if (gpuarr_convert(a, gpuarr_host(), 0, &h) != GPUARR_OK || gpuarr_to_host(h, got, 256) != GPUARR_OK ||
+                memcmp(got, xs, sizeof xs) != 0)
+                b->failures++;
+            else gpuarr_release(h);
+            gpuarr_release(a);
+        }
+        for (int k = 0; k < gpuarr_device_count(); k++) { /* rows appear while this reads them */
+            gpuarr_device_info info;
+            gpuarr_device d = gpuarr_device_at(k);
+            gpuarr_result r = d.id ? gpuarr_device_get_info(d, &info) : GPUARR_OK;
+            if (r != GPUARR_OK && r != GPUARR_ERROR_INVALID_HANDLE) b->failures++; /* a removed one: refused */
+        }
+    }
+    return NULL;
+}
+
+Test(adopt, adoption_and_removal_while_other_threads_work) {
+    mine m = make_mine(1, 0);
+    busy work[2] = {{spec_device("opencl:0"), 40, 0}, {gpuarr_host(), 40, 0}};
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) cr_assert_eq(pthread_create(&t[i], NULL, busy_thread, &work[i]), 0);
+    float xs[16], got[16];
+    int64_t n = 16;
+    for (int i = 0; i < 16; i++) xs[i] = (float)-i;
+    for (int round = 0; round < 20; round++) {
+        gpuarr_device d;
+        gpuarr_array a;
+        TEST_OK(gpuarr_opencl_adopt(m.context, m.device, round % 2 ? m.queue : NULL, &d));
+        TEST_OK(gpuarr_from_host(d, xs, 1, &n, &a));
+        TEST_OK(gpuarr_to_host(a, got, 16));
+        cr_assert_eq(memcmp(got, xs, sizeof xs), 0);
+        TEST_OK(gpuarr_release(a));
+        TEST_OK(gpuarr_device_remove(d));
+    }
+    for (int i = 0; i < 2; i++) cr_assert_eq(pthread_join(t[i], NULL), 0);
+    cr_assert_eq(work[0].failures + work[1].failures, 0);
+    free_mine(&m);
+}
