@@ -10303,6 +10303,16 @@ static const gpuarr_kernel *gpuarr__reduce_kernel(gpuarr_reduce_op op, gpuarr_dt
 
 static const char *const gpuarr__reduce_op_names[] = {"?", "GPUARR_SUM", "GPUARR_MIN", "GPUARR_MAX"};
 
+/* Drops a handle gpuarr_reduce made (none: nothing), keeping the thread's error: a failure being
+   reported must not become the release's message. */
+static void gpuarr__reduce_drop(gpuarr_array h) {
+    if (!h.id) return;
+    gpuarr__error_saved sv;
+    gpuarr__error_save(&sv);
+    gpuarr_release(h);
+    gpuarr__error_restore(&sv);
+}
+
 /* The levels, from src (n elements of acc, a reference the caller gives up) to one element. */
 static gpuarr_result gpuarr__reduce_levels(const gpuarr_kernel *k, gpuarr_array src, int64_t n, gpuarr_device dev, gpuarr_dtype acc,
                                            gpuarr_array *out) {
@@ -10314,12 +10324,12 @@ static gpuarr_result gpuarr__reduce_levels(const gpuarr_kernel *k, gpuarr_array 
         gpuarr_launch l = {{0}, 1, {m, 0, 0}};
         gpuarr_kernel_arg args[3] = {{src, NULL}, {partial, NULL}, {{0}, &n}};
         if (r == GPUARR_OK) r = gpuarr_kernel_launch(k, &l, args);
-        gpuarr_release(src);
+        gpuarr__reduce_drop(src);
         src = partial;
         n = m;
     }
     if (r == GPUARR_OK) *out = src;
-    else gpuarr_release(src);
+    else gpuarr__reduce_drop(src);
     return r;
 }
 
@@ -10352,7 +10362,7 @@ GPUARR_API gpuarr_result gpuarr_reduce(gpuarr_array a, gpuarr_reduce_op op, gpua
         if (r == GPUARR_OK && ndim != 1) { /* the levels see a flat array */
             gpuarr_array flat = {0};
             r = gpuarr_reshape(src, 1, &n, &flat);
-            gpuarr_release(src);
+            gpuarr__reduce_drop(src);
             src = flat;
         }
         if (r == GPUARR_OK) r = gpuarr__reduce_levels(gpuarr__reduce_kernel(op, acc), src, n, dev, acc, &one);
@@ -10360,12 +10370,13 @@ GPUARR_API gpuarr_result gpuarr_reduce(gpuarr_array a, gpuarr_reduce_op op, gpua
     if (r == GPUARR_OK && acc != t) {
         gpuarr_array narrow = {0};
         r = gpuarr_convert(one, dev, t, &narrow);
-        gpuarr_release(one);
+        gpuarr__reduce_drop(one);
         one = narrow;
     }
     if (r == GPUARR_OK) r = gpuarr_reshape(one, 0, NULL, &result);
-    gpuarr_release(one);
-    gpuarr__tls.api = "gpuarr_reduce"; /* the calls above named themselves */
+    gpuarr__reduce_drop(one);
+    gpuarr__tls.api = "gpuarr_reduce"; /* the calls above named themselves, in their messages too */
+    if (r != GPUARR_OK) gpuarr__tls.error_api = "gpuarr_reduce";
     if (r == GPUARR_OK) *out = result;
     return r;
 }
