@@ -15,22 +15,13 @@ import weakref
 import numpy as np
 
 import gpuarr
+from samples import sample  # tests/python/samples.py
 
 DEVICE = os.environ.get("GPUARR_PY_DEVICE", "opencl:0")
 NUMPY_DTYPES = {"bool": np.bool_, "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64,
                 "u8": np.uint8, "u16": np.uint16, "u32": np.uint32, "u64": np.uint64,
                 "f16": np.float16, "f32": np.float32, "f64": np.float64}  # NumPy has no bf16
 SHAPES = [(), (5,), (3, 4), (2, 3, 4), (2, 1, 3, 2), (0, 3)]
-
-
-def sample(np_dtype, shape, seed):
-    rng = np.random.default_rng(seed)
-    if np_dtype == np.bool_:
-        return np.asarray(rng.integers(0, 2, size=shape).astype(np.bool_))
-    if np.issubdtype(np_dtype, np.integer):
-        lim = np.iinfo(np_dtype)
-        return np.asarray(rng.integers(lim.min, lim.max, size=shape, dtype=np_dtype, endpoint=True))
-    return np.asarray((rng.standard_normal(size=shape) * 100).astype(np_dtype))
 
 
 class LegacyProducer:

@@ -15,6 +15,7 @@ import sys
 import unittest
 
 import numpy as np
+from samples import sample  # tests/python/samples.py
 
 LIB = ctypes.CDLL(os.environ.get("GPUARR_LIB", "build/lib/libgpuarr.so"))
 DEVICE = os.environ.get("GPUARR_PY_DEVICE", "opencl:0").encode()
@@ -123,16 +124,6 @@ def live_blocks():
     st = PoolStats()
     check(LIB.gpuarr_pool_get_stats(LIB.gpuarr_host(), ctypes.byref(st)), "gpuarr_pool_get_stats")
     return st.allocations
-
-
-def sample(np_dtype, shape, seed):
-    rng = np.random.default_rng(seed)
-    if np_dtype == np.bool_:
-        return np.asarray(rng.integers(0, 2, size=shape).astype(np.bool_))
-    if np.issubdtype(np_dtype, np.integer):
-        lim = np.iinfo(np_dtype)
-        return np.asarray(rng.integers(lim.min, lim.max, size=shape, dtype=np_dtype, endpoint=True))
-    return np.asarray((rng.standard_normal(size=shape) * 100).astype(np_dtype))
 
 
 def from_numpy(x, device=None):
